@@ -1,0 +1,46 @@
+"""Turnkeeper's rules engine: pure, with no I/O.
+
+``decide(state, command, now)`` answers a command with events or a ``RuleError``;
+``evolve(state, event)`` folds an event into the state. ``Engine`` wraps the two for callers
+that keep one combat in memory. Rulesets and condition types are registered by name.
+"""
+
+from __future__ import annotations
+
+from . import commands, events
+from .decide import decide
+from .dice import DiceSource, ScriptedDice, SeededDice, SystemDice, d616_display
+from .engine import Engine
+from .errors import RuleError
+from .evolve import UNDO_DEPTH, evolve, fold
+from .model import NARRATOR, Actor, State
+from .registry import CONDITION_TYPES, ConditionType, Registry
+from .rulesets import RULESETS, Ruleset
+from .views import View, view, visible
+
+__all__ = [
+    "CONDITION_TYPES",
+    "NARRATOR",
+    "RULESETS",
+    "UNDO_DEPTH",
+    "Actor",
+    "ConditionType",
+    "DiceSource",
+    "Engine",
+    "Registry",
+    "RuleError",
+    "Ruleset",
+    "ScriptedDice",
+    "SeededDice",
+    "State",
+    "SystemDice",
+    "View",
+    "commands",
+    "d616_display",
+    "decide",
+    "events",
+    "evolve",
+    "fold",
+    "view",
+    "visible",
+]

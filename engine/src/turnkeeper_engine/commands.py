@@ -1,0 +1,290 @@
+"""Commands: what clients, bots and plugins ask the engine to do. Immutable values.
+
+Each command's ``name`` is its stable wire name. Commands about the current turn carry a
+``turn`` (R5) so that a command meant for a turn that has passed is refused as ``stale_turn``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from .model import ActionSpec, Boundary, OptionValue, Trigger, TriggerFacts, TurnRef
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: ClassVar[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateCombat(Command):
+    """Open a combat under a ruleset, with rule options (R1, R6)."""
+
+    name: ClassVar[str] = "create_combat"
+    combat_id: str
+    ruleset: str
+    options: tuple[tuple[str, OptionValue], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddCombatant(Command):
+    """Add a combatant in any phase (R1). After initiative it rolls (or uses ``faces``) and is
+    slotted by the tie chain."""
+
+    name: ClassVar[str] = "add_combatant"
+    id: str
+    display_name: str
+    controller: str | None = None
+    player_character: bool = False
+    init_mod: int = 0
+    dexterity: int = 10
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+    hidden: bool = False
+    faces: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveCombatant(Command):
+    name: ClassVar[str] = "remove_combatant"
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class DefeatCombatant(Command):
+    name: ClassVar[str] = "defeat_combatant"
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReviveCombatant(Command):
+    name: ClassVar[str] = "revive_combatant"
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class RevealCombatant(Command):
+    """Make a hidden combatant visible to players and observers (R16)."""
+
+    name: ClassVar[str] = "reveal_combatant"
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class MarkSurprised(Command):
+    """Before its initiative check, mark a combatant Surprised (marvel, R8)."""
+
+    name: ClassVar[str] = "mark_surprised"
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class RollInitiative(Command):
+    """Roll (or supply ``faces`` for) a combatant's check; a group member rolls for its group."""
+
+    name: ClassVar[str] = "roll_initiative"
+    combatant: str
+    faces: tuple[int, ...] | None = None
+    edges: int = 0
+    troubles: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OrderTies(Command):
+    """Supply the order of tied combatants before any roll-off (R4, marvel)."""
+
+    name: ClassVar[str] = "order_ties"
+    combatants: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReorderGroup(Command):
+    """Set the order members of a group act in (R4)."""
+
+    name: ClassVar[str] = "reorder_group"
+    group: str
+    combatants: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StartCombat(Command):
+    """Roll what is unrolled, fix the order, and begin the bonus round or round 1."""
+
+    name: ClassVar[str] = "start_combat"
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn(Command):
+    name: ClassVar[str] = "end_turn"
+    turn: TurnRef
+
+
+@dataclass(frozen=True, slots=True)
+class DeclareAction(Command):
+    """Take an action in the current turn (R6). Opens a reaction window (R12)."""
+
+    name: ClassVar[str] = "declare_action"
+    turn: TurnRef
+    action: ActionSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Hold(Command):
+    """Hold the turn (marvel) or delay (dnd3e) (R9), optionally naming a lower number."""
+
+    name: ClassVar[str] = "hold"
+    turn: TurnRef
+    number: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TakeHeldTurn(Command):
+    """Say when a held turn is taken: just ``before`` or just ``after`` another combatant."""
+
+    name: ClassVar[str] = "take_held_turn"
+    combatant: str
+    when: Literal["before", "after"]
+    other: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve(Command):
+    """Reserve (marvel, R10) or ready (dnd3e, R11) an action with a trigger."""
+
+    name: ClassVar[str] = "reserve"
+    turn: TurnRef
+    reserved_type: str
+    action: ActionSpec
+    trigger: Trigger
+
+
+@dataclass(frozen=True, slots=True)
+class Refocus(Command):
+    """dnd3e: spend the full round to move up to 20 + initiative bonus (R14)."""
+
+    name: ClassVar[str] = "refocus"
+    turn: TurnRef
+
+
+@dataclass(frozen=True, slots=True)
+class AnnounceTrigger(Command):
+    """A narrator or bridge names a trigger-eligible moment (R12); ``offer`` adds reservers."""
+
+    name: ClassVar[str] = "announce_trigger"
+    facts: TriggerFacts
+    offer: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReaction(Command):
+    """Claim a reaction in an open window, with a reservation or a stated action."""
+
+    name: ClassVar[str] = "claim_reaction"
+    window: str
+    combatant: str
+    reservation: str | None = None
+    action: ActionSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PassReaction(Command):
+    name: ClassVar[str] = "pass_reaction"
+    window: str
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseWindow(Command):
+    name: ClassVar[str] = "close_window"
+    window: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinishReaction(Command):
+    """The reacting combatant is done; the next claim resolves or the turn resumes."""
+
+    name: ClassVar[str] = "finish_reaction"
+    window: str
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyCondition(Command):
+    """Apply a condition lasting ``rounds`` boundaries of ``anchor``'s turns (R13)."""
+
+    name: ClassVar[str] = "apply_condition"
+    target: str
+    type: str
+    rounds: int = 1
+    boundary: Boundary = "end"
+    anchor: str | None = None
+    source: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveCondition(Command):
+    name: ClassVar[str] = "remove_condition"
+    condition: str
+
+
+@dataclass(frozen=True, slots=True)
+class Surprise(Command):
+    """Mid-combat surprise (marvel, R8): ``target`` is surprised by ``by``."""
+
+    name: ClassVar[str] = "surprise"
+    target: str
+    by: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tick(Command):
+    """Let time pass: turn timers and window deadlines fire (R13)."""
+
+    name: ClassVar[str] = "tick"
+
+
+@dataclass(frozen=True, slots=True)
+class Undo(Command):
+    name: ClassVar[str] = "undo"
+
+
+@dataclass(frozen=True, slots=True)
+class EndCombat(Command):
+    name: ClassVar[str] = "end_combat"
+
+
+COMMANDS: dict[str, type[Command]] = {
+    cls.name: cls
+    for cls in (
+        CreateCombat,
+        AddCombatant,
+        RemoveCombatant,
+        DefeatCombatant,
+        ReviveCombatant,
+        RevealCombatant,
+        MarkSurprised,
+        RollInitiative,
+        OrderTies,
+        ReorderGroup,
+        StartCombat,
+        EndTurn,
+        DeclareAction,
+        Hold,
+        TakeHeldTurn,
+        Reserve,
+        Refocus,
+        AnnounceTrigger,
+        ClaimReaction,
+        PassReaction,
+        CloseWindow,
+        FinishReaction,
+        ApplyCondition,
+        RemoveCondition,
+        Surprise,
+        Tick,
+        Undo,
+        EndCombat,
+    )
+}

@@ -1,0 +1,1227 @@
+"""``decide(state, command, now) -> events | RuleError``: every rule of R1–R16 that is not I/O.
+
+A command is checked against the state; if it is legal its events are produced. While deciding,
+each event is folded into a working copy of the state at once (``_Ctx.emit``), so later steps of
+the same command see its earlier effects, and the events returned always fold to the state the
+engine reasoned about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from . import commands as cmd
+from . import events as ev
+from .dice import DiceSource, SystemDice
+from .errors import Rejected, RuleError
+from .evolve import evolve
+from .model import (
+    NARRATOR,
+    ActionSpec,
+    Actor,
+    Check,
+    Claim,
+    Clock,
+    Combatant,
+    Condition,
+    Hold,
+    OptionValue,
+    Predicate,
+    Reservation,
+    RollOff,
+    State,
+    TriggerFacts,
+    Turn,
+    TurnKind,
+    Window,
+)
+from .order import Unit, roll_off, slot_index, sort_units
+from .registry import CONDITION_TYPES
+from .rulesets import RULESETS, Ruleset
+
+MAX_REROLLS = 10
+"""Edges or troubles on one check: more has no meaning at a table and would only cost rolls."""
+MAX_CONDITION_ROUNDS = 1000
+"""Longest condition duration accepted, in turn boundaries."""
+MAX_TEXT = 2000
+"""Longest free text (names, descriptions, triggers) the engine keeps."""
+
+
+@dataclass
+class _Ctx:
+    state: State
+    now: float
+    actor: Actor
+    dice: DiceSource
+    rules: Ruleset
+    events: list[ev.Event] = field(default_factory=list)
+
+    def emit(self, event: ev.Event) -> None:
+        self.events.append(event)
+        self.state = evolve(self.state, event)
+
+    @property
+    def opts(self) -> dict[str, OptionValue]:
+        return dict(self.state.options)
+
+
+def _reject(code: str, message: str, field_name: str = "") -> Rejected:
+    return Rejected(code, message, field_name)
+
+
+def decide(
+    state: State,
+    command: cmd.Command,
+    now: float,
+    *,
+    actor: Actor = NARRATOR,
+    dice: DiceSource | None = None,
+) -> list[ev.Event] | RuleError:
+    """Decide what ``command`` does to ``state`` at time ``now`` (seconds, from the caller's
+    clock: the engine never reads one, R13). Returns the events, or the rule error that refused
+    the command, in which case nothing changes."""
+    try:
+        return _decide(state, command, now, actor, dice or SystemDice())
+    except Rejected as refused:
+        return refused.error
+
+
+def _decide(
+    state: State, command: cmd.Command, now: float, actor: Actor, dice: DiceSource
+) -> list[ev.Event]:
+    if isinstance(command, cmd.CreateCombat):
+        return _create(state, command, now, actor)
+    if state.phase == "none":
+        raise _reject("no_combat", "there is no combat yet: create one first")
+    if state.phase == "ended" and not isinstance(command, cmd.Undo):
+        raise _reject("combat_ended", "the combat has ended")
+    rules = RULESETS.get(state.ruleset)
+    if rules is None:
+        raise _reject("unknown_ruleset", f"ruleset {state.ruleset!r} is not registered", "ruleset")
+    ctx = _Ctx(state, now, actor, dice, rules)
+    _authorize(ctx, command)
+    ctx.emit(ev.CommandRecorded(command.name, actor, now))
+    _HANDLERS[type(command)](ctx, command)
+    if isinstance(command, cmd.Tick) and len(ctx.events) == 1:
+        return []  # nothing was due: a tick that changes nothing is not recorded
+    return ctx.events
+
+
+# ---------------------------------------------------------------------------------- permission
+
+_NARRATOR_ONLY = frozenset(
+    {
+        cmd.AddCombatant,
+        cmd.RemoveCombatant,
+        cmd.DefeatCombatant,
+        cmd.ReviveCombatant,
+        cmd.RevealCombatant,
+        cmd.MarkSurprised,
+        cmd.ReorderGroup,
+        cmd.StartCombat,
+        cmd.AnnounceTrigger,
+        cmd.CloseWindow,
+        cmd.ApplyCondition,
+        cmd.RemoveCondition,
+        cmd.Surprise,
+        cmd.Tick,
+        cmd.Undo,
+        cmd.EndCombat,
+    }
+)
+
+
+def _acted_on(command: cmd.Command) -> tuple[str, ...]:
+    """The combatants a player's command acts for: each must be the player's own (R16)."""
+    if isinstance(command, cmd.OrderTies):
+        return command.combatants
+    turn = getattr(command, "turn", None)
+    if turn is not None:
+        return (turn.combatant,)
+    return (str(command.combatant),) if hasattr(command, "combatant") else ()
+
+
+def _authorize(ctx: _Ctx, command: cmd.Command) -> None:
+    role = ctx.actor.role
+    if role == "narrator":
+        return
+    if role == "observer":
+        raise _reject("forbidden", "observers may only read", "actor")
+    if type(command) in _NARRATOR_ONLY:
+        raise _reject("forbidden", f"only the narrator may {command.name}", "actor")
+    for combatant_id in _acted_on(command):
+        c = ctx.state.get(combatant_id)
+        if c is None or c.controller is None or c.controller != ctx.actor.user:
+            raise _reject("forbidden", f"{combatant_id!r} is not yours to act for", "combatant")
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+def _combatant(ctx: _Ctx, combatant_id: str, field_name: str = "combatant") -> Combatant:
+    c = ctx.state.get(combatant_id)
+    if c is None or c.status == "removed":
+        raise _reject("unknown_combatant", f"no combatant {combatant_id!r}", field_name)
+    return c
+
+
+def _active(ctx: _Ctx, combatant_id: str, field_name: str = "combatant") -> Combatant:
+    c = _combatant(ctx, combatant_id, field_name)
+    if c.status != "active":
+        raise _reject("combatant_inactive", f"{c.name} is {c.status}", field_name)
+    return c
+
+
+def _text(value: str, field_name: str, *, required: bool = True) -> None:
+    if required and not value.strip():
+        raise _reject("invalid_value", "must not be empty", field_name)
+    if len(value) > MAX_TEXT:
+        raise _reject("invalid_value", f"longer than {MAX_TEXT} characters", field_name)
+
+
+def _in_rounds(ctx: _Ctx) -> None:
+    if ctx.state.phase not in ("bonus_round", "rounds"):
+        raise _reject("wrong_phase", f"not possible in phase {ctx.state.phase}")
+
+
+def _current_turn(ctx: _Ctx, ref: Any) -> Turn:
+    _in_rounds(ctx)
+    turn = ctx.state.turn
+    if turn is None or turn.ref != ref:
+        raise _reject("stale_turn", "that turn is not the current turn", "turn")
+    return turn
+
+
+def _no_window(ctx: _Ctx) -> None:
+    if ctx.state.window is not None:
+        raise _reject("window_open", "a reaction window is open; resolve it first", "window")
+
+
+def _key(ctx: _Ctx, combatant_id: str) -> tuple[int, ...]:
+    c = ctx.state.get(combatant_id)
+    assert c is not None
+    assert c.place is not None
+    return ctx.rules.tie_key(c, c.place, c.check.fantastic if c.check else False)
+
+
+def _action_type(ctx: _Ctx, action: ActionSpec, field_name: str = "action") -> ActionSpec:
+    """Resolve an action's type from the catalogue (R6) or its own statement."""
+    _text(action.kind, f"{field_name}.kind")
+    _text(action.description, f"{field_name}.description", required=False)
+    for target in action.targets:
+        _combatant(ctx, target, f"{field_name}.targets")
+    known = ctx.rules.action_type(action.kind)
+    if known is None and action.type is None:
+        raise _reject(
+            "unknown_action_kind",
+            f"{action.kind!r} is not in the {ctx.rules.name} catalogue: state its action type",
+            f"{field_name}.kind",
+        )
+    if known is not None and action.type is not None and action.type != known:
+        raise _reject(
+            "action_type_mismatch",
+            f"{action.kind!r} needs a {known} action, not {action.type}",
+            f"{field_name}.type",
+        )
+    resolved = known or action.type
+    assert resolved is not None
+    if resolved not in ctx.rules.action_types:
+        raise _reject(
+            "invalid_action_type",
+            f"{resolved!r} is not an action type of {ctx.rules.name}",
+            f"{field_name}.type",
+        )
+    return replace(action, type=resolved)
+
+
+def _validate_options(
+    rules: Ruleset, given: tuple[tuple[str, OptionValue], ...]
+) -> tuple[tuple[str, OptionValue], ...]:
+    spec = rules.all_options()
+    values: dict[str, OptionValue] = {name: default for name, (default, _) in spec.items()}
+    for name, value in given:
+        if name not in spec:
+            raise _reject(
+                "unknown_option", f"{rules.name} has no option {name!r}", f"options.{name}"
+            )
+        allowed = spec[name][1]
+        if isinstance(allowed, tuple):
+            ok = value in allowed
+        elif allowed is float:
+            ok = value is None or (
+                isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+            )
+        else:
+            ok = isinstance(value, allowed)
+        if not ok:
+            raise _reject("invalid_option", f"{value!r} is not valid for {name}", f"options.{name}")
+        values[name] = float(value) if isinstance(value, int) and allowed is float else value
+    return tuple(sorted(values.items()))
+
+
+# ------------------------------------------------------------------------------------ lifecycle
+
+
+def _create(state: State, c: cmd.CreateCombat, now: float, actor: Actor) -> list[ev.Event]:
+    if actor.role != "narrator":
+        raise _reject("forbidden", "only a narrator creates a combat", "actor")
+    if state.phase != "none":
+        raise _reject("combat_exists", "this combat already exists", "combat_id")
+    _text(c.combat_id, "combat_id")
+    rules = RULESETS.get(c.ruleset)
+    if rules is None:
+        raise _reject("unknown_ruleset", f"no ruleset {c.ruleset!r}", "ruleset")
+    options = _validate_options(rules, c.options)
+    return [
+        ev.CommandRecorded(c.name, actor, now),
+        ev.CombatCreated(c.combat_id, c.ruleset, options),
+    ]
+
+
+def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
+    _text(c.id, "id")
+    _text(c.display_name, "display_name")
+    if ctx.state.get(c.id) is not None:
+        raise _reject("duplicate_combatant", f"{c.id!r} is already in this combat", "id")
+    for tag in c.tags:
+        _text(tag, "tags")
+    combatant = Combatant(
+        id=c.id,
+        name=c.display_name,
+        controller=c.controller,
+        player_character=c.player_character,
+        init_mod=c.init_mod,
+        dexterity=c.dexterity,
+        group=c.group,
+        tags=c.tags,
+        hidden=c.hidden,
+    )
+    ctx.emit(ev.CombatantAdded(combatant))
+    in_play = ctx.state.phase in ("bonus_round", "rounds")
+    if c.faces is None and not in_play:
+        return
+    mates = [m for m in _group(ctx, combatant) if m.id != c.id and m.check is not None]
+    if mates and in_play:
+        # Joining a group that has rolled: the group's check, and the place after its last member.
+        check = mates[0].check
+        assert check is not None
+        ctx.emit(ev.InitiativeRolled(c.id, (c.id,), check))
+        last = max(ctx.state.order.index(m.id) for m in mates if m.id in ctx.state.order)
+        order = (*ctx.state.order[: last + 1], c.id, *ctx.state.order[last + 1 :])
+        _slot(ctx, c.id, order, None)
+    else:
+        _roll(ctx, combatant, c.faces, 0, 0, members=(c.id,))
+        if in_play:
+            _slot_by_chain(ctx, c.id)
+    if in_play and ctx.state.turn is None and ctx.state.window is None:
+        _advance(ctx, None)
+
+
+def _slot_by_chain(ctx: _Ctx, combatant_id: str) -> None:
+    """Place a late arrival by the tie chain, rolling off exact ties as they come (R1, R4)."""
+    new_key = _key(ctx, combatant_id)
+    passes: list[tuple[tuple[str, int], ...]] = []
+
+    def wins_tie(other: str) -> bool:
+        order, rolloff = roll_off([combatant_id, other], ctx.dice, ctx.rules.rolloff_sides)
+        passes.extend(rolloff.passes)
+        return order[0] == combatant_id
+
+    index = slot_index(ctx.state.order, lambda i: _key(ctx, i), new_key, wins_tie)
+    order = (*ctx.state.order[:index], combatant_id, *ctx.state.order[index:])
+    rolloff = RollOff(ctx.rules.rolloff_sides, tuple(passes)) if passes else None
+    _slot(ctx, combatant_id, order, rolloff)
+
+
+def _slot(ctx: _Ctx, combatant_id: str, order: tuple[str, ...], rolloff: Any) -> None:
+    index = order.index(combatant_id)
+    passed = any(other in ctx.state.reached for other in order[index + 1 :])
+    ctx.emit(ev.CombatantSlotted(combatant_id, order, passed, rolloff))
+
+
+def _group(ctx: _Ctx, c: Combatant) -> list[Combatant]:
+    if c.group is None:
+        return [c]
+    return [m for m in ctx.state.combatants if m.group == c.group and m.status != "removed"]
+
+
+def _cancel_pending(ctx: _Ctx, combatant_id: str, reason: str) -> None:
+    """A defeated, removed or departing combatant's holds, reservations, claims and the plans
+    that pointed at it are cancelled and recorded (R1)."""
+    state = ctx.state
+    if state.hold_of(combatant_id) is not None:
+        ctx.emit(ev.HoldCancelled(combatant_id, reason))
+    for h in state.holds:
+        if h.target == combatant_id and h.combatant != combatant_id:
+            ctx.emit(ev.HoldPlanned(h.combatant, "open", ""))
+    for r in state.reservations:
+        if r.combatant == combatant_id:
+            ctx.emit(ev.ReservationCancelled(combatant_id, r.id, reason))
+    w = ctx.state.window
+    if w is not None and w.status == "resolving" and combatant_id in w.sequence[w.index :]:
+        ctx.emit(ev.ReactionCancelled(combatant_id, w.id, reason))
+
+
+def _take_out(ctx: _Ctx, combatant_id: str, event: ev.Event, reason: str) -> None:
+    w = ctx.state.window
+    was_reacting = w is not None and w.status == "resolving" and w.sequence[w.index] == combatant_id
+    _cancel_pending(ctx, combatant_id, reason)
+    ctx.emit(event)
+    turn = ctx.state.turn
+    if turn is not None and turn.combatant == combatant_id:
+        ctx.emit(ev.TurnEnded(combatant_id, turn.round, reason))
+        _expire_conditions(ctx)
+    if was_reacting:
+        _next_reaction(ctx)
+    elif ctx.state.window is not None:
+        _maybe_close(ctx)
+    elif ctx.state.turn is None:
+        _advance(ctx, None)
+
+
+def _remove(ctx: _Ctx, c: cmd.RemoveCombatant) -> None:
+    _combatant(ctx, c.combatant)
+    _take_out(ctx, c.combatant, ev.CombatantRemoved(c.combatant), "removed")
+
+
+def _defeat(ctx: _Ctx, c: cmd.DefeatCombatant) -> None:
+    _active(ctx, c.combatant)
+    _take_out(ctx, c.combatant, ev.CombatantDefeated(c.combatant), "defeated")
+
+
+def _revive(ctx: _Ctx, c: cmd.ReviveCombatant) -> None:
+    combatant = _combatant(ctx, c.combatant)
+    if combatant.status != "defeated":
+        raise _reject("invalid_value", f"{combatant.name} is not defeated", "combatant")
+    ctx.emit(ev.CombatantRevived(c.combatant))
+    if ctx.state.phase in ("bonus_round", "rounds"):
+        if c.combatant not in ctx.state.order:
+            _slot_by_chain(ctx, c.combatant)
+        if ctx.state.turn is None and ctx.state.window is None:
+            _advance(ctx, None)
+
+
+def _reveal(ctx: _Ctx, c: cmd.RevealCombatant) -> None:
+    combatant = _combatant(ctx, c.combatant)
+    if not combatant.hidden:
+        raise _reject("invalid_value", f"{combatant.name} is not hidden", "combatant")
+    ctx.emit(ev.CombatantRevealed(replace(combatant, hidden=False)))
+
+
+def _end_combat(ctx: _Ctx, c: cmd.EndCombat) -> None:
+    w = ctx.state.window
+    if w is not None:
+        for pending in w.sequence[w.index :]:
+            ctx.emit(ev.ReactionCancelled(pending, w.id, "combat_ended"))
+        if w.action is not None and w.facts.actor is not None:
+            ctx.emit(ev.ActionCancelled(w.facts.actor, w.action, "combat_ended"))
+    for h in ctx.state.holds:
+        ctx.emit(ev.HoldCancelled(h.combatant, "combat_ended"))
+    for r in ctx.state.reservations:
+        ctx.emit(ev.ReservationCancelled(r.combatant, r.id, "combat_ended"))
+    turn = ctx.state.turn
+    if turn is not None:
+        ctx.emit(ev.TurnEnded(turn.combatant, turn.round, "combat_ended"))
+    ctx.emit(ev.CombatEnded())
+
+
+def _undo(ctx: _Ctx, c: cmd.Undo) -> None:
+    if not ctx.state.undo:
+        raise _reject("nothing_to_undo", "there is no command left to undo")
+    ctx.emit(ev.CommandUndone(ctx.state.last_command))
+
+
+# ----------------------------------------------------------------------------------- initiative
+
+
+def _before_order(ctx: _Ctx) -> None:
+    if ctx.state.phase not in ("setup", "initiative"):
+        raise _reject("wrong_phase", "the initiative order is already fixed")
+
+
+def _mark_surprised(ctx: _Ctx, c: cmd.MarkSurprised) -> None:
+    if not ctx.rules.surprise:
+        raise _reject("not_in_ruleset", f"{ctx.rules.name} has no surprise at combat start")
+    _before_order(ctx)
+    combatant = _active(ctx, c.combatant)
+    if combatant.check is not None:
+        raise _reject("already_rolled", "surprise must come before the initiative check")
+    if combatant.surprised:
+        raise _reject("invalid_value", f"{combatant.name} is already surprised", "combatant")
+    ctx.emit(ev.SurpriseMarked(c.combatant))
+
+
+def _roll(
+    ctx: _Ctx,
+    combatant: Combatant,
+    faces: tuple[int, ...] | None,
+    edges: int,
+    troubles: int,
+    members: tuple[str, ...],
+) -> None:
+    for name, count in (("edges", edges), ("troubles", troubles)):
+        if not 0 <= count <= MAX_REROLLS:
+            raise _reject("invalid_value", f"between 0 and {MAX_REROLLS}", name)
+    if edges and not ctx.rules.surprise:
+        raise _reject("not_in_ruleset", f"{ctx.rules.name} checks have no edges", "edges")
+    if troubles and not ctx.rules.surprise:
+        raise _reject("not_in_ruleset", f"{ctx.rules.name} checks have no troubles", "troubles")
+    surprised = any(
+        m.surprised for m in ctx.state.combatants if m.id in members
+    )  # R3/R8: a Surprised combatant (or group) has one trouble on the check
+    supplier = ctx.actor.user or ctx.actor.role
+    check = ctx.rules.roll(
+        combatant,
+        ctx.dice,
+        edges=edges,
+        troubles=troubles + int(surprised),
+        faces=faces,
+        supplied_by=supplier,
+    )
+    ctx.emit(ev.InitiativeRolled(combatant.id, members, check))
+
+
+def _roll_initiative(ctx: _Ctx, c: cmd.RollInitiative) -> None:
+    _before_order(ctx)
+    combatant = _combatant(ctx, c.combatant)
+    group = _group(ctx, combatant)
+    if any(m.check is not None for m in group):
+        raise _reject("already_rolled", f"{combatant.name} has rolled already", "combatant")
+    _roll(ctx, combatant, c.faces, c.edges, c.troubles, tuple(m.id for m in group))
+
+
+def _order_ties(ctx: _Ctx, c: cmd.OrderTies) -> None:
+    if not ctx.rules.supplied_tie_order:
+        raise _reject("not_in_ruleset", f"{ctx.rules.name} breaks ties by roll-off only")
+    _before_order(ctx)
+    if len(c.combatants) < 2 or len(set(c.combatants)) != len(c.combatants):
+        raise _reject("invalid_value", "name two or more distinct combatants", "combatants")
+    for i in c.combatants:
+        _combatant(ctx, i, "combatants")
+    ctx.emit(ev.TiesOrdered(c.combatants))
+
+
+def _reorder_group(ctx: _Ctx, c: cmd.ReorderGroup) -> None:
+    members = {m.id for m in ctx.state.combatants if m.group == c.group and m.status != "removed"}
+    if not members:
+        raise _reject("unknown_group", f"no group {c.group!r}", "group")
+    if set(c.combatants) != members or len(c.combatants) != len(members):
+        raise _reject("invalid_value", "name every member of the group once", "combatants")
+    ctx.emit(ev.GroupReordered(c.group, c.combatants))
+
+
+def _start(ctx: _Ctx, c: cmd.StartCombat) -> None:
+    _before_order(ctx)
+    present = [m for m in ctx.state.combatants if m.status != "removed"]
+    if not any(m.status == "active" for m in present):
+        raise _reject("no_combatants", "add at least one active combatant first")
+    for m in present:
+        current = ctx.state.get(m.id)
+        if current is not None and current.check is None:
+            _roll(ctx, current, None, 0, 0, tuple(g.id for g in _group(ctx, current)))
+    units: list[Unit] = []
+    seen: set[str] = set()
+    for m in ctx.state.combatants:
+        if m.status == "removed" or m.id in seen:
+            continue
+        members = tuple(g.id for g in _group(ctx, m))
+        seen.update(members)
+        units.append(Unit(members, _key(ctx, m.id)))
+    ordered, rolloffs = sort_units(
+        units,
+        ctx.dice,
+        ctx.rules.rolloff_sides,
+        ctx.state.tie_order if ctx.rules.supplied_tie_order else (),
+    )
+    order = tuple(i for u in ordered for i in u.members)
+    bonus: tuple[str, ...] = ()
+    if ctx.rules.bonus_round:
+        bonus = tuple(
+            i
+            for i in order
+            if (b := ctx.state.get(i)) is not None
+            and b.status == "active"
+            and b.check is not None
+            and b.check.fantastic
+            and not b.surprised
+        )
+    ctx.emit(ev.CombatStarted(order, tuple(rolloffs), bonus))
+    ctx.emit(ev.RoundStarted(0 if bonus else 1))
+    _advance(ctx, None)
+
+
+# ------------------------------------------------------------------------------------- the clock
+
+
+def _next_normal(ctx: _Ctx) -> str | None:
+    s = ctx.state
+    for i in s.order:
+        if i in s.reached or not s.active(i):
+            continue
+        if s.phase == "bonus_round" and i not in s.bonus:
+            continue
+        return i
+    return None
+
+
+def _by_priority(ctx: _Ctx, holds: list[Hold]) -> list[Hold]:
+    def priority(h: Hold) -> tuple[int, ...]:
+        c = ctx.state.get(h.combatant)
+        assert c is not None
+        return ctx.rules.holder_priority(c, h.seq)
+
+    return sorted(holds, key=priority)
+
+
+def _advance(ctx: _Ctx, last_ended: str | None) -> None:
+    """Start whatever comes next between two turns: a held turn whose moment has come, the next
+    normal turn (lapsing a hold that reached its own place), or the end of the round (R5, R9)."""
+    for _ in range(4 * (len(ctx.state.order) + len(ctx.state.holds) + 2)):
+        s = ctx.state
+        if s.phase not in ("bonus_round", "rounds") or s.turn is not None or s.window is not None:
+            return
+        if last_ended is not None:
+            after = _by_priority(
+                ctx, [h for h in s.holds if h.plan == "after" and h.target == last_ended]
+            )
+            if after:
+                first = after[0]
+                for other in after[1:]:
+                    # Everyone waiting on the same moment follows in turn behind the first.
+                    ctx.emit(ev.HoldPlanned(other.combatant, "after", first.combatant))
+                _start_held(ctx, first, "after", last_ended)
+                return
+        nxt = _next_normal(ctx)
+        if nxt is not None:
+            nxt_key = _key(ctx, nxt)
+            due = [h for h in s.holds if h.plan == "before" and h.target == nxt] + [
+                h for h in s.holds if h.plan == "at" and _number_key(ctx, h) > nxt_key
+            ]
+            if due:
+                _start_held(ctx, _by_priority(ctx, due)[0], "before", nxt)
+                return
+            if s.hold_of(nxt) is not None:
+                ctx.emit(ev.HoldLapsed(nxt, s.round or 0))
+            _start_turn(ctx, nxt, "normal")
+            return
+        at_holds = [h for h in s.holds if h.plan == "at"]
+        if at_holds:
+            # The count runs on below everyone: it reaches the highest named number first.
+            best = max(at_holds, key=lambda h: (_number_key(ctx, h), [-p for p in _prio(ctx, h)]))
+            _start_held(ctx, best, "at", None)
+            return
+        if s.holds and not ctx.rules.holds_carry_over:
+            _start_floor(ctx)
+            return
+        if not any(c.status == "active" for c in s.combatants if c.id in s.order):
+            return  # nobody can act: the clock waits for a revive or a newcomer
+        current = s.round or 0
+        ctx.emit(ev.RoundEnded(current))
+        ctx.emit(ev.RoundStarted(current + 1))
+        if ctx.opts.get("reaction_refresh") == "round_start":
+            for c in ctx.state.combatants:
+                if c.status == "active" and not c.reaction:
+                    ctx.emit(ev.ReactionRefreshed(c.id))
+        last_ended = None
+    raise AssertionError("the clock did not settle")  # pragma: no cover - a bug, not input
+
+
+def _prio(ctx: _Ctx, h: Hold) -> tuple[int, ...]:
+    c = ctx.state.get(h.combatant)
+    assert c is not None
+    return ctx.rules.holder_priority(c, h.seq)
+
+
+def _number_key(ctx: _Ctx, h: Hold) -> tuple[int, ...]:
+    c = ctx.state.get(h.combatant)
+    assert c is not None
+    assert h.number is not None
+    return ctx.rules.tie_key(c, h.number, c.check.fantastic if c.check else False)
+
+
+def _start_floor(ctx: _Ctx) -> None:
+    """dnd3e: a delay never carries over; at the floor (or, under 3.5, once everyone else has
+    acted) the delayer's turn starts, to act now or forfeit the round (R9)."""
+
+    def floor(h: Hold) -> int:
+        c = ctx.state.get(h.combatant)
+        assert c is not None
+        value = ctx.rules.delay_floor(c, ctx.opts)
+        return value if value is not None else 0
+
+    first = sorted(ctx.state.holds, key=lambda h: (-floor(h), _prio(ctx, h)))[0]
+    order = ctx.state.order
+    c = ctx.state.get(first.combatant)
+    assert c is not None
+    floor_value = ctx.rules.delay_floor(c, ctx.opts)
+    last = [i for i in order if i != first.combatant]
+    last_place = ctx.state.get(last[-1]).place if last else c.place  # type: ignore[union-attr]
+    place = floor_value if floor_value is not None else last_place
+    assert place is not None
+    new_order = (*last, first.combatant)
+    ctx.emit(ev.PlaceChanged(first.combatant, place, new_order, "delay_floor"))
+    _start_turn(ctx, first.combatant, "floor")
+
+
+def _start_held(
+    ctx: _Ctx, hold: Hold, where: Literal["before", "after", "at"], anchor: str | None
+) -> None:
+    """A held turn starts: its place becomes that point for the rest of the combat (R9)."""
+    rest = tuple(i for i in ctx.state.order if i != hold.combatant)
+    if where == "at":
+        assert hold.number is not None
+        place = hold.number
+        index = slot_index(rest, lambda i: _key(ctx, i), _number_key(ctx, hold), lambda _: False)
+    else:
+        assert anchor is not None
+        other = ctx.state.get(anchor)
+        assert other is not None
+        assert other.place is not None
+        place = hold.number if hold.plan == "at" and hold.number is not None else other.place
+        index = rest.index(anchor) + (1 if where == "after" else 0)
+    order = (*rest[:index], hold.combatant, *rest[index:])
+    ctx.emit(ev.PlaceChanged(hold.combatant, place, order, "held_turn"))
+    _start_turn(ctx, hold.combatant, "held")
+
+
+def _start_turn(ctx: _Ctx, combatant_id: str, kind: TurnKind) -> None:
+    for r in ctx.state.reservations:
+        if r.combatant == combatant_id:
+            ctx.emit(ev.ReservationExpired(combatant_id, r.id))
+    c = ctx.state.get(combatant_id)
+    assert c is not None
+    if not c.reaction and ctx.opts.get("reaction_refresh", "own_turn") == "own_turn":
+        ctx.emit(ev.ReactionRefreshed(combatant_id))
+    limit = ctx.opts.get("turn_time_limit")
+    deadline = warn_at = None
+    if isinstance(limit, float):
+        deadline = ctx.now + limit
+        warning = ctx.opts.get("turn_warning")
+        if isinstance(warning, float) and 0 < warning < limit:
+            warn_at = deadline - warning
+    round_no = ctx.state.round or 0
+    ctx.emit(ev.TurnStarted(combatant_id, round_no, kind, ctx.now, deadline, warn_at))
+    _expire_conditions(ctx)
+    _open_window(ctx, TriggerFacts("turn_started", combatant_id), None, (), only_if_matched=True)
+
+
+def _end_turn_now(ctx: _Ctx, reason: str) -> None:
+    turn = ctx.state.turn
+    assert turn is not None
+    c = ctx.state.get(turn.combatant)
+    assert c is not None
+    if turn.kind == "floor" and not turn.acted:
+        ctx.emit(ev.DelayForfeited(turn.combatant, turn.round))
+    ctx.emit(ev.TurnEnded(turn.combatant, turn.round, reason))
+    if turn.refocus and ctx.rules.refocus:
+        # R14: from the next round it acts at 20 + its initiative bonus, placed by the tie chain.
+        place = ctx.rules.refocus_number(c)
+        rest = tuple(i for i in ctx.state.order if i != c.id)
+        key = ctx.rules.tie_key(c, place, False)
+        index = slot_index(rest, lambda i: _key(ctx, i), key, lambda _: False)
+        order = (*rest[:index], c.id, *rest[index:])
+        ctx.emit(ev.PlaceChanged(c.id, place, order, "refocus"))
+    _expire_conditions(ctx)
+    _advance(ctx, turn.combatant)
+
+
+def _end_turn(ctx: _Ctx, c: cmd.EndTurn) -> None:
+    _current_turn(ctx, c.turn)
+    _no_window(ctx)
+    _end_turn_now(ctx, "ended")
+
+
+def _hold_now(ctx: _Ctx, number: int | None) -> None:
+    turn = ctx.state.turn
+    assert turn is not None
+    c = ctx.state.get(turn.combatant)
+    assert c is not None
+    assert c.place is not None
+    if number is not None:
+        if number >= c.place:
+            raise _reject("invalid_hold_number", f"a held turn goes lower than {c.place}", "number")
+        floor = ctx.rules.delay_floor(c, ctx.opts)
+        if floor is not None and number < floor:
+            raise _reject("below_delay_floor", f"{c.name} cannot delay below {floor}", "number")
+    ctx.emit(ev.TurnHeld(turn.combatant, turn.round, number, ctx.state.serial + 1))
+    _expire_conditions(ctx)
+    _advance(ctx, None)
+
+
+def _hold(ctx: _Ctx, c: cmd.Hold) -> None:
+    turn = _current_turn(ctx, c.turn)
+    _no_window(ctx)
+    if turn.acted:
+        raise _reject("action_taken", "a turn can be held only before acting in it", "turn")
+    _hold_now(ctx, c.number)
+
+
+def _take_held(ctx: _Ctx, c: cmd.TakeHeldTurn) -> None:
+    _in_rounds(ctx)
+    hold = ctx.state.hold_of(c.combatant)
+    if hold is None:
+        raise _reject("not_holding", "that combatant is not holding a turn", "combatant")
+    if c.when not in ("before", "after"):
+        raise _reject("invalid_value", "say 'before' or 'after'", "when")
+    if c.other == c.combatant:
+        raise _reject("invalid_target", "a held turn goes before or after someone else", "other")
+    _active(ctx, c.other, "other")
+    ctx.emit(ev.HoldPlanned(c.combatant, c.when, c.other))
+    other_hold = ctx.state.hold_of(c.other)
+    if (
+        c.when == "after"
+        and other_hold is not None
+        and (other_hold.plan, other_hold.target) == ("after", c.combatant)
+    ):
+        _break_after_cycle(ctx, c.combatant, c.other)
+
+
+def _break_after_cycle(ctx: _Ctx, a: str, b: str) -> None:
+    """Two holders each waiting to go after the other (R9): marvel lets the first holder go
+    first; in dnd3e the higher initiative bonus goes last. The one going first takes the very
+    next moment between turns; the other follows it."""
+    ha, hb = ctx.state.hold_of(a), ctx.state.hold_of(b)
+    assert ha is not None
+    assert hb is not None
+    first, second = sorted(
+        (ha, hb), key=lambda h: _prio(ctx, h), reverse=ctx.rules.mutual_after_higher_last
+    )
+    turn = ctx.state.turn
+    if turn is not None:
+        ctx.emit(ev.HoldPlanned(first.combatant, "after", turn.combatant))
+    else:
+        ctx.emit(ev.HoldPlanned(first.combatant, "open", ""))
+    ctx.emit(ev.HoldPlanned(second.combatant, "after", first.combatant))
+
+
+# -------------------------------------------------------------------------------------- actions
+
+
+def _surprise_edges(ctx: _Ctx, actor: str, action: ActionSpec) -> tuple[str, ...]:
+    if action.kind != "attack":
+        return ()
+    return tuple(
+        f"surprised:{c.target}"
+        for c in ctx.state.conditions
+        if c.type == "surprised" and c.target in action.targets and actor in c.surprisers
+    )
+
+
+def _declare(ctx: _Ctx, c: cmd.DeclareAction) -> None:
+    turn = _current_turn(ctx, c.turn)
+    _no_window(ctx)
+    action = _action_type(ctx, c.action)
+    assert action.type is not None
+    if turn.refocus or not ctx.rules.can_spend(turn.used, action.type):
+        raise _reject(
+            "action_unavailable", f"no {action.type} action left this turn", "action.type"
+        )
+    round_no = turn.round
+    ctx.emit(
+        ev.ActionDeclared(
+            turn.combatant, round_no, action, _surprise_edges(ctx, turn.combatant, action)
+        )
+    )
+    event = "move" if action.type in ("movement", "move") else "action_declared"
+    actor_tags = ctx.state.get(turn.combatant).tags  # type: ignore[union-attr]
+    facts = TriggerFacts(
+        event,
+        turn.combatant,
+        action.kind,
+        action.targets,
+        tuple(dict.fromkeys((*action.tags, *actor_tags))),
+        action.zone,
+        action.description,
+    )
+    if not _open_window(ctx, facts, action, (), only_if_matched=False):
+        ctx.emit(ev.ActionResolved(turn.combatant, action))
+
+
+def _refocus(ctx: _Ctx, c: cmd.Refocus) -> None:
+    if not ctx.rules.refocus:
+        raise _reject("not_in_ruleset", f"{ctx.rules.name} has no refocus")
+    _declare(ctx, cmd.DeclareAction(c.turn, ActionSpec("refocus", "full", "refocus")))
+
+
+def _reserve(ctx: _Ctx, c: cmd.Reserve) -> None:
+    turn = _current_turn(ctx, c.turn)
+    _no_window(ctx)
+    if c.reserved_type not in ctx.rules.reservable_types(ctx.opts):
+        raise _reject(
+            "invalid_action_type",
+            f"{ctx.rules.name} reserves only {', '.join(ctx.rules.reservable_types(ctx.opts))}",
+            "reserved_type",
+        )
+    if turn.refocus or not ctx.rules.can_spend(turn.used, c.reserved_type):
+        raise _reject("action_unavailable", f"no {c.reserved_type} action left", "reserved_type")
+    action = _action_type(ctx, c.action)
+    assert action.type is not None
+    if not ctx.rules.carries(c.reserved_type, action.type, ctx.opts):
+        raise _reject(
+            "action_type_mismatch",
+            f"a {c.reserved_type} action cannot carry out {action.kind!r} ({action.type})",
+            "action.kind",
+        )
+    _text(c.trigger.text, "trigger.text")
+    reservation = Reservation(
+        id=f"r{ctx.state.serial + 1}",
+        combatant=turn.combatant,
+        round=turn.round,
+        mode=ctx.rules.reserve_mode,
+        reserved_type=c.reserved_type,
+        action=action,
+        trigger=c.trigger,
+    )
+    ctx.emit(ev.ActionReserved(reservation))
+
+
+# ---------------------------------------------------------------------------- reaction windows
+
+
+def _matches(p: Predicate, f: TriggerFacts) -> bool:
+    return (
+        (not p.events or f.event in p.events)
+        and (not p.actors or f.actor in p.actors)
+        and (not p.kinds or f.kind in p.kinds)
+        and (not p.targets or bool(set(p.targets) & set(f.targets)))
+        and (not p.tags or bool(set(p.tags) & set(f.tags)))
+        and (not p.zones or f.zone in p.zones)
+    )
+
+
+def _can_claim(ctx: _Ctx, combatant_id: str) -> bool:
+    c = ctx.state.get(combatant_id)
+    return (
+        c is not None
+        and c.status == "active"
+        and (c.reaction or not ctx.rules.claim_costs_reaction)
+    )
+
+
+def _open_window(
+    ctx: _Ctx,
+    facts: TriggerFacts,
+    action: ActionSpec | None,
+    offer: tuple[str, ...],
+    *,
+    only_if_matched: bool,
+) -> bool:
+    """Open a reaction window for a trigger-eligible moment (R12). Reservations whose predicate
+    matches are offered. With nothing offered and no time to wait, no window is needed."""
+    matched = [
+        r.combatant
+        for r in ctx.state.reservations
+        if r.trigger.predicate is not None
+        and r.combatant != facts.actor
+        and _matches(r.trigger.predicate, facts)
+    ]
+    offered = tuple(
+        i for i in ctx.state.order if (i in matched or i in offer) and _can_claim(ctx, i)
+    )
+    wait = ctx.opts.get("window_deadline")
+    deadline = ctx.now + (wait if isinstance(wait, float) else 0.0)
+    if not offered and (only_if_matched or (deadline <= ctx.now and not offer)):
+        return False
+    window = Window(f"w{ctx.state.serial + 1}", facts, ctx.now, deadline, offered, action)
+    ctx.emit(ev.WindowOpened(window))
+    _maybe_close(ctx)
+    return True
+
+
+def _maybe_close(ctx: _Ctx) -> None:
+    w = ctx.state.window
+    if w is None or w.status != "open":
+        return
+    answered = {cl.combatant for cl in w.claims} | set(w.passes)
+    waiting = [i for i in w.offered if i not in answered and ctx.state.active(i)]
+    if not waiting and ctx.now >= w.deadline:
+        _close(ctx, "answered")
+
+
+def _open_window_for(ctx: _Ctx, window_id: str) -> Window:
+    _in_rounds(ctx)
+    w = ctx.state.window
+    if w is None or w.id != window_id:
+        raise _reject("unknown_window", f"no open window {window_id!r}", "window")
+    if w.status != "open":
+        raise _reject("window_closed", "that window is closed; its claims are resolving", "window")
+    return w
+
+
+def _announce(ctx: _Ctx, c: cmd.AnnounceTrigger) -> None:
+    _in_rounds(ctx)
+    _no_window(ctx)
+    _text(c.facts.event, "facts.event")
+    if c.facts.actor is not None:
+        _combatant(ctx, c.facts.actor, "facts.actor")
+    for i in c.offer:
+        _active(ctx, i, "offer")
+    _open_window(ctx, c.facts, None, c.offer, only_if_matched=False)
+
+
+def _claim(ctx: _Ctx, c: cmd.ClaimReaction) -> None:
+    w = _open_window_for(ctx, c.window)
+    combatant = _active(ctx, c.combatant)
+    if c.combatant in {cl.combatant for cl in w.claims} | set(w.passes):
+        raise _reject("already_answered", f"{combatant.name} has answered already", "combatant")
+    reservation: Reservation | None = None
+    if c.reservation is not None:
+        reservation = next((r for r in ctx.state.reservations if r.id == c.reservation), None)
+        if reservation is None or reservation.combatant != c.combatant:
+            raise _reject("unknown_reservation", f"no reservation {c.reservation!r}", "reservation")
+    elif ctx.rules.reserve_mode == "ready":
+        raise _reject("no_reservation", "only a readied action can be taken here", "reservation")
+    elif c.action is None:
+        raise _reject("invalid_value", "claim with a reservation or state the action", "action")
+    if ctx.rules.claim_costs_reaction and not combatant.reaction:
+        raise _reject("no_reaction", f"{combatant.name} has no reaction available", "combatant")
+    action = reservation.action if reservation is not None else c.action
+    assert action is not None
+    if reservation is None:
+        action = replace(_action_type(ctx, action), type=action.type or "reaction")
+    claim = Claim(c.combatant, c.reservation, action, reservation.round if reservation else None)
+    ctx.emit(ev.ReactionClaimed(w.id, claim))
+    if ctx.rules.claim_costs_reaction:
+        ctx.emit(ev.ReactionSpent(c.combatant))
+    if reservation is not None:
+        ctx.emit(ev.ReservationUsed(c.combatant, reservation.id))
+    _maybe_close(ctx)
+
+
+def _pass(ctx: _Ctx, c: cmd.PassReaction) -> None:
+    w = _open_window_for(ctx, c.window)
+    combatant = _active(ctx, c.combatant)
+    if c.combatant in {cl.combatant for cl in w.claims} | set(w.passes):
+        raise _reject("already_answered", f"{combatant.name} has answered already", "combatant")
+    ctx.emit(ev.ReactionPassed(c.combatant, w.id))
+    if ctx.rules.readied_moves_initiative and c.combatant in w.offered:
+        # R11: in a later round the trigger alone moves the readier up and costs its regular
+        # turn, "whether that action is taken or not".
+        for r in ctx.state.reservations:
+            if r.combatant == c.combatant and r.round < (ctx.state.round or 0):
+                ctx.emit(ev.ReservationUsed(c.combatant, r.id))
+                _readier_moves(ctx, c.combatant, w, r.round)
+                break
+    _maybe_close(ctx)
+
+
+def _close_window(ctx: _Ctx, c: cmd.CloseWindow) -> None:
+    _open_window_for(ctx, c.window)
+    _close(ctx, "narrator")
+
+
+def _close(ctx: _Ctx, reason: str) -> None:
+    w = ctx.state.window
+    assert w is not None
+    ctx.emit(ev.WindowClosed(w.id, reason))
+    if not w.claims:
+        _after_window(ctx, w)
+        return
+    claimants = [cl.combatant for cl in w.claims]
+    checks: list[tuple[str, Check]] = []
+    rolloffs: list[RollOff] = []
+    if ctx.rules.fresh_sequence_checks and len(claimants) > 1:
+        # R12: a fresh check for everyone involved, for this sequence only; no bonus round.
+        units = []
+        for i in claimants:
+            c = ctx.state.get(i)
+            assert c is not None
+            check = ctx.rules.roll(c, ctx.dice)
+            checks.append((i, check))
+            units.append(Unit((i,), ctx.rules.tie_key(c, check.total, check.fantastic)))
+        ordered, rolloffs = sort_units(units, ctx.dice, ctx.rules.rolloff_sides)
+        sequence = tuple(u.members[0] for u in ordered)
+    else:
+        position = {i: n for n, i in enumerate(ctx.state.order)}
+        sequence = tuple(sorted(claimants, key=lambda i: position.get(i, len(position))))
+    ctx.emit(ev.SequenceOrdered(w.id, sequence, tuple(checks), tuple(rolloffs)))
+    _next_reaction(ctx)
+
+
+def _next_reaction(ctx: _Ctx) -> None:
+    while True:
+        w = ctx.state.window
+        assert w is not None
+        if w.index >= len(w.sequence):
+            ctx.emit(ev.SequenceEnded(w.id))
+            _after_window(ctx, w)
+            return
+        current = w.sequence[w.index]
+        if not ctx.state.active(current):
+            ctx.emit(ev.ReactionCancelled(current, w.id, "inactive"))
+            continue
+        claim = next(cl for cl in w.claims if cl.combatant == current)
+        ctx.emit(ev.ReactionStarted(current, w.id, claim.action))
+        return
+
+
+def _after_window(ctx: _Ctx, w: Window) -> None:
+    """The trigger's own action goes ahead, or is cancelled if its actor is out (R12)."""
+    actor = w.facts.actor
+    if w.action is not None and actor is not None:
+        if ctx.state.active(actor):
+            ctx.emit(ev.ActionResolved(actor, w.action))
+        else:
+            ctx.emit(ev.ActionCancelled(actor, w.action, "actor_out"))
+    if ctx.state.turn is None:
+        _advance(ctx, None)
+
+
+def _finish_reaction(ctx: _Ctx, c: cmd.FinishReaction) -> None:
+    _in_rounds(ctx)
+    w = ctx.state.window
+    if w is None or w.id != c.window:
+        raise _reject("unknown_window", f"no window {c.window!r}", "window")
+    if w.status != "resolving" or w.sequence[w.index] != c.combatant:
+        raise _reject("not_reacting", "that combatant is not the one reacting now", "combatant")
+    ctx.emit(ev.ReactionFinished(c.combatant, w.id))
+    claim = next(cl for cl in w.claims if cl.combatant == c.combatant)
+    if ctx.rules.readied_moves_initiative and claim.reserved_round is not None:
+        _readier_moves(ctx, c.combatant, w, claim.reserved_round)
+    _next_reaction(ctx)
+
+
+def _readier_moves(ctx: _Ctx, readier: str, w: Window, reserved_round: int) -> None:
+    """R11: the readier's place becomes immediately ahead of the triggering combatant, at its
+    count; in a later round, before its normal place, it also loses that round's regular turn."""
+    trigger_actor = w.facts.actor
+    if trigger_actor is None or trigger_actor == readier or trigger_actor not in ctx.state.order:
+        return
+    other = ctx.state.get(trigger_actor)
+    assert other is not None
+    assert other.place is not None
+    rest = tuple(i for i in ctx.state.order if i != readier)
+    index = rest.index(trigger_actor)
+    order = (*rest[:index], readier, *rest[index:])
+    ctx.emit(ev.PlaceChanged(readier, other.place, order, "readied_action"))
+    round_no = ctx.state.round or 0
+    if reserved_round < round_no and readier not in ctx.state.reached:
+        ctx.emit(ev.TurnForgone(readier, round_no))
+
+
+# ------------------------------------------------------------------------------------ conditions
+
+
+def _expire_conditions(ctx: _Ctx) -> None:
+    for c in ctx.state.conditions:
+        if all(k.remaining == 0 for k in c.clocks):
+            ctx.emit(ev.ConditionExpired(c.target, c.id))
+
+
+def _apply_condition(ctx: _Ctx, c: cmd.ApplyCondition) -> None:
+    kind = CONDITION_TYPES.get(c.type)
+    if kind is None or (kind.rulesets and ctx.rules.name not in kind.rulesets):
+        raise _reject("unknown_condition_type", f"no condition type {c.type!r} here", "type")
+    _combatant(ctx, c.target, "target")
+    if c.source is not None:
+        _combatant(ctx, c.source, "source")
+    anchor = c.anchor or c.source or c.target
+    _combatant(ctx, anchor, "anchor")
+    if not 1 <= c.rounds <= MAX_CONDITION_ROUNDS:
+        raise _reject("invalid_value", f"between 1 and {MAX_CONDITION_ROUNDS}", "rounds")
+    if c.boundary not in ("start", "end"):
+        raise _reject("invalid_value", "'start' or 'end'", "boundary")
+    _text(c.note, "note", required=False)
+    turn = ctx.state.turn
+    skip = c.boundary == "end" and turn is not None and turn.combatant == anchor
+    condition = Condition(
+        id=f"c{ctx.state.serial + 1}",
+        type=c.type,
+        target=c.target,
+        source=c.source,
+        clocks=(Clock(anchor, c.boundary, c.rounds, skip),),
+        note=c.note,
+    )
+    ctx.emit(ev.ConditionApplied(condition))
+
+
+def _remove_condition(ctx: _Ctx, c: cmd.RemoveCondition) -> None:
+    found = next((k for k in ctx.state.conditions if k.id == c.condition), None)
+    if found is None:
+        raise _reject("unknown_condition", f"no condition {c.condition!r}", "condition")
+    ctx.emit(ev.ConditionRemoved(found.target, found.id, "removed"))
+
+
+def _surprise(ctx: _Ctx, c: cmd.Surprise) -> None:
+    if not ctx.rules.surprise:
+        raise _reject("not_in_ruleset", f"{ctx.rules.name} has no surprise")
+    _in_rounds(ctx)
+    _active(ctx, c.target, "target")
+    if not c.by or len(set(c.by)) != len(c.by):
+        raise _reject("invalid_value", "name who surprised the target, once each", "by")
+    for i in c.by:
+        _active(ctx, i, "by")
+        if i == c.target:
+            raise _reject("invalid_target", "a combatant cannot surprise itself", "by")
+    existing = next(
+        (k for k in ctx.state.conditions if k.type == "surprised" and k.target == c.target), None
+    )
+    surprisers = tuple(dict.fromkeys((*(existing.surprisers if existing else ()), *c.by)))
+    old_clocks = {k.anchor: k for k in existing.clocks} if existing else {}
+    # R8: it ends at the start of each surpriser's next turn, the latest of them.
+    clocks = tuple(old_clocks.get(i, Clock(i, "start", 1)) for i in surprisers)
+    condition = Condition(
+        id=existing.id if existing else f"c{ctx.state.serial + 1}",
+        type="surprised",
+        target=c.target,
+        source=c.by[0],
+        clocks=clocks,
+        surprisers=surprisers,
+    )
+    ctx.emit(ev.ConditionApplied(condition))
+
+
+# ---------------------------------------------------------------------------------------- time
+
+
+def _tick(ctx: _Ctx, c: cmd.Tick) -> None:
+    w = ctx.state.window
+    if w is not None and w.status == "open" and ctx.now >= w.deadline:
+        _close(ctx, "deadline")
+    turn = ctx.state.turn
+    if turn is None or ctx.state.window is not None:
+        return
+    if turn.warn_at is not None and not turn.warned and ctx.now >= turn.warn_at:
+        assert turn.deadline is not None
+        ctx.emit(ev.TurnTimerWarning(turn.combatant, turn.round, turn.deadline))
+    if turn.deadline is not None and ctx.now >= turn.deadline:
+        expiry = str(ctx.opts.get("turn_expiry"))
+        action = "hold" if expiry == "hold" and not turn.acted else "end_turn"
+        ctx.emit(ev.TurnTimerExpired(turn.combatant, turn.round, action))
+        if action == "hold":
+            _hold_now(ctx, None)
+        else:
+            _end_turn_now(ctx, "timer")
+
+
+_HANDLERS: Mapping[type[cmd.Command], Callable[[_Ctx, Any], None]] = {
+    cmd.AddCombatant: _add,
+    cmd.RemoveCombatant: _remove,
+    cmd.DefeatCombatant: _defeat,
+    cmd.ReviveCombatant: _revive,
+    cmd.RevealCombatant: _reveal,
+    cmd.MarkSurprised: _mark_surprised,
+    cmd.RollInitiative: _roll_initiative,
+    cmd.OrderTies: _order_ties,
+    cmd.ReorderGroup: _reorder_group,
+    cmd.StartCombat: _start,
+    cmd.EndTurn: _end_turn,
+    cmd.DeclareAction: _declare,
+    cmd.Hold: _hold,
+    cmd.TakeHeldTurn: _take_held,
+    cmd.Reserve: _reserve,
+    cmd.Refocus: _refocus,
+    cmd.AnnounceTrigger: _announce,
+    cmd.ClaimReaction: _claim,
+    cmd.PassReaction: _pass,
+    cmd.CloseWindow: _close_window,
+    cmd.FinishReaction: _finish_reaction,
+    cmd.ApplyCondition: _apply_condition,
+    cmd.RemoveCondition: _remove_condition,
+    cmd.Surprise: _surprise,
+    cmd.Tick: _tick,
+    cmd.Undo: _undo,
+    cmd.EndCombat: _end_combat,
+}

@@ -1,0 +1,300 @@
+"""The immutable values the engine works with: combatants, checks, turns, holds, reservations.
+
+Everything here is a frozen dataclass made of plain values (str, int, float, bool, None, tuples
+of those, and other values from this module), so a state can be compared, copied, undone and
+serialised exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Phase = Literal["none", "setup", "initiative", "bonus_round", "rounds", "ended"]
+Status = Literal["active", "defeated", "removed"]
+Role = Literal["narrator", "player", "observer"]
+Boundary = Literal["start", "end"]
+TurnKind = Literal["normal", "held", "floor"]
+OptionValue = str | int | float | bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who issues a command: a role, the user it acts for, and where it came from.
+
+    ``via`` records the path a command took when it was not typed by the user themself, e.g.
+    ``"bridge:discord"`` or ``"plugin:surprise"`` (R16: plugin commands carry the plugin's name).
+    """
+
+    role: Role
+    user: str | None = None
+    via: str | None = None
+
+
+NARRATOR = Actor("narrator")
+
+
+@dataclass(frozen=True, slots=True)
+class Reroll:
+    """One edge or trouble reroll: which die, its face before and after, and the face kept."""
+
+    reason: Literal["edge", "trouble"]
+    die: int
+    old: int
+    new: int
+    kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """An initiative check with every die recorded (R2, R3).
+
+    ``rolled`` holds the faces first rolled; ``faces`` the faces after rerolls. For d616 the third
+    die is the Marvel die, and a face of 1 on it is the ``M``.
+    """
+
+    dice: Literal["d616", "d20"]
+    rolled: tuple[int, ...]
+    faces: tuple[int, ...]
+    modifier: int
+    total: int
+    fantastic: bool = False
+    ultimate: bool = False
+    edges: int = 0
+    troubles: int = 0
+    rerolls: tuple[Reroll, ...] = ()
+    supplied_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RollOff:
+    """A roll-off among tied combatants (R4): each pass rolls for those still tied."""
+
+    sides: int
+    passes: tuple[tuple[tuple[str, int], ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Combatant:
+    """A participant (R1). ``place`` is its current initiative number, which holds, readied
+    actions and refocus change; ``check`` is the roll that set it first."""
+
+    id: str
+    name: str
+    controller: str | None = None
+    player_character: bool = False
+    init_mod: int = 0
+    dexterity: int = 10
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+    hidden: bool = False
+    status: Status = "active"
+    surprised: bool = False
+    check: Check | None = None
+    place: int | None = None
+    reaction: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """An action as declared, reserved or readied: kind, action type, description, targets."""
+
+    kind: str
+    type: str | None = None
+    description: str = ""
+    targets: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    zone: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """A machine-readable trigger: every non-empty field must match the trigger's facts."""
+
+    events: tuple[str, ...] = ()
+    actors: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """A trigger as people say it, plus an optional predicate the engine can match."""
+
+    text: str
+    predicate: Predicate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerFacts:
+    """What happened at a trigger-eligible moment (R12), in the terms predicates use."""
+
+    event: str
+    actor: str | None = None
+    kind: str | None = None
+    targets: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    zone: str | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A reserved (marvel, R10) or readied (dnd3e, R11) action waiting for its trigger."""
+
+    id: str
+    combatant: str
+    round: int
+    mode: Literal["reserve", "ready"]
+    reserved_type: str
+    action: ActionSpec
+    trigger: Trigger
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A held (marvel) or delayed (dnd3e) turn (R9).
+
+    ``seq`` orders holders by when they began holding; ``plan`` is when the held turn is to be
+    taken: ``before``/``after`` another combatant, or ``at`` the named ``number``.
+    """
+
+    combatant: str
+    seq: int
+    round: int
+    number: int | None = None
+    plan: Literal["before", "after", "at"] | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """One countdown of a condition: ``remaining`` boundaries of ``anchor``'s turns.
+
+    ``skip`` is set when the condition was applied during the anchor's own turn with an ``end``
+    boundary: the end of that turn does not count, so "until the end of X's next turn" is exact.
+    """
+
+    anchor: str
+    boundary: Boundary
+    remaining: int
+    skip: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A condition on a combatant; it expires when every clock has run out (R8, R13)."""
+
+    id: str
+    type: str
+    target: str
+    source: str | None
+    clocks: tuple[Clock, ...]
+    surprisers: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRef:
+    """Names a turn (R5): commands about the current turn carry this to avoid ``stale_turn``."""
+
+    round: int
+    combatant: str
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """The turn in progress and what has been spent in it."""
+
+    round: int
+    combatant: str
+    kind: TurnKind
+    started_at: float
+    used: tuple[str, ...] = ()
+    deadline: float | None = None
+    warn_at: float | None = None
+    warned: bool = False
+    refocus: bool = False
+
+    @property
+    def ref(self) -> TurnRef:
+        return TurnRef(self.round, self.combatant)
+
+    @property
+    def acted(self) -> bool:
+        return bool(self.used)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim in a reaction window: who reacts, with which reservation, doing what."""
+
+    combatant: str
+    reservation: str | None
+    action: ActionSpec
+    reserved_round: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A reaction window (R12) and, once closed with claims, the sequence resolving them."""
+
+    id: str
+    facts: TriggerFacts
+    opened_at: float
+    deadline: float
+    offered: tuple[str, ...]
+    action: ActionSpec | None = None
+    claims: tuple[Claim, ...] = ()
+    passes: tuple[str, ...] = ()
+    status: Literal["open", "resolving"] = "open"
+    sequence: tuple[str, ...] = ()
+    index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """One combat's whole state. Built only by folding events with ``evolve``."""
+
+    combat_id: str = ""
+    ruleset: str = ""
+    options: tuple[tuple[str, OptionValue], ...] = ()
+    phase: Phase = "none"
+    round: int | None = None
+    turn: Turn | None = None
+    combatants: tuple[Combatant, ...] = ()
+    order: tuple[str, ...] = ()
+    reached: frozenset[str] = frozenset()
+    bonus: tuple[str, ...] = ()
+    holds: tuple[Hold, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+    window: Window | None = None
+    tie_order: tuple[str, ...] = ()
+    serial: int = 0
+    last_command: str = ""
+    undo: tuple[State, ...] = field(default=(), repr=False)
+
+    def option(self, name: str) -> OptionValue:
+        for key, value in self.options:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def get(self, combatant_id: str) -> Combatant | None:
+        for c in self.combatants:
+            if c.id == combatant_id:
+                return c
+        return None
+
+    def active(self, combatant_id: str) -> bool:
+        c = self.get(combatant_id)
+        return c is not None and c.status == "active"
+
+    def hold_of(self, combatant_id: str) -> Hold | None:
+        for h in self.holds:
+            if h.combatant == combatant_id:
+                return h
+        return None
