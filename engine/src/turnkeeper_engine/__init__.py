@@ -14,6 +14,7 @@ from .engine import Engine
 from .errors import RuleError
 from .evolve import UNDO_DEPTH, evolve, fold
 from .model import NARRATOR, Actor, State
+from .plain import PlainError, from_plain, to_plain
 from .registry import CONDITION_TYPES, ConditionType, Registry
 from .rulesets import RULESETS, Ruleset
 from .views import View, view, visible
@@ -21,6 +22,7 @@ from .views import View, view, visible
 __all__ = [
     "CONDITION_TYPES",
     "NARRATOR",
+    "PlainError",
     "RULESETS",
     "UNDO_DEPTH",
     "Actor",
@@ -41,6 +43,8 @@ __all__ = [
     "events",
     "evolve",
     "fold",
+    "from_plain",
+    "to_plain",
     "view",
     "visible",
 ]

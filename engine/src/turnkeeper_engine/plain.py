@@ -1,0 +1,170 @@
+"""Commands, events and states as plain data (dicts, lists, str, int, float, bool, None) and back.
+
+This is the seam for every transport and store: a wire codec or a database only ever sees plain
+data. Decoding checks every field against the value's type hints, so malformed input is refused
+with the path of the offending field and nothing half-built escapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+from . import commands as cmd
+from . import events as ev
+
+Plain = None | bool | int | float | str | list["Plain"] | dict[str, "Plain"]
+T = TypeVar("T")
+
+MAX_DEPTH = 32
+"""Deepest nesting decoded: the engine's own values nest far less; more is hostile input."""
+
+
+class PlainError(ValueError):
+    """Plain data that does not decode. ``field`` is the path of the offending value."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.message = message
+        self.field = field
+
+
+def to_plain(value: Any) -> Plain:
+    """Encode a value of the engine's model (dataclasses, tuples, frozensets) as plain data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [to_plain(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(to_plain(v) for v in value)  # type: ignore[type-var]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"{type(value).__name__} has no plain form")
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def from_plain(tp: Any, data: Any, field: str = "", depth: int = 0) -> Any:
+    """Decode ``data`` as a value of type ``tp``, or raise ``PlainError`` naming the field."""
+    if depth > MAX_DEPTH:
+        raise PlainError("nested too deeply", field)
+    origin = get_origin(tp)
+    if tp is Any:
+        return data
+    if origin is Literal:
+        if data not in get_args(tp):
+            allowed = ", ".join(repr(a) for a in get_args(tp))
+            raise PlainError(f"must be one of {allowed}", field)
+        return data
+    if origin in (Union, types.UnionType):
+        options = get_args(tp)
+        if data is None:
+            if type(None) in options:
+                return None
+            raise PlainError("must not be null", field)
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return from_plain(option, data, field, depth + 1)
+            except PlainError as e:
+                errors.append(e)
+        raise errors[0]
+    if origin is tuple:
+        if not isinstance(data, list | tuple):
+            raise PlainError("must be an array", field)
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(
+                from_plain(args[0], v, f"{field}[{i}]", depth + 1) for i, v in enumerate(data)
+            )
+        if len(data) != len(args):
+            raise PlainError(f"must have {len(args)} items", field)
+        return tuple(
+            from_plain(a, v, f"{field}[{i}]", depth + 1)
+            for i, (a, v) in enumerate(zip(args, data, strict=True))
+        )
+    if origin is frozenset:
+        if not isinstance(data, list | tuple):
+            raise PlainError("must be an array", field)
+        (arg,) = get_args(tp)
+        return frozenset(from_plain(arg, v, f"{field}[]", depth + 1) for v in data)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass(tp, data, field, depth)
+    return _scalar(tp, data, field)
+
+
+def _scalar(tp: Any, data: Any, field: str) -> Any:
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise PlainError("must be a boolean", field)
+        return data
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise PlainError("must be an integer", field)
+        return data
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise PlainError("must be a number", field)
+        return float(data)
+    if tp is str:
+        if not isinstance(data, str):
+            raise PlainError("must be a string", field)
+        return data
+    raise TypeError(f"no plain decoding for {tp!r}")
+
+
+def _dataclass(tp: type[T], data: Any, field: str, depth: int) -> T:
+    if not isinstance(data, Mapping):
+        raise PlainError("must be a map", field)
+    hints = _hints(typing.cast(type, tp))
+    known = {f.name: f for f in dataclasses.fields(tp)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in known:
+            raise PlainError("unknown field", f"{field}.{key}" if field else str(key))
+    values = {}
+    for name, f in known.items():
+        path = f"{field}.{name}" if field else name
+        if name in data:
+            values[name] = from_plain(hints[name], data[name], path, depth + 1)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise PlainError("is required", path)
+    return tp(**values)
+
+
+def command_to_plain(command: cmd.Command) -> dict[str, Plain]:
+    """A command as ``{"command": name, **fields}``."""
+    body = to_plain(command)
+    assert isinstance(body, dict)
+    return {"command": command.name, **body}
+
+
+def command_from_plain(data: Mapping[str, Any]) -> cmd.Command:
+    name = data.get("command")
+    cls = cmd.COMMANDS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise PlainError("unknown command", "command")
+    return from_plain(cls, {k: v for k, v in data.items() if k != "command"})  # type: ignore[no-any-return]
+
+
+def event_to_plain(event: ev.Event) -> dict[str, Plain]:
+    """An event as ``{"event": name, **fields}``."""
+    body = to_plain(event)
+    assert isinstance(body, dict)
+    return {"event": event.name, **body}
+
+
+def event_from_plain(data: Mapping[str, Any]) -> ev.Event:
+    name = data.get("event")
+    cls = ev.EVENTS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise PlainError("unknown event", "event")
+    return from_plain(cls, {k: v for k, v in data.items() if k != "event"})  # type: ignore[no-any-return]

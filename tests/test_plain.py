@@ -1,0 +1,92 @@
+"""The plain-data seam every transport and store uses: exact round trips, clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+from story import Story
+
+from turnkeeper_engine import State
+from turnkeeper_engine import commands as c
+from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
+from turnkeeper_engine.plain import (
+    MAX_DEPTH,
+    PlainError,
+    command_from_plain,
+    command_to_plain,
+    event_from_plain,
+    event_to_plain,
+    from_plain,
+    to_plain,
+)
+
+
+def _played() -> tuple[Story, list[c.Command]]:
+    s = Story("marvel")
+    commands: list[c.Command] = []
+
+    def do(command: c.Command) -> None:
+        commands.append(command)
+        s.do(command)
+
+    do(c.AddCombatant("cap", "Captain America", "steve", True, 3, tags=("avengers",)))
+    do(c.AddCombatant("agent", "Hydra agent", init_mod=1, group="hydra", hidden=True))
+    do(c.RollInitiative("cap", faces=(6, 6, 1)))
+    do(c.RollInitiative("agent", faces=(2, 3, 4, 5), edges=1))
+    do(c.StartCombat())
+    do(c.DeclareAction(s.turn, ActionSpec("move", zone="corner")))
+    trigger = Trigger("around the corner", Predicate(events=("move",), zones=("corner",)))
+    do(c.Reserve(s.turn, "standard", ActionSpec("attack", description="punch"), trigger))
+    do(c.EndTurn(s.turn))
+    do(c.AnnounceTrigger(TriggerFacts("announced", "agent", zone="corner"), offer=("cap",)))
+    return s, commands
+
+
+def test_every_event_and_command_round_trips_exactly() -> None:
+    s, commands = _played()
+    for event in s.log:
+        assert event_from_plain(event_to_plain(event)) == event
+    for command in commands:
+        assert command_from_plain(command_to_plain(command)) == command
+
+
+def test_a_whole_state_round_trips_with_its_undo_history() -> None:
+    s, _ = _played()
+    assert from_plain(State, to_plain(s.state)) == s.state
+    assert s.state.undo
+
+
+def test_unknown_command_is_refused_naming_the_field() -> None:
+    with pytest.raises(PlainError) as caught:
+        command_from_plain({"command": "teleport"})
+    assert caught.value.field == "command"
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"command": "end_turn"}, "turn"),
+        ({"command": "end_turn", "turn": {"round": "one", "combatant": "x"}}, "turn.round"),
+        ({"command": "end_turn", "turn": {"round": 1, "combatant": "x", "extra": 1}}, "turn.extra"),
+        ({"command": "roll_initiative", "combatant": "x", "faces": [1, "2"]}, "faces[1]"),
+        ({"command": "roll_initiative", "combatant": "x", "edges": True}, "edges"),
+        ({"command": "take_held_turn", "combatant": "x", "when": "during", "other": "y"}, "when"),
+        ({"command": "add_combatant", "id": None, "display_name": "X"}, "id"),
+    ],
+)
+def test_malformed_fields_are_refused_with_their_path(data: dict[str, object], field: str) -> None:
+    with pytest.raises(PlainError) as caught:
+        command_from_plain(data)
+    assert caught.value.field == field
+
+
+def test_hostile_nesting_is_refused() -> None:
+    deep: dict[str, object] = {}
+    for _ in range(MAX_DEPTH):
+        deep = {"undo": [deep]}
+    with pytest.raises(PlainError, match="nested too deeply"):
+        from_plain(State, deep)
+
+
+def test_unknown_event_is_refused() -> None:
+    with pytest.raises(PlainError):
+        event_from_plain({"event": "nothing"})
