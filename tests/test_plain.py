@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from story import Story
 
+from story import Story
 from turnkeeper_engine import State
 from turnkeeper_engine import commands as c
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
