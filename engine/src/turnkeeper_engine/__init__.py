@@ -13,7 +13,7 @@ from .dice import DiceSource, ScriptedDice, SeededDice, SystemDice, d616_display
 from .engine import Engine
 from .errors import RuleError
 from .evolve import UNDO_DEPTH, evolve, fold
-from .model import NARRATOR, Actor, State
+from .model import NARRATOR, Actor, State, next_deadline
 from .plain import PlainError, from_plain, to_plain
 from .registry import CONDITION_TYPES, ConditionType, Registry
 from .rulesets import RULESETS, Ruleset
@@ -44,6 +44,7 @@ __all__ = [
     "evolve",
     "fold",
     "from_plain",
+    "next_deadline",
     "to_plain",
     "view",
     "visible",

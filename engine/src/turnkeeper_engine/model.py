@@ -298,3 +298,18 @@ class State:
             if h.combatant == combatant_id:
                 return h
         return None
+
+
+def next_deadline(state: State) -> float | None:
+    """The earliest moment a ``Tick`` would change something (R13): an open window's deadline,
+    the turn timer's warning or its expiry. A host schedules its next tick for then."""
+    moments: list[float] = []
+    if state.window is not None and state.window.status == "open":
+        moments.append(state.window.deadline)
+    turn = state.turn
+    if turn is not None and state.window is None:
+        if turn.warn_at is not None and not turn.warned:
+            moments.append(turn.warn_at)
+        if turn.deadline is not None:
+            moments.append(turn.deadline)
+    return min(moments, default=None)
