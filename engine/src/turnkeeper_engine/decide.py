@@ -300,18 +300,19 @@ def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
     )
     ctx.emit(ev.CombatantAdded(combatant))
     in_play = ctx.state.phase in ("bonus_round", "rounds")
-    if c.faces is None and not in_play:
-        return
     mates = [m for m in _group(ctx, combatant) if m.id != c.id and m.check is not None]
-    if mates and in_play:
-        # Joining a group that has rolled: the group's check, and the place after its last member.
+    if mates:
+        # R4: one check per group; a member joining after the group rolled shares its result.
+        if c.faces is not None:
+            raise _reject("already_rolled", f"group {c.group} has rolled already", "faces")
         check = mates[0].check
         assert check is not None
         ctx.emit(ev.InitiativeRolled(c.id, (c.id,), check))
-        last = max(ctx.state.order.index(m.id) for m in mates if m.id in ctx.state.order)
-        order = (*ctx.state.order[: last + 1], c.id, *ctx.state.order[last + 1 :])
-        _slot(ctx, c.id, order, None)
-    else:
+        if in_play:
+            last = max(ctx.state.order.index(m.id) for m in mates if m.id in ctx.state.order)
+            order = (*ctx.state.order[: last + 1], c.id, *ctx.state.order[last + 1 :])
+            _slot(ctx, c.id, order, None)
+    elif c.faces is not None or in_play:
         _roll(ctx, combatant, c.faces, 0, 0, members=(c.id,))
         if in_play:
             _slot_by_chain(ctx, c.id)
@@ -399,6 +400,11 @@ def _revive(ctx: _Ctx, c: cmd.ReviveCombatant) -> None:
     if ctx.state.phase in ("bonus_round", "rounds"):
         if c.combatant not in ctx.state.order:
             _slot_by_chain(ctx, c.combatant)
+        elif c.combatant not in ctx.state.reached:
+            # Back in the fight like a newcomer (R1): if its slot has passed, next round.
+            order = ctx.state.order
+            if any(o in ctx.state.reached for o in order[order.index(c.combatant) + 1 :]):
+                _slot(ctx, c.combatant, order, None)
         if ctx.state.turn is None and ctx.state.window is None:
             _advance(ctx, None)
 
@@ -413,8 +419,11 @@ def _reveal(ctx: _Ctx, c: cmd.RevealCombatant) -> None:
 def _end_combat(ctx: _Ctx, c: cmd.EndCombat) -> None:
     w = ctx.state.window
     if w is not None:
-        for pending in w.sequence[w.index :]:
-            ctx.emit(ev.ReactionCancelled(pending, w.id, "combat_ended"))
+        pending = (
+            w.sequence[w.index :] if w.status == "resolving" else [cl.combatant for cl in w.claims]
+        )
+        for combatant_id in pending:
+            ctx.emit(ev.ReactionCancelled(combatant_id, w.id, "combat_ended"))
         if w.action is not None and w.facts.actor is not None:
             ctx.emit(ev.ActionCancelled(w.facts.actor, w.action, "combat_ended"))
     for h in ctx.state.holds:
@@ -1013,6 +1022,11 @@ def _close_window(ctx: _Ctx, c: cmd.CloseWindow) -> None:
 
 
 def _close(ctx: _Ctx, reason: str) -> None:
+    w = ctx.state.window
+    assert w is not None
+    for cl in w.claims:
+        if not ctx.state.active(cl.combatant):
+            ctx.emit(ev.ReactionCancelled(cl.combatant, w.id, "inactive"))
     w = ctx.state.window
     assert w is not None
     ctx.emit(ev.WindowClosed(w.id, reason))

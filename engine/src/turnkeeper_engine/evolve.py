@@ -118,6 +118,9 @@ def _action_declared(state: State, e: ev.ActionDeclared) -> State:
 def _reaction_cancelled(state: State, e: ev.ReactionCancelled) -> State:
     w = state.window
     assert w is not None
+    if e.combatant not in w.sequence:
+        # Cancelled before the window closed: the claim itself goes.
+        return _window(state, claims=tuple(c for c in w.claims if c.combatant != e.combatant))
     position = w.sequence.index(e.combatant)
     sequence = tuple(c for c in w.sequence if c != e.combatant)
     return _window(state, sequence=sequence, index=w.index - (position < w.index))
