@@ -231,3 +231,39 @@ def test_seed_invisible_woman_surprises_doctor_doom() -> None:
     assert (expired.combatant, expired.condition) == ("doom", applied.condition.id)
     assert names(turn).index("condition_expired") > names(turn).index("turn_started")
     assert s.state.conditions == ()
+
+
+def test_r12_mandarin_claimants_may_roll_their_own_fresh_dice() -> None:
+    """R2 with R12: the players at the table roll the Mandarin sequence's checks themselves."""
+    s = Story("marvel")
+    s.add("carter", "Sharon Carter", controller="sharon", player_character=True, init_mod=2)
+    s.add("cap", "Captain America", controller="steve", player_character=True, init_mod=3)
+    s.add("mandarin", "The Mandarin", init_mod=3)
+    s.roll("carter", 3, 3, 3)
+    s.roll("cap", 4, 4, 4)
+    s.roll("mandarin", 5, 5, 5)
+    s.do(c.StartCombat())
+    talk = Trigger("the Mandarin attacks")
+    for _ in range(3):
+        s.do(c.Reserve(s.turn, "standard", ActionSpec("attack"), talk))
+        if s.current != "carter":
+            s.end_turn()
+    facts = TriggerFacts("announced", "mandarin", "attack", ("carter",))
+    s.do(c.AnnounceTrigger(facts, offer=("carter", "cap", "mandarin")))
+    window = s.state.window
+    assert window is not None
+    mine = {r.combatant: r.id for r in s.state.reservations}
+    bad = s.refuse(
+        c.ClaimReaction(window.id, "carter", mine["carter"], faces=(6, 6, 7)), player("sharon")
+    )
+    assert (bad.code, bad.field) == ("invalid_faces", "faces[2]")
+    s.do(c.ClaimReaction(window.id, "carter", mine["carter"], faces=(6, 6, 5)), player("sharon"))
+    s.do(c.ClaimReaction(window.id, "cap", mine["cap"], faces=(5, 5, 5)), player("steve"))
+    s.dice.push(4, 4, 4)
+    events = s.do(c.ClaimReaction(window.id, "mandarin", mine["mandarin"]))
+    (ordered,) = of(events, ev.SequenceOrdered)
+    assert ordered.sequence == ("carter", "cap", "mandarin")
+    checks = dict(ordered.checks)
+    assert (checks["carter"].total, checks["carter"].supplied_by) == (19, "sharon")
+    assert (checks["cap"].total, checks["mandarin"].total) == (18, 15)
+    assert checks["mandarin"].supplied_by is None

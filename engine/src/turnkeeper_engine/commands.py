@@ -185,6 +185,8 @@ class ClaimReaction(Command):
     combatant: str
     reservation: str | None = None
     action: ActionSpec | None = None
+    faces: tuple[int, ...] | None = None
+    """marvel: the claimant's own dice for the fresh check, used if the sequence needs one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -990,7 +990,20 @@ def _claim(ctx: _Ctx, c: cmd.ClaimReaction) -> None:
     assert action is not None
     if reservation is None:
         action = replace(_action_type(ctx, action), type=action.type or "reaction")
-    claim = Claim(c.combatant, c.reservation, action, reservation.round if reservation else None)
+    supplied_by = None
+    if c.faces is not None:
+        if not ctx.rules.fresh_sequence_checks:
+            raise _reject("not_in_ruleset", f"{ctx.rules.name} rolls no fresh checks", "faces")
+        ctx.rules.roll(combatant, ctx.dice, faces=c.faces)  # validates the faces (R2)
+        supplied_by = ctx.actor.user or ctx.actor.role
+    claim = Claim(
+        c.combatant,
+        c.reservation,
+        action,
+        reservation.round if reservation else None,
+        c.faces,
+        supplied_by,
+    )
     ctx.emit(ev.ReactionClaimed(w.id, claim))
     if ctx.rules.claim_costs_reaction:
         ctx.emit(ev.ReactionSpent(c.combatant))
@@ -1039,10 +1052,11 @@ def _close(ctx: _Ctx, reason: str) -> None:
     if ctx.rules.fresh_sequence_checks and len(claimants) > 1:
         # R12: a fresh check for everyone involved, for this sequence only; no bonus round.
         units = []
-        for i in claimants:
+        for cl in w.claims:
+            i = cl.combatant
             c = ctx.state.get(i)
             assert c is not None
-            check = ctx.rules.roll(c, ctx.dice)
+            check = ctx.rules.roll(c, ctx.dice, faces=cl.faces, supplied_by=cl.supplied_by)
             checks.append((i, check))
             units.append(Unit((i,), ctx.rules.tie_key(c, check.total, check.fantastic)))
         ordered, rolloffs = sort_units(units, ctx.dice, ctx.rules.rolloff_sides)

@@ -235,6 +235,9 @@ class Claim:
     reservation: str | None
     action: ActionSpec
     reserved_round: int | None = None
+    faces: tuple[int, ...] | None = None
+    """Physical dice for a fresh sequence check (R2, R12), if the claimant rolled its own."""
+    supplied_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
