@@ -609,7 +609,17 @@ def _advance(ctx: _Ctx, last_ended: str | None) -> None:
                 h for h in s.holds if h.plan == "at" and _number_key(ctx, h) > nxt_key
             ]
             if due:
-                _start_held(ctx, _by_priority(ctx, due)[0], "before", nxt)
+                # The count reaches the highest number first; holders at one moment go by the
+                # ruleset's holder priority (R9).
+                nxt_place = _place(ctx, nxt)
+                first = min(
+                    due,
+                    key=lambda h: (
+                        -(h.number if h.plan == "at" and h.number is not None else nxt_place),
+                        _prio(ctx, h),
+                    ),
+                )
+                _start_held(ctx, first, "before", nxt)
                 return
             if s.hold_of(nxt) is not None:
                 ctx.emit(ev.HoldLapsed(nxt, s.round or 0))
@@ -618,7 +628,7 @@ def _advance(ctx: _Ctx, last_ended: str | None) -> None:
         at_holds = [h for h in s.holds if h.plan == "at"]
         if at_holds:
             # The count runs on below everyone: it reaches the highest named number first.
-            best = max(at_holds, key=lambda h: (_number_key(ctx, h), [-p for p in _prio(ctx, h)]))
+            best = min(at_holds, key=lambda h: (-(h.number or 0), _prio(ctx, h)))
             _start_held(ctx, best, "at", None)
             return
         if s.holds and not ctx.rules.holds_carry_over:
@@ -635,6 +645,13 @@ def _advance(ctx: _Ctx, last_ended: str | None) -> None:
                     ctx.emit(ev.ReactionRefreshed(c.id))
         last_ended = None
     raise AssertionError("the clock did not settle")  # pragma: no cover - a bug, not input
+
+
+def _place(ctx: _Ctx, combatant_id: str) -> int:
+    c = ctx.state.get(combatant_id)
+    assert c is not None
+    assert c.place is not None
+    return c.place
 
 
 def _prio(ctx: _Ctx, h: Hold) -> tuple[int, ...]:

@@ -1,0 +1,521 @@
+"""R9 Holding a turn (marvel) and Delay (dnd3e)."""
+
+from __future__ import annotations
+
+import pytest
+
+from story import Story, names, of
+from turnkeeper_engine import commands as c
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.model import ActionSpec, TurnRef
+
+NUMBERS = {"ana": 15, "ben": 12, "cal": 9, "dan": 6}
+"""Everyone's initiative check; in both rulesets the order is Ana, Ben, Cal, Dan."""
+
+BOTH = pytest.mark.parametrize("ruleset", ["marvel", "dnd3e"])
+
+
+def d616_faces(total: int) -> tuple[int, int, int]:
+    """Three d6 (no M, so not Fantastic) adding up to ``total``."""
+    marvel_die = max(2, min(6, total - 2))
+    first = min(6, total - marvel_die - 1)
+    second = total - marvel_die - first
+    assert 1 <= second <= 6
+    return (first, second, marvel_die)
+
+
+def fight(
+    ruleset: str,
+    who: tuple[str, ...] = ("ana", "ben", "cal"),
+    mods: dict[str, int] | None = None,
+    dex: dict[str, int] | None = None,
+    numbers: dict[str, int] | None = None,
+    **options: object,
+) -> Story:
+    """A combat at ``NUMBERS`` (or ``numbers``) whatever the initiative modifiers: round 1 has
+    started with the first combatant's turn."""
+    story = Story(ruleset, **options)
+    checks = {**NUMBERS, **(numbers or {})}
+    for cid in who:
+        mod = (mods or {}).get(cid, 0)
+        story.add(cid, init_mod=mod, dexterity=(dex or {}).get(cid, 10))
+        total = checks[cid] - mod
+        story.roll(cid, *(d616_faces(total) if ruleset == "marvel" else (total,)))
+    story.do(c.StartCombat())
+    assert story.state.round == 1
+    return story
+
+
+def hold(story: Story, number: int | None = None) -> list[ev.Event]:
+    return story.do(c.Hold(story.turn, number))
+
+
+def take(story: Story, who: str, when: str, other: str) -> list[ev.Event]:
+    return story.do(c.TakeHeldTurn(who, when, other))  # type: ignore[arg-type]
+
+
+def turn_starts(events: list[ev.Event]) -> list[tuple[str, str]]:
+    return [(e.combatant, e.kind) for e in of(events, ev.TurnStarted)]
+
+
+def place(story: Story, who: str) -> int | None:
+    combatant = story.state.get(who)
+    assert combatant is not None
+    return combatant.place
+
+
+# ----------------------------------------------------------------------------- when to hold
+
+
+@BOTH
+def test_r9_hold_only_before_acting_in_own_turn(ruleset: str) -> None:
+    story = fight(ruleset)
+    story.do(c.DeclareAction(story.turn, ActionSpec("move")))
+    error = story.refuse(c.Hold(story.turn))
+    assert error.code == "action_taken"
+
+
+@BOTH
+def test_r9_hold_only_once_own_turn_has_started(ruleset: str) -> None:
+    story = fight(ruleset)
+    assert story.current == "ana"
+    error = story.refuse(c.Hold(TurnRef(1, "ben")))
+    assert error.code == "stale_turn"
+
+
+@BOTH
+def test_r9_hold_open_ends_the_turn_without_spending_the_round(ruleset: str) -> None:
+    story = fight(ruleset)
+    events = hold(story)
+    held = of(events, ev.TurnHeld)[0]
+    assert (held.combatant, held.round, held.number) == ("ana", 1, None)
+    assert "turn_ended" not in names(events)
+    assert turn_starts(events) == [("ben", "normal")]
+    assert [h.combatant for h in story.state.holds] == ["ana"]
+
+
+@BOTH
+def test_r9_hold_named_number_must_be_lower(ruleset: str) -> None:
+    story = fight(ruleset)
+    for number in (15, 16):
+        error = story.refuse(c.Hold(story.turn, number))
+        assert (error.code, error.field) == ("invalid_hold_number", "number")
+    events = hold(story, 14)
+    assert of(events, ev.TurnHeld)[0].number == 14
+
+
+# ------------------------------------------------------------------------- taking the turn
+
+
+@BOTH
+def test_r9_before_x_starts_when_x_turn_would_start(ruleset: str) -> None:
+    story = fight(ruleset)
+    hold(story)
+    take(story, "ana", "before", "cal")
+    events = story.end_turn()  # Ben ends: Cal's turn would start now
+    assert turn_starts(events) == [("ana", "held")]
+    assert names(events) == ["turn_ended", "place_changed", "turn_started"]
+    events = story.end_turn()
+    assert turn_starts(events) == [("cal", "normal")]
+
+
+@BOTH
+def test_r9_after_x_starts_when_x_turn_ends(ruleset: str) -> None:
+    story = fight(ruleset, who=("ana", "ben", "cal", "dan"))
+    hold(story)
+    take(story, "ana", "after", "cal")
+    events = story.end_turn()  # Ben ends: Cal is next, not Ana
+    assert turn_starts(events) == [("cal", "normal")]
+    events = story.end_turn()  # Cal ends
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("dan", "normal")]
+
+
+@BOTH
+def test_r9_held_turn_never_interrupts_a_turn_in_progress(ruleset: str) -> None:
+    story = fight(ruleset)
+    hold(story)
+    assert story.current == "ben"
+    events = take(story, "ana", "after", "ben")
+    assert names(events) == ["hold_planned"]
+    assert story.current == "ben"
+    story.do(c.DeclareAction(story.turn, ActionSpec("attack")))
+    assert story.current == "ben"
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+
+
+@BOTH
+def test_r9_named_number_starts_when_the_order_reaches_it(ruleset: str) -> None:
+    story = fight(ruleset)
+    events = hold(story, 10)
+    assert turn_starts(events) == [("ben", "normal")]
+    events = story.end_turn()  # after Ben (12), before Cal (9)
+    assert turn_starts(events) == [("ana", "held")]
+    assert of(events, ev.PlaceChanged)[0].place == 10
+    assert story.state.order == ("ben", "ana", "cal")
+
+
+@BOTH
+def test_r9_named_number_below_everyone_starts_after_the_last(ruleset: str) -> None:
+    story = fight(ruleset)
+    hold(story, 2)
+    story.end_turn()
+    events = story.end_turn()  # Cal (9) ends; the count reaches 2 before the round ends
+    assert turn_starts(events) == [("ana", "held")]
+    assert "round_ended" not in names(events)
+    assert story.state.order == ("ben", "cal", "ana")
+    assert place(story, "ana") == 2
+
+
+@BOTH
+def test_r9_named_numbers_start_as_the_count_reaches_each(ruleset: str) -> None:
+    # Ana holds at 7, then Ben at 8: both fall between Cal (9) and Dan (6), and the count
+    # reaches 8 first, whoever began holding first.
+    story = fight(ruleset, who=("ana", "ben", "cal", "dan"))
+    hold(story, 7)
+    hold(story, 8)
+    assert story.current == "cal"
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    assert story.state.order == ("cal", "ben", "ana", "dan")
+    assert (place(story, "ben"), place(story, "ana")) == (8, 7)
+
+
+def test_r9_named_number_tie_chain_marvel_higher_modifier_first() -> None:
+    # At 12 the chain compares Fantastic, then the modifier: Ben's +1 beats Ana's +0.
+    story = fight("marvel", mods={"ben": 1})
+    hold(story, 12)
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    assert story.state.order == ("ben", "ana", "cal")
+    # With the higher modifier the holder goes ahead of Ben at 12, which is right away.
+    story = fight("marvel", mods={"ana": 2})
+    events = hold(story, 12)
+    assert turn_starts(events) == [("ana", "held")]
+    assert story.state.order == ("ana", "ben", "cal")
+    assert place(story, "ana") == 12
+
+
+def test_r9_named_number_tie_chain_dnd3e_bonus_then_dexterity() -> None:
+    story = fight("dnd3e", mods={"ben": 3, "ana": 1})
+    hold(story, 12)
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    assert story.state.order == ("ben", "ana", "cal")
+    story = fight("dnd3e", dex={"ana": 14})
+    events = hold(story, 12)
+    assert turn_starts(events) == [("ana", "held")]
+    assert story.state.order == ("ana", "ben", "cal")
+
+
+@BOTH
+def test_r9_place_becomes_that_point_for_rest_of_combat(ruleset: str) -> None:
+    story = fight(ruleset, who=("ana", "ben", "cal", "dan"))
+    hold(story)
+    take(story, "ana", "before", "cal")
+    events = story.end_turn()
+    changed = of(events, ev.PlaceChanged)[0]
+    assert (changed.combatant, changed.place) == ("ana", NUMBERS["cal"])
+    assert changed.order == ("ben", "ana", "cal", "dan")
+    story.end_turn()
+    story.end_turn()
+    story.end_turn()
+    assert story.state.round == 2
+    assert story.run_round() == ["ben", "ana", "cal", "dan"]
+    assert story.run_round() == ["ben", "ana", "cal", "dan"]
+
+
+@BOTH
+def test_r9_after_x_takes_x_number(ruleset: str) -> None:
+    story = fight(ruleset, who=("ana", "ben", "cal", "dan"))
+    hold(story)
+    take(story, "ana", "after", "ben")
+    story.end_turn()
+    assert story.current == "ana"
+    assert place(story, "ana") == NUMBERS["ben"]
+    assert story.state.order == ("ben", "ana", "cal", "dan")
+
+
+# ---------------------------------------------------------------------- across rounds (marvel)
+
+
+def test_r9_marvel_hold_lasts_past_round_end() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    story.end_turn()
+    events = hold(story)  # Cal, last, holds: the round ends with the hold still on
+    assert [e.round for e in of(events, ev.RoundEnded)] == [1]
+    assert [e.round for e in of(events, ev.RoundStarted)] == [2]
+    assert of(events, ev.HoldCancelled) == []
+    assert [(h.combatant, h.round) for h in story.state.holds] == [("cal", 1)]
+    assert story.current == "ana"
+
+
+def test_r9_marvel_held_turn_taken_in_new_round_before_normal_place_rises() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    story.end_turn()
+    hold(story)  # Cal holds into round 2
+    assert (story.state.round, story.current) == (2, "ana")
+    take(story, "cal", "after", "ana")
+    events = story.end_turn()
+    assert turn_starts(events) == [("cal", "held")]
+    assert place(story, "cal") == NUMBERS["ana"]
+    assert story.state.order == ("ana", "cal", "ben")
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "normal")]
+    events = story.end_turn()  # that was Cal's turn for round 2: no second one
+    assert [e.round for e in of(events, ev.RoundStarted)] == [3]
+    assert story.run_round() == ["ana", "cal", "ben"]
+
+
+def test_r9_marvel_held_turn_before_first_in_new_round_rises_to_the_top() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    hold(story)  # Ben holds; during Cal's turn it plans to go before Ana
+    take(story, "ben", "before", "ana")
+    events = story.end_turn()
+    assert [e.round for e in of(events, ev.RoundStarted)] == [2]
+    assert turn_starts(events) == [("ben", "held")]
+    assert of(events, ev.HoldLapsed) == []
+    assert place(story, "ben") == NUMBERS["ana"]
+    assert story.state.order == ("ben", "ana", "cal")
+    story.end_turn()
+    story.end_turn()
+    events = story.end_turn()
+    assert [e.round for e in of(events, ev.RoundStarted)] == [3]
+    assert story.run_round() == ["ben", "ana", "cal"]
+
+
+def test_r9_marvel_normal_place_comes_while_holding_hold_lapses() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    hold(story)  # Ben holds and never takes it
+    events = story.end_turn()  # Cal ends; round 2: Ana
+    assert (story.state.round, story.current) == (2, "ana")
+    assert of(events, ev.HoldLapsed) == []
+    events = story.end_turn()  # Ben's normal place comes up
+    lapsed = of(events, ev.HoldLapsed)
+    assert [(e.combatant, e.round) for e in lapsed] == [("ben", 2)]
+    assert names(events).index("hold_lapsed") < names(events).index("turn_started")
+    assert turn_starts(events) == [("ben", "normal")]
+    assert story.state.holds == ()
+    assert place(story, "ben") == NUMBERS["ben"]
+    events = hold(story)  # it may hold again
+    assert of(events, ev.TurnHeld)[0].round == 2
+
+
+def test_r9_marvel_first_in_order_holding_lapses_at_round_start() -> None:
+    story = fight("marvel")
+    hold(story)
+    story.end_turn()
+    events = story.end_turn()
+    assert names(events) == [
+        "turn_ended",
+        "round_ended",
+        "round_started",
+        "hold_lapsed",
+        "turn_started",
+    ]
+    assert turn_starts(events) == [("ana", "normal")]
+
+
+# ------------------------------------------------------------------------- several holders
+
+
+def test_r9_two_holders_marvel_first_holder_first() -> None:
+    # Ben's higher modifier does not matter in marvel: Ana began holding first.
+    story = fight("marvel", who=("ana", "ben", "cal", "dan"), mods={"ben": 3})
+    hold(story)
+    hold(story)
+    assert story.current == "cal"
+    take(story, "ben", "after", "cal")
+    take(story, "ana", "after", "cal")
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("dan", "normal")]
+
+
+def test_r9_two_holders_marvel_first_holder_first_before_x() -> None:
+    story = fight("marvel", who=("ana", "ben", "cal", "dan"))
+    hold(story)
+    hold(story)
+    take(story, "ben", "before", "dan")
+    take(story, "ana", "before", "dan")
+    events = story.end_turn()  # Cal ends: Dan's turn would start
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("dan", "normal")]
+
+
+def test_r9_two_holders_marvel_first_holder_first_same_number() -> None:
+    # Both name 3, below everyone: Ben's higher modifier does not matter, Ana held first.
+    story = fight("marvel", mods={"ben": 2})
+    hold(story, 3)
+    hold(story, 3)
+    events = story.end_turn()  # Cal ends; the count reaches 3
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+
+
+def test_r9_two_holders_marvel_first_holder_first_same_number_between_turns() -> None:
+    story = fight("marvel", who=("ana", "ben", "cal", "dan"), mods={"ben": 2})
+    hold(story, 7)
+    hold(story, 7)
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+
+
+def test_r9_two_holders_dnd3e_higher_bonus_first() -> None:
+    story = fight("dnd3e", who=("ana", "ben", "cal", "dan"), mods={"ana": 1, "ben": 4})
+    hold(story)  # Ana delays first, but Ben has the higher bonus
+    hold(story)
+    take(story, "ana", "after", "cal")
+    take(story, "ben", "after", "cal")
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("dan", "normal")]
+
+
+def test_r9_two_holders_dnd3e_same_bonus_higher_dexterity_first() -> None:
+    story = fight("dnd3e", who=("ana", "ben", "cal", "dan"), dex={"ana": 12, "ben": 16})
+    hold(story)
+    hold(story)
+    take(story, "ana", "before", "dan")
+    take(story, "ben", "before", "dan")
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+
+
+@pytest.mark.parametrize("asks_first", ["ana", "ben"])
+def test_r9_dnd3e_each_after_the_other_higher_bonus_goes_last(asks_first: str) -> None:
+    story = fight("dnd3e", who=("ana", "ben", "cal", "dan"), mods={"ana": 1, "ben": 4})
+    hold(story)
+    hold(story)
+    assert story.current == "cal"
+    other = {"ana": "ben", "ben": "ana"}
+    take(story, asks_first, "after", other[asks_first])
+    take(story, other[asks_first], "after", asks_first)
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("dan", "normal")]
+
+
+# -------------------------------------------------------------------------- the dnd3e floor
+
+
+def test_r9_dnd3e_cannot_name_below_floor() -> None:
+    story = fight("dnd3e", mods={"ana": 2})
+    error = story.refuse(c.Hold(story.turn, -13))  # floor: -10 - 2
+    assert (error.code, error.field) == ("below_delay_floor", "number")
+    events = hold(story, -12)
+    assert of(events, ev.TurnHeld)[0].number == -12
+
+
+def test_r9_marvel_has_no_floor() -> None:
+    story = fight("marvel", mods={"ana": 2})
+    events = hold(story, -40)
+    assert of(events, ev.TurnHeld)[0].number == -40
+
+
+def test_r9_dnd3e_open_delayer_starts_at_floor_at_round_end() -> None:
+    story = fight("dnd3e", mods={"ana": 2})
+    hold(story)
+    story.end_turn()
+    events = story.end_turn()  # Cal, the last, ends: the count reaches Ana's floor
+    changed = of(events, ev.PlaceChanged)[0]
+    assert (changed.combatant, changed.place) == ("ana", -12)
+    assert changed.order == ("ben", "cal", "ana")
+    assert turn_starts(events) == [("ana", "floor")]
+    assert "round_ended" not in names(events)
+
+
+def test_r9_dnd3e_two_open_delayers_reach_their_floors_in_count_order() -> None:
+    # Floors: Ana -10 - 1 = -11, Ben -10 - 4 = -14; the count reaches -11 first.
+    story = fight("dnd3e", mods={"ana": 1, "ben": 4})
+    hold(story)
+    hold(story)
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "floor")]
+    assert place(story, "ana") == -11
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "floor")]
+    assert place(story, "ben") == -14
+    assert story.state.order == ("cal", "ana", "ben")
+    events = story.end_turn()
+    assert [e.round for e in of(events, ev.RoundStarted)] == [2]
+
+
+def test_r9_dnd3e_floor_turn_ended_without_acting_is_delay_forfeited() -> None:
+    story = fight("dnd3e", mods={"ana": 2})
+    hold(story)
+    story.end_turn()
+    story.end_turn()
+    events = story.end_turn()
+    assert [(e.combatant, e.round) for e in of(events, ev.DelayForfeited)] == [("ana", 1)]
+    assert names(events)[:2] == ["delay_forfeited", "turn_ended"]
+    assert [e.round for e in of(events, ev.RoundStarted)] == [2]
+
+
+def test_r9_dnd3e_floor_turn_acting_is_not_forfeited() -> None:
+    story = fight("dnd3e", mods={"ana": 2})
+    hold(story)
+    story.end_turn()
+    story.end_turn()
+    story.do(c.DeclareAction(story.turn, ActionSpec("attack")))
+    events = story.end_turn()
+    assert of(events, ev.DelayForfeited) == []
+
+
+def test_r9_dnd3e_delay_never_carries_into_next_round() -> None:
+    story = fight("dnd3e", mods={"ana": 2})
+    hold(story)
+    assert story.run_round() == ["ben", "cal", "ana"]
+    assert story.state.round == 2
+    assert story.state.holds == ()
+    assert story.state.turn is not None
+    assert (story.current, story.state.turn.kind) == ("ben", "normal")
+    assert story.run_round() == ["ben", "cal", "ana"]
+    assert place(story, "ana") == -12
+
+
+def test_r9_dnd3e_delay_3_5_removes_floor() -> None:
+    story = fight("dnd3e", mods={"ana": 2}, delay="3.5")
+    events = hold(story, -40)
+    assert of(events, ev.TurnHeld)[0].number == -40
+    story.end_turn()
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    assert place(story, "ana") == -40
+
+
+def test_r9_dnd3e_delay_3_5_open_delayer_waits_until_everyone_else_acted() -> None:
+    story = fight("dnd3e", mods={"ana": 2}, delay="3.5")
+    hold(story)
+    story.end_turn()
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "floor")]
+    assert story.state.order == ("ben", "cal", "ana")
+    events = story.end_turn()
+    assert [e.combatant for e in of(events, ev.DelayForfeited)] == ["ana"]
+    assert story.state.holds == ()
