@@ -253,12 +253,13 @@ def test_r1_narrator_end_cancels_claims_in_a_window_still_open(ruleset: str) -> 
     s.do(c.Reserve(s.turn, "standard", ActionSpec("attack", targets=("c",)), on_attack))
     (reservation,) = s.state.reservations
     s.end_turn()
+    s.do(c.Reserve(s.turn, "standard", ActionSpec("attack", targets=("c",)), on_attack))
     s.end_turn()
     declared = s.do(c.DeclareAction(s.turn, ActionSpec("attack", targets=("b",))))
     window = of(declared, ev.WindowOpened)[0].window
     s.do(c.ClaimReaction(window.id, "a", reservation.id))
     assert s.state.window is not None
-    assert s.state.window.status == "open"  # answered, but its deadline has not come
+    assert s.state.window.status == "open"  # b has not answered and the deadline has not come
     ended = s.do(c.EndCombat())
     # The claimed reaction is pending too: it is cancelled and recorded as such.
     assert [(e.combatant, e.window) for e in of(ended, ev.ReactionCancelled)] == [("a", window.id)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from story import Story, of
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.model import ActionSpec, Reroll
+from turnkeeper_engine.model import ActionSpec, Reroll, Trigger, TriggerFacts
 
 
 def test_r8_surprised_at_start_has_one_trouble_on_the_check() -> None:
@@ -195,3 +195,18 @@ def test_r8_second_surpriser_added_later_extends_to_the_latest() -> None:
     assert surprised(story, "doom") == ("ben", "sue")
     story.end_turn()
     assert surprised(story, "doom") is None
+
+
+def test_r8_surpriser_reacting_with_an_attack_has_the_edge_too() -> None:
+    """The edge is on attacks against the surprised target, reactions included."""
+    story = fantastic_four()
+    reserved = ActionSpec("attack", description="strike from hiding", targets=("doom",))
+    story.do(c.Reserve(story.turn, "standard", reserved, Trigger("when Doom moves")))
+    story.end_turn()
+    story.end_turn()
+    story.do(c.Surprise("doom", ("sue",)))
+    opened = story.do(c.AnnounceTrigger(TriggerFacts("announced", "doom", "move"), offer=("sue",)))
+    window = of(opened, ev.WindowOpened)[0].window
+    reservation = story.state.reservations[0].id
+    events = story.do(c.ClaimReaction(window.id, "sue", reservation))
+    assert of(events, ev.ReactionStarted)[0].edges == ("surprised:doom",)

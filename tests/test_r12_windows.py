@@ -455,3 +455,16 @@ def test_r12_window_open_blocks_end_turn(ruleset: str) -> None:
     assert story.refuse(c.EndTurn(story.turn)).code == "window_open"  # still resolving
     error = story.refuse(c.AnnounceTrigger(TriggerFacts("announced")))
     assert error.code == "window_open"
+
+
+@BOTH
+def test_r12_every_offered_answer_closes_it_before_the_deadline(ruleset: str) -> None:
+    story = fight(ruleset, window_deadline=10)
+    r = reserve(story, Predicate(kinds=("attack",)))
+    story.end_turn()
+    events = story.do(c.DeclareAction(story.turn, ActionSpec("attack")))
+    window = of(events, ev.WindowOpened)[0].window
+    assert (window.offered, window.deadline) == (("ana",), 10.0)
+    events = story.do(c.ClaimReaction(window.id, "ana", reservation=r.id), now=1.0)
+    assert [e.reason for e in of(events, ev.WindowClosed)] == ["answered"]
+    assert of(events, ev.ReactionStarted)[0].combatant == "ana"

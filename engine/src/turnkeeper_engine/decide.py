@@ -962,7 +962,12 @@ def _maybe_close(ctx: _Ctx) -> None:
         return
     answered = {cl.combatant for cl in w.claims} | set(w.passes)
     waiting = [i for i in w.offered if i not in answered and ctx.state.active(i)]
-    if not waiting and ctx.now >= w.deadline:
+    # R12: every offered reserver answering closes it; so does a deadline, answered or not.
+    # A deadline of 0 s sets no wait: the window waits for the offered answers alone.
+    has_deadline = w.deadline > w.opened_at
+    if (not waiting and (w.offered or ctx.now >= w.deadline)) or (
+        has_deadline and ctx.now >= w.deadline
+    ):
         _close(ctx, "answered")
 
 
@@ -1098,7 +1103,8 @@ def _next_reaction(ctx: _Ctx) -> None:
             ctx.emit(ev.ReactionCancelled(current, w.id, "inactive"))
             continue
         claim = next(cl for cl in w.claims if cl.combatant == current)
-        ctx.emit(ev.ReactionStarted(current, w.id, claim.action))
+        edges = _surprise_edges(ctx, current, claim.action)
+        ctx.emit(ev.ReactionStarted(current, w.id, claim.action, edges))
         return
 
 

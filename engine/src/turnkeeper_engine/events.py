@@ -350,6 +350,7 @@ class ReactionStarted(_About):
     name: ClassVar[str] = "reaction_started"
     window: str
     action: ActionSpec
+    edges: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
