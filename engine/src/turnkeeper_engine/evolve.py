@@ -9,6 +9,9 @@ from typing import Any
 from . import events as ev
 from .model import Clock, Condition, Hold, State, Turn, Window
 
+_NOT_UNDOABLE = frozenset({"undo", "create_combat"})
+"""Undo is itself never undone, and a combat's creation is where undo stops (R15)."""
+
 UNDO_DEPTH = 200
 """Commands a narrator can undo in a row (R15); older states are let go to bound memory."""
 
@@ -235,7 +238,7 @@ def _t(state: State) -> Turn:
 def evolve(state: State, event: ev.Event) -> State:
     """Fold one event into the state. Never fails on events ``decide`` produced."""
     if isinstance(event, ev.CommandRecorded):
-        if event.command == "undo":
+        if event.command in _NOT_UNDOABLE:
             return state
         kept = state.undo[-(UNDO_DEPTH - 1) :]
         return replace(state, undo=(*kept, replace(state, undo=())), last_command=event.command)

@@ -3,11 +3,16 @@ of every state view and event built for a player or an observer."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, replace
+from functools import cache
 
 from . import events as ev
 from .model import (
     Actor,
+    Claim,
+    Clock,
     Combatant,
     Condition,
     Hold,
@@ -48,7 +53,7 @@ def _secret_reservation(state: State, combatant_id: str) -> bool:
 
 def view(state: State, actor: Actor) -> View:
     """The state as ``actor`` may see it: everything for a narrator, otherwise without hidden
-    combatants, anything about them, and the reservations of narrator-run combatants."""
+    combatants, any mention of them, and the reservations of narrator-run combatants."""
     full = View(
         state.combat_id,
         state.ruleset,
@@ -66,33 +71,20 @@ def view(state: State, actor: Actor) -> View:
         return full
     hidden = _hidden(state)
     window = state.window
-    if window is not None:
-        if window.facts.actor in hidden:
-            window = None
-        else:
-            window = replace(
-                window,
-                offered=tuple(i for i in window.offered if i not in hidden),
-                claims=tuple(c for c in window.claims if c.combatant not in hidden),
-                passes=tuple(i for i in window.passes if i not in hidden),
-                sequence=tuple(i for i in window.sequence if i not in hidden),
-            )
-    return replace(
+    if window is not None and window.facts.actor in hidden:
+        window = None
+    shown = replace(
         full,
         turn=None if state.turn and state.turn.combatant in hidden else state.turn,
-        combatants=tuple(c for c in state.combatants if c.id not in hidden),
-        order=tuple(i for i in state.order if i not in hidden),
-        holds=tuple(h for h in state.holds if h.combatant not in hidden),
         reservations=tuple(
             r for r in state.reservations if not _secret_reservation(state, r.combatant)
         ),
-        conditions=tuple(
-            replace(c, surprisers=tuple(i for i in c.surprisers if i not in hidden))
-            for c in state.conditions
-            if c.target not in hidden
-        ),
+        conditions=tuple(c for c in state.conditions if c.target not in hidden),
         window=window,
     )
+    scrubbed = _scrub(shown, hidden)
+    assert isinstance(scrubbed, View)
+    return scrubbed
 
 
 _SECRET_FOR_PLAYERS = (
@@ -113,25 +105,66 @@ def visible(event: ev.Event, state: State, actor: Actor) -> ev.Event | None:
         return None
     if isinstance(event, _SECRET_FOR_PLAYERS) and _secret_reservation(state, event.subjects()[0]):
         return None
+    scrubbed = _scrub(event, hidden)
+    return scrubbed if isinstance(scrubbed, ev.Event) else None
 
-    def strip(ids: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(i for i in ids if i not in hidden)
 
-    if isinstance(event, ev.CombatStarted):
-        return replace(event, order=strip(event.order), bonus=strip(event.bonus))
-    if isinstance(event, ev.CombatantSlotted | ev.PlaceChanged):
-        return replace(event, order=strip(event.order))
-    if isinstance(event, ev.WindowOpened):
-        return replace(event, window=replace(event.window, offered=strip(event.window.offered)))
-    if isinstance(event, ev.SequenceOrdered):
-        return replace(
-            event,
-            sequence=strip(event.sequence),
-            checks=tuple((i, c) for i, c in event.checks if i not in hidden),
-        )
-    if isinstance(event, ev.ConditionApplied):
-        return replace(
-            event,
-            condition=replace(event.condition, surprisers=strip(event.condition.surprisers)),
-        )
-    return event
+class _Drop:
+    """Marks a value that cannot be shown without naming a hidden combatant."""
+
+
+_DROP = _Drop()
+
+_IDENTITY: dict[type, str] = {
+    Combatant: "id",
+    Hold: "combatant",
+    Reservation: "combatant",
+    Condition: "target",
+    Clock: "anchor",
+    Claim: "combatant",
+}
+"""The field that says whose a value is: a value belonging to a hidden combatant goes."""
+
+
+@cache
+def _optional_fields(cls: type) -> frozenset[str]:
+    hints = typing.get_type_hints(cls)
+    return frozenset(name for name, tp in hints.items() if type(None) in typing.get_args(tp))
+
+
+def _scrub(value: object, hidden: frozenset[str]) -> object:
+    """``value`` with every mention of a hidden combatant taken out: items of a sequence (ids,
+    ``(id, …)`` pairs, values that belong to them) are dropped, optional references become
+    None, and a value whose required field names one cannot be shown at all."""
+    if not hidden or isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, tuple):
+        kept = []
+        for item in value:
+            if isinstance(item, str) and item in hidden:
+                continue
+            if isinstance(item, tuple) and item and isinstance(item[0], str) and item[0] in hidden:
+                continue
+            owner = _IDENTITY.get(type(item))
+            if owner is not None and getattr(item, owner) in hidden:
+                continue
+            scrubbed = _scrub(item, hidden)
+            if scrubbed is not _DROP:
+                kept.append(scrubbed)
+        return tuple(kept)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes: dict[str, object] = {}
+        for f in dataclasses.fields(value):
+            current = getattr(value, f.name)
+            if isinstance(current, str) and current in hidden:
+                if f.name not in _optional_fields(type(value)):
+                    return _DROP
+                changes[f.name] = None
+                continue
+            scrubbed = _scrub(current, hidden)
+            if scrubbed is _DROP:
+                return _DROP
+            if scrubbed != current:
+                changes[f.name] = scrubbed
+        return replace(value, **changes) if changes else value
+    return value
