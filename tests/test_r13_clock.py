@@ -1,0 +1,378 @@
+"""R13 The combat clock: time is passed in, turn timers fire on ticks, and condition durations
+count turn boundaries of a named combatant."""
+
+from __future__ import annotations
+
+import ast
+import time
+from pathlib import Path
+
+import pytest
+
+import turnkeeper_engine
+from story import Story, names, of
+from turnkeeper_engine import Engine, fold
+from turnkeeper_engine import commands as c
+from turnkeeper_engine import events as ev
+
+ENGINE_SOURCE = Path(turnkeeper_engine.__file__).parent
+
+
+def dnd_story(**options: object) -> Story:
+    """Three combatants in a fixed dnd3e order: a (20), b (10), c (5); round 1 not started."""
+    s = Story("dnd3e", **options)
+    for cid, face in (("a", 20), ("b", 10), ("c", 5)):
+        s.add(cid)
+        s.roll(cid, face)
+    return s
+
+
+def marvel_story(**options: object) -> Story:
+    """marvel, no Fantastic: a (18) then b (6)."""
+    s = Story("marvel", **options)
+    s.add("a")
+    s.roll("a", 6, 6, 6)
+    s.add("b")
+    s.roll("b", 2, 2, 2)
+    return s
+
+
+# ------------------------------------------------------------------------ time is passed in
+
+
+def test_r13_engine_imports_no_clock() -> None:
+    for path in ENGINE_SOURCE.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [(node.module or "").split(".")[0]]
+            else:
+                continue
+            assert not {"time", "datetime"} & set(modules), f"{path.name} imports a clock"
+
+
+def test_r13_engine_never_reads_a_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_clock() -> float:
+        raise AssertionError("the engine read the clock")
+
+    for name in ("time", "monotonic", "perf_counter", "time_ns", "monotonic_ns"):
+        monkeypatch.setattr(time, name, no_clock)
+    s = dnd_story(turn_time_limit=30.0, turn_warning=5.0)
+    s.do(c.StartCombat(), now=100.0)
+    s.do(c.Tick(), now=126.0)
+    s.do(c.Tick(), now=131.0)
+    assert s.state.turn is not None
+    assert s.current == "b"
+
+
+def test_r13_turn_started_at_is_the_time_given() -> None:
+    s = dnd_story()
+    events = s.do(c.StartCombat(), now=1234.5)
+    (started,) = of(events, ev.TurnStarted)
+    assert started.at == 1234.5
+    assert all(e.at == 1234.5 for e in of(events, ev.CommandRecorded))
+    assert s.state.turn is not None
+    assert s.state.turn.started_at == 1234.5
+    events = s.do(c.EndTurn(s.turn), now=2000.25)
+    (started,) = of(events, ev.TurnStarted)
+    assert (started.combatant, started.at) == ("b", 2000.25)
+
+
+def test_r13_same_command_at_different_times_differs_only_in_time() -> None:
+    s = dnd_story()
+    state = s.state
+    early = turnkeeper_engine.decide(state, c.StartCombat(), 10.0)
+    late = turnkeeper_engine.decide(state, c.StartCombat(), 99.0)
+    assert isinstance(early, list)
+    assert isinstance(late, list)
+    assert [e.name for e in early] == [e.name for e in late]
+    assert of(early, ev.TurnStarted)[0].at == 10.0
+    assert of(late, ev.TurnStarted)[0].at == 99.0
+
+
+# -------------------------------------------------------------------------------- turn timer
+
+
+def test_r13_no_time_limit_no_deadline() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat(), now=0.0)
+    assert s.state.turn is not None
+    assert s.state.turn.deadline is None
+    assert s.do(c.Tick(), now=1e9) == []
+    assert s.current == "a"
+
+
+def test_r13_deadline_is_start_plus_limit_as_absolute_time() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    events = s.do(c.StartCombat(), now=1000.0)
+    (started,) = of(events, ev.TurnStarted)
+    assert (started.deadline, started.warn_at) == (1060.0, 1050.0)
+    turn = s.state.turn
+    assert turn is not None
+    assert (turn.deadline, turn.warn_at) == (1060.0, 1050.0)
+    # The next turn's deadline counts from when that turn started, not from the combat's start.
+    s.do(c.EndTurn(s.turn), now=1003.0)
+    turn = s.state.turn
+    assert turn is not None
+    assert (turn.combatant, turn.deadline, turn.warn_at) == ("b", 1063.0, 1053.0)
+
+
+def test_r13_tick_before_warning_does_nothing_at_all() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    before = s.state
+    result = s.engine.handle(c.Tick(), 1049.999)
+    assert result == []  # not even command_recorded
+    assert s.state == before
+
+
+def test_r13_tick_that_does_nothing_is_not_undoable() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    s.do(c.Tick(), now=1001.0)
+    events = s.do(c.Undo(), now=1002.0)
+    assert of(events, ev.CommandUndone)[0].command == "start_combat"
+
+
+def test_r13_warning_at_warn_at_exactly_once() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    events = s.do(c.Tick(), now=1050.0)
+    assert names(events) == ["turn_timer_warning"]
+    (warning,) = of(events, ev.TurnTimerWarning)
+    assert (warning.combatant, warning.round, warning.deadline) == ("a", 1, 1060.0)
+    assert s.state.turn is not None
+    assert s.state.turn.warned
+    assert s.do(c.Tick(), now=1055.0) == []
+    assert s.do(c.Tick(), now=1059.9) == []
+    assert s.current == "a"
+
+
+def test_r13_expiry_end_turn_ends_the_turn() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0, turn_expiry="end_turn")
+    s.do(c.StartCombat(), now=1000.0)
+    s.do(c.Tick(), now=1050.0)
+    events = s.do(c.Tick(), now=1060.0)
+    assert names(events)[:2] == ["turn_timer_expired", "turn_ended"]
+    (expired,) = of(events, ev.TurnTimerExpired)
+    assert (expired.combatant, expired.round, expired.action) == ("a", 1, "end_turn")
+    (ended,) = of(events, ev.TurnEnded)
+    assert (ended.combatant, ended.round) == ("a", 1)
+    (started,) = of(events, ev.TurnStarted)
+    assert (started.combatant, started.at, started.deadline) == ("b", 1060.0, 1120.0)
+    assert not of(events, ev.TurnTimerWarning)  # the warning came once, earlier
+
+
+def test_r13_late_tick_warns_then_expires() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    events = s.do(c.Tick(), now=5000.0)
+    got = names(events)
+    assert got.count("turn_timer_expired") == 1
+    assert got.count("turn_ended") == 1
+    assert got.index("turn_timer_warning") < got.index("turn_timer_expired")
+    assert s.current == "b"
+
+
+def test_r13_expiry_ends_the_turn_after_an_action() -> None:
+    s = dnd_story(turn_time_limit=30.0, turn_warning=5.0)
+    s.do(c.StartCombat(), now=0.0)
+    s.do(c.DeclareAction(s.turn, c.ActionSpec("move")), now=3.0)
+    events = s.do(c.Tick(), now=30.0)
+    assert of(events, ev.TurnTimerExpired)[0].action == "end_turn"
+    assert s.current == "b"
+
+
+def test_r13_expiry_hold_holds_the_turn() -> None:
+    s = marvel_story(turn_time_limit=30.0, turn_warning=5.0, turn_expiry="hold")
+    s.do(c.StartCombat(), now=0.0)
+    events = s.do(c.Tick(), now=30.0)
+    assert names(events)[:3] == ["turn_timer_warning", "turn_timer_expired", "turn_held"]
+    (expired,) = of(events, ev.TurnTimerExpired)
+    assert (expired.combatant, expired.action) == ("a", "hold")
+    assert not of(events, ev.TurnEnded)
+    hold = s.state.hold_of("a")
+    assert hold is not None
+    assert hold.number is None
+    assert s.current == "b"
+
+
+def test_r13_expiry_hold_ends_instead_when_an_action_was_taken() -> None:
+    s = marvel_story(turn_time_limit=30.0, turn_warning=5.0, turn_expiry="hold")
+    s.do(c.StartCombat(), now=0.0)
+    s.do(c.DeclareAction(s.turn, c.ActionSpec("move")), now=1.0)
+    events = s.do(c.Tick(), now=31.0)
+    (expired,) = of(events, ev.TurnTimerExpired)
+    assert expired.action == "end_turn"
+    assert not of(events, ev.TurnHeld)
+    assert [e.combatant for e in of(events, ev.TurnEnded)] == ["a"]
+    assert s.state.hold_of("a") is None
+    assert s.current == "b"
+
+
+def test_r13_expiry_hold_dnd3e_delays() -> None:
+    s = dnd_story(turn_time_limit=30.0, turn_expiry="hold")
+    s.do(c.StartCombat(), now=0.0)
+    events = s.do(c.Tick(), now=30.0)
+    assert of(events, ev.TurnTimerExpired)[0].action == "hold"
+    assert [e.combatant for e in of(events, ev.TurnHeld)] == ["a"]
+    assert s.current == "b"
+
+
+def test_r13_timer_does_not_fire_while_a_window_is_open() -> None:
+    s = dnd_story(turn_time_limit=30.0, turn_warning=5.0, window_deadline=100.0)
+    s.do(c.StartCombat(), now=0.0)
+    s.do(c.AnnounceTrigger(c.TriggerFacts("shout", "a"), offer=("b",)), now=1.0)
+    assert s.state.window is not None
+    assert s.do(c.Tick(), now=40.0) == []
+    assert s.current == "a"
+    # At the window's deadline it closes, and the overdue turn timer fires in the same tick.
+    events = s.do(c.Tick(), now=101.0)
+    got = names(events)
+    assert got.index("window_closed") < got.index("turn_timer_expired")
+    assert s.current == "b"
+
+
+def test_r13_deadline_survives_a_restart() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    restored = fold(s.log)
+    assert restored == s.state
+    turn = restored.turn
+    assert turn is not None
+    assert (turn.deadline, turn.warn_at) == (1060.0, 1050.0)
+    engine = Engine(s.dice, restored)
+    result = engine.handle(c.Tick(), 1060.0)
+    assert isinstance(result, list)
+    assert [e.name for e in result][:3] == [
+        "command_recorded",
+        "turn_timer_warning",
+        "turn_timer_expired",
+    ]
+    assert engine.state.turn is not None
+    assert engine.state.turn.combatant == "b"
+
+
+def test_r13_tick_is_narrator_only() -> None:
+    s = dnd_story(turn_time_limit=60.0)
+    s.do(c.StartCombat(), now=0.0)
+    error = s.refuse(c.Tick(), turnkeeper_engine.Actor("player", "u1"))
+    assert (error.code, error.field) == ("forbidden", "actor")
+
+
+# ---------------------------------------------------------------------- condition durations
+
+
+def conditions_of(s: Story) -> list[str]:
+    return [k.id for k in s.state.conditions]
+
+
+def expiries(events: list[ev.Event]) -> list[str]:
+    return [e.condition for e in of(events, ev.ConditionExpired)]
+
+
+def test_r13_until_end_of_sources_next_turn() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat())
+    assert s.current == "a"
+    # Applied in a's turn by c: lasts until the end of c's next turn (this round's).
+    events = s.do(c.ApplyCondition("b", "custom", source="c"))
+    (cond_id,) = [e.condition.id for e in of(events, ev.ConditionApplied)]
+    (applied,) = of(events, ev.ConditionApplied)
+    assert applied.condition.clocks[0].anchor == "c"  # the applier is the default anchor
+    assert expiries(s.end_turn()) == []  # a ends
+    assert expiries(s.end_turn()) == []  # b ends
+    assert s.current == "c"
+    assert cond_id in conditions_of(s)
+    events = s.end_turn()  # c ends
+    assert expiries(events) == [cond_id]
+    assert names(events).index("condition_expired") > names(events).index("turn_ended")
+    assert cond_id not in conditions_of(s)
+
+
+def test_r13_applied_during_anchors_own_turn_current_end_does_not_count() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat())
+    s.end_turn()
+    assert s.current == "b"
+    events = s.do(c.ApplyCondition("c", "custom", source="b"))
+    (cond_id,) = [e.condition.id for e in of(events, ev.ConditionApplied)]
+    assert expiries(s.end_turn()) == []  # the end of b's current turn does not count
+    assert expiries(s.end_turn()) == []  # c
+    assert expiries(s.end_turn()) == []  # a, round 2
+    assert s.current == "b"
+    assert s.state.round == 2
+    assert cond_id in conditions_of(s)
+    assert expiries(s.end_turn()) == [cond_id]  # the end of b's next turn
+
+
+def test_r13_two_rounds_span_two_turns_of_the_anchor() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat())
+    events = s.do(c.ApplyCondition("a", "custom", rounds=2, source="b"))
+    (cond_id,) = [e.condition.id for e in of(events, ev.ConditionApplied)]
+    ends = []
+    for _ in range(9):
+        ended = s.current, s.state.round
+        if expiries(s.end_turn()):
+            ends.append(ended)
+    assert ends == [("b", 2)]
+    assert cond_id not in conditions_of(s)
+
+
+def test_r13_two_rounds_applied_in_anchors_own_turn() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat())
+    s.end_turn()
+    assert s.current == "b"
+    s.do(c.ApplyCondition("a", "custom", rounds=2, source="b"))
+    ends = []
+    for _ in range(12):
+        ended = s.current, s.state.round
+        if expiries(s.end_turn()):
+            ends.append(ended)
+    assert ends == [("b", 3)]
+
+
+def test_r13_start_boundary_ends_at_the_start_of_anchors_next_turn() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat())
+    s.end_turn()
+    assert s.current == "b"
+    events = s.do(c.ApplyCondition("a", "custom", boundary="start", source="b"))
+    (cond_id,) = [e.condition.id for e in of(events, ev.ConditionApplied)]
+    assert expiries(s.end_turn()) == []  # b ends, c starts
+    assert expiries(s.end_turn()) == []  # c ends, a starts
+    events = s.end_turn()  # a ends, b starts
+    assert s.current == "b"
+    assert expiries(events) == [cond_id]
+    assert names(events).index("condition_expired") > names(events).index("turn_started")
+
+
+def test_r13_named_anchor_other_than_the_source() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat())
+    events = s.do(c.ApplyCondition("a", "custom", source="b", anchor="a"))
+    (cond_id,) = [e.condition.id for e in of(events, ev.ConditionApplied)]
+    assert of(events, ev.ConditionApplied)[0].condition.clocks[0].anchor == "a"
+    # a's current turn does not count; it ends at the end of a's turn in round 2.
+    ends = []
+    for _ in range(6):
+        ended = s.current, s.state.round
+        if cond_id in expiries(s.end_turn()):
+            ends.append(ended)
+    assert ends == [("a", 2)]
+
+
+def test_r13_marvel_self_applied_ends_at_end_of_own_next_turn() -> None:
+    s = marvel_story()
+    s.do(c.StartCombat())
+    assert s.current == "a"
+    events = s.do(c.ApplyCondition("b", "custom", source="b"))
+    (cond_id,) = [e.condition.id for e in of(events, ev.ConditionApplied)]
+    s.end_turn()  # a ends; b's turn starts
+    assert s.current == "b"
+    events = s.end_turn()
+    assert expiries(events) == [cond_id]
