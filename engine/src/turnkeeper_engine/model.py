@@ -53,7 +53,8 @@ class Check:
     die is the Marvel die, and a face of 1 on it is the ``M``.
     """
 
-    dice: Literal["d616", "d20"]
+    dice: str
+    """Which dice: "d616", "d20", or whatever a third-party ruleset names."""
     rolled: tuple[int, ...]
     faces: tuple[int, ...]
     modifier: int
