@@ -96,6 +96,16 @@ class Story:
             seen.append(self.current)
 
 
+def faces(ruleset: str, total: int) -> tuple[int, ...]:
+    """Faces that add up to ``total`` with no Fantastic (marvel: 4–18, dnd3e: 1–20)."""
+    if ruleset == "dnd3e":
+        return (total,)
+    marvel_die = max(2, total - 12)
+    rest = total - marvel_die
+    first = min(6, rest - 1)
+    return (first, rest - first, marvel_die)
+
+
 def names(events: list[ev.Event]) -> list[str]:
     return [e.name for e in events if not isinstance(e, ev.CommandRecorded)]
 
@@ -109,4 +119,4 @@ def player(user: str) -> Actor:
 
 
 OBSERVER = Actor("observer")
-__all__ = ["OBSERVER", "QueueDice", "Story", "names", "of", "player", "replace"]
+__all__ = ["OBSERVER", "QueueDice", "Story", "faces", "names", "of", "player", "replace"]

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from story import Story, of, player
+from story import Story, faces, of, player
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import RollOff
 
 RULESETS = ("marvel", "dnd3e")
-
-
-def faces(ruleset: str, total: int) -> tuple[int, ...]:
-    """Faces that add up to ``total`` with no Fantastic (marvel: 4–18, dnd3e: 1–20)."""
-    if ruleset == "dnd3e":
-        return (total,)
-    marvel_die = max(2, total - 12)
-    rest = total - marvel_die
-    first = min(6, rest - 1)
-    return (first, rest - first, marvel_die)
 
 
 def start(s: Story) -> ev.CombatStarted:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from turnkeeper_engine import Engine, RuleError, ScriptedDice, SeededDice
+from turnkeeper_engine import NARRATOR, Actor, Engine, RuleError, ScriptedDice, SeededDice
 from turnkeeper_engine import commands as c
 from turnkeeper_engine.dice import DiceSource
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
@@ -29,9 +29,11 @@ class _Table:
         self.out = out
         self.now = 0.0
 
-    def __call__(self, command: c.Command) -> None:
+    def __call__(self, command: c.Command, player: str | None = None) -> None:
+        """Play ``command`` as the narrator, or as ``player`` (a user id) for their own."""
         self.now += 1.0
-        result = self.engine.handle(command, self.now)
+        actor = Actor("player", player) if player else NARRATOR
+        result = self.engine.handle(command, self.now, actor)
         if isinstance(result, RuleError):
             raise RuntimeError(f"demo script refused at {command.name}: {result}")
         state = self.engine.state
@@ -64,9 +66,9 @@ def bank_robbery(out: Callable[[str], None]) -> None:
     t(c.AddCombatant("sabretooth", "Sabretooth", init_mod=2))
     t(c.AddCombatant("wolverine", "Wolverine", "logan", True, init_mod=3))
     t(c.AddCombatant("ock", "Doctor Octopus", init_mod=3))
-    t(c.RollInitiative("spidey", faces=(6, 5, 1)))
+    t(c.RollInitiative("spidey", faces=(6, 5, 1)), "peter")
     t(c.RollInitiative("sabretooth", faces=(5, 4, 6)))
-    t(c.RollInitiative("wolverine", faces=(4, 5, 3)))
+    t(c.RollInitiative("wolverine", faces=(4, 5, 3)), "logan")
     t(c.RollInitiative("ock", faces=(3, 2, 1)))
     t(c.StartCombat())
     t.act("attack", "webs the getaway van")
@@ -92,7 +94,7 @@ def hydra_corner(out: Callable[[str], None]) -> None:
     t(c.CreateCombat("hydra-hq", "marvel"))
     t(c.AddCombatant("cap", "Captain America", "steve", True, init_mod=3))
     t(c.AddCombatant("agent", "Hydra agent", init_mod=1, tags=("hydra",)))
-    t(c.RollInitiative("cap", faces=(5, 4, 3)))
+    t(c.RollInitiative("cap", faces=(5, 4, 3)), "steve")
     t(c.RollInitiative("agent", faces=(2, 3, 4)))
     t(c.StartCombat())
     t.act("move", "races around a corner, out of sight, and stops")
@@ -126,8 +128,8 @@ def mandarin(out: Callable[[str], None]) -> None:
     t(c.AddCombatant("carter", "Sharon Carter", "sharon", True, init_mod=2))
     t(c.AddCombatant("cap", "Captain America", "steve", True, init_mod=3))
     t(c.AddCombatant("mandarin", "The Mandarin", init_mod=3))
-    t(c.RollInitiative("carter", faces=(3, 3, 3)))
-    t(c.RollInitiative("cap", faces=(4, 4, 4)))
+    t(c.RollInitiative("carter", faces=(3, 3, 3)), "sharon")
+    t(c.RollInitiative("cap", faces=(4, 4, 4)), "steve")
     t(c.RollInitiative("mandarin", faces=(5, 5, 5)))
     t(c.StartCombat())
     talk = Trigger("the Mandarin attacks")
@@ -162,7 +164,7 @@ def doom(out: Callable[[str], None]) -> None:
     t(c.AddCombatant("sue", "Invisible Woman", "sue", True, init_mod=3))
     t(c.AddCombatant("doom", "Doctor Doom", init_mod=4))
     t(c.RollInitiative("doom", faces=(5, 5, 4)))
-    t(c.RollInitiative("sue", faces=(3, 4, 2)))
+    t(c.RollInitiative("sue", faces=(3, 4, 2)), "sue")
     t(c.StartCombat())
     t.act("power", "blasts the Thing")
     t.end_turn()
@@ -183,10 +185,10 @@ def goblin_cave(out: Callable[[str], None]) -> None:
     t(c.AddCombatant("wizard", "Mialee", "bo", True, init_mod=3, dexterity=16))
     t(c.AddCombatant("shaman", "Goblin shaman", init_mod=2, dexterity=14))
     t(c.AddCombatant("rogue", "Lidda", "cy", True, init_mod=4, dexterity=18))
-    t(c.RollInitiative("rogue", faces=(16,)))
-    t(c.RollInitiative("fighter", faces=(15,)))
+    t(c.RollInitiative("rogue", faces=(16,)), "cy")
+    t(c.RollInitiative("fighter", faces=(15,)), "ana")
     t(c.RollInitiative("shaman", faces=(10,)))
-    t(c.RollInitiative("wizard", faces=(5,)))
+    t(c.RollInitiative("wizard", faces=(5,)), "bo")
     t(c.StartCombat())
     out("  (Lidda delays until the shaman shows what he does.)")
     t(c.Hold(t.turn))

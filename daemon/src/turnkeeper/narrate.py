@@ -156,10 +156,10 @@ _TELL: dict[type[ev.Event], Callable[[State, Any], str | None]] = {
         + (f" by {_names(s, e.condition.surprisers)}" if e.condition.surprisers else "")
         + "."
     ),
-    ev.ConditionExpired: lambda s, e: (
-        f"  {_name(s, e.combatant)} is no longer affected by a condition."
+    ev.ConditionExpired: lambda s, e: f"  {_name(s, e.combatant)} is no longer {e.type}.",
+    ev.ConditionRemoved: lambda s, e: (
+        f"  {_name(s, e.combatant)} is no longer {e.type} ({e.reason})."
     ),
-    ev.ConditionRemoved: lambda s, e: f"  A condition on {_name(s, e.combatant)} is removed.",
     ev.TurnTimerWarning: lambda s, e: f"  {_name(s, e.combatant)}: time is nearly up.",
     ev.TurnTimerExpired: lambda s, e: f"  {_name(s, e.combatant)}: time is up ({e.action}).",
     ev.CombatEnded: lambda s, e: "== The combat is over ==",

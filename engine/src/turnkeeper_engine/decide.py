@@ -1158,7 +1158,7 @@ def _readier_moves(ctx: _Ctx, readier: str, w: Window, reserved_round: int) -> N
 def _expire_conditions(ctx: _Ctx) -> None:
     for c in ctx.state.conditions:
         if all(k.remaining == 0 for k in c.clocks):
-            ctx.emit(ev.ConditionExpired(c.target, c.id))
+            ctx.emit(ev.ConditionExpired(c.target, c.id, c.type))
 
 
 def _apply_condition(ctx: _Ctx, c: cmd.ApplyCondition) -> None:
@@ -1192,7 +1192,7 @@ def _remove_condition(ctx: _Ctx, c: cmd.RemoveCondition) -> None:
     found = next((k for k in ctx.state.conditions if k.id == c.condition), None)
     if found is None:
         raise _reject("unknown_condition", f"no condition {c.condition!r}", "condition")
-    ctx.emit(ev.ConditionRemoved(found.target, found.id, "removed"))
+    ctx.emit(ev.ConditionRemoved(found.target, found.id, found.type, "removed"))
 
 
 def _surprise(ctx: _Ctx, c: cmd.Surprise) -> None:

@@ -384,6 +384,7 @@ class ConditionApplied(Event):
 @dataclass(frozen=True, slots=True)
 class _ConditionGone(_About):
     condition: str
+    type: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,31 +140,33 @@ def _dataclass(tp: type[T], data: Any, field: str, depth: int) -> T:
     return tp(**values)
 
 
+def _tagged(tag: str, name: str, value: Any) -> dict[str, Plain]:
+    body = to_plain(value)
+    assert isinstance(body, dict)
+    return {tag: name, **body}
+
+
+def _untagged(tag: str, known: Mapping[str, type[T]], data: Mapping[str, Any]) -> T:
+    name = data.get(tag)
+    cls = known.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise PlainError(f"unknown {tag}", tag)
+    return from_plain(cls, {k: v for k, v in data.items() if k != tag})  # type: ignore[no-any-return]
+
+
 def command_to_plain(command: cmd.Command) -> dict[str, Plain]:
     """A command as ``{"command": name, **fields}``."""
-    body = to_plain(command)
-    assert isinstance(body, dict)
-    return {"command": command.name, **body}
+    return _tagged("command", command.name, command)
 
 
 def command_from_plain(data: Mapping[str, Any]) -> cmd.Command:
-    name = data.get("command")
-    cls = cmd.COMMANDS.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise PlainError("unknown command", "command")
-    return from_plain(cls, {k: v for k, v in data.items() if k != "command"})  # type: ignore[no-any-return]
+    return _untagged("command", cmd.COMMANDS, data)
 
 
 def event_to_plain(event: ev.Event) -> dict[str, Plain]:
     """An event as ``{"event": name, **fields}``."""
-    body = to_plain(event)
-    assert isinstance(body, dict)
-    return {"event": event.name, **body}
+    return _tagged("event", event.name, event)
 
 
 def event_from_plain(data: Mapping[str, Any]) -> ev.Event:
-    name = data.get("event")
-    cls = ev.EVENTS.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise PlainError("unknown event", "event")
-    return from_plain(cls, {k: v for k, v in data.items() if k != "event"})  # type: ignore[no-any-return]
+    return _untagged("event", ev.EVENTS, data)
