@@ -17,8 +17,7 @@ def _log() -> list[str]:
 def test_demo_narrates_bank_robbery_order_and_bonus_round() -> None:
     log = _log()
     assert (
-        "Spider-Man initiative: d616 [6, 5, M] +3 = 20, FANTASTIC (dice supplied by narrator)"
-        in log
+        "Spider-Man initiative: d616 [6, 5, M] +3 = 20, FANTASTIC (dice supplied by peter)" in log
     )
     assert (
         "Initiative order: Spider-Man, Sabretooth, Wolverine, Doctor Octopus. "
