@@ -315,3 +315,15 @@ def test_r6_dnd3e_stated_type_contradicting_catalogue_is_mismatch() -> None:
     assert error.code == "action_type_mismatch"
     error = story.refuse(c.DeclareAction(story.turn, ActionSpec("attack", "movement")))
     assert error.code == "action_type_mismatch"
+
+
+def test_r6_marvel_held_turn_later_in_the_round_brings_no_second_reaction() -> None:
+    story = marvel()
+    story.do(c.Hold(story.turn))
+    story.do(c.TakeHeldTurn("ana", "after", "ben"))
+    react(story, "ana")  # during Ben's turn Ana spends her reaction
+    assert not reaction(story, "ana")
+    events = story.end_turn()  # Ben ends: Ana's held turn, still her round-1 turn
+    assert [e.kind for e in of(events, ev.TurnStarted)] == ["held"]
+    assert of(events, ev.ReactionRefreshed) == []
+    assert not reaction(story, "ana")

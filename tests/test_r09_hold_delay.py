@@ -519,3 +519,79 @@ def test_r9_dnd3e_delay_3_5_open_delayer_waits_until_everyone_else_acted() -> No
     events = story.end_turn()
     assert [e.combatant for e in of(events, ev.DelayForfeited)] == ["ana"]
     assert story.state.holds == ()
+
+
+# ------------------------------------------------------------------ found in review, kept here
+
+
+def test_r9_dnd3e_floor_turn_cannot_be_delayed_again() -> None:
+    story = fight("dnd3e", ("ana", "ben"))
+    hold(story)
+    story.end_turn()  # Ben ends: Ana's turn at the floor
+    assert story.state.turn is not None
+    assert story.state.turn.kind == "floor"
+    error = story.refuse(c.Hold(story.turn))
+    assert (error.code, error.field) == ("must_act", "turn")
+
+
+def test_r9_dnd3e_floor_turn_timer_set_to_hold_ends_it_as_forfeited() -> None:
+    story = fight("dnd3e", ("ana", "ben"), turn_time_limit=10.0, turn_expiry="hold")
+    hold(story)
+    story.end_turn()
+    events = story.do(c.Tick(), now=story.now + 10.0)
+    assert [e.action for e in of(events, ev.TurnTimerExpired)] == ["end_turn"]
+    assert [e.combatant for e in of(events, ev.DelayForfeited)] == ["ana"]
+    assert "round_ended" in names(events)
+
+
+@BOTH
+def test_r9_before_x_goes_first_when_x_starts_a_held_turn(ruleset: str) -> None:
+    story = fight(ruleset, ("ana", "ben", "cal", "dan"))
+    hold(story)  # Ana
+    hold(story)  # Ben
+    take(story, "ana", "before", "ben")
+    take(story, "ben", "after", "cal")
+    events = story.end_turn()  # Cal ends: Ben's held turn would start, so Ana goes before him
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    assert story.state.order == ("cal", "ana", "ben", "dan")
+    assert (place(story, "ana"), place(story, "ben")) == (9, 9)
+
+
+@BOTH
+def test_r9_after_x_and_before_y_at_one_moment_go_by_holder_priority(ruleset: str) -> None:
+    # Ana holds first and has the higher bonus; both want the gap between Cal and Dan.
+    story = fight(ruleset, ("ana", "ben", "cal", "dan"), mods={"ana": 3})
+    hold(story)
+    hold(story)
+    take(story, "ana", "before", "dan")
+    take(story, "ben", "after", "cal")
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+
+
+def test_r9_dnd3e_plan_reset_keeps_the_named_number() -> None:
+    story = fight("dnd3e", ("ana", "ben", "cal", "dan"))
+    hold(story, 10)
+    take(story, "ana", "before", "dan")
+    story.do(c.DefeatCombatant("dan"))
+    hold_now = story.state.hold_of("ana")
+    assert hold_now is not None
+    assert (hold_now.plan, hold_now.number) == ("at", 10)
+    events = story.end_turn()  # Ben (12) ends; the count reaches 10 before Cal (9)
+    assert turn_starts(events) == [("ana", "held")]
+
+
+def test_r9_dnd3e_count_reaches_named_numbers_and_floors_highest_first() -> None:
+    # Ana (+0) delays open: her floor is -10. Ben (+5, floor -15) names -12, below it.
+    story = fight("dnd3e", ("ana", "ben", "cal"), mods={"ben": 5})
+    hold(story)
+    hold(story, -12)
+    events = story.end_turn()  # Cal ends: the count runs below everyone
+    assert turn_starts(events) == [("ana", "floor")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    assert story.state.order == ("cal", "ana", "ben")

@@ -376,3 +376,22 @@ def test_r13_marvel_self_applied_ends_at_end_of_own_next_turn() -> None:
     assert s.current == "b"
     events = s.end_turn()
     assert expiries(events) == [cond_id]
+
+
+def test_r13_a_held_turn_later_in_the_round_is_not_a_second_turn_start() -> None:
+    s = marvel_story()
+    s.add("z")
+    s.roll("z", 1, 1, 2)  # z (4) acts last
+    s.do(c.StartCombat())
+    events = s.do(c.ApplyCondition("b", "custom", rounds=2, boundary="start", anchor="a"))
+    (cond_id,) = [e.condition.id for e in of(events, ev.ConditionApplied)]
+    s.end_turn()
+    s.end_turn()
+    assert expiries(s.end_turn()) == []  # round 2: a's turn starts, one of two
+    s.do(c.Hold(s.turn))
+    s.do(c.TakeHeldTurn("a", "after", "b"))
+    assert expiries(s.end_turn()) == []  # b ends: a's held turn is the same round's turn
+    assert s.current == "a"
+    s.end_turn()
+    s.end_turn()
+    assert expiries(s.end_turn()) == [cond_id]  # round 3: the second start

@@ -400,7 +400,8 @@ def test_r16_view_strips_hidden_from_window(actor: Actor) -> None:
     s.do(c.AnnounceTrigger(TriggerFacts("explosion"), offer=("lurker", "ann", "ogre")))
     w = s.state.window
     assert w is not None
-    assert view(s.state, actor).window.offered == ("ann", "ogre")  # type: ignore[union-attr]
+    # The ogre is narrator-run: that a reservation of its matched is the narrator's secret.
+    assert view(s.state, actor).window.offered == ("ann",)  # type: ignore[union-attr]
     s.do(c.ClaimReaction(w.id, "lurker", action=ActionSpec("attack")))
     s.do(c.PassReaction(w.id, "ogre"))
     seen = view(s.state, actor).window
@@ -545,3 +546,26 @@ def test_r16_narrator_run_reservations_are_secret(actor: Actor) -> None:
     expired = of(seen_events(s, actor), ev.ReservationExpired)
     assert [e.combatant for e in expired] == ["ann"]
     assert [e.combatant for e in of(s.log, ev.ReservationExpired)] == ["ann", "ogre"]
+
+
+def test_r16_surprise_edges_on_a_hidden_target_are_scrubbed() -> None:
+    s = hidden_table()
+    s.do(c.Surprise("lurker", (s.current,)))
+    events = s.do(c.DeclareAction(s.turn, ActionSpec("attack", targets=("lurker",))))
+    (declared,) = of(events, ev.ActionDeclared)
+    assert declared.edges == ("surprised:lurker",)
+    seen = visible(declared, s.state, U1)
+    assert isinstance(seen, ev.ActionDeclared)
+    assert (seen.action.targets, seen.edges) == ((), ())
+
+
+def test_r16_a_hidden_combatant_does_not_exist_for_players() -> None:
+    s = hidden_table()
+    s.do(c.DefeatCombatant("lurker"))  # a defeated one would say so to whoever may see it
+    assert s.current == "ann"
+    for target in ("lurker", "nobody"):
+        attack = c.DeclareAction(s.turn, ActionSpec("attack", targets=(target,)))
+        error = s.refuse(attack, U1)
+        assert (error.code, error.field) == ("unknown_combatant", "action.targets")
+        assert "Lurker" not in error.message
+    s.do(c.DeclareAction(s.turn, ActionSpec("attack", targets=("lurker",))))  # the narrator

@@ -162,7 +162,14 @@ def _authorize(ctx: _Ctx, command: cmd.Command) -> None:
 
 def _combatant(ctx: _Ctx, combatant_id: str, field_name: str = "combatant") -> Combatant:
     c = ctx.state.get(combatant_id)
-    if c is None or c.status == "removed":
+    # To anyone who may not see a hidden combatant, it does not exist (R16).
+    unseen = (
+        c is not None
+        and c.hidden
+        and ctx.actor.role != "narrator"
+        and (c.controller is None or c.controller != ctx.actor.user)
+    )
+    if c is None or c.status == "removed" or unseen:
         raise _reject("unknown_combatant", f"no combatant {combatant_id!r}", field_name)
     return c
 
@@ -575,13 +582,8 @@ def _next_normal(ctx: _Ctx) -> str | None:
     return None
 
 
-def _by_priority(ctx: _Ctx, holds: list[Hold]) -> list[Hold]:
-    def priority(h: Hold) -> tuple[int, ...]:
-        c = ctx.state.get(h.combatant)
-        assert c is not None
-        return ctx.rules.holder_priority(c, h.seq)
-
-    return sorted(holds, key=priority)
+BELOW_EVERYONE = -(10**9)
+"""The count once everyone has acted: where holders with no number of their own stand."""
 
 
 def _advance(ctx: _Ctx, last_ended: str | None) -> None:
@@ -591,48 +593,41 @@ def _advance(ctx: _Ctx, last_ended: str | None) -> None:
         s = ctx.state
         if s.phase not in ("bonus_round", "rounds") or s.turn is not None or s.window is not None:
             return
-        if last_ended is not None:
-            after = _by_priority(
-                ctx, [h for h in s.holds if h.plan == "after" and h.target == last_ended]
-            )
-            if after:
-                first = after[0]
-                for other in after[1:]:
-                    # Everyone waiting on the same moment follows in turn behind the first.
-                    ctx.emit(ev.HoldPlanned(other.combatant, "after", first.combatant))
-                _start_held(ctx, first, "after", last_ended)
-                return
         nxt = _next_normal(ctx)
+        after = [h for h in s.holds if h.plan == "after" and h.target == last_ended]
+        due = list(after)
         if nxt is not None:
             nxt_key = _key(ctx, nxt)
-            due = [h for h in s.holds if h.plan == "before" and h.target == nxt] + [
-                h for h in s.holds if h.plan == "at" and _number_key(ctx, h) > nxt_key
-            ]
-            if due:
-                # The count reaches the highest number first; holders at one moment go by the
-                # ruleset's holder priority (R9).
-                nxt_place = _place(ctx, nxt)
-                first = min(
-                    due,
-                    key=lambda h: (
-                        -(h.number if h.plan == "at" and h.number is not None else nxt_place),
-                        _prio(ctx, h),
-                    ),
-                )
+            due += [h for h in s.holds if h.plan == "before" and h.target == nxt]
+            due += [h for h in s.holds if h.plan == "at" and _number_key(ctx, h) > nxt_key]
+        if due:
+            # All of these want the gap between the turn that ended and the next one. The count
+            # reaches the highest named number first; otherwise the ruleset's holder priority
+            # decides (R9), and those waiting "after" the same turn follow the first in turn.
+            moment = _place(ctx, nxt) if nxt is not None else BELOW_EVERYONE
+            first = min(due, key=lambda h: (-_count(ctx, h, moment), _prio(ctx, h)))
+            for other in after:
+                if other is not first:
+                    ctx.emit(ev.HoldPlanned(other.combatant, "after", first.combatant))
+            if first in after:
+                _start_held(ctx, first, "after", last_ended)
+            else:
                 _start_held(ctx, first, "before", nxt)
-                return
+            return
+        if nxt is not None:
             if s.hold_of(nxt) is not None:
                 ctx.emit(ev.HoldLapsed(nxt, s.round or 0))
             _start_turn(ctx, nxt, "normal")
             return
-        at_holds = [h for h in s.holds if h.plan == "at"]
-        if at_holds:
-            # The count runs on below everyone: it reaches the highest named number first.
-            best = min(at_holds, key=lambda h: (-(h.number or 0), _prio(ctx, h)))
-            _start_held(ctx, best, "at", None)
-            return
-        if s.holds and not ctx.rules.holds_carry_over:
-            _start_floor(ctx)
+        # Everyone has acted: the count runs on below them, reaching named numbers and (dnd3e,
+        # where a delay never carries over) each delayer's floor, highest first.
+        pending = [h for h in s.holds if h.plan == "at" or not ctx.rules.holds_carry_over]
+        if pending:
+            first = min(pending, key=lambda h: (-_count(ctx, h, BELOW_EVERYONE), _prio(ctx, h)))
+            if first.plan == "at":
+                _start_held(ctx, first, "at", None)
+            else:
+                _start_floor(ctx, first)
             return
         if not any(c.status == "active" for c in s.combatants if c.id in s.order):
             return  # nobody can act: the clock waits for a revive or a newcomer
@@ -660,6 +655,23 @@ def _prio(ctx: _Ctx, h: Hold) -> tuple[int, ...]:
     return ctx.rules.holder_priority(c, h.seq)
 
 
+def _floor(ctx: _Ctx, combatant_id: str) -> int | None:
+    c = ctx.state.get(combatant_id)
+    assert c is not None
+    return ctx.rules.delay_floor(c, ctx.opts)
+
+
+def _count(ctx: _Ctx, h: Hold, moment: int) -> int:
+    """The initiative count at which a holder is due: its named number; else the moment it
+    waits for, or (when nothing is left) its delay floor."""
+    if h.plan == "at" and h.number is not None:
+        return h.number
+    if h.plan in ("before", "after") or moment != BELOW_EVERYONE:
+        return moment
+    floor = _floor(ctx, h.combatant)
+    return floor if floor is not None else BELOW_EVERYONE
+
+
 def _number_key(ctx: _Ctx, h: Hold) -> tuple[int, ...]:
     c = ctx.state.get(h.combatant)
     assert c is not None
@@ -667,28 +679,15 @@ def _number_key(ctx: _Ctx, h: Hold) -> tuple[int, ...]:
     return ctx.rules.tie_key(c, h.number, c.check.fantastic if c.check else False)
 
 
-def _start_floor(ctx: _Ctx) -> None:
+def _start_floor(ctx: _Ctx, hold: Hold) -> None:
     """dnd3e: a delay never carries over; at the floor (or, under 3.5, once everyone else has
     acted) the delayer's turn starts, to act now or forfeit the round (R9)."""
-
-    def floor(h: Hold) -> int:
-        c = ctx.state.get(h.combatant)
-        assert c is not None
-        value = ctx.rules.delay_floor(c, ctx.opts)
-        return value if value is not None else 0
-
-    first = sorted(ctx.state.holds, key=lambda h: (-floor(h), _prio(ctx, h)))[0]
-    order = ctx.state.order
-    c = ctx.state.get(first.combatant)
-    assert c is not None
-    floor_value = ctx.rules.delay_floor(c, ctx.opts)
-    last = [i for i in order if i != first.combatant]
-    last_place = ctx.state.get(last[-1]).place if last else c.place  # type: ignore[union-attr]
-    place = floor_value if floor_value is not None else last_place
-    assert place is not None
-    new_order = (*last, first.combatant)
-    ctx.emit(ev.PlaceChanged(first.combatant, place, new_order, "delay_floor"))
-    _start_turn(ctx, first.combatant, "floor")
+    rest = tuple(i for i in ctx.state.order if i != hold.combatant)
+    floor = _floor(ctx, hold.combatant)
+    place = floor if floor is not None else _place(ctx, rest[-1] if rest else hold.combatant)
+    ctx.emit(ev.PlaceChanged(hold.combatant, place, (*rest, hold.combatant), "delay_floor"))
+    if not _let_waiting_go_first(ctx, hold.combatant):
+        _start_turn(ctx, hold.combatant, "floor")
 
 
 def _start_held(
@@ -702,14 +701,27 @@ def _start_held(
         index = slot_index(rest, lambda i: _key(ctx, i), _number_key(ctx, hold), lambda _: False)
     else:
         assert anchor is not None
-        other = ctx.state.get(anchor)
-        assert other is not None
-        assert other.place is not None
-        place = hold.number if hold.plan == "at" and hold.number is not None else other.place
+        # A named number keeps its number wherever the count reached it; else X's number.
+        place = (
+            hold.number if hold.plan == "at" and hold.number is not None else _place(ctx, anchor)
+        )
         index = rest.index(anchor) + (1 if where == "after" else 0)
     order = (*rest[:index], hold.combatant, *rest[index:])
     ctx.emit(ev.PlaceChanged(hold.combatant, place, order, "held_turn"))
-    _start_turn(ctx, hold.combatant, "held")
+    if not _let_waiting_go_first(ctx, hold.combatant):
+        _start_turn(ctx, hold.combatant, "held")
+
+
+def _let_waiting_go_first(ctx: _Ctx, combatant_id: str) -> bool:
+    """A holder waiting "before X" goes when X's turn would start, even when that turn is
+    itself a held or floor turn (R9): it takes X's new place and X follows it."""
+    waiting = [h for h in ctx.state.holds if h.plan == "before" and h.target == combatant_id]
+    if not waiting:
+        return False
+    first = min(waiting, key=lambda h: _prio(ctx, h))
+    ctx.emit(ev.HoldPlanned(combatant_id, "after", first.combatant))
+    _start_held(ctx, first, "before", combatant_id)
+    return True
 
 
 def _start_turn(ctx: _Ctx, combatant_id: str, kind: TurnKind) -> None:
@@ -718,7 +730,10 @@ def _start_turn(ctx: _Ctx, combatant_id: str, kind: TurnKind) -> None:
             ctx.emit(ev.ReservationExpired(combatant_id, r.id))
     c = ctx.state.get(combatant_id)
     assert c is not None
-    if not c.reaction and ctx.opts.get("reaction_refresh", "own_turn") == "own_turn":
+    # A held turn taken later in the same round is the same turn: no second reaction (R6, R9).
+    first_start = combatant_id not in ctx.state.reached
+    refresh = ctx.opts.get("reaction_refresh", "own_turn") == "own_turn"
+    if not c.reaction and refresh and first_start:
         ctx.emit(ev.ReactionRefreshed(combatant_id))
     limit = ctx.opts.get("turn_time_limit")
     deadline = warn_at = None
@@ -781,6 +796,8 @@ def _hold(ctx: _Ctx, c: cmd.Hold) -> None:
     _no_window(ctx)
     if turn.acted:
         raise _reject("action_taken", "a turn can be held only before acting in it", "turn")
+    if turn.kind == "floor":
+        raise _reject("must_act", "at the delay floor a delayer acts or forfeits (R9)", "turn")
     _hold_now(ctx, c.number)
 
 
@@ -1239,7 +1256,8 @@ def _tick(ctx: _Ctx, c: cmd.Tick) -> None:
         ctx.emit(ev.TurnTimerWarning(turn.combatant, turn.round, turn.deadline))
     if turn.deadline is not None and ctx.now >= turn.deadline:
         expiry = str(ctx.opts.get("turn_expiry"))
-        action = "hold" if expiry == "hold" and not turn.acted else "end_turn"
+        can_hold = not turn.acted and turn.kind != "floor"
+        action = "hold" if expiry == "hold" and can_hold else "end_turn"
         ctx.emit(ev.TurnTimerExpired(turn.combatant, turn.round, action))
         if action == "hold":
             _hold_now(ctx, None)

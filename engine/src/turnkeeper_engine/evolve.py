@@ -63,13 +63,16 @@ def _reorder_group(state: State, e: ev.GroupReordered) -> State:
 
 
 def _turn_started(state: State, e: ev.TurnStarted) -> State:
+    # A held turn taken later in the round is the round's turn resuming: clocks that count the
+    # starts of its turns count the round once (R13).
+    first_start = e.combatant not in state.reached
     state = replace(
         state,
         turn=Turn(e.round, e.combatant, e.kind, e.at, deadline=e.deadline, warn_at=e.warn_at),
         reached=state.reached | {e.combatant},
         holds=tuple(h for h in state.holds if h.combatant != e.combatant),
     )
-    return _tick_clocks(state, e.combatant, "start")
+    return _tick_clocks(state, e.combatant, "start") if first_start else state
 
 
 def _turn_ended(state: State, e: ev.TurnEnded) -> State:
@@ -86,7 +89,8 @@ def _hold_planned(state: State, e: ev.HoldPlanned) -> State:
         if h.combatant != e.combatant:
             return h
         if e.when == "open":
-            return replace(h, plan=None, target=None)
+            # Back to the named number, if the holder gave one (R9).
+            return replace(h, plan="at" if h.number is not None else None, target=None)
         return replace(h, plan=e.when, target=e.other)
 
     return replace(state, holds=tuple(plan(h) for h in state.holds))

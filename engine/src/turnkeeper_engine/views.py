@@ -73,6 +73,12 @@ def view(state: State, actor: Actor) -> View:
     window = state.window
     if window is not None and window.facts.actor in hidden:
         window = None
+    elif window is not None:
+        window = replace(
+            window,
+            offered=_not_secret(state, window.offered),
+            index=len([i for i in window.sequence[: window.index] if i not in hidden]),
+        )
     shown = replace(
         full,
         turn=None if state.turn and state.turn.combatant in hidden else state.turn,
@@ -105,8 +111,16 @@ def visible(event: ev.Event, state: State, actor: Actor) -> ev.Event | None:
         return None
     if isinstance(event, _SECRET_FOR_PLAYERS) and _secret_reservation(state, event.subjects()[0]):
         return None
+    if isinstance(event, ev.WindowOpened):
+        window = replace(event.window, offered=_not_secret(state, event.window.offered))
+        event = replace(event, window=window)
     scrubbed = _scrub(event, hidden)
     return scrubbed if isinstance(scrubbed, ev.Event) else None
+
+
+def _not_secret(state: State, offered: tuple[str, ...]) -> tuple[str, ...]:
+    # Being offered a window tells that a reservation matched: a narrator-run one is secret.
+    return tuple(i for i in offered if not _secret_reservation(state, i))
 
 
 class _Drop:
@@ -141,7 +155,8 @@ def _scrub(value: object, hidden: frozenset[str]) -> object:
     if isinstance(value, tuple):
         kept = []
         for item in value:
-            if isinstance(item, str) and item in hidden:
+            # Edges read "<source>:<combatant>", e.g. "surprised:doom".
+            if isinstance(item, str) and (item in hidden or item.partition(":")[2] in hidden):
                 continue
             if isinstance(item, tuple) and item and isinstance(item[0], str) and item[0] in hidden:
                 continue
