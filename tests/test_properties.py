@@ -4,6 +4,7 @@ state), R16 (who may do what), and that the events always fold to the engine's s
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -676,8 +677,11 @@ class Dnd3eMachine(CombatMachine):
     ruleset = "dnd3e"
 
 
+PROPERTY_EXAMPLES = int(os.environ.get("TURNKEEPER_PROPERTY_EXAMPLES", "100"))
+"""CI plays 100 random combats per ruleset; set more for a soak run."""
+
 PROPERTY_SETTINGS = settings(
-    max_examples=100,
+    max_examples=PROPERTY_EXAMPLES,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
