@@ -3,22 +3,129 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__, demo
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def default_data_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "turnkeeper"
+
+
+def default_socket() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) / "turnkeeper" if runtime else Path(f"/tmp/turnkeeper-{os.getuid()}")
+    return base / "turnkeeper.sock"
+
+
+def _tcp(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError("expected HOST:PORT, e.g. 127.0.0.1:7616")
+    return host or "127.0.0.1", int(port)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnkeeper", description="The combat clock for tabletop RPG encounters."
     )
     parser.add_argument("--version", action="version", version=f"turnkeeper {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="play the rule books' worked examples and narrate them")
-    args = parser.parse_args(argv)
+
+    env = os.environ.get
+    serve = sub.add_parser("serve", help="run the daemon")
+    serve.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(env("TURNKEEPER_DATA_DIR") or default_data_dir()),
+        help="where combats are stored (env TURNKEEPER_DATA_DIR)",
+    )
+    serve.add_argument(
+        "--socket",
+        type=Path,
+        default=Path(env("TURNKEEPER_SOCKET") or default_socket()),
+        help="the Unix socket path (env TURNKEEPER_SOCKET)",
+    )
+    serve.add_argument(
+        "--tcp",
+        type=_tcp,
+        default=_tcp(env("TURNKEEPER_TCP", "")) if env("TURNKEEPER_TCP") else None,
+        help="also listen on HOST:PORT; every TCP client needs a token (env TURNKEEPER_TCP)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("auto", "console", "json"),
+        default=env("TURNKEEPER_LOG_FORMAT", "auto"),
+        help="console on a terminal, JSON otherwise (env TURNKEEPER_LOG_FORMAT)",
+    )
+
+    token = sub.add_parser("token", help="manage access tokens")
+    token.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(env("TURNKEEPER_DATA_DIR") or default_data_dir()),
+        help="the daemon's data directory (env TURNKEEPER_DATA_DIR)",
+    )
+    actions = token.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="make a token and print its secret once")
+    add.add_argument("role", choices=("narrator", "player", "observer", "bridge"))
+    add.add_argument("--user", help="the user id a player token is bound to")
+    add.add_argument("--narrator", action="store_true", help="a bridge that may act as narrator")
+    actions.add_parser("list", help="list tokens (never their secrets)")
+    revoke = actions.add_parser("revoke", help="revoke a token by id")
+    revoke.add_argument("id")
+    return parser
+
+
+def _token(args: argparse.Namespace) -> int:
+    from .auth import AuthError, Tokens
+
+    tokens = Tokens(args.data_dir)
+    if args.action == "add":
+        try:
+            record, secret = tokens.add(args.role, args.user, narrator=args.narrator)
+        except AuthError as e:
+            print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
+            return 2
+        print(f"{record.id} {record.role} {record.user or '-'}")
+        print(secret)
+        return 0
+    if args.action == "list":
+        for r in tokens.load():
+            narrator = " narrator" if r.narrator else ""
+            print(f"{r.id} {r.role}{narrator} {r.user or '-'}")
+        return 0
+    if tokens.revoke(args.id):
+        return 0
+    print(f"turnkeeper: no token {args.id}", file=sys.stderr)
+    return 1
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from .logs import configure
+    from .server import Config, serve
+
+    configure(args.log_format)
+    host, port = args.tcp if args.tcp else (None, None)
+    anyio.run(serve, Config(args.data_dir, args.socket, host, port))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "demo":
         demo.run()
-    return 0
+        return 0
+    if args.command == "token":
+        return _token(args)
+    return _serve(args)
 
 
 if __name__ == "__main__":

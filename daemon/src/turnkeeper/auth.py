@@ -1,0 +1,140 @@
+"""Who a connection is (R16): tokens in a 0600 file, and the Unix peer's own uid.
+
+A token is shown once, when it is made; the file keeps only its SHA-256. Roles:
+``narrator``; ``player`` (bound to a user id); ``observer``; ``bridge`` (acts for the users it
+names in each command, and as narrator only when made with ``narrator=True``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from turnkeeper_engine import Actor
+
+TokenRole = Literal["narrator", "player", "observer", "bridge"]
+ROLES: tuple[TokenRole, ...] = ("narrator", "player", "observer", "bridge")
+TOKEN_FILE = "tokens.json"
+TOKEN_BYTES = 32
+"""256 bits of secret: guessing is hopeless, and it still fits on a line."""
+MAX_TOKENS = 10_000
+"""The file is read whole at each start; a table has a handful of tokens, a server hundreds."""
+
+
+class AuthError(Exception):
+    def __init__(self, code: str, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    id: str
+    role: TokenRole
+    user: str | None
+    narrator: bool
+    hash: str
+    created: float
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated connection: the key its request ids are remembered under, its role, and
+    the user it is bound to (players) or the bridge's name."""
+
+    key: str
+    role: TokenRole
+    user: str | None = None
+    narrator: bool = False
+
+    def actor(self, as_user: str | None) -> Actor:
+        """The engine actor for one command. A bridge names the user it acts for (R16)."""
+        if self.role == "bridge":
+            via = f"bridge:{self.key}"
+            if as_user is None:
+                if not self.narrator:
+                    raise AuthError("as_user_required", "a bridge names the user it acts for", "as")
+                return Actor("narrator", None, via)
+            return Actor("player", as_user, via)
+        if as_user is not None:
+            raise AuthError("forbidden", "only a bridge acts for other users", "as")
+        if self.role == "narrator":
+            return Actor("narrator", self.user)
+        if self.role == "player":
+            return Actor("player", self.user)
+        return Actor("observer", self.user)
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class Tokens:
+    """The token file of a data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / TOKEN_FILE
+
+    def load(self) -> list[TokenRecord]:
+        if not self.path.exists():
+            return []
+        raw = json.loads(self.path.read_text())
+        return [TokenRecord(**item) for item in raw[:MAX_TOKENS]]
+
+    def _save(self, records: list[TokenRecord]) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".tmp")
+        # Created 0600 from the start: the file is never readable by others, not even briefly.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump([asdict(r) for r in records], f, indent=1)
+        os.replace(temporary, self.path)
+
+    def add(
+        self, role: TokenRole, user: str | None = None, *, narrator: bool = False
+    ) -> tuple[TokenRecord, str]:
+        """Make a token; returns its record and the secret, which is not stored."""
+        if role not in ROLES:
+            raise AuthError("invalid_value", f"role must be one of {', '.join(ROLES)}", "role")
+        if role == "player" and not user:
+            raise AuthError("invalid_value", "a player token is bound to a user id", "user")
+        if narrator and role != "bridge":
+            raise AuthError("invalid_value", "only a bridge token takes --narrator", "narrator")
+        records = self.load()
+        if len(records) >= MAX_TOKENS:
+            raise AuthError("limit_reached", f"at most {MAX_TOKENS} tokens", "role")
+        secret = secrets.token_urlsafe(TOKEN_BYTES)
+        record = TokenRecord(
+            id=secrets.token_hex(4),
+            role=role,
+            user=user,
+            narrator=narrator,
+            hash=_digest(secret),
+            created=time.time(),
+        )
+        self._save([*records, record])
+        return record, secret
+
+    def revoke(self, token_id: str) -> bool:
+        records = self.load()
+        kept = [r for r in records if r.id != token_id]
+        if len(kept) == len(records):
+            return False
+        self._save(kept)
+        return True
+
+    def authenticate(self, secret: str) -> Principal | None:
+        digest = _digest(secret)
+        for r in self.load():
+            if hmac.compare_digest(r.hash, digest):
+                return Principal(f"token:{r.id}", r.role, r.user, r.narrator)
+        return None

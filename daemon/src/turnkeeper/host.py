@@ -1,0 +1,315 @@
+"""The combats a daemon holds: one writer per combat, durable before acknowledged.
+
+request → validated command → engine → events committed (group commit) → reply → subscribers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+import structlog
+
+from turnkeeper_engine import (
+    Actor,
+    DiceSource,
+    RuleError,
+    State,
+    SystemDice,
+    decide,
+    evolve,
+    next_deadline,
+    view,
+    visible,
+)
+from turnkeeper_engine import commands as cmd
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.plain import Plain, event_from_plain, event_to_plain, to_plain
+
+from .store import Batch, Store, StoreError
+
+log = structlog.get_logger("turnkeeper.host")
+
+MAX_CATCH_UP = 1000
+"""Missed events a subscription replays before going live; further behind, a client reads the
+combat's state and history first (``too_far_behind``), so no outbox ever holds a whole log."""
+
+CLOCK_RETRY_SECONDS = 1.0
+"""After a failed tick the clock waits this long before trying again."""
+
+CLOCK_ACTOR = Actor("narrator", None, "clock")
+"""The daemon's own clock acts as narrator when it lets time pass (R13)."""
+
+
+class RequestError(Exception):
+    """A refused request, as the protocol reports it."""
+
+    def __init__(self, code: str, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+class Subscriber(Protocol):
+    """A connection's side of a subscription."""
+
+    actor: Actor
+
+    def deliver(self, combat_id: str, seq: int, event: Plain) -> bool:
+        """Queue one event; False when the subscriber cannot keep up (it is then dropped)."""
+        ...
+
+
+@dataclass
+class Combat:
+    id: str
+    state: State
+    seq: int
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    quarantined: str | None = None
+    subscribers: set[Subscriber] = field(default_factory=set)
+
+
+def _numbered(events: list[tuple[int, ev.Event]], state: State, actor: Actor) -> list[Plain]:
+    """Events as ``actor`` may see them, each with its sequence number (R16)."""
+    shown: list[Plain] = []
+    for seq, event in events:
+        seen = visible(event, state, actor)
+        if seen is not None:
+            shown.append({"seq": seq, **event_to_plain(seen)})
+    return shown
+
+
+class Hub:
+    """Every combat of one daemon, its store, its dice and its clock."""
+
+    def __init__(
+        self,
+        store: Store,
+        dice: DiceSource | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.dice: DiceSource = dice or SystemDice()
+        self.clock = clock
+        self.combats: dict[str, Combat] = {}
+        self._creating = anyio.Lock()
+        self._in_flight: dict[tuple[str, str], anyio.Event] = {}
+        self._wake = anyio.Event()
+
+    # --------------------------------------------------------------------------- recovery
+
+    def recover(self) -> None:
+        """Rebuild every combat from the store; a combat that cannot be read is quarantined
+        (reported and readable as an error), and the others still load."""
+        for loaded in self.store.load():
+            for warning in loaded.warnings:
+                log.warning("store_repaired", combat=loaded.combat_id, detail=warning)
+            state = State()
+            seq = 0
+            quarantined = loaded.quarantined
+            if quarantined is None:
+                for seq, body in loaded.events:
+                    try:
+                        state = evolve(state, event_from_plain(body))
+                    except Exception as e:  # any failure to replay quarantines the combat
+                        quarantined = f"replay failed at event {seq}: {e}"
+                        break
+            if quarantined is not None:
+                log.error("combat_quarantined", combat=loaded.combat_id, reason=quarantined)
+            self.combats[loaded.combat_id] = Combat(
+                loaded.combat_id, state, seq, quarantined=quarantined
+            )
+
+    # --------------------------------------------------------------------------- commands
+
+    def combat(self, combat_id: str) -> Combat:
+        found = self.combats.get(combat_id)
+        if found is None:
+            raise RequestError("unknown_combat", f"no combat {combat_id!r}", "combat")
+        if found.quarantined is not None:
+            raise RequestError("combat_quarantined", found.quarantined, "combat")
+        return found
+
+    async def execute(
+        self,
+        principal: str,
+        actor: Actor,
+        combat_id: str,
+        command: cmd.Command,
+        request_id: str,
+    ) -> Plain:
+        """Apply a command once. A retried ``request_id`` gets the first result back, also
+        across a restart, and is never applied twice."""
+        key = (principal, request_id)
+        while key in self._in_flight:
+            await self._in_flight[key].wait()
+        remembered = self.store.lookup_request(principal, request_id)
+        if remembered is not None:
+            return remembered[1]  # type: ignore[no-any-return]
+        done = anyio.Event()
+        self._in_flight[key] = done
+        try:
+            return await self._execute(key, actor, combat_id, command)
+        finally:
+            del self._in_flight[key]
+            done.set()
+
+    async def _execute(
+        self, key: tuple[str, str], actor: Actor, combat_id: str, command: cmd.Command
+    ) -> Plain:
+        if isinstance(command, cmd.CreateCombat):
+            async with self._creating:
+                if combat_id in self.combats:
+                    raise RequestError("combat_exists", f"combat {combat_id!r} exists", "combat_id")
+                combat = Combat(combat_id, State(), 0)
+                result = await self._apply(combat, key, actor, command, command.ruleset)
+                self.combats[combat_id] = combat
+                return result
+        combat = self.combat(combat_id)
+        return await self._apply(combat, key, actor, command, None)
+
+    async def _apply(
+        self,
+        combat: Combat,
+        key: tuple[str, str] | None,
+        actor: Actor,
+        command: cmd.Command,
+        ruleset: str | None,
+    ) -> Plain:
+        async with combat.lock:
+            now = self.clock()
+            decided = decide(combat.state, command, now, actor=actor, dice=self.dice)
+            if isinstance(decided, RuleError):
+                raise RequestError(decided.code, decided.message, decided.field)
+            if not decided:
+                return {"combat": combat.id, "seq": combat.seq, "events": []}
+            state = combat.state
+            for event in decided:
+                state = evolve(state, event)
+            numbered = list(enumerate(decided, start=combat.seq + 1))
+            response: Plain = {
+                "combat": combat.id,
+                "seq": combat.seq + len(decided),
+                "events": _numbered(numbered, state, actor),
+            }
+            batch = Batch(
+                combat_id=combat.id,
+                first_seq=combat.seq + 1,
+                events=tuple(event_to_plain(e) for e in decided),
+                ruleset=ruleset,
+                request=key,
+                response=response,
+                at=now,
+            )
+            try:
+                await self.store.commit(batch)
+            except StoreError as e:
+                raise RequestError(e.code, e.message) from e
+            combat.state = state
+            combat.seq += len(decided)
+            self._publish(combat, numbered)
+            self._wake.set()
+            return response
+
+    def _publish(self, combat: Combat, numbered: list[tuple[int, ev.Event]]) -> None:
+        for subscriber in list(combat.subscribers):
+            for item in _numbered(numbered, combat.state, subscriber.actor):
+                assert isinstance(item, dict)
+                if not subscriber.deliver(combat.id, int(item["seq"]), item):  # type: ignore[arg-type]
+                    combat.subscribers.discard(subscriber)
+                    break
+
+    # ----------------------------------------------------------------------------- queries
+
+    def view(self, combat_id: str, actor: Actor) -> Plain:
+        combat = self.combat(combat_id)
+        return {"combat": combat.id, "seq": combat.seq, "view": to_plain(view(combat.state, actor))}
+
+    def history(self, combat_id: str, actor: Actor, after: int, limit: int) -> Plain:
+        combat = self.combat(combat_id)
+        stored = self.store.events_after(combat.id, after, limit)
+        events = [(seq, event_from_plain(body)) for seq, body in stored]
+        return {
+            "combat": combat.id,
+            "seq": combat.seq,
+            "events": _numbered(events, combat.state, actor),
+        }
+
+    def summaries(self, actor: Actor) -> Plain:
+        rows: list[Plain] = []
+        for c in self.combats.values():
+            if c.quarantined is not None:
+                rows.append({"combat": c.id, "quarantined": c.quarantined})
+                continue
+            s = c.state
+            rows.append(
+                {
+                    "combat": c.id,
+                    "ruleset": s.ruleset,
+                    "phase": s.phase,
+                    "round": s.round,
+                    "seq": c.seq,
+                }
+            )
+        return rows
+
+    async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
+        """Missed events first, then live, with no gap and no duplicate: the catch-up is read
+        and the subscriber registered while the combat's writer is held."""
+        combat = self.combat(combat_id)
+        async with combat.lock:
+            if after < 0 or after > combat.seq:
+                raise RequestError("invalid_value", f"after must be 0..{combat.seq}", "after")
+            if combat.seq - after > MAX_CATCH_UP:
+                raise RequestError(
+                    "too_far_behind",
+                    f"more than {MAX_CATCH_UP} events behind: read get_combat and history first",
+                    "after",
+                )
+            stored = self.store.events_after(combat.id, after, MAX_CATCH_UP)
+            events = [(seq, event_from_plain(body)) for seq, body in stored]
+            for item in _numbered(events, combat.state, subscriber.actor):
+                assert isinstance(item, dict)
+                if not subscriber.deliver(combat.id, int(item["seq"]), item):  # type: ignore[arg-type]
+                    raise RequestError(
+                        "too_far_behind", "the catch-up does not fit the outbox", "after"
+                    )
+            combat.subscribers.add(subscriber)
+            return combat.seq
+
+    def unsubscribe(self, subscriber: Subscriber, combat_id: str | None = None) -> None:
+        for c in self.combats.values():
+            if combat_id is None or c.id == combat_id:
+                c.subscribers.discard(subscriber)
+
+    # ------------------------------------------------------------------------------- clock
+
+    async def run_clock(self) -> None:
+        """Let time pass for every combat: sleep until the earliest turn-timer or window
+        deadline (persisted in the state, so honoured after a restart), then tick (R13)."""
+        while True:
+            self._wake = anyio.Event()
+            now = self.clock()
+            due: list[tuple[float, Combat]] = []
+            for c in self.combats.values():
+                if c.quarantined is None:
+                    deadline = next_deadline(c.state)
+                    if deadline is not None:
+                        due.append((deadline, c))
+            for deadline, c in due:
+                if deadline <= now:
+                    try:
+                        await self._apply(c, None, CLOCK_ACTOR, cmd.Tick(), None)
+                    except RequestError as e:
+                        log.error("tick_failed", combat=c.id, code=e.code, message=e.message)
+                        # A store that fails now may recover; do not spin meanwhile.
+                        await anyio.sleep(CLOCK_RETRY_SECONDS)
+            soonest = min((d for d, _ in due if d > now), default=math.inf)
+            with anyio.move_on_after(max(0.0, soonest - self.clock())):
+                await self._wake.wait()

@@ -1,0 +1,392 @@
+"""The daemon's listeners and connections: MessagePack-RPC over a Unix socket and TCP.
+
+Each connection has a reader (bytes → messages → one request at a time) and a writer fed by a
+bounded outbox. A request is answered in the order it came; events reach subscribers through
+the same outbox, and a subscriber that falls too far behind is disconnected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import ByteStream, SocketAttribute, TaskStatus
+
+from turnkeeper_engine import Actor
+from turnkeeper_engine.plain import Plain
+from turnkeeper_sdk import wire
+
+from . import __version__
+from .auth import AuthError, Principal, Tokens
+from .host import Hub, RequestError
+from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
+from .store import Store
+
+log = structlog.get_logger("turnkeeper.server")
+
+OUTBOX_MESSAGES = 1024
+"""Messages queued for one connection. A subscriber whose outbox is full is too slow: it is
+disconnected (``slow_consumer``) rather than let the daemon's memory grow."""
+MAX_CONNECTIONS = 512
+"""Concurrent connections; beyond, a newcomer is told ``server_busy`` and closed."""
+HELLO_TIMEOUT = 10.0
+"""Seconds a connection may stay without a successful ``hello``: idle sockets cost nothing to
+open and must not pile up."""
+READ_CHUNK = 65536
+SEND_TIMEOUT = 30.0
+"""A reply that cannot be queued for this long means the peer stopped reading."""
+DRAIN_TIMEOUT = 10.0
+"""On SIGTERM, how long in-flight commands get to finish before the daemon exits."""
+
+
+@dataclass
+class Config:
+    data_dir: Path
+    socket_path: Path | None
+    tcp_host: str | None = None
+    tcp_port: int | None = None
+    narrator_uid: int | None = field(default_factory=os.getuid)
+    """Unix peers with this uid are narrators without a token; None turns that off."""
+
+
+def _peer_uid(stream: ByteStream) -> int | None:
+    raw = stream.extra(SocketAttribute.raw_socket, None)
+    if raw is None or raw.family != socket.AF_UNIX:
+        return None
+    creds = raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+_ids = count(1)
+
+
+class Connection:
+    """One client: its identity, its outbox and its subscriptions."""
+
+    def __init__(self, server: Server, stream: ByteStream, transport: str) -> None:
+        self.server = server
+        self.stream = stream
+        self.id = f"c{next(_ids)}"
+        self.transport = transport
+        self.peer_uid = _peer_uid(stream)
+        self.principal: Principal | None = None
+        self.actor = Actor("observer")
+        self.send, self.outbox = anyio.create_memory_object_stream[bytes](OUTBOX_MESSAGES)
+        self.closing: str | None = None
+        self.subscribed: set[str] = set()
+
+    # Subscriber protocol -------------------------------------------------------------------
+
+    def deliver(self, combat_id: str, seq: int, event: Plain) -> bool:
+        assert isinstance(event, dict)
+        note = wire.Notification("event", {"combat": combat_id, **event})
+        try:
+            self.send.send_nowait(wire.pack(note))
+        except anyio.WouldBlock:
+            self.close_with("slow_consumer", "the connection fell too far behind its events")
+            return False
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
+
+    def close_with(self, code: str, message: str) -> None:
+        """End the connection after a final error notification."""
+        if self.closing is None:
+            self.closing = code
+            final = wire.error_message(wire.WireError(code, message, fatal=True))
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                self.send.send_nowait(wire.pack(final))
+            self.send.close()
+
+    async def reply(self, message: wire.Message) -> None:
+        with anyio.fail_after(SEND_TIMEOUT):
+            await self.send.send(wire.pack(message))
+
+    # Loops ---------------------------------------------------------------------------------
+
+    async def writer(self) -> None:
+        async with self.outbox:
+            async for data in self.outbox:
+                await self.stream.send(data)
+        await self.stream.aclose()
+
+    async def reader(self) -> None:
+        decoder = wire.Decoder()
+        with anyio.move_on_after(HELLO_TIMEOUT) as hello_scope:
+            while self.principal is None and self.closing is None:
+                if not await self._read_some(decoder):
+                    return
+        if hello_scope.cancelled_caught and self.principal is None:
+            self.close_with("hello_timeout", f"no hello within {HELLO_TIMEOUT:g} s")
+            return
+        while self.closing is None:
+            if not await self._read_some(decoder):
+                return
+
+    async def _read_some(self, decoder: wire.Decoder) -> bool:
+        try:
+            chunk = await self.stream.receive(READ_CHUNK)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        for item in decoder.feed(chunk):
+            if isinstance(item, wire.WireError):
+                if item.fatal:
+                    self.close_with(item.code, item.message)
+                    return False
+                await self.reply(wire.error_message(item))
+            elif isinstance(item, wire.Request):
+                await self.handle(item)
+            elif isinstance(item, wire.Response):
+                # Clients answer nothing in this protocol: a response is a confused peer.
+                await self.reply(_error_note("invalid_message", "clients send no responses"))
+            # Notifications from clients carry nothing in this version and are ignored.
+            if self.closing is not None:
+                return False
+        return True
+
+    async def handle(self, request: wire.Request) -> None:
+        started = time.perf_counter()
+        outcome = "ok"
+        combat = request.params.get("combat") or request.params.get("combat_id")
+        try:
+            result = await self.dispatch(request.method, request.params)
+            await self.reply(wire.Response(request.msgid, None, result))
+        except RequestError as e:
+            outcome = e.code
+            await self.reply(
+                wire.Response(request.msgid, wire.ErrorBody(e.code, e.message, e.field), None)
+            )
+        except AuthError as e:
+            outcome = e.code
+            await self.reply(
+                wire.Response(request.msgid, wire.ErrorBody(e.code, e.message, e.field), None)
+            )
+        finally:
+            log.info(
+                "request",
+                connection=self.id,
+                user=self.principal.key if self.principal else None,
+                method=request.method,
+                combat=combat if isinstance(combat, str) else None,
+                outcome=outcome,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
+    async def dispatch(self, method: str, params: Mapping[str, Any]) -> Plain:
+        found = METHODS.get(method)
+        if found is None:
+            raise RequestError("unknown_method", f"no method {method!r}", "method")
+        if method == "hello":
+            return self.hello(params)
+        if self.principal is None:
+            raise RequestError("hello_required", "say hello first", "method")
+        hub = self.server.hub
+        if found.kind == "command":
+            request_id = text(params, "request_id")
+            assert request_id is not None
+            as_user = text(params, "as", required=False)
+            actor = self.principal.actor(as_user)
+            combat_id, value = command(method, params)
+            return await self.server.run_command(
+                self.principal.key, actor, combat_id, value, request_id
+            )
+        if method == "list_combats":
+            return hub.summaries(self.actor)
+        target = text(params, "combat")
+        assert target is not None
+        combat_id = target
+        if method == "get_combat":
+            return hub.view(combat_id, self.actor)
+        if method == "history":
+            after = number(params, "after", 0, 0, 2**53)
+            limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
+            return hub.history(combat_id, self.actor, after, limit)
+        if method == "subscribe":
+            after = number(params, "after", 0, 0, 2**53)
+            seq = await hub.subscribe(combat_id, self, after)
+            self.subscribed.add(combat_id)
+            return {"combat": combat_id, "seq": seq}
+        assert method == "unsubscribe"
+        hub.unsubscribe(self, combat_id)
+        self.subscribed.discard(combat_id)
+        return {"combat": combat_id}
+
+    def hello(self, params: Mapping[str, Any]) -> Plain:
+        level = params.get("protocol")
+        if not isinstance(level, int) or level < wire.COMPATIBLE_VERSION:
+            raise RequestError(
+                "unsupported_protocol",
+                f"this server speaks protocol {wire.PROTOCOL_VERSION} "
+                f"(compatible down to {wire.COMPATIBLE_VERSION})",
+                "protocol",
+            )
+        token = params.get("token")
+        principal: Principal | None = None
+        if token is not None:
+            if not isinstance(token, str):
+                raise RequestError("invalid_params", "a string", "token")
+            principal = self.server.tokens.authenticate(token)
+            if principal is None:
+                raise RequestError("unauthenticated", "unknown or revoked token", "token")
+        elif self.peer_uid is not None and self.peer_uid == self.server.config.narrator_uid:
+            principal = Principal(f"uid:{self.peer_uid}", "narrator")
+        else:
+            raise RequestError("unauthenticated", "a token is required on this connection", "token")
+        self.principal = principal
+        self.actor = principal.actor(None) if principal.role != "bridge" else Actor("observer")
+        if principal.role == "bridge" and principal.narrator:
+            self.actor = Actor("narrator", None, f"bridge:{principal.key}")
+        return {
+            "protocol": wire.PROTOCOL_VERSION,
+            "compatible": wire.COMPATIBLE_VERSION,
+            "server": {"name": "turnkeeper", "version": __version__},
+            "session": {"role": principal.role, "user": principal.user, "connection": self.id},
+            "methods": [
+                {"name": m.name, "kind": m.kind, "since": m.since, "summary": m.summary}
+                for m in METHODS.values()
+            ],
+            "events": [{"name": name, "since": 1} for name in _event_names()],
+            "limits": {
+                "max_message_bytes": wire.MAX_MESSAGE_BYTES,
+                "outbox_messages": OUTBOX_MESSAGES,
+                "max_history_page": MAX_HISTORY_PAGE,
+            },
+        }
+
+
+def _error_note(code: str, message: str) -> wire.Notification:
+    note = wire.error_message(wire.WireError(code, message))
+    assert isinstance(note, wire.Notification)
+    return note
+
+
+def _event_names() -> list[str]:
+    from turnkeeper_engine.events import EVENTS
+
+    return sorted(EVENTS)
+
+
+class Server:
+    """Listeners, connections and the hub, for one data directory."""
+
+    def __init__(self, config: Config, store: Store, hub: Hub) -> None:
+        self.config = config
+        self.store = store
+        self.hub = hub
+        self.tokens = Tokens(config.data_dir)
+        self.connections: set[Connection] = set()
+        self.in_flight = 0
+        self.draining = False
+
+    async def run_command(
+        self, principal: str, actor: Actor, combat_id: str, value: Any, request_id: str
+    ) -> Plain:
+        if self.draining:
+            raise RequestError(
+                "shutting_down", "the daemon is stopping; retry with the same request_id"
+            )
+        self.in_flight += 1
+        try:
+            # Once accepted, a command runs to its commit even if the daemon is asked to stop.
+            with anyio.CancelScope(shield=True):
+                result = await self.hub.execute(principal, actor, combat_id, value, request_id)
+            return result
+        finally:
+            self.in_flight -= 1
+
+    async def handle(self, stream: ByteStream, transport: str) -> None:
+        conn = Connection(self, stream, transport)
+        if len(self.connections) >= MAX_CONNECTIONS:
+            conn.close_with("server_busy", f"more than {MAX_CONNECTIONS} connections")
+            await conn.writer()
+            return
+        self.connections.add(conn)
+        log.info("connected", connection=conn.id, transport=transport, uid=conn.peer_uid)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(conn.writer)
+                try:
+                    await conn.reader()
+                finally:
+                    conn.send.close()
+        finally:
+            self.hub.unsubscribe(conn)
+            self.connections.discard(conn)
+            log.info("disconnected", connection=conn.id, reason=conn.closing or "closed")
+
+
+def prepare_socket_path(path: Path) -> None:
+    """A 0700 directory for the socket; a socket file left by a dead daemon is removed, a live
+    daemon's is left alone (``AddressInUse``)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    if not path.exists():
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError as e:
+        if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            path.unlink()
+            log.warning("stale_socket_removed", path=str(path))
+            return
+        raise
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"a daemon is already listening on {path}")
+
+
+async def serve(
+    config: Config, *, task_status: TaskStatus[Server] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the daemon until SIGTERM or SIGINT, then drain in-flight commands and return."""
+    store = Store.open(config.data_dir)
+    hub = Hub(store)
+    hub.recover()
+    server = Server(config, store, hub)
+    try:
+        async with anyio.create_task_group() as outer:
+            await outer.start(store.run)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hub.run_clock)
+                if config.socket_path is not None:
+                    prepare_socket_path(config.socket_path)
+                    unix = await anyio.create_unix_listener(config.socket_path)
+                    os.chmod(config.socket_path, 0o600)
+                    tg.start_soon(unix.serve, lambda s: server.handle(s, "unix"))
+                if config.tcp_port is not None:
+                    tcp = await anyio.create_tcp_listener(
+                        local_host=config.tcp_host or "127.0.0.1", local_port=config.tcp_port
+                    )
+                    tg.start_soon(tcp.serve, lambda s: server.handle(s, "tcp"))
+                log.info("serving", socket=str(config.socket_path), tcp_port=config.tcp_port)
+                task_status.started(server)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        log.info("stopping", signal=signal.Signals(signum).name)
+                        break
+                server.draining = True
+                with anyio.move_on_after(DRAIN_TIMEOUT):
+                    while server.in_flight:
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+            await store.stop()
+    finally:
+        store.close()
+        if config.socket_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                config.socket_path.unlink()
+    log.info("stopped")

@@ -1,0 +1,536 @@
+"""The durable store: every combat's event log in one SQLite file, written by one committer task.
+
+A command is acknowledged only after its events are committed, so ``commit`` returns only once its
+batch is durable (WAL, ``synchronous=FULL``). Commands arriving together share one transaction
+(group commit): one fsync pays for all of them. Bodies are msgpack of the engine's plain data;
+this module never sees engine types, so the engine's codec (``turnkeeper_engine.plain``) stays the
+only place that knows their shape.
+
+Sequence numbers of a combat's events start at 1 and have no gaps; the committer refuses a batch
+that would break that, because start-up recovery quarantines a combat whose log has a gap.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import msgpack  # type: ignore[import-untyped]
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+DB_FILE = "turnkeeper.db"
+"""The one database file inside the data directory."""
+
+SCHEMA_VERSION = 1
+"""Written to ``meta`` on creation; a file with another version is refused, never guessed at."""
+
+COMMIT_QUEUE = 4096
+"""Batches waiting for the committer. When full, ``commit`` waits: backpressure reaches the
+command handlers instead of memory growing while the disk is slow."""
+
+MAX_BATCHES_PER_COMMIT = 512
+"""Batches written in one transaction: enough to amortise the fsync under load, small enough that
+one transaction (and the wait of its first command) stays short."""
+
+MAX_EVENTS_PER_READ = 1000
+"""Most events returned by one ``events_after`` call: reads run on the event loop, so a history
+query or a subscriber's catch-up pages through the log instead of stalling every other task."""
+
+REQUEST_MEMORY_SECONDS = 24 * 3600.0
+"""How long a request id is remembered for idempotent retries: a client retrying after a
+reconnect does so within seconds or minutes; a day covers a laptop that slept overnight."""
+
+MAX_REMEMBERED_REQUESTS = 100_000
+"""Request ids remembered per principal, newest kept: the hard bound on what one busy or hostile
+principal can make the store hold within ``REQUEST_MEMORY_SECONDS``."""
+
+PRUNE_EVERY_COMMITS = 256
+"""Transactions between two prunes of remembered requests: pruning is cheap but not free, and an
+answer remembered a little longer than promised does no harm."""
+
+PRUNE_MAX_ROWS = 10_000
+"""Rows one prune deletes per rule, so a prune after a long busy spell never stalls the committer;
+the rest goes in the next rounds."""
+
+BUSY_TIMEOUT_MS = 5000
+"""How long a connection waits for the other's write lock (the reader deletes a torn record at
+start-up; an operator may run ``sqlite3`` on the file): one transaction is far shorter."""
+
+ErrorCode = Literal["store_failed", "store_full", "conflict"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value NOT NULL
+);
+CREATE TABLE IF NOT EXISTS combats (
+    combat_id TEXT PRIMARY KEY,
+    ruleset TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    combat_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (combat_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS requests (
+    principal TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    combat_id TEXT NOT NULL,
+    response BLOB NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (principal, request_id)
+);
+-- Both prune rules (age, and newest-per-principal) walk an index instead of the table.
+CREATE INDEX IF NOT EXISTS requests_at ON requests (at);
+CREATE INDEX IF NOT EXISTS requests_principal_at ON requests (principal, at);
+CREATE TABLE IF NOT EXISTS snapshots (
+    combat_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+"""
+
+
+class StoreError(Exception):
+    """A store operation that did not happen. ``code`` is stable; ``message`` is for humans.
+
+    ``conflict``: the batch does not fit the log (sequence taken or skipped, unknown or duplicate
+    combat, request id already stored). ``store_full``: the disk or the configured size limit is
+    full. ``store_failed``: anything else (I/O error, unreadable record, store stopped).
+    """
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code: ErrorCode = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One command's durable effect: its events, and the combat or request record it creates.
+
+    ``events`` are plain events stored at ``first_seq``, ``first_seq + 1``, …; ``ruleset`` is set
+    when the batch creates the combat; ``request`` is ``(principal, request_id)`` and ``response``
+    the plain reply remembered for a retry; ``at`` is the daemon's clock when the command ran.
+    """
+
+    combat_id: str
+    first_seq: int
+    events: tuple[dict[str, Any], ...]
+    ruleset: str | None
+    request: tuple[str, str] | None
+    response: Any
+    at: float
+
+
+@dataclass(frozen=True)
+class LoadedCombat:
+    """A combat as found at start-up: the snapshot (if any) and the events after it.
+
+    ``warnings`` name repairs made while loading (a torn last record dropped); the caller logs
+    them. ``quarantined`` is the reason the combat cannot be trusted (then ``events`` is empty);
+    other combats load regardless.
+    """
+
+    combat_id: str
+    ruleset: str
+    created_at: float
+    snapshot: tuple[int, Any] | None
+    events: list[tuple[int, dict[str, Any]]]
+    warnings: list[str] = field(default_factory=list)
+    quarantined: str | None = None
+
+
+@dataclass
+class _Pending:
+    """A batch on its way to disk, with the rows already encoded and the waiter's outcome."""
+
+    batch: Batch
+    events: list[tuple[str, int, bytes]]
+    response: bytes | None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: StoreError | None = None
+
+
+class _ConflictError(Exception):
+    """A batch that does not fit the log; rolled back alone, the rest of its group commits."""
+
+
+def _pack(value: Any) -> bytes:
+    body: bytes = msgpack.packb(value, use_bin_type=True)
+    return body
+
+
+def _unpack(body: object) -> Any:
+    """Decode a stored body, or raise ``ValueError`` if it is not one we wrote."""
+    if not isinstance(body, bytes):
+        raise ValueError(f"body is {type(body).__name__}, not bytes")
+    try:
+        return msgpack.unpackb(body, raw=False)
+    # msgpack's truncation, format, depth and trailing-data errors; TypeError for unhashable keys.
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise ValueError(str(e) or type(e).__name__) from e
+
+
+def _unpack_event(body: object) -> dict[str, Any]:
+    event = _unpack(body)
+    if not isinstance(event, dict):
+        raise ValueError(f"event body is {type(event).__name__}, not a map")
+    return event
+
+
+def _error(e: sqlite3.Error) -> StoreError:
+    if isinstance(e, sqlite3.IntegrityError):
+        return StoreError("conflict", str(e))
+    if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return StoreError("store_full", str(e))
+    return StoreError("store_failed", str(e))
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
+    # check_same_thread=False: the committer's connection is used from anyio's worker threads,
+    # one call at a time; the read connection may be opened on another thread than it is used.
+    return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
+class Store:
+    """Every combat's event log, remembered requests and snapshots, in ``<data_dir>/turnkeeper.db``.
+
+    Lifecycle: ``Store.open`` → ``load`` (start-up recovery) → ``await task_group.start(store.run)``
+    → ``commit`` from any task → ``await stop()`` (once the queue is committed) → ``close``.
+    """
+
+    transactions: int
+    """Write transactions run so far (group commit makes this smaller than batches committed)."""
+
+    def __init__(self, writer: sqlite3.Connection, reader: sqlite3.Connection) -> None:
+        self._writer = writer  # touched only by the committer, inside one worker thread at a time
+        self._reader = reader
+        self._send: MemoryObjectSendStream[_Pending]
+        self._receive: MemoryObjectReceiveStream[_Pending]
+        self._send, self._receive = anyio.create_memory_object_stream[_Pending](COMMIT_QUEUE)
+        self.transactions = 0
+        # Principals written since the last prune: only they can have gone over the cap.
+        self._touched: set[str] = set()
+        self._latest_at = 0.0
+        self._stopped: anyio.Event | None = None  # made by run(): events belong to its loop
+
+    @classmethod
+    def open(cls, data_dir: Path, *, max_pages: int | None = None) -> Store:
+        """Open (creating if missing) the store in ``data_dir``, which is made private (0700).
+
+        ``max_pages`` caps the database size in pages (``PRAGMA max_page_count``): an operator's
+        quota. Past it every commit fails with ``store_full``, exactly as on a full disk, which is
+        also how the tests make the disk full. Raises ``StoreError("store_failed")`` if the
+        directory or file cannot be opened or was written by another schema version.
+        """
+        try:
+            if not data_dir.exists():
+                data_dir.mkdir(parents=True)
+                # mkdir's mode is filtered by the umask; chmod states it outright.
+                os.chmod(data_dir, 0o700)
+            path = data_dir / DB_FILE
+            writer = _connect(path)
+            try:
+                mode = writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if mode != "wal":
+                    raise StoreError("store_failed", f"{path}: journal mode {mode}, WAL refused")
+                writer.execute("PRAGMA synchronous=FULL")
+                writer.executescript(_SCHEMA)
+                writer.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (SCHEMA_VERSION,),
+                )
+                (version,) = writer.execute(
+                    "SELECT value FROM meta WHERE key = 'schema_version'"
+                ).fetchone()
+                if version != SCHEMA_VERSION:
+                    raise StoreError(
+                        "store_failed",
+                        f"{path}: schema version {version}, this daemon reads {SCHEMA_VERSION}",
+                    )
+                writer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                if max_pages is not None:
+                    writer.execute(f"PRAGMA max_page_count={int(max_pages)}")
+                reader = _connect(path)
+                reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            except BaseException:
+                writer.close()
+                raise
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError("store_failed", f"cannot open the store in {data_dir}: {e}") from e
+        return cls(writer, reader)
+
+    def close(self) -> None:
+        """Close the database. Call after ``run`` has returned (or was never started)."""
+        self._send.close()
+        self._receive.close()
+        self._reader.close()
+        self._writer.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    async def commit(self, batch: Batch) -> None:
+        """Make ``batch`` durable; return only once it is committed.
+
+        Raises ``StoreError``: ``conflict`` if the batch does not fit the log (only this batch is
+        refused), ``store_full`` or ``store_failed`` if its transaction failed (nothing of it is
+        kept), ``store_failed`` if the store is stopping. Once queued, the wait is shielded from
+        cancellation: the caller must learn whether its events are on disk, or its in-memory
+        state would drift from the log. Plain data that msgpack cannot encode raises ``TypeError``
+        here, before it can spoil anyone else's transaction.
+        """
+        pending = _Pending(
+            batch,
+            [(batch.combat_id, batch.first_seq + i, _pack(e)) for i, e in enumerate(batch.events)],
+            None if batch.request is None else _pack(batch.response),
+        )
+        try:
+            await self._send.send(pending)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise StoreError("store_failed", "the store is stopping") from None
+        with anyio.CancelScope(shield=True):
+            await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+
+    async def stop(self) -> None:
+        """Accept no more commits, and return once ``run`` has committed everything queued."""
+        self._send.close()
+        if self._stopped is not None:
+            await self._stopped.wait()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The committer: write queued batches, many per transaction, until ``stop``.
+
+        Start it with ``task_group.start(store.run)``. If it is cancelled instead, the transaction
+        in flight still finishes and is reported; batches still queued fail with ``store_failed``.
+        """
+        self._stopped = stopped = anyio.Event()
+        task_status.started()
+        try:
+            async for first in self._receive:
+                group = [first]
+                while len(group) < MAX_BATCHES_PER_COMMIT:
+                    try:
+                        group.append(self._receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                try:
+                    # Shielded: a write that reached the disk must be reported to its waiters.
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._write, group)
+                except BaseException:
+                    # A committer that crashes still answers the batches it took (their waits
+                    # are shielded): with an error, since it cannot say what reached the disk.
+                    for pending in group:
+                        pending.error = StoreError("store_failed", "the committer crashed")
+                    raise
+                finally:
+                    for pending in group:
+                        pending.done.set()
+                if self.transactions % PRUNE_EVERY_COMMITS == 0:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._prune)
+        finally:
+            self._send.close()
+            while True:
+                try:
+                    pending = self._receive.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+                pending.error = StoreError("store_failed", "the store stopped before this commit")
+                pending.done.set()
+            stopped.set()
+
+    def _write(self, group: Sequence[_Pending]) -> None:
+        """One transaction for the whole group, each batch in its own savepoint (worker thread)."""
+        db = self._writer
+        self.transactions += 1
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for pending in group:
+                db.execute("SAVEPOINT batch")
+                try:
+                    self._write_batch(pending)
+                except (_ConflictError, sqlite3.IntegrityError) as e:
+                    db.execute("ROLLBACK TO batch")
+                    pending.error = StoreError("conflict", str(e))
+                db.execute("RELEASE batch")
+            db.execute("COMMIT")
+        except sqlite3.Error as e:
+            # SQLite may already have rolled back (it does on a full disk); never keep a part.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            error = _error(e)
+            for pending in group:
+                pending.error = error
+            return
+        for pending in group:
+            if pending.error is None:
+                self._latest_at = max(self._latest_at, pending.batch.at)
+                if pending.batch.request is not None:
+                    self._touched.add(pending.batch.request[0])
+
+    def _write_batch(self, pending: _Pending) -> None:
+        db = self._writer
+        b = pending.batch
+        if b.ruleset is not None:
+            db.execute(
+                "INSERT INTO combats (combat_id, ruleset, created_at) VALUES (?, ?, ?)",
+                (b.combat_id, b.ruleset, b.at),
+            )
+        elif (
+            db.execute("SELECT 1 FROM combats WHERE combat_id = ?", (b.combat_id,)).fetchone()
+            is None
+        ):
+            raise _ConflictError(f"combat {b.combat_id!r} does not exist")
+        if pending.events:
+            (last,) = db.execute(
+                "SELECT coalesce(max(seq), 0) FROM events WHERE combat_id = ?", (b.combat_id,)
+            ).fetchone()
+            if b.first_seq != last + 1:
+                raise _ConflictError(
+                    f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
+                )
+            db.executemany(
+                "INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", pending.events
+            )
+        if b.request is not None:
+            db.execute(
+                "INSERT INTO requests (principal, request_id, combat_id, response, at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (*b.request, b.combat_id, pending.response, b.at),
+            )
+
+    def _prune(self) -> None:
+        """Forget requests older than REQUEST_MEMORY_SECONDS or past MAX_REMEMBERED_REQUESTS.
+
+        Age is measured on the batches' own clock (``Batch.at``), so the store reads no clock.
+        A failed prune is dropped: it changes no answer the daemon gives, and runs again later.
+        """
+        db = self._writer
+        cutoff = self._latest_at - REQUEST_MEMORY_SECONDS
+        touched, self._touched = self._touched, set()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "DELETE FROM requests WHERE rowid IN"
+                " (SELECT rowid FROM requests WHERE at < ? LIMIT ?)",
+                (cutoff, PRUNE_MAX_ROWS),
+            )
+            for principal in touched:
+                # The at of the newest row past the cap; NULL (delete nothing) if under the cap.
+                db.execute(
+                    "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests"
+                    " WHERE principal = ?1 AND at <= (SELECT at FROM requests WHERE principal = ?1"
+                    " ORDER BY at DESC LIMIT 1 OFFSET ?2) LIMIT ?3)",
+                    (principal, MAX_REMEMBERED_REQUESTS, PRUNE_MAX_ROWS),
+                )
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def load(self) -> list[LoadedCombat]:
+        """Every combat, in creation order, with its snapshot and the events after it.
+
+        For start-up recovery. A last record that does not decode was torn by a crash: it is
+        deleted and named in the combat's ``warnings``. An undecodable record before the end, a
+        gap in the sequence or an unreadable snapshot quarantines that combat alone.
+        """
+        combats = self._reader.execute(
+            "SELECT combat_id, ruleset, created_at FROM combats ORDER BY created_at, rowid"
+        ).fetchall()
+        return [self._load_combat(*row) for row in combats]
+
+    def _load_combat(self, combat_id: str, ruleset: str, created_at: float) -> LoadedCombat:
+        def quarantined(reason: str) -> LoadedCombat:
+            return LoadedCombat(combat_id, ruleset, created_at, None, [], quarantined=reason)
+
+        snapshot: tuple[int, Any] | None = None
+        after = 0
+        row = self._reader.execute(
+            "SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat_id,)
+        ).fetchone()
+        if row is not None:
+            try:
+                snapshot = (row[0], _unpack(row[1]))
+            except ValueError as e:
+                return quarantined(f"snapshot at seq {row[0]} is unreadable: {e}")
+            after = row[0]
+        rows = self._reader.execute(
+            "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ? ORDER BY seq",
+            (combat_id, after),
+        ).fetchall()
+        events: list[tuple[int, dict[str, Any]]] = []
+        warnings: list[str] = []
+        for i, (seq, body) in enumerate(rows):
+            if seq != after + 1 + i:
+                return quarantined(f"seq {after + i + 1} is missing (next stored is {seq})")
+            try:
+                events.append((seq, _unpack_event(body)))
+            except ValueError as e:
+                if i < len(rows) - 1:
+                    return quarantined(f"event {seq} is unreadable: {e}")
+                self._reader.execute(
+                    "DELETE FROM events WHERE combat_id = ? AND seq = ?", (combat_id, seq)
+                )
+                warnings.append(f"combat {combat_id}: dropped torn last event {seq} ({e})")
+        return LoadedCombat(combat_id, ruleset, created_at, snapshot, events, warnings)
+
+    def events_after(
+        self, combat_id: str, seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """Up to ``limit`` (at most MAX_EVENTS_PER_READ) events of the combat after ``seq``.
+
+        Raises ``StoreError("store_failed")`` if a stored event does not decode.
+        """
+        rows = self._reader.execute(
+            "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ))),
+        ).fetchall()
+        return [
+            (s, self._decoded(_unpack_event, body, f"event {s} of {combat_id}")) for s, body in rows
+        ]
+
+    def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
+        """The combat id and response remembered for a retried request, or None if forgotten."""
+        row = self._reader.execute(
+            "SELECT combat_id, response FROM requests WHERE principal = ? AND request_id = ?",
+            (principal, request_id),
+        ).fetchone()
+        if row is None:
+            return None
+        return row[0], self._decoded(_unpack, row[1], f"response to {principal}/{request_id}")
+
+    @staticmethod
+    def _decoded(decode: Callable[[object], Any], body: object, what: str) -> Any:
+        try:
+            return decode(body)
+        except ValueError as e:
+            raise StoreError("store_failed", f"{what} is unreadable: {e}") from e
+
+
+__all__ = [
+    "COMMIT_QUEUE",
+    "MAX_BATCHES_PER_COMMIT",
+    "MAX_EVENTS_PER_READ",
+    "MAX_REMEMBERED_REQUESTS",
+    "REQUEST_MEMORY_SECONDS",
+    "Batch",
+    "LoadedCombat",
+    "Store",
+    "StoreError",
+]

@@ -1,0 +1,416 @@
+"""The wire codec: MessagePack-RPC messages to bytes and back, for the daemon and its clients.
+
+This is the bottom layer only (pynvim's strict layering): bytes become typed messages here; matching
+responses to requests and calling methods happen above, and nothing here does I/O.
+
+A connection carries a plain concatenated msgpack stream (no length prefix) of three arrays:
+
+- request ``[0, msgid, method, params]``
+- response ``[1, msgid, error, result]``
+- notification ``[2, method, params]``
+
+``msgid`` is an integer in ``0..MAX_MSGID``; ``method`` a string. Turnkeeper passes named
+parameters as one map inside the params array (``[0, 7, "end_turn", [{"combat": "c1"}]]``); an
+empty params array means no parameters. ``error`` is nil or ``{"code", "message", "field"}``.
+Every value is plain data: nil, booleans, integers, floats, strings, arrays and maps keyed by
+strings. The request ``Request(7, "end_turn", {"combat": "c1"})`` is these bytes::
+
+    94 00 07 a8 65 6e 64 5f 74 75 72 6e 91 81 a6 63 6f 6d 62 61 74 a2 63 31
+
+:class:`Decoder` reports a bad message as a :class:`WireError` in its output, in stream order,
+with one of four stable codes:
+
+- ``invalid_message``: well-formed msgpack that is not a Turnkeeper message (wrong shape or types,
+  a bin or ext value, a map key that is not a string). Not fatal.
+- ``nested_too_deeply``: arrays and maps nested past ``MAX_NESTING``. Not fatal, unless so deep
+  that msgpack itself gave up.
+- ``message_too_large``: a message over ``MAX_MESSAGE_BYTES``, or a string, array or map over its
+  limit. Fatal.
+- ``malformed_msgpack``: bytes that are not msgpack, invalid UTF-8, a map key msgpack refuses (an
+  integer, say). Fatal.
+
+After a non-fatal error exactly the bad message was consumed and decoding goes on;
+:func:`error_message` gives what to send back: an error response when the message was a request
+whose msgid could be read, else an ``ERROR_NOTIFICATION``. A fatal error means the byte stream can
+no longer be trusted: the server sends the final notification
+``[2, "error", [{"code", "message", "field", "fatal": true}]]`` and closes the connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# msgpack ships no type information; the codec's own signatures are what callers see.
+import msgpack  # type: ignore[import-untyped]
+
+PROTOCOL_VERSION = 1
+"""The protocol level this codebase speaks; a client reads the daemon's in the hello call."""
+
+COMPATIBLE_VERSION = 1
+"""The oldest protocol level a peer may speak and still be served by this one."""
+
+MAX_MSGID = 2**32 - 1
+"""MessagePack-RPC message ids are unsigned 32-bit integers; a sender wraps around after this."""
+
+MAX_MESSAGE_BYTES = 1024 * 1024
+"""Largest encoded message. The largest legitimate one (a combat snapshot or a page of history) is
+far smaller; the bound caps what one connection can make us buffer."""
+
+MAX_STRING_BYTES = 64 * 1024
+"""Longest str (or bin) value: names, notes and descriptions are short human text, so a longer
+value is a bug or abuse, refused before anything downstream sees it."""
+
+MAX_ARRAY_ITEMS = 64 * 1024
+"""Most items in one array. msgpack allocates a list of the declared length before the items
+arrive, so this caps what a five-byte header can make us allocate; event pages are far shorter."""
+
+MAX_MAP_ITEMS = 4 * 1024
+"""Most entries in one map. msgpack presizes a dict from the map header; Turnkeeper's maps are
+records of a few dozen fields or tables keyed by combatant, far below this."""
+
+MAX_NESTING = 32
+"""Deepest nesting of arrays and maps inside params, a result or an error. Turnkeeper's values
+nest a handful of levels (the engine's plain codec also stops at 32); deeper input is hostile and
+would only cost recursion further up."""
+
+ERROR_NOTIFICATION = "error"
+"""Method of the notification that reports an error no response can carry: one in a message
+without a readable request msgid, or a fatal one sent just before the server closes."""
+
+# The wire's own error codes (see above); they never change once released.
+INVALID_MESSAGE = "invalid_message"
+NESTED_TOO_DEEPLY = "nested_too_deeply"
+MALFORMED_MSGPACK = "malformed_msgpack"
+MESSAGE_TOO_LARGE = "message_too_large"
+
+_REQUEST = 0
+_RESPONSE = 1
+_NOTIFICATION = 2
+
+_PLAIN_SCALARS = (type(None), bool, int, float, str)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBody:
+    """The error of a response: a stable machine code, a message for people, the offending field.
+
+    ``code`` never changes once released; clients branch on it. ``field`` names the parameter at
+    fault (``""`` when the request as a whole is refused).
+    """
+
+    code: str
+    message: str
+    field: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A call that expects a :class:`Response` with the same ``msgid``."""
+
+    msgid: int
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The answer to the request ``msgid``: ``error`` is ``None`` on success, else ``result`` is."""
+
+    msgid: int
+    error: ErrorBody | None
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A one-way message: an event for a subscriber, or an error with no request to answer."""
+
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+Message = Request | Response | Notification
+
+
+class WireError(Exception):
+    """A message or byte stream the codec refuses, as data: ``code``, ``message`` and ``field``.
+
+    ``fatal`` is true when the byte stream can no longer be trusted and the connection must close.
+    ``msgid`` is the id of the refused request when it could be read, so the request can be
+    answered; it is ``None`` otherwise and always for fatal errors.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        field: str = "",
+        *,
+        fatal: bool = False,
+        msgid: int | None = None,
+    ) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.field = field
+        self.fatal = fatal
+        self.msgid = msgid
+
+
+def pack(message: Message) -> bytes:
+    """Encode one message. Raises ``WireError`` (``message_too_large``) if no peer would take it.
+
+    The error carries the message's msgid, so a server can answer a request with it instead.
+    """
+    data: bytes = msgpack.packb(_to_array(message), use_bin_type=True)
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise WireError(
+            MESSAGE_TOO_LARGE,
+            f"the encoded message is {len(data)} bytes, over the limit of {MAX_MESSAGE_BYTES}",
+            msgid=None if isinstance(message, Notification) else message.msgid,
+        )
+    return data
+
+
+def error_message(error: WireError) -> Response | Notification:
+    """What to send for ``error``: a response to its request if known, else an error notification.
+
+    The notification's params are ``{"code", "message", "field", "fatal"}``.
+    """
+    if error.msgid is not None:
+        return Response(error.msgid, ErrorBody(error.code, error.message, error.field), None)
+    params = {
+        "code": error.code,
+        "message": error.message,
+        "field": error.field,
+        "fatal": error.fatal,
+    }
+    return Notification(ERROR_NOTIFICATION, params)
+
+
+class Decoder:
+    """Turns the bytes of one connection, in whatever chunks they arrive, into messages."""
+
+    def __init__(self) -> None:
+        # The limits are checked as msgpack reads each header, before anything is allocated.
+        # feed() never lets the buffer reach max_buffer_size; it is set as a backstop.
+        # Integer map keys and the like are refused by msgpack itself (strict_map_key), so they
+        # are fatal; bin and ext values decode and are refused per message in _check_plain.
+        self._unpacker = msgpack.Unpacker(
+            raw=False,
+            strict_map_key=True,
+            max_buffer_size=MAX_MESSAGE_BYTES,
+            max_str_len=MAX_STRING_BYTES,
+            max_bin_len=MAX_STRING_BYTES,
+            max_array_len=MAX_ARRAY_ITEMS,
+            max_map_len=MAX_MAP_ITEMS,
+        )
+        self._fed = 0
+        self._message_start = 0
+        self._fatal: WireError | None = None
+
+    def feed(self, data: bytes) -> list[Message | WireError]:
+        """Decode ``data``: every message it completes, with a ``WireError`` for each bad one.
+
+        Items keep stream order. A fatal error is the last item; feeding again raises it.
+        """
+        if self._fatal is not None:
+            raise self._fatal
+        decoded: list[Message | WireError] = []
+        rest = memoryview(data)
+        while rest:
+            # Feed no more than the current message may still grow by, so a message over the limit
+            # is refused at its first excess byte and the unpacker never holds more than one.
+            room = MAX_MESSAGE_BYTES - (self._fed - self._message_start)
+            if room == 0:
+                decoded.append(self._fail(_too_large()))
+                return decoded
+            chunk, rest = rest[:room], rest[room:]
+            self._unpacker.feed(chunk)
+            self._fed += len(chunk)
+            while True:
+                try:
+                    obj = next(self._unpacker)
+                except StopIteration:
+                    break
+                except ValueError as exc:
+                    decoded.append(self._fail(_stream_error(exc)))
+                    return decoded
+                # tell() is the end of the object just read; later it also counts a partial one.
+                self._message_start = self._unpacker.tell()
+                try:
+                    decoded.append(_parse(obj))
+                except WireError as err:
+                    decoded.append(err)
+        return decoded
+
+    def _fail(self, error: WireError) -> WireError:
+        self._fatal = error
+        return error
+
+
+def _too_large() -> WireError:
+    return WireError(
+        MESSAGE_TOO_LARGE, f"a message is longer than {MAX_MESSAGE_BYTES} bytes", fatal=True
+    )
+
+
+def _stream_error(exc: ValueError) -> WireError:
+    """The fatal error for what msgpack raised: after any of these it cannot resume the stream."""
+    if isinstance(exc, msgpack.StackError):
+        return WireError(NESTED_TOO_DEEPLY, "the msgpack data nests too deeply", fatal=True)
+    # msgpack words its length-limit errors "N exceeds max_<kind>_len(M)" and has no type for them.
+    if "exceeds max_" in str(exc):
+        return WireError(MESSAGE_TOO_LARGE, f"a value is too long ({exc})", fatal=True)
+    detail = f" ({exc})" if str(exc) else ""
+    return WireError(MALFORMED_MSGPACK, f"the bytes are not valid msgpack{detail}", fatal=True)
+
+
+def _to_array(message: Message) -> list[Any]:
+    if isinstance(message, Request):
+        return [_REQUEST, message.msgid, message.method, _params_array(message.params)]
+    if isinstance(message, Response):
+        error = message.error
+        body = (
+            None
+            if error is None
+            else {"code": error.code, "message": error.message, "field": error.field}
+        )
+        return [_RESPONSE, message.msgid, body, message.result]
+    return [_NOTIFICATION, message.method, _params_array(message.params)]
+
+
+def _params_array(params: dict[str, Any]) -> list[dict[str, Any]]:
+    return [params] if params else []
+
+
+def _parse(obj: Any) -> Message:
+    """The message ``obj`` is, or a non-fatal ``WireError`` naming what is wrong with it."""
+    if not isinstance(obj, list):
+        raise WireError(INVALID_MESSAGE, "a message must be an array")
+    # type() rather than isinstance(): msgpack's true decodes to a bool, and True == 1.
+    kind = obj[0] if obj and type(obj[0]) is int else None
+    if kind == _REQUEST:
+        # Read the msgid first: once it is known, every other fault can be answered.
+        msgid = _msgid(obj)
+        _expect_length(obj, 4, msgid)
+        return Request(msgid, _method(obj[2], msgid), _params(obj[3], msgid))
+    if kind == _RESPONSE:
+        # Never answer a response, so its faults carry no msgid.
+        _expect_length(obj, 4, None)
+        msgid = _msgid(obj)
+        _check_plain(obj[3], "result", None)
+        return Response(msgid, _error_body(obj[2]), obj[3])
+    if kind == _NOTIFICATION:
+        _expect_length(obj, 3, None)
+        return Notification(_method(obj[1], None), _params(obj[2], None))
+    raise WireError(INVALID_MESSAGE, "a message's type must be 0, 1 or 2", "type")
+
+
+def _expect_length(obj: list[Any], length: int, msgid: int | None) -> None:
+    if len(obj) != length:
+        raise WireError(
+            INVALID_MESSAGE,
+            f"a message of type {obj[0]} must have {length} items, not {len(obj)}",
+            msgid=msgid,
+        )
+
+
+def _msgid(obj: list[Any]) -> int:
+    value = obj[1] if len(obj) > 1 else None
+    if type(value) is not int or not 0 <= value <= MAX_MSGID:
+        raise WireError(INVALID_MESSAGE, f"msgid must be an integer from 0 to {MAX_MSGID}", "msgid")
+    return value
+
+
+def _method(value: Any, msgid: int | None) -> str:
+    if not isinstance(value, str):
+        raise WireError(INVALID_MESSAGE, "method must be a string", "method", msgid=msgid)
+    return value
+
+
+def _params(value: Any, msgid: int | None) -> dict[str, Any]:
+    if not isinstance(value, list) or len(value) > 1:
+        raise WireError(
+            INVALID_MESSAGE,
+            "params must be an array holding at most one map of named parameters",
+            "params",
+            msgid=msgid,
+        )
+    if not value:
+        return {}
+    params = value[0]
+    if not isinstance(params, dict):
+        raise WireError(
+            INVALID_MESSAGE, "params must hold a map of named parameters", "params", msgid=msgid
+        )
+    _check_plain(params, "params", msgid)
+    return params
+
+
+def _error_body(value: Any) -> ErrorBody | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WireError(INVALID_MESSAGE, "error must be nil or a map", "error")
+    _check_plain(value, "error", None)
+    # Keys beyond these three are ignored: a newer daemon may add some.
+    return ErrorBody(
+        _error_string(value, "code"),
+        _error_string(value, "message"),
+        _error_string(value, "field", ""),
+    )
+
+
+def _error_string(error: dict[str, Any], name: str, default: str | None = None) -> str:
+    item = error.get(name, default)
+    if not isinstance(item, str):
+        raise WireError(INVALID_MESSAGE, f"error.{name} must be a string", f"error.{name}")
+    return item
+
+
+def _check_plain(value: Any, path: str, msgid: int | None) -> None:
+    """Refuse values that are not plain data, or that nest deeper than ``MAX_NESTING``."""
+    if isinstance(value, _PLAIN_SCALARS):
+        return
+    try:
+        _walk(value, 1)
+    except _NotPlain as fault:
+        where = path + "".join(
+            f"[{key}]" if isinstance(key, int) else f".{key}" for key in reversed(fault.keys)
+        )
+        raise WireError(fault.code, f"{where}: {fault.reason}", where, msgid=msgid) from None
+
+
+class _NotPlain(Exception):  # noqa: N818 - internal signal, always turned into a WireError
+    """Raised by ``_walk``; each level adds its key while unwinding, so paths cost nothing unless
+    something is refused (a 1 MiB message can hold half a million containers)."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+        self.keys: list[str | int] = []
+
+
+def _walk(node: Any, depth: int) -> None:
+    # Recursion is safe: it stops one level past MAX_NESTING.
+    if depth > MAX_NESTING:
+        raise _NotPlain(NESTED_TOO_DEEPLY, f"nests more than {MAX_NESTING} arrays and maps deep")
+    if isinstance(node, dict):
+        pairs: Any = node.items()
+    elif isinstance(node, list):
+        pairs = enumerate(node)
+    else:
+        raise _NotPlain(INVALID_MESSAGE, f"{type(node).__name__} is not plain data (no bin or ext)")
+    is_map = isinstance(node, dict)
+    for key, child in pairs:
+        if is_map and not isinstance(key, str):
+            raise _NotPlain(INVALID_MESSAGE, "map keys must be strings")
+        if not isinstance(child, _PLAIN_SCALARS):
+            try:
+                _walk(child, depth + 1)
+            except _NotPlain as fault:
+                fault.keys.append(key)
+                raise

@@ -1,0 +1,375 @@
+"""The durable store, on a real SQLite file: what is committed survives a reopen, concurrent
+commands share transactions, and a failed or refused batch never leaves a part behind."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgpack  # type: ignore[import-untyped]
+import pytest
+
+from turnkeeper import store as store_module
+from turnkeeper.store import DB_FILE, MAX_EVENTS_PER_READ, Batch, Store, StoreError
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def event(n: int, pad: str = "") -> dict[str, Any]:
+    return {"type": "round_started", "round": n, "pad": pad, "ok": True, "x": 1.5, "none": None}
+
+
+def batch(
+    combat_id: str,
+    first_seq: int,
+    count: int = 1,
+    *,
+    create: bool = False,
+    request: tuple[str, str] | None = None,
+    response: Any = None,
+    at: float = 1000.0,
+    pad: str = "",
+) -> Batch:
+    return Batch(
+        combat_id=combat_id,
+        first_seq=first_seq,
+        events=tuple(event(first_seq + i, pad) for i in range(count)),
+        ruleset="marvel" if create else None,
+        request=request,
+        response=response,
+        at=at,
+    )
+
+
+@asynccontextmanager
+async def running(store: Store) -> AsyncIterator[Store]:
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        yield store
+        await store.stop()
+
+
+def reopen(data_dir: Path) -> Store:
+    return Store.open(data_dir)
+
+
+def corrupt(data_dir: Path, combat_id: str, seq: int) -> None:
+    with sqlite3.connect(data_dir / DB_FILE) as db:
+        db.execute(
+            "UPDATE events SET body = ? WHERE combat_id = ? AND seq = ?",
+            (b"\xc1garbage", combat_id, seq),
+        )
+
+
+@pytest.mark.anyio
+async def test_committed_events_survive_a_reopen(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "data")
+    async with running(store):
+        await store.commit(batch("c1", 1, 3, create=True))
+        await store.commit(batch("c1", 4, 2))
+    store.close()
+
+    store = reopen(tmp_path / "data")
+    [combat] = store.load()
+    store.close()
+    assert (combat.combat_id, combat.ruleset, combat.created_at) == ("c1", "marvel", 1000.0)
+    assert combat.events == [(n, event(n)) for n in range(1, 6)]
+    assert combat.snapshot is None
+    assert combat.warnings == []
+    assert combat.quarantined is None
+
+
+def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
+    data_dir = tmp_path / "nested" / "data"
+    Store.open(data_dir).close()
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert (data_dir / DB_FILE).exists()
+    with sqlite3.connect(data_dir / DB_FILE) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (1,)
+
+
+def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    Store.open(tmp_path).close()
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute("UPDATE meta SET value = 99 WHERE key = 'schema_version'")
+    with pytest.raises(StoreError) as e:
+        Store.open(tmp_path)
+    assert e.value.code == "store_failed"
+    assert "schema version 99" in e.value.message
+
+
+@pytest.mark.anyio
+async def test_concurrent_commits_all_land_in_fewer_transactions(tmp_path: Path) -> None:
+    combats = 200
+    store = Store.open(tmp_path)
+    async with running(store), anyio.create_task_group() as tg:
+        for i in range(combats):
+            tg.start_soon(store.commit, batch(f"c{i}", 1, 2, create=True))
+    assert 1 <= store.transactions < combats
+    loaded = store.load()
+    store.close()
+    assert sorted(c.combat_id for c in loaded) == sorted(f"c{i}" for i in range(combats))
+    assert all(c.events == [(1, event(1)), (2, event(2))] for c in loaded)
+
+
+@pytest.mark.anyio
+async def test_a_duplicate_seq_is_a_conflict_for_its_own_batch_only(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    outcomes: dict[str, str] = {}
+
+    async def commit(name: str, b: Batch) -> None:
+        try:
+            await store.commit(b)
+            outcomes[name] = "ok"
+        except StoreError as e:
+            outcomes[name] = e.code
+
+    async with running(store):
+        await store.commit(batch("c1", 1, 2, create=True))
+        before = store.transactions
+        async with anyio.create_task_group() as tg:  # queued together: one transaction
+            tg.start_soon(commit, "duplicate", batch("c1", 2))
+            tg.start_soon(commit, "other", batch("c2", 1, create=True))
+            tg.start_soon(commit, "gap", batch("c1", 5))
+            tg.start_soon(commit, "unknown combat", batch("nowhere", 1))
+            tg.start_soon(commit, "combat twice", batch("c1", 3, create=True))
+        assert store.transactions == before + 1
+        await store.commit(batch("c1", 3))  # the store keeps working
+    assert outcomes == {
+        "duplicate": "conflict",
+        "other": "ok",
+        "gap": "conflict",
+        "unknown combat": "conflict",
+        "combat twice": "conflict",
+    }
+    loaded = {c.combat_id: c.events for c in store.load()}
+    store.close()
+    assert loaded == {"c1": [(1, event(1)), (2, event(2)), (3, event(3))], "c2": [(1, event(1))]}
+
+
+@pytest.mark.anyio
+async def test_a_remembered_request_answers_after_a_reopen(tmp_path: Path) -> None:
+    response = {"result": [1, "two", None], "seq": 1}
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response=response))
+        with pytest.raises(StoreError) as e:  # the same request id twice
+            await store.commit(batch("c1", 2, request=("alice", "r1"), response=response))
+    store.close()
+    assert e.value.code == "conflict"
+
+    store = reopen(tmp_path)
+    assert store.lookup_request("alice", "r1") == ("c1", response)
+    assert store.lookup_request("bob", "r1") is None
+    [combat] = store.load()
+    store.close()
+    assert combat.events == [(1, event(1))]
+
+
+@pytest.mark.anyio
+async def test_a_torn_last_record_is_dropped_with_a_warning(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, 3, create=True))
+    store.close()
+    corrupt(tmp_path, "c1", 3)
+
+    store = reopen(tmp_path)
+    [combat] = store.load()
+    assert combat.quarantined is None
+    assert combat.events == [(1, event(1)), (2, event(2))]
+    assert len(combat.warnings) == 1
+    assert "torn last event 3" in combat.warnings[0]
+    async with running(store):  # the dropped seq is free again
+        await store.commit(batch("c1", 3))
+    [combat] = store.load()
+    store.close()
+    assert combat.events == [(1, event(1)), (2, event(2)), (3, event(3))]
+    assert combat.warnings == []
+
+
+@pytest.mark.anyio
+async def test_garbage_mid_log_quarantines_that_combat_only(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("bad", 1, 3, create=True, at=1.0))
+        await store.commit(batch("good", 1, 2, create=True, at=2.0))
+        await store.commit(batch("gap", 1, 3, create=True, at=3.0))
+    store.close()
+    corrupt(tmp_path, "bad", 2)
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute("DELETE FROM events WHERE combat_id = 'gap' AND seq = 2")
+
+    store = reopen(tmp_path)
+    bad, good, gap = store.load()
+    store.close()
+    assert bad.combat_id == "bad"
+    assert bad.quarantined is not None
+    assert "event 2 is unreadable" in bad.quarantined
+    assert bad.events == []
+    assert (good.combat_id, good.quarantined) == ("good", None)
+    assert good.events == [(1, event(1)), (2, event(2))]
+    assert gap.quarantined == "seq 2 is missing (next stored is 3)"
+
+
+@pytest.mark.anyio
+async def test_a_full_disk_fails_the_whole_transaction_and_keeps_nothing(tmp_path: Path) -> None:
+    Store.open(tmp_path).close()  # the schema's own pages, before the limit applies
+    pages = sqlite3.connect(tmp_path / DB_FILE).execute("PRAGMA page_count").fetchone()[0]
+    store = Store.open(tmp_path, max_pages=pages + 4)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        with pytest.raises(StoreError) as e:
+            await store.commit(batch("c1", 2, 50, pad="x" * 2000))
+        assert e.value.code == "store_full"
+        await store.commit(batch("c1", 2))  # small enough: the store still works
+    [combat] = store.load()
+    store.close()
+    assert combat.events == [(1, event(1)), (2, event(2))]
+
+
+@pytest.mark.anyio
+async def test_events_after_pages_through_the_log(tmp_path: Path) -> None:
+    total = MAX_EVENTS_PER_READ + 50
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, total, create=True))
+    assert store.events_after("c1", 0, 3) == [(1, event(1)), (2, event(2)), (3, event(3))]
+    assert store.events_after("c1", total - 1, 10) == [(total, event(total))]
+    assert store.events_after("c1", total, 10) == []
+    assert store.events_after("c1", 0, 0) == []
+    assert store.events_after("nowhere", 0, 10) == []
+    seen: list[int] = []
+    while page := store.events_after("c1", seen[-1] if seen else 0, total):
+        assert len(page) <= MAX_EVENTS_PER_READ
+        seen.extend(seq for seq, _ in page)
+    store.close()
+    assert seen == list(range(1, total + 1))
+
+
+@pytest.mark.anyio
+async def test_stop_commits_what_was_queued_then_refuses(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    results: list[str] = []
+
+    async def commit(b: Batch) -> None:
+        await store.commit(b)
+        results.append(b.combat_id)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(commit, batch(f"c{i}", 1, create=True))
+        await anyio.wait_all_tasks_blocked()  # all 20 queued, none committed yet
+        await store.stop()  # not running yet: returns at once, and run() drains the queue
+        await store.run()
+    with pytest.raises(StoreError) as e:
+        await store.commit(batch("late", 1, create=True))
+    assert e.value.code == "store_failed"
+    assert len(store.load()) == len(results) == 20
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_committer_fails_the_queued_batches(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    codes: list[str] = []
+
+    async def commit(b: Batch) -> None:
+        try:
+            await store.commit(b)
+        except StoreError as e:
+            codes.append(e.code)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(commit, batch(f"c{i}", 1, create=True))
+        await anyio.wait_all_tasks_blocked()
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await store.run()
+    store.close()
+    assert codes == ["store_failed"] * 5
+
+
+def test_unencodable_data_is_refused_before_it_is_queued(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    with pytest.raises(TypeError):
+        anyio.run(store.commit, Batch("c1", 1, ({"x": object()},), "marvel", None, None, 1.0))
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "PRUNE_EVERY_COMMITS", 1)
+    monkeypatch.setattr(store_module, "MAX_REMEMBERED_REQUESTS", 2)
+    day = store_module.REQUEST_MEMORY_SECONDS
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("old", "r"), at=1.0))
+        for seq in range(2, 6):
+            await store.commit(batch("c1", seq, request=("busy", f"r{seq}"), at=day + seq))
+    assert store.lookup_request("old", "r") is None
+    assert [store.lookup_request("busy", f"r{seq}") is not None for seq in range(2, 6)] == [
+        False,
+        False,
+        True,
+        True,
+    ]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_load_starts_after_the_snapshot_and_an_unreadable_one_quarantines(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("snap", 1, 4, create=True, at=1.0))
+        await store.commit(batch("broken", 1, 2, create=True, at=2.0))
+    store.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as db:  # no writer yet: the format is the lead's call
+        db.execute("INSERT INTO snapshots VALUES ('snap', 2, ?)", (msgpack.packb({"round": 2}),))
+        db.execute("INSERT INTO snapshots VALUES ('broken', 1, ?)", (b"\xc1",))
+
+    store = reopen(tmp_path)
+    snap, broken = store.load()
+    store.close()
+    assert snap.snapshot == (2, {"round": 2})
+    assert snap.events == [(3, event(3)), (4, event(4))]
+    assert broken.quarantined is not None
+    assert broken.quarantined.startswith("snapshot at seq 1 is unreadable")
+
+
+@pytest.mark.anyio
+async def test_a_crashed_committer_still_answers_the_batch_it_took(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    codes: list[str] = []
+
+    def crash(group: object) -> None:
+        raise RuntimeError("boom")
+
+    store._write = crash  # type: ignore[method-assign]
+
+    async def commit() -> None:
+        try:
+            await store.commit(batch("c1", 1, create=True))
+        except StoreError as e:
+            codes.append(e.code)
+
+    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="boom")):
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.run)
+            tg.start_soon(commit)
+    store.close()
+    assert codes == ["store_failed"]
