@@ -1,0 +1,76 @@
+"""End to end over a real socket against a real daemon process and its SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon import CallError, running
+
+
+def _combat(c, combat: str = "bank") -> None:  # type: ignore[no-untyped-def]
+    c.call("create_combat", request_id=f"{combat}-1", combat_id=combat, ruleset="marvel")
+    c.call(
+        "add_combatant",
+        request_id=f"{combat}-2",
+        combat=combat,
+        id="spidey",
+        display_name="Spider-Man",
+    )
+
+
+def test_r5_a_retried_request_id_applies_once_even_across_a_kill(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        c = d.client()
+        _combat(c)
+        first = c.call("start_combat", request_id="start", combat="bank")
+        d.kill()
+        d.start()
+        again = d.client().call("start_combat", request_id="start", combat="bank")
+        assert again == first
+        view = d.client().call("get_combat", combat="bank")
+        assert view["seq"] == first["seq"]
+        assert view["view"]["turn"]["combatant"] == "spidey"
+
+
+def test_subscribe_replays_missed_events_then_goes_live_without_gaps(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        writer, reader = d.client(), d.client()
+        _combat(writer)
+        assert reader.call("subscribe", combat="bank", after=1)["seq"] == 4
+        writer.call("start_combat", request_id="start", combat="bank")
+        seqs = [reader.notification().params["seq"] for _ in range(8)]
+        assert seqs == list(range(2, 10))
+
+
+def test_sigterm_drains_and_exits_zero_with_the_socket_removed(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        _combat(d.client())
+        assert d.stop() == 0
+        assert not d.socket.exists()
+        d.start()
+        assert d.client().call("get_combat", combat="bank")["seq"] == 4
+
+
+def test_stale_socket_file_is_replaced(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        d.kill()
+        assert d.socket.exists()
+        d.start()
+        assert d.client().call("list_combats") == []
+
+
+def test_tcp_requires_a_token(tmp_path: Path) -> None:
+    with running(tmp_path, tcp=True) as d:
+        secret = d.token("narrator")
+        from daemon import Client
+
+        assert d.tcp_port is not None
+        anonymous = Client.tcp(d.tcp_port)
+        with pytest.raises(CallError) as refused:
+            anonymous.hello()
+        assert (refused.value.code, refused.value.field) == ("unauthenticated", "token")
+        c = Client.tcp(d.tcp_port)
+        assert c.hello(secret)["session"]["role"] == "narrator"
+        _combat(c)
