@@ -103,8 +103,9 @@ class Client:
 class Daemon:
     """``turnkeeper serve`` as a subprocess on a temporary socket and data directory."""
 
-    def __init__(self, root: Path, tcp_port: int | None = None) -> None:
+    def __init__(self, root: Path, tcp_port: int | None = None, *extra: str) -> None:
         self.root = root
+        self.extra = extra
         self.data_dir = root / "data"
         self.socket = root / "run" / "turnkeeper.sock"
         self.tcp_port = tcp_port
@@ -126,6 +127,7 @@ class Daemon:
         ]
         if self.tcp_port is not None:
             args += ["--tcp", f"127.0.0.1:{self.tcp_port}"]
+        args += self.extra
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=log)
         deadline = time.monotonic() + START_TIMEOUT
@@ -184,8 +186,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(root: Path, tcp: bool = False) -> Iterator[Daemon]:
-    daemon = Daemon(root, free_port() if tcp else None).start()
+def running(root: Path, tcp: bool = False, *extra: str) -> Iterator[Daemon]:
+    daemon = Daemon(root, free_port() if tcp else None, *extra).start()
     try:
         yield daemon
     finally:

@@ -74,3 +74,29 @@ def test_tcp_requires_a_token(tmp_path: Path) -> None:
         c = Client.tcp(d.tcp_port)
         assert c.hello(secret)["session"]["role"] == "narrator"
         _combat(c)
+
+
+def test_start_up_is_the_last_snapshot_plus_the_tail(tmp_path: Path) -> None:
+    with running(tmp_path, False, "--snapshot-every", "5") as d:
+        c = d.client()
+        _combat(c)
+        c.call("start_combat", request_id="start", combat="bank")
+        for n in range(6):
+            turn = c.call("get_combat", combat="bank")["view"]["turn"]
+            ref = {"round": turn["round"], "combatant": turn["combatant"]}
+            c.call("end_turn", request_id=f"end-{n}", combat="bank", turn=ref)
+        before = c.call("get_combat", combat="bank")
+        d.kill()
+        import sqlite3
+
+        db = sqlite3.connect(d.data_dir / "turnkeeper.db")
+        (snapshot_seq,) = db.execute(
+            "SELECT seq FROM snapshots WHERE combat_id = 'bank'"
+        ).fetchone()
+        db.close()
+        assert 5 <= snapshot_seq <= before["seq"]
+        d.start()
+        after = d.client().call("get_combat", combat="bank")
+        assert after == before
+        undone = d.client().call("undo", request_id="undo", combat="bank")
+        assert undone["events"][-1]["event"] == "command_undone"

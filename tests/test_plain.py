@@ -16,7 +16,9 @@ from turnkeeper_engine.plain import (
     event_from_plain,
     event_to_plain,
     from_plain,
+    from_shared,
     to_plain,
+    to_shared,
 )
 
 
@@ -90,3 +92,22 @@ def test_hostile_nesting_is_refused() -> None:
 def test_unknown_event_is_refused() -> None:
     with pytest.raises(PlainError):
         event_from_plain({"event": "nothing"})
+
+
+def test_shared_encoding_round_trips_a_state_and_keeps_its_parts_shared() -> None:
+    s, _ = _played()
+    s.do(c.CloseWindow(s.state.window.id))  # type: ignore[union-attr]
+    for _ in range(30):
+        s.end_turn()
+    data = to_shared(s.state)
+    back = from_shared(State, data)
+    assert back == s.state
+    assert back.undo[-1].combatants[0] is back.combatants[0]  # unchanged parts stay one object
+    plain_size = len(repr(to_plain(s.state)))
+    assert len(repr(data)) < plain_size / 2
+
+
+def test_a_shared_node_reference_that_points_nowhere_is_refused() -> None:
+    with pytest.raises(PlainError) as caught:
+        from_shared(State, {"nodes": [], "root": {"@": 3}})
+    assert caught.value.field == "root"

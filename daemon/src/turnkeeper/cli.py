@@ -29,6 +29,12 @@ def _tcp(value: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError("expected a whole number of at least 1")
+    return int(value)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnkeeper", description="The combat clock for tabletop RPG encounters."
@@ -56,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         type=_tcp,
         default=_tcp(env("TURNKEEPER_TCP", "")) if env("TURNKEEPER_TCP") else None,
         help="also listen on HOST:PORT; every TCP client needs a token (env TURNKEEPER_TCP)",
+    )
+    serve.add_argument(
+        "--snapshot-every",
+        type=_positive,
+        default=int(env("TURNKEEPER_SNAPSHOT_EVERY", "1000")),
+        help="events between two snapshots of a combat (env TURNKEEPER_SNAPSHOT_EVERY)",
     )
     serve.add_argument(
         "--log-format",
@@ -114,7 +126,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure(args.log_format)
     host, port = args.tcp if args.tcp else (None, None)
-    anyio.run(serve, Config(args.data_dir, args.socket, host, port))
+    config = Config(args.data_dir, args.socket, host, port, snapshot_every=args.snapshot_every)
+    anyio.run(serve, config)
     return 0
 
 

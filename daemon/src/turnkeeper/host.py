@@ -28,7 +28,15 @@ from turnkeeper_engine import (
 )
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.plain import Plain, event_from_plain, event_to_plain, to_plain
+from turnkeeper_engine.plain import (
+    Plain,
+    PlainError,
+    event_from_plain,
+    event_to_plain,
+    from_shared,
+    to_plain,
+    to_shared,
+)
 
 from .store import Batch, Store, StoreError
 
@@ -37,6 +45,10 @@ log = structlog.get_logger("turnkeeper.host")
 MAX_CATCH_UP = 1000
 """Missed events a subscription replays before going live; further behind, a client reads the
 combat's state and history first (``too_far_behind``), so no outbox ever holds a whole log."""
+
+SNAPSHOT_EVERY = 1000
+"""Events between two snapshots of a combat: start-up replays at most this many per combat,
+and a snapshot (the state with its undo history, shared parts stored once) stays cheap."""
 
 CLOCK_RETRY_SECONDS = 1.0
 """After a failed tick the clock waits this long before trying again."""
@@ -70,6 +82,7 @@ class Combat:
     id: str
     state: State
     seq: int
+    snapshot_seq: int = 0
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     quarantined: str | None = None
     subscribers: set[Subscriber] = field(default_factory=set)
@@ -93,8 +106,10 @@ class Hub:
         store: Store,
         dice: DiceSource | None = None,
         clock: Callable[[], float] = time.time,
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
         self.store = store
+        self.snapshot_every = snapshot_every
         self.dice: DiceSource = dice or SystemDice()
         self.clock = clock
         self.combats: dict[str, Combat] = {}
@@ -113,6 +128,13 @@ class Hub:
             state = State()
             seq = 0
             quarantined = loaded.quarantined
+            if quarantined is None and loaded.snapshot is not None:
+                seq, body = loaded.snapshot
+                try:
+                    state = from_shared(State, body)
+                except PlainError as e:
+                    quarantined = f"snapshot at seq {seq} does not decode: {e}"
+            snapshot_seq = seq
             if quarantined is None:
                 for seq, body in loaded.events:
                     try:
@@ -123,7 +145,7 @@ class Hub:
             if quarantined is not None:
                 log.error("combat_quarantined", combat=loaded.combat_id, reason=quarantined)
             self.combats[loaded.combat_id] = Combat(
-                loaded.combat_id, state, seq, quarantined=quarantined
+                loaded.combat_id, state, seq, snapshot_seq, quarantined=quarantined
             )
 
     # --------------------------------------------------------------------------- commands
@@ -193,6 +215,8 @@ class Hub:
             for event in decided:
                 state = evolve(state, event)
             numbered = list(enumerate(decided, start=combat.seq + 1))
+            last = combat.seq + len(decided)
+            snapshot = last - combat.snapshot_seq >= self.snapshot_every
             response: Plain = {
                 "combat": combat.id,
                 "seq": combat.seq + len(decided),
@@ -206,13 +230,16 @@ class Hub:
                 request=key,
                 response=response,
                 at=now,
+                snapshot=to_shared(state) if snapshot else None,
             )
             try:
                 await self.store.commit(batch)
             except StoreError as e:
                 raise RequestError(e.code, e.message) from e
             combat.state = state
-            combat.seq += len(decided)
+            combat.seq = last
+            if snapshot:
+                combat.snapshot_seq = last
             self._publish(combat, numbered)
             self._wake.set()
             return response

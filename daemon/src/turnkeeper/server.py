@@ -30,7 +30,7 @@ from turnkeeper_sdk import wire
 
 from . import __version__
 from .auth import AuthError, Principal, Tokens
-from .host import Hub, RequestError
+from .host import SNAPSHOT_EVERY, Hub, RequestError
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from .store import Store
 
@@ -59,6 +59,7 @@ class Config:
     tcp_port: int | None = None
     narrator_uid: int | None = field(default_factory=os.getuid)
     """Unix peers with this uid are narrators without a token; None turns that off."""
+    snapshot_every: int = SNAPSHOT_EVERY
 
 
 def _peer_uid(stream: ByteStream) -> int | None:
@@ -354,7 +355,7 @@ async def serve(
 ) -> None:
     """Run the daemon until SIGTERM or SIGINT, then drain in-flight commands and return."""
     store = Store.open(config.data_dir)
-    hub = Hub(store)
+    hub = Hub(store, snapshot_every=config.snapshot_every)
     hub.recover()
     server = Server(config, store, hub)
     try:

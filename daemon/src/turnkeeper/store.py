@@ -129,6 +129,9 @@ class Batch:
     request: tuple[str, str] | None
     response: Any
     at: float
+    snapshot: Any = None
+    """The combat's state after this batch, as plain data, when the caller takes a snapshot;
+    written in the same transaction, so a kill mid-snapshot leaves the previous one."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class _Pending:
     batch: Batch
     events: list[tuple[str, int, bytes]]
     response: bytes | None
+    snapshot: bytes | None
     done: anyio.Event = field(default_factory=anyio.Event)
     error: StoreError | None = None
 
@@ -293,6 +297,7 @@ class Store:
             batch,
             [(batch.combat_id, batch.first_seq + i, _pack(e)) for i, e in enumerate(batch.events)],
             None if batch.request is None else _pack(batch.response),
+            None if batch.snapshot is None else _pack(batch.snapshot),
         )
         try:
             await self._send.send(pending)
@@ -410,6 +415,11 @@ class Store:
                 "INSERT INTO requests (principal, request_id, combat_id, response, at)"
                 " VALUES (?, ?, ?, ?, ?)",
                 (*b.request, b.combat_id, pending.response, b.at),
+            )
+        if pending.snapshot is not None:
+            db.execute(
+                "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
+                (b.combat_id, b.first_seq + len(pending.events) - 1, pending.snapshot),
             )
 
     def _prune(self) -> None:

@@ -46,12 +46,63 @@ def to_plain(value: Any) -> Plain:
     raise TypeError(f"{type(value).__name__} has no plain form")
 
 
+REF = "@"
+"""Key of a reference to a shared node in ``to_shared`` data."""
+
+
+def to_shared(value: Any) -> dict[str, Plain]:
+    """Encode ``value`` like ``to_plain``, but each model object once: a state and the states
+    kept for undo share most of their parts, and so does this encoding (snapshots)."""
+    nodes: list[Plain] = []
+    index: dict[int, int] = {}
+
+    def encode(v: Any) -> Plain:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            at = index.get(id(v))
+            if at is None:
+                at = index[id(v)] = len(nodes)
+                nodes.append(None)
+                nodes[at] = {f.name: encode(getattr(v, f.name)) for f in dataclasses.fields(v)}
+            return {REF: at}
+        if isinstance(v, tuple) and v:
+            at = index.get(id(v))
+            if at is None:
+                at = index[id(v)] = len(nodes)
+                nodes.append(None)
+                nodes[at] = [encode(x) for x in v]
+            return {REF: at}
+        if isinstance(v, tuple | list):
+            return [encode(x) for x in v]
+        if isinstance(v, frozenset):
+            return sorted(encode(x) for x in v)  # type: ignore[type-var]
+        return to_plain(v)
+
+    root = encode(value)
+    return {"nodes": nodes, "root": root}
+
+
+def from_shared(tp: type[T], data: Mapping[str, Any]) -> T:
+    """Decode what ``to_shared`` made; shared nodes become shared objects again."""
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        raise PlainError("must be an array", "nodes")
+    return from_plain(tp, data.get("root"), "root", 0, _Shared(nodes))  # type: ignore[no-any-return]
+
+
+class _Shared:
+    def __init__(self, nodes: list[Any]) -> None:
+        self.nodes = nodes
+        self.decoded: dict[int, Any] = {}
+
+
 @cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def from_plain(tp: Any, data: Any, field: str = "", depth: int = 0) -> Any:
+def from_plain(
+    tp: Any, data: Any, field: str = "", depth: int = 0, shared: _Shared | None = None
+) -> Any:
     """Decode ``data`` as a value of type ``tp``, or raise ``PlainError`` naming the field."""
     if depth > MAX_DEPTH:
         raise PlainError("nested too deeply", field)
@@ -74,31 +125,36 @@ def from_plain(tp: Any, data: Any, field: str = "", depth: int = 0) -> Any:
             if option is type(None):
                 continue
             try:
-                return from_plain(option, data, field, depth + 1)
+                return from_plain(option, data, field, depth + 1, shared)
             except PlainError as e:
                 errors.append(e)
         raise errors[0]
     if origin is tuple:
+        if shared is not None and isinstance(data, Mapping):
+            return _shared_node(tp, data, field, depth, shared)
         if not isinstance(data, list | tuple):
             raise PlainError("must be an array", field)
         args = get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(
-                from_plain(args[0], v, f"{field}[{i}]", depth + 1) for i, v in enumerate(data)
+                from_plain(args[0], v, f"{field}[{i}]", depth + 1, shared)
+                for i, v in enumerate(data)
             )
         if len(data) != len(args):
             raise PlainError(f"must have {len(args)} items", field)
         return tuple(
-            from_plain(a, v, f"{field}[{i}]", depth + 1)
+            from_plain(a, v, f"{field}[{i}]", depth + 1, shared)
             for i, (a, v) in enumerate(zip(args, data, strict=True))
         )
     if origin is frozenset:
         if not isinstance(data, list | tuple):
             raise PlainError("must be an array", field)
         (arg,) = get_args(tp)
-        return frozenset(from_plain(arg, v, f"{field}[]", depth + 1) for v in data)
+        return frozenset(from_plain(arg, v, f"{field}[]", depth + 1, shared) for v in data)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _dataclass(tp, data, field, depth)
+        if shared is not None:
+            return _shared_node(tp, data, field, depth, shared)
+        return _dataclass(tp, data, field, depth, None)
     return _scalar(tp, data, field)
 
 
@@ -122,7 +178,27 @@ def _scalar(tp: Any, data: Any, field: str) -> Any:
     raise TypeError(f"no plain decoding for {tp!r}")
 
 
-def _dataclass(tp: type[T], data: Any, field: str, depth: int) -> T:
+def _shared_node(tp: Any, data: Any, field: str, depth: int, shared: _Shared) -> Any:
+    """A model object or tuple stored once in ``to_shared`` data, decoded once."""
+    ref = data.get(REF) if isinstance(data, Mapping) else None
+    if isinstance(ref, bool) or not isinstance(ref, int) or not 0 <= ref < len(shared.nodes):
+        raise PlainError("must be a node reference", field)
+    if ref not in shared.decoded:
+        body, path = shared.nodes[ref], f"nodes[{ref}]"
+        if get_origin(tp) is tuple:
+            if not isinstance(body, list):
+                raise PlainError("must be an array", path)
+            shared.decoded[ref] = from_plain(tp, body, path, depth + 1, shared)
+        else:
+            shared.decoded[ref] = _dataclass(tp, body, path, depth, shared)
+    node = shared.decoded[ref]
+    expected = tuple if get_origin(tp) is tuple else tp
+    if not isinstance(node, expected):
+        raise PlainError(f"node {ref} is not a {expected.__name__}", field)
+    return node
+
+
+def _dataclass(tp: type[T], data: Any, field: str, depth: int, shared: _Shared | None) -> T:
     if not isinstance(data, Mapping):
         raise PlainError("must be a map", field)
     hints = _hints(typing.cast(type, tp))
@@ -134,7 +210,7 @@ def _dataclass(tp: type[T], data: Any, field: str, depth: int) -> T:
     for name, f in known.items():
         path = f"{field}.{name}" if field else name
         if name in data:
-            values[name] = from_plain(hints[name], data[name], path, depth + 1)
+            values[name] = from_plain(hints[name], data[name], path, depth + 1, shared)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise PlainError("is required", path)
     return tp(**values)
