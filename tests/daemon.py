@@ -6,7 +6,6 @@ in-memory Story helper is for the engine's unit tests only.
 
 from __future__ import annotations
 
-import itertools
 import signal
 import socket
 import subprocess
@@ -17,87 +16,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from turnkeeper_sdk import wire
+from turnkeeper_sdk.client import CallError
+from turnkeeper_sdk.client import Client as SdkClient
 
 START_TIMEOUT = 20.0
 """Seconds a daemon may take to start listening on this (shared, noisy) machine."""
 CALL_TIMEOUT = 20.0
 
-
-class CallError(Exception):
-    """An error response, with the protocol's stable code and field."""
-
-    def __init__(self, body: wire.ErrorBody) -> None:
-        super().__init__(f"{body.code}: {body.message} ({body.field})")
-        self.code = body.code
-        self.field = body.field
+__all__ = ["CallError", "Client", "Daemon", "free_port", "running"]
 
 
-class Client:
-    """One connection; notifications that arrive while waiting are kept in ``notes``."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.sock.settimeout(CALL_TIMEOUT)
-        self.decoder = wire.Decoder()
-        self.ids = itertools.count(1)
-        self.notes: list[wire.Notification] = []
-        self.pending: list[wire.Message | wire.WireError] = []
+class Client(SdkClient):
+    """The SDK's client, with the shortcuts these tests use."""
 
     @classmethod
-    def unix(cls, path: Path) -> Client:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(path))
-        return cls(sock)
-
-    @classmethod
-    def tcp(cls, port: int) -> Client:
+    def tcp(cls, port: int) -> Client:  # type: ignore[override]
         return cls(socket.create_connection(("127.0.0.1", port), timeout=CALL_TIMEOUT))
 
-    def close(self) -> None:
-        self.sock.close()
-
-    def _next(self) -> wire.Message | wire.WireError:
-        while not self.pending:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError("the daemon closed the connection")
-            self.pending.extend(self.decoder.feed(data))
-        return self.pending.pop(0)
-
     def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        self.send(data)
 
-    def response(self, msgid: int) -> wire.Response:
-        while True:
-            item = self._next()
-            if isinstance(item, wire.Response) and item.msgid == msgid:
-                return item
-            if isinstance(item, wire.Notification):
-                self.notes.append(item)
-
-    def call(self, method: str, **params: Any) -> Any:
-        msgid = next(self.ids)
-        self.sock.sendall(wire.pack(wire.Request(msgid, method, params)))
-        answer = self.response(msgid)
-        if answer.error is not None:
-            assert isinstance(answer.error, wire.ErrorBody)
-            raise CallError(answer.error)
-        return answer.result
-
-    def notification(self) -> wire.Notification:
-        if self.notes:
-            return self.notes.pop(0)
-        while True:
-            item = self._next()
-            if isinstance(item, wire.Notification):
-                return item
-
-    def hello(self, token: str | None = None) -> Any:
-        params: dict[str, Any] = {"protocol": 1, "client": {"name": "tests", "kind": "tool"}}
-        if token is not None:
-            params["token"] = token
-        return self.call("hello", **params)
+    def hello(self, token: str | None = None) -> Any:  # type: ignore[override]
+        return super().hello(token, name="tests")
 
 
 class Daemon:

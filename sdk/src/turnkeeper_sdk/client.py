@@ -1,0 +1,120 @@
+"""A small synchronous client for scripts, tools and tests: one socket, one call at a time.
+
+Notifications (events, errors) that arrive while a call waits are kept, in order, for
+:meth:`Client.notification`. The async client with reconnection comes with the plugin SDK.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from pathlib import Path
+from typing import Any
+
+from . import wire
+
+CALL_TIMEOUT = 30.0
+"""Seconds a call waits for its answer before the connection is considered dead."""
+MAX_KEPT_NOTIFICATIONS = 100_000
+"""Notifications kept unread; past this the client raises rather than grow without bound."""
+RECV_BYTES = 65536
+
+
+class CallError(Exception):
+    """An error response, with the protocol's stable code, message and field."""
+
+    def __init__(self, body: wire.ErrorBody) -> None:
+        super().__init__(
+            f"{body.code}: {body.message}" + (f" ({body.field})" if body.field else "")
+        )
+        self.code = body.code
+        self.message = body.message
+        self.field = body.field
+
+
+class Client:
+    """One connection to a Turnkeeper daemon."""
+
+    def __init__(self, sock: socket.socket, timeout: float = CALL_TIMEOUT) -> None:
+        self.sock = sock
+        self.sock.settimeout(timeout)
+        self._decoder = wire.Decoder()
+        self._ids = itertools.count(1)
+        self._incoming: list[wire.Message | wire.WireError] = []
+        self.notes: list[wire.Notification] = []
+
+    @classmethod
+    def unix(cls, path: Path | str, timeout: float = CALL_TIMEOUT) -> Client:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        return cls(sock, timeout)
+
+    @classmethod
+    def tcp(cls, host: str, port: int, timeout: float = CALL_TIMEOUT) -> Client:
+        return cls(socket.create_connection((host, port), timeout=timeout), timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _next(self) -> wire.Message | wire.WireError:
+        while not self._incoming:
+            data = self.sock.recv(RECV_BYTES)
+            if not data:
+                raise EOFError("the daemon closed the connection")
+            self._incoming.extend(self._decoder.feed(data))
+        return self._incoming.pop(0)
+
+    def _keep(self, note: wire.Notification) -> None:
+        if len(self.notes) >= MAX_KEPT_NOTIFICATIONS:
+            raise OverflowError("too many unread notifications")
+        self.notes.append(note)
+
+    def send(self, data: bytes) -> None:
+        """Send raw bytes (for tools that speak the protocol by hand)."""
+        self.sock.sendall(data)
+
+    def response(self, msgid: int) -> wire.Response:
+        while True:
+            item = self._next()
+            if isinstance(item, wire.WireError):
+                raise item
+            if isinstance(item, wire.Response) and item.msgid == msgid:
+                return item
+            if isinstance(item, wire.Notification):
+                self._keep(item)
+
+    def call(self, method: str, **params: Any) -> Any:
+        """Call a method with named params; return its result or raise ``CallError``."""
+        msgid = next(self._ids) % (wire.MAX_MSGID + 1)
+        self.sock.sendall(wire.pack(wire.Request(msgid, method, params)))
+        answer = self.response(msgid)
+        if answer.error is not None:
+            raise CallError(answer.error)
+        return answer.result
+
+    def notification(self) -> wire.Notification:
+        """The next notification, waiting for one if none is kept."""
+        if self.notes:
+            return self.notes.pop(0)
+        while True:
+            item = self._next()
+            if isinstance(item, wire.WireError):
+                raise item
+            if isinstance(item, wire.Notification):
+                return item
+
+    def hello(self, token: str | None = None, name: str = "script", kind: str = "tool") -> Any:
+        params: dict[str, Any] = {
+            "protocol": wire.PROTOCOL_VERSION,
+            "client": {"name": name, "kind": kind},
+        }
+        if token is not None:
+            params["token"] = token
+        return self.call("hello", **params)
