@@ -111,3 +111,14 @@ def test_a_shared_node_reference_that_points_nowhere_is_refused() -> None:
     with pytest.raises(PlainError) as caught:
         from_shared(State, {"nodes": [], "root": {"@": 3}})
     assert caught.value.field == "root"
+
+
+def test_no_event_field_collides_with_the_wire_envelope() -> None:
+    """Event notifications carry ``combat``, ``seq`` and ``event`` beside the event's fields."""
+    import dataclasses
+
+    from turnkeeper_engine.events import EVENTS
+
+    for name, cls in EVENTS.items():
+        fields = {f.name for f in dataclasses.fields(cls)}
+        assert not fields & {"combat", "seq", "event"}, name

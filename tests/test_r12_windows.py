@@ -468,3 +468,16 @@ def test_r12_every_offered_answer_closes_it_before_the_deadline(ruleset: str) ->
     events = story.do(c.ClaimReaction(window.id, "ana", reservation=r.id), now=1.0)
     assert [e.reason for e in of(events, ev.WindowClosed)] == ["answered"]
     assert of(events, ev.ReactionStarted)[0].combatant == "ana"
+
+
+@BOTH
+def test_r12_with_no_deadline_time_never_closes_a_waiting_window(ruleset: str) -> None:
+    story = fight(ruleset)
+    reserve(story, Predicate(kinds=("attack",)))
+    story.end_turn()
+    events = story.do(c.DeclareAction(story.turn, ActionSpec("attack")))
+    window = of(events, ev.WindowOpened)[0].window
+    assert window.offered == ("ana",)
+    assert story.do(c.Tick(), now=3600.0) == []
+    assert story.state.window is not None
+    assert story.state.window.status == "open"

@@ -1,51 +1,143 @@
-"""``turnkeeper demo``: the seeds' worked examples played through the engine, narrated.
+"""``turnkeeper demo``: the seeds' worked examples played over the real protocol, narrated.
 
-Until the daemon exists (next issue) the scenes run in process. Initiative faces are the ones
-that give the seeds' own numbers; everything else is rolled from a fixed seed, so the log is the
+The demo starts a daemon on a temporary socket and data directory, then plays each scene with
+scripted clients: the narrator's connection, one per player (each with its own player token),
+and a watcher subscribed to the combat, whose event stream is what gets narrated. Every die is
+supplied by whoever rolls it, with the faces that give the seeds' own numbers, so the log is the
 same on every run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from turnkeeper_engine import NARRATOR, Actor, Engine, RuleError, ScriptedDice, SeededDice
+from turnkeeper_engine import State, evolve
 from turnkeeper_engine import commands as c
-from turnkeeper_engine.dice import DiceSource
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
+from turnkeeper_engine.plain import command_to_plain, event_from_plain
+from turnkeeper_sdk.client import CallError, Client
 
+from .auth import Tokens
 from .narrate import narrate
 
-DEMO_SEED = 616
-"""Fixed seed for dice the scenes do not script, so the narrated log is reproducible."""
+START_TIMEOUT = 30.0
+"""Seconds the embedded daemon may take to start listening."""
+
+
+class _Session:
+    """The embedded daemon and the demo's connections to it."""
+
+    def __init__(self, out: Callable[[str], None], root: Path) -> None:
+        self.out = out
+        self.data_dir = root / "data"
+        self.socket = root / "run" / "turnkeeper.sock"
+        self.log = (root / "daemon.log").open("wb")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "turnkeeper.cli",
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--socket",
+                str(self.socket),
+                "--log-format",
+                "json",
+            ],
+            stdout=self.log,
+            stderr=self.log,
+        )
+        self.narrator = self._connect()
+        self.narrator.hello(name="demo narrator")
+        self.watcher = self._connect()
+        self.watcher.hello(name="demo watcher", kind="bridge")
+        self.players: dict[str, Client] = {}
+
+    def _connect(self) -> Client:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError("the embedded daemon exited; see its log")
+            try:
+                return Client.unix(self.socket)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def player(self, user: str) -> Client:
+        """The player's own connection, authenticated with a player token bound to ``user``."""
+        if user not in self.players:
+            _, secret = Tokens(self.data_dir).add("player", user)
+            client = self._connect()
+            client.hello(secret, name=f"demo player {user}", kind="player")
+            self.players[user] = client
+        return self.players[user]
+
+    def close(self) -> None:
+        for client in (self.narrator, self.watcher, *self.players.values()):
+            client.close()
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=START_TIMEOUT)
+        self.log.close()
 
 
 class _Table:
-    """One scene: a combat, a clock that ticks a second per command, and the narrated log."""
+    """One scene's combat: commands go out over the socket, the watcher's events come back."""
 
-    def __init__(self, out: Callable[[str], None], dice: DiceSource) -> None:
-        self.engine = Engine(dice)
-        self.out = out
-        self.now = 0.0
+    def __init__(self, session: _Session) -> None:
+        self.session = session
+        self.out = session.out
+        self.state = State()
+        self.combat = ""
+        self.seq = 0
+        self.requests = 0
 
     def __call__(self, command: c.Command, player: str | None = None) -> None:
-        """Play ``command`` as the narrator, or as ``player`` (a user id) for their own."""
-        self.now += 1.0
-        actor = Actor("player", player) if player else NARRATOR
-        result = self.engine.handle(command, self.now, actor)
-        if isinstance(result, RuleError):
-            raise RuntimeError(f"demo script refused at {command.name}: {result}")
-        state = self.engine.state
-        for event in result:
-            line = narrate(event, state)
+        """Send ``command`` as the narrator, or as ``player`` (a user id) for their own."""
+        params = command_to_plain(command)
+        del params["command"]
+        if isinstance(command, c.CreateCombat):
+            self.combat = command.combat_id
+        else:
+            params["combat"] = self.combat
+        self.requests += 1
+        params["request_id"] = f"{self.combat}-{self.requests}"
+        client = self.session.player(player) if player else self.session.narrator
+        try:
+            result = client.call(command.name, **params)
+        except CallError as e:
+            raise RuntimeError(f"demo script refused at {command.name}: {e}") from e
+        if isinstance(command, c.CreateCombat):
+            self.session.watcher.call("subscribe", combat=self.combat, after=0)
+        self._follow(int(result["seq"]))
+
+    def _follow(self, seq: int) -> None:
+        """Narrate the watcher's events up to ``seq``."""
+        while self.seq < seq:
+            note = self.session.watcher.notification()
+            body = dict(note.params)
+            if note.method != "event" or body.pop("combat") != self.combat:
+                continue
+            self.seq = int(body.pop("seq"))
+            event = event_from_plain(body)
+            self.state = evolve(self.state, event)
+            line = narrate(event, self.state)
             if line:
                 self.out(line)
 
     @property
     def turn(self) -> Any:
-        assert self.engine.state.turn is not None
-        return self.engine.state.turn.ref
+        assert self.state.turn is not None
+        return self.state.turn.ref
 
     def end_turn(self) -> None:
         self(c.EndTurn(self.turn))
@@ -54,13 +146,8 @@ class _Table:
         self(c.DeclareAction(self.turn, ActionSpec(kind, None, description, targets, **fields)))
 
 
-def _scripted(faces: Iterable[int]) -> DiceSource:
-    return ScriptedDice(faces)
-
-
-def bank_robbery(out: Callable[[str], None]) -> None:
+def bank_robbery(t: _Table) -> None:
     """Seed: Spider-Man 20, Sabretooth 17, Wolverine 15, Doctor Octopus 14; two Fantastics."""
-    t = _Table(out, SeededDice(DEMO_SEED))
     t(c.CreateCombat("bank", "marvel"))
     t(c.AddCombatant("spidey", "Spider-Man", "peter", True, init_mod=3))
     t(c.AddCombatant("sabretooth", "Sabretooth", init_mod=2))
@@ -77,7 +164,7 @@ def bank_robbery(out: Callable[[str], None]) -> None:
     t.end_turn()
     t.act("attack", "swings at Sabretooth", "sabretooth")
     t.end_turn()
-    out("  (Sabretooth holds his turn, waiting for Wolverine to commit.)")
+    t.out("  (Sabretooth holds his turn, waiting for Wolverine to commit.)")
     t(c.Hold(t.turn))
     t(c.TakeHeldTurn("sabretooth", "after", "wolverine"))
     t.act("attack", "slashes at Sabretooth", "sabretooth")
@@ -88,9 +175,8 @@ def bank_robbery(out: Callable[[str], None]) -> None:
     t(c.EndCombat())
 
 
-def hydra_corner(out: Callable[[str], None]) -> None:
+def hydra_corner(t: _Table) -> None:
     """Seed: Captain America reserves a punch for whoever comes around the corner."""
-    t = _Table(out, SeededDice(DEMO_SEED))
     t(c.CreateCombat("hydra-hq", "marvel"))
     t(c.AddCombatant("cap", "Captain America", "steve", True, init_mod=3))
     t(c.AddCombatant("agent", "Hydra agent", init_mod=1, tags=("hydra",)))
@@ -109,21 +195,19 @@ def hydra_corner(out: Callable[[str], None]) -> None:
     )
     t.end_turn()
     t.act("move", "comes around the corner", zone="corner")
-    window = t.engine.state.window
+    window = t.state.window
     assert window is not None
-    t(c.ClaimReaction(window.id, "cap", t.engine.state.reservations[0].id))
+    t(c.ClaimReaction(window.id, "cap", t.state.reservations[0].id))
     t(c.FinishReaction(window.id, "cap"))
     t.act("attack", "fires at Captain America", "cap")
     t.end_turn()
-    out(f"  Order unchanged: {', '.join(t.engine.state.order)}.")
+    t.out(f"  Order unchanged: {', '.join(t.state.order)}.")
     t(c.EndCombat())
 
 
-def mandarin(out: Callable[[str], None]) -> None:
+def mandarin(t: _Table) -> None:
     """Seed: three reserved actions go off together; fresh checks Carter 19, Cap 18, Mandarin
     15; the battle ends before the Mandarin's attack."""
-    fresh_checks = (6, 6, 5, 5, 5, 5, 4, 4, 4)
-    t = _Table(out, _scripted(fresh_checks))
     t(c.CreateCombat("brawl", "marvel"))
     t(c.AddCombatant("carter", "Sharon Carter", "sharon", True, init_mod=2))
     t(c.AddCombatant("cap", "Captain America", "steve", True, init_mod=3))
@@ -138,28 +222,29 @@ def mandarin(out: Callable[[str], None]) -> None:
     t(c.Reserve(t.turn, "standard", ActionSpec("attack", None, "hurl his shield"), talk))
     t.end_turn()
     t(c.Reserve(t.turn, "standard", ActionSpec("escape", None, "elbow free and dive"), talk))
-    out("  (The time for talk is over.)")
+    t.out("  (The time for talk is over.)")
     t(
         c.AnnounceTrigger(
             TriggerFacts("announced", "mandarin", "attack", ("carter",), text="Mandarin attacks"),
             offer=("carter", "cap", "mandarin"),
         )
     )
-    state = t.engine.state
+    state = t.state
     assert state.window is not None
     window = state.window.id
     reservation = {r.combatant: r.id for r in state.reservations}
-    for who in ("carter", "cap", "mandarin"):
-        t(c.ClaimReaction(window, who, reservation[who]))
+    # Everyone involved makes a new initiative check (R12), each with their own dice.
+    t(c.ClaimReaction(window, "carter", reservation["carter"], faces=(6, 6, 5)), "sharon")
+    t(c.ClaimReaction(window, "cap", reservation["cap"], faces=(5, 5, 5)), "steve")
+    t(c.ClaimReaction(window, "mandarin", reservation["mandarin"], faces=(4, 4, 4)))
     t(c.FinishReaction(window, "carter"))
     t(c.DefeatCombatant("mandarin"))
     t(c.FinishReaction(window, "cap"))
     t(c.EndCombat())
 
 
-def doom(out: Callable[[str], None]) -> None:
+def doom(t: _Table) -> None:
     """Seed: the Invisible Woman surprises Doctor Doom mid-combat and attacks with an edge."""
-    t = _Table(out, SeededDice(DEMO_SEED))
     t(c.CreateCombat("latveria", "marvel"))
     t(c.AddCombatant("sue", "Invisible Woman", "sue", True, init_mod=3))
     t(c.AddCombatant("doom", "Doctor Doom", init_mod=4))
@@ -168,7 +253,7 @@ def doom(out: Callable[[str], None]) -> None:
     t(c.StartCombat())
     t.act("power", "blasts the Thing")
     t.end_turn()
-    out("  (Doom fails to detect the invisible Sue sneaking up behind him.)")
+    t.out("  (Doom fails to detect the invisible Sue sneaking up behind him.)")
     t(c.Surprise("doom", ("sue",)))
     t.act("attack", "strikes Doctor Doom from behind", "doom")
     t.end_turn()
@@ -177,9 +262,8 @@ def doom(out: Callable[[str], None]) -> None:
     t(c.EndCombat())
 
 
-def goblin_cave(out: Callable[[str], None]) -> None:
+def goblin_cave(t: _Table) -> None:
     """dnd3e: Ready against a spellcaster, Delay, Refocus and the delay floor."""
-    t = _Table(out, SeededDice(DEMO_SEED))
     t(c.CreateCombat("cave", "dnd3e"))
     t(c.AddCombatant("fighter", "Tordek", "ana", True, init_mod=1, dexterity=12))
     t(c.AddCombatant("wizard", "Mialee", "bo", True, init_mod=3, dexterity=16))
@@ -190,7 +274,7 @@ def goblin_cave(out: Callable[[str], None]) -> None:
     t(c.RollInitiative("shaman", faces=(10,)))
     t(c.RollInitiative("wizard", faces=(5,)), "bo")
     t(c.StartCombat())
-    out("  (Lidda delays until the shaman shows what he does.)")
+    t.out("  (Lidda delays until the shaman shows what he does.)")
     t(c.Hold(t.turn))
     t(c.TakeHeldTurn("rogue", "after", "shaman"))
     casting = Predicate(events=("action_declared",), actors=("shaman",), kinds=("cast",))
@@ -205,16 +289,16 @@ def goblin_cave(out: Callable[[str], None]) -> None:
     t.act("move", "steps up to the shaman")
     t.end_turn()
     t.act("cast", "begins casting a spell", "fighter")
-    window = t.engine.state.window
+    window = t.state.window
     assert window is not None
-    t(c.ClaimReaction(window.id, "fighter", t.engine.state.reservations[0].id))
+    t(c.ClaimReaction(window.id, "fighter", t.state.reservations[0].id))
     t(c.FinishReaction(window.id, "fighter"))
     t.end_turn()
     t.act("attack", "stabs the shaman", "shaman")
     t.end_turn()
     t(c.Refocus(t.turn))
     t.end_turn()
-    out(f"  Order now: {', '.join(t.engine.state.order)}.")
+    t.out(f"  Order now: {', '.join(t.state.order)}.")
     t.end_turn()
     t(c.Hold(t.turn))
     t.end_turn()
@@ -223,7 +307,7 @@ def goblin_cave(out: Callable[[str], None]) -> None:
     t(c.EndCombat())
 
 
-SCENES: tuple[tuple[str, Callable[[Callable[[str], None]], None]], ...] = (
+SCENES: tuple[tuple[str, Callable[[_Table], None]], ...] = (
     (
         "Marvel Multiverse: the bank robbery (initiative, Fantastic, bonus round, hold)",
         bank_robbery,
@@ -236,8 +320,13 @@ SCENES: tuple[tuple[str, Callable[[Callable[[str], None]], None]], ...] = (
 
 
 def run(out: Callable[[str], None] = print) -> None:
-    """Play every scene, printing the narrated log."""
-    for title, scene in SCENES:
-        out("")
-        out(f"### {title}")
-        scene(out)
+    """Start an embedded daemon, play every scene through it, and print the narrated log."""
+    with tempfile.TemporaryDirectory(prefix="turnkeeper-demo-") as root:
+        session = _Session(out, Path(root))
+        try:
+            for title, scene in SCENES:
+                out("")
+                out(f"### {title}")
+                scene(_Table(session))
+        finally:
+            session.close()

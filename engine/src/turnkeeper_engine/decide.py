@@ -981,9 +981,8 @@ def _maybe_close(ctx: _Ctx) -> None:
     waiting = [i for i in w.offered if i not in answered and ctx.state.active(i)]
     # R12: every offered reserver answering closes it; so does a deadline, answered or not.
     # A deadline of 0 s sets no wait: the window waits for the offered answers alone.
-    has_deadline = w.deadline > w.opened_at
     if (not waiting and (w.offered or ctx.now >= w.deadline)) or (
-        has_deadline and ctx.now >= w.deadline
+        w.has_deadline and ctx.now >= w.deadline
     ):
         _close(ctx, "answered")
 
@@ -1246,7 +1245,7 @@ def _surprise(ctx: _Ctx, c: cmd.Surprise) -> None:
 
 def _tick(ctx: _Ctx, c: cmd.Tick) -> None:
     w = ctx.state.window
-    if w is not None and w.status == "open" and ctx.now >= w.deadline:
+    if w is not None and w.has_deadline and w.status == "open" and ctx.now >= w.deadline:
         _close(ctx, "deadline")
     turn = ctx.state.turn
     if turn is None or ctx.state.window is not None:

@@ -181,12 +181,13 @@ class TurnEnded(_About):
 
 @dataclass(frozen=True, slots=True)
 class TurnHeld(_About):
-    """The turn is held (delayed) rather than ended: the combatant's round is not spent yet."""
+    """The turn is held (delayed) rather than ended: the combatant's round is not spent yet.
+    ``ordinal`` orders holders by when they began holding (R9)."""
 
     name: ClassVar[str] = "turn_held"
     round: int
     number: int | None
-    seq: int
+    ordinal: int
 
 
 @dataclass(frozen=True, slots=True)

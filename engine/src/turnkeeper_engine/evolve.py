@@ -80,7 +80,7 @@ def _turn_ended(state: State, e: ev.TurnEnded) -> State:
 
 
 def _turn_held(state: State, e: ev.TurnHeld) -> State:
-    hold = Hold(e.combatant, e.seq, e.round, e.number, "at" if e.number is not None else None)
+    hold = Hold(e.combatant, e.ordinal, e.round, e.number, "at" if e.number is not None else None)
     return replace(state, turn=None, holds=(*state.holds, hold), serial=state.serial + 1)
 
 

@@ -257,6 +257,11 @@ class Window:
     sequence: tuple[str, ...] = ()
     index: int = 0
 
+    @property
+    def has_deadline(self) -> bool:
+        """A window deadline of 0 s sets no wait: only answers (or the narrator) close it."""
+        return self.deadline > self.opened_at
+
 
 @dataclass(frozen=True, slots=True)
 class State:
@@ -308,8 +313,9 @@ def next_deadline(state: State) -> float | None:
     """The earliest moment a ``Tick`` would change something (R13): an open window's deadline,
     the turn timer's warning or its expiry. A host schedules its next tick for then."""
     moments: list[float] = []
-    if state.window is not None and state.window.status == "open":
-        moments.append(state.window.deadline)
+    window = state.window
+    if window is not None and window.status == "open" and window.has_deadline:
+        moments.append(window.deadline)
     turn = state.turn
     if turn is not None and state.window is None:
         if turn.warn_at is not None and not turn.warned:
