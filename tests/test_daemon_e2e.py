@@ -100,3 +100,30 @@ def test_start_up_is_the_last_snapshot_plus_the_tail(tmp_path: Path) -> None:
         assert after == before
         undone = d.client().call("undo", request_id="undo", combat="bank")
         assert undone["events"][-1]["event"] == "command_undone"
+
+
+def test_watch_prints_the_live_board(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    with running(tmp_path) as d:
+        c = d.client()
+        _combat(c)
+        c.call("add_combatant", request_id="add", combat="bank", id="ock", display_name="Ock")
+        c.call(
+            "roll_initiative", request_id="r1", combat="bank", combatant="spidey", faces=[6, 6, 6]
+        )
+        c.call("roll_initiative", request_id="r2", combat="bank", combatant="ock", faces=[2, 2, 2])
+        c.call("start_combat", request_id="start", combat="bank")
+        c.call("hold", request_id="hold", combat="bank", turn={"round": 1, "combatant": "spidey"})
+        watch = [sys.executable, "-m", "turnkeeper.cli", "watch", "bank", "--once"]
+        board = subprocess.run(
+            [*watch, "--socket", str(d.socket)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert "bank (marvel) — rounds — round 1" in board
+        assert ">    6   Ock" in board
+        assert "18   Spider-Man  (holding)" in board

@@ -76,6 +76,22 @@ def _parser() -> argparse.ArgumentParser:
         help="console on a terminal, JSON otherwise (env TURNKEEPER_LOG_FORMAT)",
     )
 
+    watch = sub.add_parser("watch", help="show a combat's live initiative order")
+    watch.add_argument("combat")
+    watch.add_argument(
+        "--socket",
+        type=Path,
+        default=Path(env("TURNKEEPER_SOCKET") or default_socket()),
+        help="the daemon's Unix socket (env TURNKEEPER_SOCKET)",
+    )
+    watch.add_argument("--tcp", type=_tcp, help="connect over TCP to HOST:PORT instead")
+    watch.add_argument(
+        "--token",
+        default=env("TURNKEEPER_TOKEN"),
+        help="a token (env TURNKEEPER_TOKEN); without one, the socket's own uid is narrator",
+    )
+    watch.add_argument("--once", action="store_true", help="print the board once and exit")
+
     token = sub.add_parser("token", help="manage access tokens")
     token.add_argument(
         "--data-dir",
@@ -138,7 +154,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "token":
         return _token(args)
+    if args.command == "watch":
+        return _watch(args)
     return _serve(args)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from turnkeeper_sdk.client import CallError, Client
+
+    from .watch import watch
+
+    try:
+        client = Client.tcp(*args.tcp) if args.tcp else Client.unix(args.socket)
+    except OSError as e:
+        print(f"turnkeeper: cannot connect: {e}", file=sys.stderr)
+        return 1
+    with client:
+        try:
+            client.hello(args.token, name="turnkeeper watch", kind="observer")
+            watch(client, args.combat, print, once=args.once)
+        except CallError as e:
+            print(f"turnkeeper: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            pass
+    return 0
 
 
 if __name__ == "__main__":
