@@ -569,3 +569,13 @@ def test_r16_a_hidden_combatant_does_not_exist_for_players() -> None:
         assert (error.code, error.field) == ("unknown_combatant", "action.targets")
         assert "Lurker" not in error.message
     s.do(c.DeclareAction(s.turn, ActionSpec("attack", targets=("lurker",))))  # the narrator
+
+
+def test_r16_a_player_sees_its_own_hidden_combatant() -> None:
+    s = hidden_table()
+    s.add("shade", controller="u1", player_character=True, hidden=True, faces=(1, 1, 2))
+    assert "shade" in [c.id for c in view(s.state, U1).combatants]
+    assert "shade" not in [c.id for c in view(s.state, player("u2")).combatants]
+    added = [e for e in s.log if isinstance(e, ev.CombatantSlotted) and e.combatant == "shade"]
+    assert visible(added[0], s.state, U1) is not None
+    assert visible(added[0], s.state, player("u2")) is None

@@ -120,7 +120,8 @@ def _token(args: argparse.Namespace) -> int:
         except AuthError as e:
             print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
             return 2
-        print(f"{record.id} {record.role} {record.user or '-'}")
+        narrator = " narrator" if record.narrator else ""
+        print(f"{record.id} {record.role}{narrator} {record.user or '-'}")
         print(secret)
         return 0
     if args.action == "list":

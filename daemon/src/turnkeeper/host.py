@@ -5,6 +5,8 @@ request → validated command → engine → events committed (group commit) →
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Callable
@@ -31,6 +33,7 @@ from turnkeeper_engine import events as ev
 from turnkeeper_engine.plain import (
     Plain,
     PlainError,
+    command_to_plain,
     event_from_plain,
     event_to_plain,
     from_shared,
@@ -86,6 +89,16 @@ class Combat:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     quarantined: str | None = None
     subscribers: set[Subscriber] = field(default_factory=set)
+
+
+_Request = tuple[tuple[str, str], str]
+"""((principal, request_id), fingerprint of the command it names)."""
+
+
+def _fingerprint(combat_id: str, command: cmd.Command) -> str:
+    """What a request id stands for, so a reused id with another command is caught."""
+    body = json.dumps([combat_id, command_to_plain(command)], sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def _numbered(events: list[tuple[int, ev.Event]], state: State, actor: Actor) -> list[Plain]:
@@ -169,37 +182,45 @@ class Hub:
         """Apply a command once. A retried ``request_id`` gets the first result back, also
         across a restart, and is never applied twice."""
         key = (principal, request_id)
+        fingerprint = _fingerprint(combat_id, command)
         while key in self._in_flight:
             await self._in_flight[key].wait()
         remembered = self.store.lookup_request(principal, request_id)
         if remembered is not None:
-            return remembered[1]  # type: ignore[no-any-return]
+            stored = remembered[1]
+            if stored.get("fingerprint") != fingerprint:
+                raise RequestError(
+                    "request_id_reused",
+                    "this request_id was used for a different command",
+                    "request_id",
+                )
+            return stored["result"]  # type: ignore[no-any-return]
         done = anyio.Event()
         self._in_flight[key] = done
         try:
-            return await self._execute(key, actor, combat_id, command)
+            return await self._execute((key, fingerprint), actor, combat_id, command)
         finally:
             del self._in_flight[key]
             done.set()
 
     async def _execute(
-        self, key: tuple[str, str], actor: Actor, combat_id: str, command: cmd.Command
+        self, request: _Request, actor: Actor, combat_id: str, command: cmd.Command
     ) -> Plain:
         if isinstance(command, cmd.CreateCombat):
             async with self._creating:
                 if combat_id in self.combats:
                     raise RequestError("combat_exists", f"combat {combat_id!r} exists", "combat_id")
                 combat = Combat(combat_id, State(), 0)
-                result = await self._apply(combat, key, actor, command, command.ruleset)
+                result = await self._apply(combat, request, actor, command, command.ruleset)
                 self.combats[combat_id] = combat
                 return result
         combat = self.combat(combat_id)
-        return await self._apply(combat, key, actor, command, None)
+        return await self._apply(combat, request, actor, command, None)
 
     async def _apply(
         self,
         combat: Combat,
-        key: tuple[str, str] | None,
+        request: _Request | None,
         actor: Actor,
         command: cmd.Command,
         ruleset: str | None,
@@ -227,8 +248,8 @@ class Hub:
                 first_seq=combat.seq + 1,
                 events=tuple(event_to_plain(e) for e in decided),
                 ruleset=ruleset,
-                request=key,
-                response=response,
+                request=request[0] if request else None,
+                response={"fingerprint": request[1], "result": response} if request else None,
                 at=now,
                 snapshot=to_shared(state) if snapshot else None,
             )
@@ -265,6 +286,9 @@ class Hub:
         return {
             "combat": combat.id,
             "seq": combat.seq,
+            # The last seq this page read: a page can show fewer events than it read (R16),
+            # so the next page starts after ``until``, not after the last event shown.
+            "until": stored[-1][0] if stored else after,
             "events": _numbered(events, combat.state, actor),
         }
 

@@ -32,7 +32,7 @@ from . import __version__
 from .auth import AuthError, Principal, Tokens
 from .host import SNAPSHOT_EVERY, Hub, RequestError
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
-from .store import Store
+from .store import Store, StoreError
 
 log = structlog.get_logger("turnkeeper.server")
 
@@ -113,16 +113,33 @@ class Connection:
             self.send.close()
 
     async def reply(self, message: wire.Message) -> None:
-        with anyio.fail_after(SEND_TIMEOUT):
-            await self.send.send(wire.pack(message))
+        """Queue a reply. One too large for the wire becomes an error reply; a peer that stops
+        reading for SEND_TIMEOUT is disconnected."""
+        try:
+            data = wire.pack(message)
+        except wire.WireError as e:
+            assert isinstance(message, wire.Response)
+            error = wire.ErrorBody("result_too_large", e.message)
+            data = wire.pack(wire.Response(message.msgid, error, None))
+        try:
+            with anyio.fail_after(SEND_TIMEOUT):
+                await self.send.send(data)
+        except TimeoutError:
+            self.close_with("slow_consumer", f"a reply waited over {SEND_TIMEOUT:g} s to be read")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the connection is closing; its final notification is already queued
 
     # Loops ---------------------------------------------------------------------------------
 
     async def writer(self) -> None:
-        async with self.outbox:
-            async for data in self.outbox:
-                await self.stream.send(data)
-        await self.stream.aclose()
+        try:
+            async with self.outbox:
+                async for data in self.outbox:
+                    await self.stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self.closing = self.closing or "peer_gone"  # the reader stops at its next receive
+        finally:
+            await self.stream.aclose()
 
     async def reader(self) -> None:
         decoder = wire.Decoder()
@@ -163,18 +180,20 @@ class Connection:
         outcome = "ok"
         combat = request.params.get("combat") or request.params.get("combat_id")
         try:
-            result = await self.dispatch(request.method, request.params)
-            await self.reply(wire.Response(request.msgid, None, result))
-        except RequestError as e:
-            outcome = e.code
-            await self.reply(
-                wire.Response(request.msgid, wire.ErrorBody(e.code, e.message, e.field), None)
-            )
-        except AuthError as e:
-            outcome = e.code
-            await self.reply(
-                wire.Response(request.msgid, wire.ErrorBody(e.code, e.message, e.field), None)
-            )
+            try:
+                result = await self.dispatch(request.method, request.params)
+                answer = wire.Response(request.msgid, None, result)
+            except (RequestError, AuthError, StoreError) as e:
+                outcome = e.code
+                error = wire.ErrorBody(e.code, e.message, getattr(e, "field", ""))
+                answer = wire.Response(request.msgid, error, None)
+            except Exception:
+                # One request's failure is that request's error, never the daemon's end.
+                outcome = "internal_error"
+                log.exception("request_failed", connection=self.id, method=request.method)
+                error = wire.ErrorBody("internal_error", "the daemon failed on this request")
+                answer = wire.Response(request.msgid, error, None)
+            await self.reply(answer)
         finally:
             log.info(
                 "request",
@@ -216,6 +235,8 @@ class Connection:
             limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
             return hub.history(combat_id, self.actor, after, limit)
         if method == "subscribe":
+            if combat_id in self.subscribed:
+                raise RequestError("already_subscribed", "subscribed to it already", "combat")
             after = number(params, "after", 0, 0, 2**53)
             seq = await hub.subscribe(combat_id, self, after)
             self.subscribed.add(combat_id)
@@ -226,6 +247,8 @@ class Connection:
         return {"combat": combat_id}
 
     def hello(self, params: Mapping[str, Any]) -> Plain:
+        if self.principal is not None:
+            raise RequestError("hello_repeated", "this connection has said hello already", "method")
         level = params.get("protocol")
         if not isinstance(level, int) or level < wire.COMPATIBLE_VERSION:
             raise RequestError(
@@ -323,6 +346,9 @@ class Server:
                     await conn.reader()
                 finally:
                     conn.send.close()
+        except Exception:
+            # A broken connection ends alone: the listener, the other clients and the daemon go on.
+            log.exception("connection_failed", connection=conn.id)
         finally:
             self.hub.unsubscribe(conn)
             self.connections.discard(conn)

@@ -45,6 +45,9 @@ MAX_REROLLS = 10
 """Edges or troubles on one check: more has no meaning at a table and would only cost rolls."""
 MAX_CONDITION_ROUNDS = 1000
 """Longest condition duration accepted, in turn boundaries."""
+MAX_COMBATANTS = 500
+"""Combatants in one combat, removed ones included: a battle of hundreds is still a table's
+game, and a bound keeps every view and snapshot of a combat a few hundred kilobytes at most."""
 MAX_TEXT = 2000
 """Longest free text (names, descriptions, triggers) the engine keeps."""
 
@@ -292,6 +295,8 @@ def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
     _text(c.display_name, "display_name")
     if ctx.state.get(c.id) is not None:
         raise _reject("duplicate_combatant", f"{c.id!r} is already in this combat", "id")
+    if len(ctx.state.combatants) >= MAX_COMBATANTS:
+        raise _reject("too_many_combatants", f"at most {MAX_COMBATANTS} combatants", "id")
     for tag in c.tags:
         _text(tag, "tags")
     combatant = Combatant(
@@ -950,6 +955,7 @@ def _open_window(
     offer: tuple[str, ...],
     *,
     only_if_matched: bool,
+    announced: bool = False,
 ) -> bool:
     """Open a reaction window for a trigger-eligible moment (R12). Reservations whose predicate
     matches are offered. With nothing offered and no time to wait, no window is needed."""
@@ -965,7 +971,9 @@ def _open_window(
     )
     wait = ctx.opts.get("window_deadline")
     deadline = ctx.now + (wait if isinstance(wait, float) else 0.0)
-    if not offered and (only_if_matched or (deadline <= ctx.now and not offer)):
+    # An announced moment always opens its window (R12), even if it closes at once.
+    quiet = only_if_matched or (deadline <= ctx.now and not offer and not announced)
+    if not offered and quiet:
         return False
     window = Window(f"w{ctx.state.serial + 1}", facts, ctx.now, deadline, offered, action)
     ctx.emit(ev.WindowOpened(window))
@@ -1005,7 +1013,7 @@ def _announce(ctx: _Ctx, c: cmd.AnnounceTrigger) -> None:
         _combatant(ctx, c.facts.actor, "facts.actor")
     for i in c.offer:
         _active(ctx, i, "offer")
-    _open_window(ctx, c.facts, None, c.offer, only_if_matched=False)
+    _open_window(ctx, c.facts, None, c.offer, only_if_matched=False, announced=True)
 
 
 def _claim(ctx: _Ctx, c: cmd.ClaimReaction) -> None:

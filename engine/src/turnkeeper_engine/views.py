@@ -41,8 +41,13 @@ class View:
     window: Window | None
 
 
-def _hidden(state: State) -> frozenset[str]:
-    return frozenset(c.id for c in state.combatants if c.hidden)
+def _hidden(state: State, actor: Actor) -> frozenset[str]:
+    """Hidden combatants this actor may not see: a player always sees its own."""
+    return frozenset(
+        c.id
+        for c in state.combatants
+        if c.hidden and (c.controller is None or c.controller != actor.user)
+    )
 
 
 def _secret_reservation(state: State, combatant_id: str) -> bool:
@@ -69,7 +74,7 @@ def view(state: State, actor: Actor) -> View:
     )
     if actor.role == "narrator":
         return full
-    hidden = _hidden(state)
+    hidden = _hidden(state, actor)
     window = state.window
     if window is not None and window.facts.actor in hidden:
         window = None
@@ -106,7 +111,7 @@ def visible(event: ev.Event, state: State, actor: Actor) -> ev.Event | None:
     (so a reveal is visible, and what was hidden before it is not)."""
     if actor.role == "narrator":
         return event
-    hidden = _hidden(state)
+    hidden = _hidden(state, actor)
     if any(s in hidden for s in event.subjects()):
         return None
     if isinstance(event, _SECRET_FOR_PLAYERS) and _secret_reservation(state, event.subjects()[0]):
