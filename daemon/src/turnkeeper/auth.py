@@ -83,12 +83,27 @@ class Tokens:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / TOKEN_FILE
+        self._cache: tuple[tuple[int, int], list[TokenRecord]] | None = None
 
     def load(self) -> list[TokenRecord]:
-        if not self.path.exists():
+        """The tokens, re-read only when the file changed (a revocation takes effect at once,
+        without a read of the file per request)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
             return []
-        raw = json.loads(self.path.read_text())
-        return [TokenRecord(**item) for item in raw[:MAX_TOKENS]]
+        stamp = (st.st_mtime_ns, st.st_size)
+        if self._cache is None or self._cache[0] != stamp:
+            raw = json.loads(self.path.read_text())
+            self._cache = (stamp, [TokenRecord(**item) for item in raw[:MAX_TOKENS]])
+        return self._cache[1]
+
+    def still_valid(self, principal: Principal) -> bool:
+        """False once the token a session authenticated with has been revoked."""
+        if not principal.key.startswith("token:"):
+            return True
+        token_id = principal.key.removeprefix("token:")
+        return any(r.id == token_id for r in self.load())
 
     def _save(self, records: list[TokenRecord]) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

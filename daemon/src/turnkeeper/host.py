@@ -316,7 +316,7 @@ class Hub:
         combat = self.combat(combat_id)
         async with combat.lock:
             if after < 0 or after > combat.seq:
-                raise RequestError("invalid_value", f"after must be 0..{combat.seq}", "after")
+                raise RequestError("invalid_params", f"after must be 0..{combat.seq}", "after")
             if combat.seq - after > MAX_CATCH_UP:
                 raise RequestError(
                     "too_far_behind",

@@ -47,6 +47,9 @@ open and must not pile up."""
 READ_CHUNK = 65536
 SEND_TIMEOUT = 30.0
 """A reply that cannot be queued for this long means the peer stopped reading."""
+WRITE_STALL = 5.0
+"""A write to the socket that makes no progress for this long means the peer stopped reading:
+the connection is dropped, so a stuck peer never holds a connection slot for long."""
 DRAIN_TIMEOUT = 10.0
 """On SIGTERM, how long in-flight commands get to finish before the daemon exits."""
 
@@ -104,9 +107,13 @@ class Connection:
         return True
 
     def close_with(self, code: str, message: str) -> None:
-        """End the connection after a final error notification."""
+        """End the connection after a final error notification. What is still queued for it is
+        dropped: the final notification must not wait behind a backlog the peer won't read."""
         if self.closing is None:
             self.closing = code
+            with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                while True:
+                    self.outbox.receive_nowait()
             final = wire.error_message(wire.WireError(code, message, fatal=True))
             with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
                 self.send.send_nowait(wire.pack(final))
@@ -135,7 +142,10 @@ class Connection:
         try:
             async with self.outbox:
                 async for data in self.outbox:
-                    await self.stream.send(data)
+                    with anyio.fail_after(WRITE_STALL):
+                        await self.stream.send(data)
+        except TimeoutError:
+            self.closing = self.closing or "write_stalled"
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self.closing = self.closing or "peer_gone"  # the reader stops at its next receive
         finally:
@@ -213,6 +223,9 @@ class Connection:
             return self.hello(params)
         if self.principal is None:
             raise RequestError("hello_required", "say hello first", "method")
+        if not self.server.tokens.still_valid(self.principal):
+            self.close_with("token_revoked", "the token of this session has been revoked")
+            raise RequestError("token_revoked", "the token of this session has been revoked")
         hub = self.server.hub
         if found.kind == "command":
             request_id = text(params, "request_id")

@@ -43,11 +43,21 @@ from .rulesets import RULESETS, Ruleset
 
 MAX_REROLLS = 10
 """Edges or troubles on one check: more has no meaning at a table and would only cost rolls."""
+MAX_SECONDS = 86_400.0
+"""Longest time option (turn limit, warning, window wait): a day; also refuses NaN and inf."""
 MAX_CONDITION_ROUNDS = 1000
 """Longest condition duration accepted, in turn boundaries."""
 MAX_COMBATANTS = 500
 """Combatants in one combat, removed ones included: a battle of hundreds is still a table's
 game, and a bound keeps every view and snapshot of a combat a few hundred kilobytes at most."""
+MAX_NAME = 128
+"""Longest id, name, tag or zone: they label things, they are not documents."""
+MAX_ITEMS = 32
+"""Most tags, targets or predicate terms in one list: enough for any table, and a bound on what
+one command can make every later event and view carry."""
+MAX_NUMBER = 1_000_000
+"""Largest initiative modifier, Dexterity or named number, either sign: far beyond any rules,
+well inside every integer encoding."""
 MAX_TEXT = 2000
 """Longest free text (names, descriptions, triggers) the engine keeps."""
 
@@ -184,11 +194,24 @@ def _active(ctx: _Ctx, combatant_id: str, field_name: str = "combatant") -> Comb
     return c
 
 
-def _text(value: str, field_name: str, *, required: bool = True) -> None:
+def _text(value: str, field_name: str, *, required: bool = True, limit: int = MAX_TEXT) -> None:
     if required and not value.strip():
         raise _reject("invalid_value", "must not be empty", field_name)
-    if len(value) > MAX_TEXT:
-        raise _reject("invalid_value", f"longer than {MAX_TEXT} characters", field_name)
+    if len(value) > limit:
+        raise _reject("invalid_value", f"longer than {limit} characters", field_name)
+
+
+def _names(values: tuple[str, ...], field_name: str) -> None:
+    """A short list of short names: tags, zones, targets, predicate terms."""
+    if len(values) > MAX_ITEMS:
+        raise _reject("invalid_value", f"at most {MAX_ITEMS} items", field_name)
+    for value in values:
+        _text(value, field_name, limit=MAX_NAME)
+
+
+def _number(value: int, field_name: str) -> None:
+    if not -MAX_NUMBER <= value <= MAX_NUMBER:
+        raise _reject("invalid_value", f"between -{MAX_NUMBER} and {MAX_NUMBER}", field_name)
 
 
 def _in_rounds(ctx: _Ctx) -> None:
@@ -218,8 +241,12 @@ def _key(ctx: _Ctx, combatant_id: str) -> tuple[int, ...]:
 
 def _action_type(ctx: _Ctx, action: ActionSpec, field_name: str = "action") -> ActionSpec:
     """Resolve an action's type from the catalogue (R6) or its own statement."""
-    _text(action.kind, f"{field_name}.kind")
+    _text(action.kind, f"{field_name}.kind", limit=MAX_NAME)
     _text(action.description, f"{field_name}.description", required=False)
+    _names(action.targets, f"{field_name}.targets")
+    _names(action.tags, f"{field_name}.tags")
+    if action.zone is not None:
+        _text(action.zone, f"{field_name}.zone", limit=MAX_NAME)
     for target in action.targets:
         _combatant(ctx, target, f"{field_name}.targets")
     known = ctx.rules.action_type(action.kind)
@@ -261,7 +288,9 @@ def _validate_options(
             ok = value in allowed
         elif allowed is float:
             ok = value is None or (
-                isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and 0 <= value <= MAX_SECONDS
             )
         else:
             ok = isinstance(value, allowed)
@@ -291,14 +320,18 @@ def _create(state: State, c: cmd.CreateCombat, now: float, actor: Actor) -> list
 
 
 def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
-    _text(c.id, "id")
-    _text(c.display_name, "display_name")
+    _text(c.id, "id", limit=MAX_NAME)
+    _text(c.display_name, "display_name", limit=MAX_NAME)
     if ctx.state.get(c.id) is not None:
         raise _reject("duplicate_combatant", f"{c.id!r} is already in this combat", "id")
     if len(ctx.state.combatants) >= MAX_COMBATANTS:
         raise _reject("too_many_combatants", f"at most {MAX_COMBATANTS} combatants", "id")
-    for tag in c.tags:
-        _text(tag, "tags")
+    _names(c.tags, "tags")
+    _number(c.init_mod, "init_mod")
+    _number(c.dexterity, "dexterity")
+    for name, value in (("controller", c.controller), ("group", c.group)):
+        if value is not None:
+            _text(value, name, limit=MAX_NAME)
     combatant = Combatant(
         id=c.id,
         name=c.display_name,
@@ -786,6 +819,7 @@ def _hold_now(ctx: _Ctx, number: int | None) -> None:
     assert c is not None
     assert c.place is not None
     if number is not None:
+        _number(number, "number")
         if number >= c.place:
             raise _reject("invalid_hold_number", f"a held turn goes lower than {c.place}", "number")
         floor = ctx.rules.delay_floor(c, ctx.opts)
@@ -913,6 +947,7 @@ def _reserve(ctx: _Ctx, c: cmd.Reserve) -> None:
             "action.kind",
         )
     _text(c.trigger.text, "trigger.text")
+    _predicate(c.trigger.predicate, "trigger.predicate")
     reservation = Reservation(
         id=f"r{ctx.state.serial + 1}",
         combatant=turn.combatant,
@@ -926,6 +961,12 @@ def _reserve(ctx: _Ctx, c: cmd.Reserve) -> None:
 
 
 # ---------------------------------------------------------------------------- reaction windows
+
+
+def _predicate(p: Predicate | None, field_name: str) -> None:
+    if p is not None:
+        for name in ("events", "actors", "kinds", "targets", "tags", "zones"):
+            _names(getattr(p, name), f"{field_name}.{name}")
 
 
 def _matches(p: Predicate, f: TriggerFacts) -> bool:
@@ -1008,7 +1049,11 @@ def _open_window_for(ctx: _Ctx, window_id: str) -> Window:
 def _announce(ctx: _Ctx, c: cmd.AnnounceTrigger) -> None:
     _in_rounds(ctx)
     _no_window(ctx)
-    _text(c.facts.event, "facts.event")
+    _text(c.facts.event, "facts.event", limit=MAX_NAME)
+    _text(c.facts.text, "facts.text", required=False)
+    _names(c.facts.targets, "facts.targets")
+    _names(c.facts.tags, "facts.tags")
+    _names(c.offer, "offer")
     if c.facts.actor is not None:
         _combatant(ctx, c.facts.actor, "facts.actor")
     for i in c.offer:
@@ -1224,6 +1269,7 @@ def _surprise(ctx: _Ctx, c: cmd.Surprise) -> None:
         raise _reject("not_in_ruleset", f"{ctx.rules.name} has no surprise")
     _in_rounds(ctx)
     _active(ctx, c.target, "target")
+    _names(c.by, "by")
     if not c.by or len(set(c.by)) != len(c.by):
         raise _reject("invalid_value", "name who surprised the target, once each", "by")
     for i in c.by:
