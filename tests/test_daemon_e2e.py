@@ -127,3 +127,73 @@ def test_watch_prints_the_live_board(tmp_path: Path) -> None:
         assert "bank (marvel) — rounds — round 1" in board
         assert ">    6   Ock" in board
         assert "18   Spider-Man  (holding)" in board
+
+
+def test_a_full_store_is_an_error_to_the_client_never_an_acknowledged_loss(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path, False, "--max-db-mib", "1") as d:
+        c = d.client()
+        _combat(c)
+        code = None
+        acknowledged = 0
+        for n in range(5000):
+            try:
+                c.call(
+                    "apply_condition",
+                    request_id=f"fill-{n}",
+                    combat="bank",
+                    target="spidey",
+                    type="custom",
+                    note="x" * 1500,
+                )
+                acknowledged += 1
+            except CallError as e:
+                code = e.code
+                break
+        assert code == "store_full"
+        seq = c.call("get_combat", combat="bank")["seq"]
+        d.kill()
+        d.start()
+        after = d.client().call("get_combat", combat="bank")
+        assert after["seq"] == seq  # every acknowledged command is there, the refused one is not
+        assert len(after["view"]["conditions"]) == acknowledged
+
+
+def test_a_corrupt_combat_is_quarantined_and_the_others_still_load(tmp_path: Path) -> None:
+    import sqlite3
+
+    with running(tmp_path) as d:
+        c = d.client()
+        _combat(c, "good")
+        _combat(c, "bad")
+        c.call("start_combat", request_id="bad-start", combat="bad")
+        d.kill()
+        db = sqlite3.connect(d.data_dir / "turnkeeper.db")
+        db.execute("UPDATE events SET body = x'c1c1' WHERE combat_id = 'bad' AND seq = 2")
+        db.commit()
+        db.close()
+        d.start()
+        c = d.client()
+        assert c.call("get_combat", combat="good")["seq"] == 4
+        with pytest.raises(CallError) as refused:
+            c.call("get_combat", combat="bad")
+        assert (refused.value.code, refused.value.field) == ("combat_quarantined", "combat")
+        listed = {row["combat"]: row for row in c.call("list_combats")}
+        assert "quarantined" in listed["bad"]
+        assert "combat_quarantined" in d.log.read_text()
+
+
+def test_a_torn_last_record_is_dropped_with_a_log_line(tmp_path: Path) -> None:
+    import sqlite3
+
+    with running(tmp_path) as d:
+        _combat(d.client())
+        d.kill()
+        db = sqlite3.connect(d.data_dir / "turnkeeper.db")
+        db.execute("UPDATE events SET body = x'92' WHERE combat_id = 'bank' AND seq = 4")
+        db.commit()
+        db.close()
+        d.start()
+        assert d.client().call("get_combat", combat="bank")["seq"] == 3
+        assert "store_repaired" in d.log.read_text()

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from . import __version__, demo
 
+PAGES_PER_MIB = 256
+"""SQLite's default page is 4 KiB."""
+
 
 def default_data_dir() -> Path:
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -68,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive,
         default=int(env("TURNKEEPER_SNAPSHOT_EVERY", "1000")),
         help="events between two snapshots of a combat (env TURNKEEPER_SNAPSHOT_EVERY)",
+    )
+    serve.add_argument(
+        "--max-db-mib",
+        type=_positive,
+        default=int(env("TURNKEEPER_MAX_DB_MIB", "0")) or None,
+        help="a quota on the database size; past it commands fail with store_full "
+        "(env TURNKEEPER_MAX_DB_MIB; default: none)",
     )
     serve.add_argument(
         "--log-format",
@@ -143,7 +153,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure(args.log_format)
     host, port = args.tcp if args.tcp else (None, None)
-    config = Config(args.data_dir, args.socket, host, port, snapshot_every=args.snapshot_every)
+    config = Config(
+        args.data_dir,
+        args.socket,
+        host,
+        port,
+        snapshot_every=args.snapshot_every,
+        max_db_pages=args.max_db_mib * PAGES_PER_MIB if args.max_db_mib else None,
+    )
     anyio.run(serve, config)
     return 0
 

@@ -63,6 +63,8 @@ class Config:
     narrator_uid: int | None = field(default_factory=os.getuid)
     """Unix peers with this uid are narrators without a token; None turns that off."""
     snapshot_every: int = SNAPSHOT_EVERY
+    max_db_pages: int | None = None
+    """A quota on the database, in SQLite pages; past it commits fail with ``store_full``."""
 
 
 def _peer_uid(stream: ByteStream) -> int | None:
@@ -393,7 +395,7 @@ async def serve(
     config: Config, *, task_status: TaskStatus[Server] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """Run the daemon until SIGTERM or SIGINT, then drain in-flight commands and return."""
-    store = Store.open(config.data_dir)
+    store = Store.open(config.data_dir, max_pages=config.max_db_pages)
     hub = Hub(store, snapshot_every=config.snapshot_every)
     hub.recover()
     server = Server(config, store, hub)
