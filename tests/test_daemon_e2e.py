@@ -197,3 +197,20 @@ def test_a_torn_last_record_is_dropped_with_a_log_line(tmp_path: Path) -> None:
         d.start()
         assert d.client().call("get_combat", combat="bank")["seq"] == 3
         assert "store_repaired" in d.log.read_text()
+
+
+def test_subscribe_all_follows_every_combat_new_ones_included(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        writer, reader = d.client(), d.client()
+        _combat(writer, "first")
+        assert reader.call("subscribe_all") == {"seqs": {"first": 4}}
+        writer.call("start_combat", request_id="first-start", combat="first")
+        _combat(writer, "second")
+        seen = [
+            (n.params["combat"], n.params["seq"]) for n in (reader.notification() for _ in range(9))
+        ]
+        assert seen[:5] == [("first", s) for s in range(5, 10)]
+        assert seen[5:] == [("second", s) for s in range(1, 5)]
+        with pytest.raises(CallError) as twice:
+            reader.call("subscribe_all")
+        assert twice.value.code == "already_subscribed"

@@ -126,6 +126,7 @@ class Hub:
         self.dice: DiceSource = dice or SystemDice()
         self.clock = clock
         self.combats: dict[str, Combat] = {}
+        self.everywhere: set[Subscriber] = set()
         self._creating = anyio.Lock()
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
         self._wake = anyio.Event()
@@ -266,11 +267,12 @@ class Hub:
             return response
 
     def _publish(self, combat: Combat, numbered: list[tuple[int, ev.Event]]) -> None:
-        for subscriber in list(combat.subscribers):
+        for subscriber in [*combat.subscribers, *self.everywhere]:
             for item in _numbered(numbered, combat.state, subscriber.actor):
                 assert isinstance(item, dict)
                 if not subscriber.deliver(combat.id, int(item["seq"]), item):  # type: ignore[arg-type]
                     combat.subscribers.discard(subscriber)
+                    self.everywhere.discard(subscriber)
                     break
 
     # ----------------------------------------------------------------------------- queries
@@ -334,7 +336,15 @@ class Hub:
             combat.subscribers.add(subscriber)
             return combat.seq
 
+    def subscribe_all(self, subscriber: Subscriber) -> Plain:
+        """Live events of every combat, new ones included, from now on; the last seq of each
+        combat is returned so a client can catch up on any with ``history``."""
+        self.everywhere.add(subscriber)
+        return {c.id: c.seq for c in self.combats.values() if c.quarantined is None}
+
     def unsubscribe(self, subscriber: Subscriber, combat_id: str | None = None) -> None:
+        if combat_id is None:
+            self.everywhere.discard(subscriber)
         for c in self.combats.values():
             if combat_id is None or c.id == combat_id:
                 c.subscribers.discard(subscriber)

@@ -38,6 +38,8 @@ QUERY_METHODS = (
     Method("history", "query", 1, "Recorded events after a seq, as the caller may see them."),
     Method("subscribe", "query", 1, "Missed events after a seq, then live ones."),
     Method("unsubscribe", "query", 1, "Stop the events of a combat."),
+    Method("subscribe_all", "query", 1, "Live events of every combat, new ones included."),
+    Method("unsubscribe_all", "query", 1, "Stop the events of subscribe_all."),
 )
 COMMAND_METHODS = tuple(
     Method(name, "command", 1, (cls.__doc__ or name).strip().splitlines()[0])

@@ -93,6 +93,7 @@ class Connection:
         self.send, self.outbox = anyio.create_memory_object_stream[bytes](OUTBOX_MESSAGES)
         self.closing: str | None = None
         self.subscribed: set[str] = set()
+        self.everywhere = False
 
     # Subscriber protocol -------------------------------------------------------------------
 
@@ -240,6 +241,15 @@ class Connection:
             )
         if method == "list_combats":
             return hub.summaries(self.actor)
+        if method == "subscribe_all":
+            if self.everywhere:
+                raise RequestError("already_subscribed", "subscribed to all already", "method")
+            self.everywhere = True
+            return {"seqs": hub.subscribe_all(self)}
+        if method == "unsubscribe_all":
+            hub.everywhere.discard(self)
+            self.everywhere = False
+            return {}
         target = text(params, "combat")
         assert target is not None
         combat_id = target
