@@ -1,0 +1,167 @@
+"""Durable commands: commands/s and p99 at 50 connections, each connection on its own combat,
+alternating ``apply_condition`` and ``remove_condition`` (each a durable command of two events,
+with a unique request_id), against the echo baseline at 50 connections in the same repetition.
+
+    python bench/bench_commands.py --seconds 5 --reps 3
+
+Target: at least 5,000 commands/s with p99 at most 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import anyio
+import tkbench as tk
+
+TARGET_RATE = 5000.0
+TARGET_P99_MS = 10.0
+
+
+def _worker(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
+    return anyio.run(_work, spec, ready)
+
+
+async def _work(spec: dict[str, Any], ready: Any) -> Any:
+    conns = await tk.open_many(Path(spec["socket"]), spec["conns"])
+    tag = spec["tag"]
+    combats = {id(c): f"{tag}-{i}" for i, c in enumerate(conns)}
+    conditions: dict[int, str] = {}
+    if spec["daemon"]:
+        for conn in conns:
+            combat = combats[id(conn)]
+            await conn.call(
+                "create_combat",
+                {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"},
+            )
+            await conn.call(
+                "add_combatant",
+                {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
+            )
+
+    async def daemon_call(conn: tk.Conn, n: int) -> None:
+        combat = combats[id(conn)]
+        request_id = f"{combat}-{n}"
+        if n % 2 == 0:
+            result = await conn.call(
+                "apply_condition",
+                {"combat": combat, "request_id": request_id, "target": "k", "type": "custom"},
+            )
+            applied = next(e for e in result["events"] if e["event"] == "condition_applied")
+            conditions[id(conn)] = applied["condition"]["id"]
+        else:
+            await conn.call(
+                "remove_condition",
+                {"combat": combat, "request_id": request_id, "condition": conditions[id(conn)]},
+            )
+
+    async def echo_call(conn: tk.Conn, n: int) -> None:
+        combat = combats[id(conn)]
+        await conn.call(
+            "apply_condition",
+            {"combat": combat, "request_id": f"{combat}-{n}", "target": "k", "type": "custom"},
+        )
+
+    await anyio.to_thread.run_sync(ready)
+    call = daemon_call if spec["daemon"] else echo_call
+    result = await tk.closed_loop(conns, call, spec["warmup"], spec["seconds"])
+    for c in conns:
+        await c.aclose()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="durable commands/s and p99 at 50 connections")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--procs", type=int, default=1, help="client processes")
+    args = parser.parse_args()
+    print(tk.machine())
+    runs: dict[str, list[tk.LoopFigures]] = {"daemon": [], "echo": []}
+    for rep in range(args.reps):
+        root = tk.workdir(f"commands-{rep}")
+        servers = {"echo": tk.echo(root).start(), "daemon": tk.daemon(root).start()}
+        try:
+            for name, server in servers.items():
+                specs = [
+                    {
+                        "socket": str(server.socket_path),
+                        "conns": n,
+                        "tag": f"w{i}",
+                        "daemon": name == "daemon",
+                        "warmup": args.warmup,
+                        "seconds": args.seconds,
+                    }
+                    for i, n in enumerate(tk.split(args.connections, args.procs))
+                ]
+                figures = tk.measure_loop(server, _worker, specs, args.warmup, args.seconds)
+                runs[name].append(figures)
+                print(
+                    f"rep {rep} {name:6} {figures.calls_per_s:8.0f}/s p50={figures.p50_ms:.2f} ms "
+                    f"p99={figures.p99_ms:.2f} ms server_cpu={figures.server_cpu:.2f} "
+                    f"client_cpu={figures.client_cpu:.2f}",
+                    flush=True,
+                )
+        finally:
+            for server in servers.values():
+                server.stop()
+    d, e = runs["daemon"], runs["echo"]
+    rate = tk.median([f.calls_per_s for f in d])
+    p99 = tk.median([f.p99_ms for f in d])
+    echo_rate = tk.median([f.calls_per_s for f in e])
+    print(f"\n{args.connections} connections; medians of {args.reps} repetitions\n")
+    print(
+        tk.table(
+            ["figure", "daemon", "echo baseline", "ratio", "target", "met?"],
+            [
+                [
+                    "commands/s",
+                    tk.fmt(rate),
+                    tk.fmt(echo_rate),
+                    f"{rate / echo_rate:.0%}",
+                    f"≥ {TARGET_RATE:,.0f}",
+                    "yes" if rate >= TARGET_RATE else f"no ({rate / TARGET_RATE:.0%} of it)",
+                ],
+                [
+                    "p50 ms",
+                    tk.fmt(tk.median([f.p50_ms for f in d])),
+                    tk.fmt(tk.median([f.p50_ms for f in e])),
+                    "",
+                    "",
+                    "",
+                ],
+                [
+                    "p99 ms",
+                    tk.fmt(p99),
+                    tk.fmt(tk.median([f.p99_ms for f in e])),
+                    "",
+                    f"≤ {TARGET_P99_MS:g}",
+                    "yes" if p99 <= TARGET_P99_MS else f"no ({p99 / TARGET_P99_MS:.1f}x)",
+                ],
+                [
+                    "server CPU (cores)",
+                    f"{tk.median([f.server_cpu for f in d]):.2f}",
+                    f"{tk.median([f.server_cpu for f in e]):.2f}",
+                    "",
+                    "",
+                    "",
+                ],
+                [
+                    "client CPU (cores)",
+                    f"{tk.median([f.client_cpu for f in d]):.2f}",
+                    f"{tk.median([f.client_cpu for f in e]):.2f}",
+                    "",
+                    "",
+                    "",
+                ],
+            ],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

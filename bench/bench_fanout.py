@@ -1,0 +1,212 @@
+"""Event fan-out: 500 connections subscribed to one combat; a writer issues paced commands; the
+latency of each event at each subscriber, from just before the command's send to the moment the
+subscriber's read returned the bytes (before decoding).
+
+The subscribers live in worker processes and the writer in this one, so both ends read the one
+wall clock of this host (``time.time()``), never a per-process ``perf_counter``.
+
+    python bench/bench_fanout.py --commands 100 --reps 3
+
+Target: p99 at most 25 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import tkbench as tk
+
+from turnkeeper_sdk import wire
+
+COMBAT = "fanout"
+TARGET_P99_MS = 25.0
+LISTEN_LIMIT = 120.0
+"""Seconds a subscriber process listens at most, whatever the parent says."""
+MAX_RECEIPTS = 2_000_000
+"""Receipts one subscriber process records at most (its memory bound)."""
+
+
+async def _setup(sock: Path) -> None:
+    conn = await tk.Conn.open(sock)
+    await conn.call("create_combat", {"request_id": "c", "combat_id": COMBAT, "ruleset": "marvel"})
+    await conn.call(
+        "add_combatant", {"request_id": "a", "combat": COMBAT, "id": "k", "display_name": "K"}
+    )
+    await conn.aclose()
+
+
+def _subscriber(spec: dict[str, Any], ready: Any, stop: Any) -> Any:
+    return anyio.run(_listen, spec, ready, stop)
+
+
+async def _listen(spec: dict[str, Any], ready: Any, stop: Any) -> list[tuple[int, float]]:
+    conns = await tk.open_many(Path(spec["socket"]), spec["conns"])
+    for conn in conns:
+        await conn.call("subscribe", {"combat": COMBAT, "after": spec["after"]})
+    receipts: list[tuple[int, float]] = []
+
+    async def read(conn: tk.Conn) -> None:
+        while len(receipts) < MAX_RECEIPTS:
+            try:
+                chunk = await conn.stream.receive(tk.RECV_BYTES)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            at = time.time()
+            for item in conn.decoder.feed(chunk):
+                if isinstance(item, wire.Notification) and item.method == "event":
+                    receipts.append((item.params["seq"], at))
+                elif isinstance(item, wire.WireError | wire.Notification):
+                    raise RuntimeError(f"subscriber got {item!r}")
+
+    await anyio.to_thread.run_sync(ready)
+    with anyio.move_on_after(LISTEN_LIMIT):
+        async with anyio.create_task_group() as tg:
+            for conn in conns:
+                tg.start_soon(read, conn)
+            while not stop.is_set():
+                await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    for conn in conns:
+        await conn.aclose()
+    return receipts
+
+
+async def _write(
+    sock: Path, commands: int, interval: float, tag: str
+) -> tuple[dict[int, float], list[float]]:
+    """Paced commands: the wall time just before each send by the seq of each event it made,
+    and each command's reply time (ms)."""
+    conn = await tk.Conn.open(sock)
+    sent_at: dict[int, float] = {}
+    replies: list[float] = []
+    condition = ""
+    for n in range(commands):
+        request_id = f"{tag}-{n}"
+        params: dict[str, Any] = {"combat": COMBAT, "request_id": request_id}
+        if n % 2 == 0:
+            method = "apply_condition"
+            params |= {"target": "k", "type": "custom"}
+        else:
+            method = "remove_condition"
+            params["condition"] = condition
+        at = time.time()
+        result = await conn.call(method, params)
+        replies.append((time.time() - at) * 1000)
+        for event in result["events"]:
+            sent_at[event["seq"]] = at
+            if event["event"] == "condition_applied":
+                condition = event["condition"]["id"]
+        await anyio.sleep(interval)
+    await conn.aclose()
+    return sent_at, replies
+
+
+def _measure(args: argparse.Namespace, rep: int, subscribers: int) -> dict[str, float]:
+    root = tk.workdir(f"fanout-{rep}-{subscribers}")
+    server = tk.daemon(root).start()
+    try:
+        anyio.run(_setup, server.socket_path)
+        procs = min(args.procs, subscribers)
+        specs = [
+            {"socket": str(server.socket_path), "conns": n, "after": 2}
+            for n in tk.split(subscribers, procs)
+        ]
+        workers = tk.Workers.spawn(_subscriber, specs)
+        try:
+            workers.wait_ready()
+            workers.start()
+            time.sleep(0.5)  # let every subscriber enter its read loop
+            cpu = server.cpu_seconds()
+            started = time.perf_counter()
+            sent_at, replies = anyio.run(
+                _write, server.socket_path, args.commands, args.interval, f"r{rep}"
+            )
+            elapsed = time.perf_counter() - started
+            server_cpu = (server.cpu_seconds() - cpu) / elapsed
+            time.sleep(1.0)  # the last deliveries
+            workers.stop.set()
+            receipts = [r for got in workers.results() for r in got]
+        finally:
+            workers.terminate()
+    finally:
+        server.stop()
+    latencies = [(at - sent_at[seq]) * 1000 for seq, at in receipts if seq in sent_at]
+    last: dict[int, float] = {}
+    for seq, at in receipts:
+        last[seq] = max(last.get(seq, 0.0), at)
+    complete = [(at - sent_at[seq]) * 1000 for seq, at in last.items() if seq in sent_at]
+    expected = len(sent_at) * subscribers
+    return {
+        "p50": tk.percentile(latencies, 50),
+        "p99": tk.percentile(latencies, 99),
+        "max": max(latencies, default=float("nan")),
+        "all_p99": tk.percentile(complete, 99),
+        "reply_p99": tk.percentile(replies, 99),
+        "delivered": len(latencies) / expected if expected else float("nan"),
+        "server_cpu": server_cpu,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="event fan-out latency to many subscribers")
+    parser.add_argument("--subscribers", type=int, default=500)
+    parser.add_argument("--procs", type=int, default=2, help="subscriber processes")
+    parser.add_argument("--commands", type=int, default=100, help="commands per repetition")
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between commands")
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    print(tk.machine())
+    runs: dict[int, list[dict[str, float]]] = {1: [], args.subscribers: []}
+    for rep in range(args.reps):
+        for subscribers in runs:
+            figures = _measure(args, rep, subscribers)
+            runs[subscribers].append(figures)
+            print(
+                f"rep {rep}: {subscribers:3} subscribers, delivered {figures['delivered']:.1%}; "
+                f"p50={figures['p50']:.2f} ms p99={figures['p99']:.2f} ms "
+                f"max={figures['max']:.2f} ms; last subscriber p99={figures['all_p99']:.2f} ms; "
+                f"writer reply p99={figures['reply_p99']:.2f} ms; "
+                f"server_cpu={figures['server_cpu']:.2f}",
+                flush=True,
+            )
+
+    def med(subscribers: int, key: str) -> float:
+        return tk.median([r[key] for r in runs[subscribers]])
+
+    n = args.subscribers
+    p99 = med(n, "p99")
+    print(
+        f"\n{n} subscribers in {args.procs} processes, baseline 1 subscriber; {args.commands} "
+        f"commands every {args.interval * 1000:g} ms; medians of {args.reps} repetitions\n"
+    )
+    rows = []
+    for key, label in (
+        ("p50", "event latency p50 ms"),
+        ("p99", "event latency p99 ms"),
+        ("max", "event latency max ms"),
+        ("all_p99", "last subscriber p99 ms"),
+        ("reply_p99", "writer reply p99 ms"),
+        ("server_cpu", "server CPU (cores)"),
+    ):
+        rows.append(
+            [label, tk.fmt(med(n, key)), tk.fmt(med(1, key)), f"{med(n, key) / med(1, key):.1f}x"]
+        )
+    rows[1] += [
+        f"≤ {TARGET_P99_MS:g}",
+        "yes" if p99 <= TARGET_P99_MS else f"no ({p99 / TARGET_P99_MS:.1f}x)",
+    ]
+    rows.append(["delivered", f"{med(n, 'delivered'):.1%}", f"{med(1, 'delivered'):.1%}", ""])
+    print(
+        tk.table(
+            ["figure", f"{n} subscribers", "1 subscriber", "ratio", "target", "met?"],
+            [r + [""] * (6 - len(r)) for r in rows],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Recovery: wall time from ``turnkeeper serve`` starting on a data dir of ~1,000,000 events to its
+socket answering ``list_combats``, with the default ``--snapshot-every``.
+
+The data dir is built directly, not through the socket (a million events through the daemon
+takes minutes here): the real engine plays each combat (``decide`` then
+``evolve``, seeded dice), and the rows are written exactly as ``store.py`` writes them: the schema
+comes from ``Store.open``, each event body is msgpack of ``plain.event_to_plain``, and a snapshot
+(msgpack of ``plain.to_shared(state)``) replaces the previous one whenever a command's batch
+brings the combat ``SNAPSHOT_EVERY`` or more events past it, as ``Hub._apply`` does. The
+remembered-requests table stays empty: start-up never reads it.
+
+Each combat gets a number of events drawn uniformly around the mean (half to one and a half
+times), so about half the combats start from a snapshot plus a tail and half replay from zero.
+The baseline is the same daemon starting on an empty data dir, in the same repetition.
+
+    python bench/bench_recovery.py --events 1000000 --combats 1000 --reps 3
+
+Target: at most 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgpack  # type: ignore[import-untyped]
+import tkbench as tk
+
+from turnkeeper.host import SNAPSHOT_EVERY
+from turnkeeper.store import DB_FILE, Store
+from turnkeeper_engine import Actor, RuleError, SeededDice, State, decide, evolve
+from turnkeeper_engine import commands as cmd
+from turnkeeper_engine.model import TurnRef
+from turnkeeper_engine.plain import event_to_plain, to_shared
+
+TARGET_SECONDS = 2.0
+COMBATANTS = 10
+NARRATOR = Actor("narrator")
+INSERT_EVERY = 50_000
+"""Rows buffered before one executemany: bounds the builder's memory."""
+
+
+def _play(combat: str, events: int, seed: int, start: float) -> tuple[list[bytes], Any]:
+    """One combat played by the real engine until it has at least ``events`` events: its
+    event bodies, and the (seq, body) of its last snapshot (or None)."""
+    dice = SeededDice(seed)
+    state = State()
+    now = start
+    bodies: list[bytes] = []
+    snapshot: tuple[int, bytes] | None = None
+    snapshot_seq = 0
+
+    def run(command: cmd.Command) -> None:
+        nonlocal state, snapshot, snapshot_seq
+        decided = decide(state, command, now, actor=NARRATOR, dice=dice)
+        if isinstance(decided, RuleError):
+            raise RuntimeError(f"{combat}: {command} refused: {decided}")
+        for event in decided:
+            state = evolve(state, event)
+            bodies.append(msgpack.packb(event_to_plain(event), use_bin_type=True))
+        if len(bodies) - snapshot_seq >= SNAPSHOT_EVERY:
+            snapshot_seq = len(bodies)
+            snapshot = (snapshot_seq, msgpack.packb(to_shared(state), use_bin_type=True))
+
+    run(cmd.CreateCombat(combat, "marvel"))
+    for i in range(COMBATANTS):
+        run(cmd.AddCombatant(f"k{i}", f"Combatant {i}", init_mod=i % 4))
+    run(cmd.StartCombat())
+    while len(bodies) < events:
+        now += 6.0
+        turn = state.turn
+        assert turn is not None
+        if len(bodies) % 3 == 0:
+            run(cmd.ApplyCondition(target=turn.combatant, type="custom"))
+        else:
+            run(cmd.EndTurn(TurnRef(turn.round, turn.combatant)))
+    return bodies, snapshot
+
+
+def build(data_dir: Path, events: int, combats: int, seed: int) -> tuple[int, float]:
+    """Write the data dir; returns the events written and the seconds it took."""
+    started = time.perf_counter()
+    shutil.rmtree(data_dir, ignore_errors=True)
+    Store.open(data_dir).close()  # the daemon's own schema
+    db = sqlite3.connect(data_dir / DB_FILE, isolation_level=None)
+    db.execute("PRAGMA synchronous=OFF")  # building is not what is measured
+    rng = random.Random(seed)
+    mean = events / combats
+    total = 0
+    rows: list[tuple[str, int, bytes]] = []
+    db.execute("BEGIN")
+    for n in range(combats):
+        combat = f"rec{n:05d}"
+        target = rng.randint(int(mean / 2), int(mean * 3 / 2))
+        at = 1_700_000_000.0 + n
+        bodies, snapshot = _play(combat, target, seed + n, at)
+        db.execute(
+            "INSERT INTO combats (combat_id, ruleset, created_at) VALUES (?, ?, ?)",
+            (combat, "marvel", at),
+        )
+        rows.extend((combat, seq, body) for seq, body in enumerate(bodies, start=1))
+        if snapshot is not None:
+            db.execute(
+                "INSERT INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)", (combat, *snapshot)
+            )
+        total += len(bodies)
+        if len(rows) >= INSERT_EVERY:
+            db.executemany("INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", rows)
+            rows.clear()
+        if n % 100 == 99:
+            print(f"  built {n + 1} combats, {total:,} events", flush=True)
+    db.executemany("INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", rows)
+    db.execute("COMMIT")
+    db.close()
+    return total, time.perf_counter() - started
+
+
+async def _list(sock: Path) -> list[Any]:
+    conn = await tk.Conn.open(sock)
+    combats = await conn.call("list_combats")
+    await conn.aclose()
+    return list(combats)
+
+
+def start_up(root: Path, data_dir: Path) -> tuple[float, list[Any]]:
+    """Seconds from process start to an answered ``list_combats``, and its answer."""
+    server = tk.daemon(root, data_dir=data_dir)
+    try:
+        server.start()
+        combats = anyio.run(_list, server.socket_path)
+        seconds = time.perf_counter() - server.started_at
+    finally:
+        server.stop()
+    return seconds, combats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="daemon start-up time on a large log")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--combats", type=int, default=1000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=616)
+    parser.add_argument(
+        "--data-dir", type=Path, help="reuse (or build once into) this data dir instead of /tmp"
+    )
+    args = parser.parse_args()
+    print(tk.machine())
+    root = tk.workdir("recovery")
+    data_dir = args.data_dir or root / "data"
+    marker = data_dir / f"built-{args.events}-{args.combats}-{args.seed}"
+    if not marker.exists():
+        print(f"building {data_dir} ({args.events:,} events over {args.combats} combats)")
+        written, seconds = build(data_dir, args.events, args.combats, args.seed)
+        marker.touch()
+        print(f"built {written:,} events in {seconds:.1f} s")
+    size = (data_dir / DB_FILE).stat().st_size
+    db = sqlite3.connect(data_dir / DB_FILE)
+    (stored,) = db.execute("SELECT count(*) FROM events").fetchone()
+    (snapshots, tails) = db.execute(
+        "SELECT count(*), coalesce(sum(m.top - s.seq), 0) FROM snapshots s JOIN"
+        " (SELECT combat_id, max(seq) AS top FROM events GROUP BY combat_id) m USING (combat_id)"
+    ).fetchone()
+    db.close()
+    replayed = stored - sum(
+        0 if s is None else s
+        for (s,) in sqlite3.connect(data_dir / DB_FILE).execute("SELECT seq FROM snapshots")
+    )
+    print(
+        f"{stored:,} events, {snapshots} snapshots, {replayed:,} events to replay "
+        f"(snapshot tails {tails:,}), {size / 2**20:.0f} MiB"
+    )
+    runs: list[tuple[float, float]] = []
+    for rep in range(args.reps):
+        empty_root = tk.workdir(f"recovery-empty-{rep}")
+        empty, _ = start_up(empty_root, empty_root / "data")
+        full, combats = start_up(tk.workdir(f"recovery-run-{rep}"), data_dir)
+        seqs = sum(c.get("seq", 0) for c in combats)
+        bad = sum(1 for c in combats if "quarantined" in c)
+        if seqs != stored or bad:
+            raise RuntimeError(f"recovered {seqs} of {stored} events, {bad} quarantined")
+        runs.append((full, empty))
+        print(
+            f"rep {rep}: {full:.2f} s ({len(combats)} combats, {seqs:,} events); "
+            f"empty {empty:.2f} s"
+        )
+    full = tk.median([r[0] for r in runs])
+    empty = tk.median([r[1] for r in runs])
+    print(
+        f"\n{stored:,} events, snapshot every {SNAPSHOT_EVERY}; "
+        f"medians of {args.reps} repetitions\n"
+    )
+    print(
+        tk.table(
+            ["figure", "measured", "baseline (empty dir)", "ratio", "target", "met?"],
+            [
+                [
+                    "start to list_combats (s)",
+                    f"{full:.2f}",
+                    f"{empty:.2f}",
+                    f"{full / empty:.1f}x",
+                    f"≤ {TARGET_SECONDS:g}",
+                    "yes" if full <= TARGET_SECONDS else f"no ({full / TARGET_SECONDS:.1f}x)",
+                ],
+                ["recovery net of empty start (s)", f"{full - empty:.2f}", "", "", "", ""],
+            ],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

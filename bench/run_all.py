@@ -1,0 +1,64 @@
+"""Run every benchmark, one after the other, with the settings docs/benchmarks.md reports.
+
+    . .venv/bin/activate && python bench/run_all.py [--quick] [--only reads commands ...]
+
+Each benchmark starts its own daemon (and echo baseline) as subprocesses on Unix sockets under
+$TMPDIR/turnkeeper-bench-<uid>/ and prints its own figures table. ``--quick`` shortens every run
+(for checking the scripts, not for figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from tkbench import BENCH
+
+RUNS: dict[str, tuple[list[str], list[str]]] = {
+    # name: (full arguments, --quick arguments)
+    "reads": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
+    "commands": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
+    "fanout": (["--commands", "100", "--reps", "3"], ["--commands", "10", "--reps", "1"]),
+    "memory": (["--combats", "10000", "--reps", "1"], ["--combats", "500", "--reps", "1"]),
+    "recovery": (
+        ["--events", "1000000", "--combats", "1000", "--reps", "3"],
+        ["--events", "20000", "--combats", "20", "--reps", "1"],
+    ),
+}
+TIMEOUT = 900.0
+"""Seconds one benchmark may run, its data building included, before it is stopped."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="run the Turnkeeper daemon benchmarks")
+    parser.add_argument("--quick", action="store_true", help="short runs, to check the scripts")
+    parser.add_argument("--only", nargs="+", choices=sorted(RUNS), default=list(RUNS))
+    args = parser.parse_args()
+    failed = []
+    for name in args.only:
+        full, quick = RUNS[name]
+        command = [
+            sys.executable,
+            str(BENCH / f"bench_{name}.py"),
+            *(quick if args.quick else full),
+        ]
+        print(f"\n## {name}: {' '.join(command[1:])}\n", flush=True)
+        started = time.monotonic()
+        try:
+            done = subprocess.run(command, timeout=TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            print(f"{name}: stopped after {TIMEOUT:g} s")
+            failed.append(name)
+            continue
+        print(f"\n({name} took {time.monotonic() - started:.0f} s)", flush=True)
+        if done.returncode != 0:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,449 @@
+"""What the benchmarks share: server subprocesses, an async protocol connection, worker processes
+and the arithmetic of the figures.
+
+Every load goes to a Unix socket of this machine. Every loop a benchmark runs is bounded both in
+time and in count; the constants below are the bounds that are not per-script options.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import ByteStream
+
+from turnkeeper_sdk import wire
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+
+START_TIMEOUT = 120.0
+"""Seconds a server may take to accept connections: recovery of a large data dir is slow."""
+STOP_TIMEOUT = 20.0
+CALL_TIMEOUT = 30.0
+"""No single call in a benchmark may hang longer than this: a stuck daemon ends the run."""
+WORKER_TIMEOUT = 300.0
+"""Seconds a worker process may take from spawn to its result before the run is abandoned."""
+RECV_BYTES = 65536
+MAX_EARLY_NOTES = 100_000
+"""Notifications a connection keeps while it waits for a response; more means a bug."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class CallError(Exception):
+    """An error response from the server."""
+
+    def __init__(self, body: wire.ErrorBody) -> None:
+        super().__init__(f"{body.code}: {body.message} ({body.field})")
+        self.code = body.code
+
+
+# --------------------------------------------------------------------------------- servers
+
+
+class Server:
+    """A server subprocess listening on a Unix socket: the daemon or the echo baseline."""
+
+    def __init__(self, argv: list[str], socket_path: Path, log_path: Path) -> None:
+        self.argv = argv
+        self.socket_path = socket_path
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.listening_after = 0.0
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> Server:
+        """Start the process and wait until its socket accepts a connection."""
+        self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.started_at = time.perf_counter()
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=log)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{self.argv[2]} exited: {tail}")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(self.socket_path))
+                self.listening_after = time.perf_counter() - self.started_at
+                return self
+            except OSError:
+                time.sleep(0.002)
+            finally:
+                probe.close()
+        self.kill()
+        raise RuntimeError(f"{self.argv} did not listen within {START_TIMEOUT} s")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=STOP_TIMEOUT)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process, all its threads included."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        # After the command name: state is field 3, utime field 14, stime field 15.
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def rss_kib(self) -> int:
+        """VmRSS from /proc/<pid>/status, in KiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS line")
+
+
+def daemon(root: Path, *extra: str, data_dir: Path | None = None) -> Server:
+    """``turnkeeper serve`` with JSON logs (to a file), as an operator would run it."""
+    data = data_dir or root / "data"
+    sock = root / "run" / "turnkeeper.sock"
+    argv = [
+        sys.executable,
+        "-m",
+        "turnkeeper.cli",
+        "serve",
+        "--data-dir",
+        str(data),
+        "--socket",
+        str(sock),
+        "--log-format",
+        "json",
+        *extra,
+    ]
+    return Server(argv, sock, root / "daemon.log")
+
+
+def echo(root: Path) -> Server:
+    """The baseline: a bare anyio + msgpack echo server (``echo_server.py``)."""
+    sock = root / "run" / "echo.sock"
+    argv = [sys.executable, str(BENCH / "echo_server.py"), "--socket", str(sock)]
+    return Server(argv, sock, root / "echo.log")
+
+
+# ------------------------------------------------------------------------------ connection
+
+
+class Conn:
+    """One protocol connection, one call at a time (closed loop), as the daemon serves them."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self.decoder = wire.Decoder()
+        self.ids = count(1)
+        self.incoming: deque[wire.Message | wire.WireError] = deque()
+        self.notes: deque[tuple[float, wire.Notification]] = deque(maxlen=MAX_EARLY_NOTES)
+
+    @classmethod
+    async def open(cls, path: Path, *, hello: bool = True) -> Conn:
+        with anyio.fail_after(CALL_TIMEOUT):
+            conn = cls(await anyio.connect_unix(path))
+        if hello:
+            params = {
+                "protocol": wire.PROTOCOL_VERSION,
+                "client": {"name": "bench", "kind": "tool"},
+            }
+            await conn.call("hello", params)
+        return conn
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Send one request and return its result; notifications met meanwhile are kept."""
+        msgid = next(self.ids)
+        await self.stream.send(wire.pack(wire.Request(msgid, method, params or {})))
+        with anyio.fail_after(CALL_TIMEOUT):
+            while True:
+                while self.incoming:
+                    item = self.incoming.popleft()
+                    if isinstance(item, wire.WireError):
+                        raise item
+                    if isinstance(item, wire.Notification):
+                        self.notes.append((time.time(), item))
+                    elif item.msgid == msgid:
+                        if item.error is not None:
+                            raise CallError(item.error)
+                        return item.result
+                chunk = await self.stream.receive(RECV_BYTES)
+                self.incoming.extend(self.decoder.feed(chunk))
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def open_many(path: Path, n: int, *, hello: bool = True) -> list[Conn]:
+    """``n`` connections, opened a few at a time so the listener's backlog never overflows."""
+    conns: list[Conn] = []
+    for start in range(0, n, 25):
+        batch: list[Conn | None] = [None] * min(25, n - start)
+
+        async def one(i: int, slots: list[Conn | None] = batch) -> None:
+            slots[i] = await Conn.open(path, hello=hello)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(batch)):
+                tg.start_soon(one, i)
+        conns.extend(c for c in batch if c is not None)
+    return conns
+
+
+# --------------------------------------------------------------------------------- workers
+
+
+@dataclass
+class Workers:
+    """Worker processes that get ready (connect, subscribe …), then run when told to go.
+
+    ``target(spec, ready)`` runs in a spawned process; it calls ``ready()`` once set up, blocks
+    in ``ready()`` until every worker is ready and the parent says go, and returns a picklable
+    result. The parent may act between ``wait_ready`` and ``results`` (the fan-out writer does).
+    """
+
+    processes: list[Any]
+    queue: Any
+    go: Any
+    stop: Any
+
+    @classmethod
+    def spawn(cls, target: Callable[..., Any], specs: Sequence[dict[str, Any]]) -> Workers:
+        ctx = mp.get_context("spawn")
+        queue, go, stop = ctx.Queue(), ctx.Event(), ctx.Event()
+        processes = [
+            ctx.Process(target=_worker_entry, args=(target, spec, queue, go, stop), daemon=True)
+            for spec in specs
+        ]
+        for p in processes:
+            p.start()
+        return cls(processes, queue, go, stop)
+
+    def _next(self, kind: str, deadline: float) -> Any:
+        left = deadline - time.monotonic()
+        got_kind, value = self.queue.get(timeout=max(0.1, left))
+        if got_kind == "error":
+            self.terminate()
+            raise RuntimeError(f"a worker failed:\n{value}")
+        assert got_kind == kind, (got_kind, kind)
+        return value
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + WORKER_TIMEOUT
+        for _ in self.processes:
+            self._next("ready", deadline)
+
+    def start(self) -> None:
+        self.go.set()
+
+    def results(self) -> list[Any]:
+        deadline = time.monotonic() + WORKER_TIMEOUT
+        out = [self._next("result", deadline) for _ in self.processes]
+        for p in self.processes:
+            p.join(timeout=STOP_TIMEOUT)
+        return out
+
+    def terminate(self) -> None:
+        for p in self.processes:
+            if p.is_alive():
+                p.terminate()
+
+
+def _worker_entry(
+    target: Callable[..., Any], spec: dict[str, Any], queue: Any, go: Any, stop: Any
+) -> None:
+    import traceback
+
+    def ready() -> None:
+        queue.put(("ready", None))
+        if not go.wait(WORKER_TIMEOUT):
+            raise RuntimeError("never told to go")
+
+    try:
+        queue.put(("result", target(spec, ready, stop)))
+    except BaseException:
+        queue.put(("error", traceback.format_exc()))
+
+
+def run_workers(target: Callable[..., Any], specs: Sequence[dict[str, Any]]) -> list[Any]:
+    """Spawn, wait until all are ready, say go, collect the results."""
+    workers = Workers.spawn(target, specs)
+    try:
+        workers.wait_ready()
+        workers.start()
+        return workers.results()
+    finally:
+        workers.terminate()
+
+
+def split(n: int, parts: int) -> list[int]:
+    """``n`` items over ``parts`` workers, as evenly as possible."""
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+# --------------------------------------------------------------------------------- figures
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0–100) by nearest rank; NaN when there is nothing to rank."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    if value != value:  # NaN
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table, so it can be pasted into docs/benchmarks.md as printed."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells
+    ]
+    lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """nproc, CPU model, Python and load, for the head of every report."""
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"nproc={os.cpu_count()}  cpu={model!r}  python={platform.python_version()}  loadavg={load}"
+    )
+
+
+def workdir(name: str) -> Path:
+    """A scratch directory for one benchmark, emptied first."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.gettempdir()) / f"turnkeeper-bench-{os.getuid()}" / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return root
+
+
+# --------------------------------------------------------------------------- closed loops
+
+
+MAX_CALLS_PER_CONNECTION = 1_000_000
+"""A count bound on every closed loop, on top of its time bound."""
+
+
+@dataclass
+class LoopFigures:
+    """One closed-loop measurement: every connection sends its next request on each answer."""
+
+    calls_per_s: float
+    p50_ms: float
+    p99_ms: float
+    server_cpu: float
+    """Share of one core the server used during the window (1.0 = a whole core)."""
+    client_cpu: float
+    """Share of one core the client processes used together during the window."""
+
+
+async def closed_loop(
+    conns: Sequence[Any], call: Callable[[Any, int], Any], warmup: float, seconds: float
+) -> tuple[list[float], float]:
+    """Drive every connection for ``warmup + seconds``; return the latencies (ms) of the calls
+    started after the warm-up, and this process's CPU seconds over the measured window."""
+    latencies: list[float] = []
+    start = time.perf_counter()
+    measured_from = start + warmup
+    end = measured_from + seconds
+    cpu: list[float] = []
+
+    async def drive(conn: Any) -> None:
+        for n in range(MAX_CALLS_PER_CONNECTION):
+            sent = time.perf_counter()
+            if sent >= end:
+                return
+            await call(conn, n)
+            if sent >= measured_from:
+                latencies.append((time.perf_counter() - sent) * 1000)
+
+    async def cpu_marks() -> None:
+        await anyio.sleep(max(0.0, measured_from - time.perf_counter()))
+        cpu.append(time.process_time())
+        await anyio.sleep(max(0.0, end - time.perf_counter()))
+        cpu.append(time.process_time())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cpu_marks)
+        for conn in conns:
+            tg.start_soon(drive, conn)
+    return latencies, cpu[1] - cpu[0]
+
+
+def measure_loop(
+    server: Server,
+    worker: Callable[..., Any],
+    specs: Sequence[dict[str, Any]],
+    warmup: float,
+    seconds: float,
+) -> LoopFigures:
+    """Run closed-loop ``worker`` processes against ``server``; each returns
+    ``(latencies_ms, cpu_seconds)`` for the window ``warmup .. warmup + seconds``."""
+    workers = Workers.spawn(worker, specs)
+    try:
+        workers.wait_ready()
+        workers.start()
+        time.sleep(warmup)
+        cpu_before = server.cpu_seconds()
+        time.sleep(seconds)
+        server_cpu = (server.cpu_seconds() - cpu_before) / seconds
+        results = workers.results()
+    finally:
+        workers.terminate()
+    latencies = [x for lat, _ in results for x in lat]
+    client_cpu = sum(cpu for _, cpu in results) / seconds
+    return LoopFigures(
+        len(latencies) / seconds,
+        percentile(latencies, 50),
+        percentile(latencies, 99),
+        server_cpu,
+        client_cpu,
+    )
