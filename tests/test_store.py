@@ -115,7 +115,7 @@ async def test_concurrent_commits_all_land_in_fewer_transactions(tmp_path: Path)
         for i in range(combats):
             tg.start_soon(store.commit, batch(f"c{i}", 1, 2, create=True))
     assert 1 <= store.transactions < combats
-    loaded = store.load()
+    loaded = list(store.load())
     store.close()
     assert sorted(c.combat_id for c in loaded) == sorted(f"c{i}" for i in range(combats))
     assert all(c.events == [(1, event(1)), (2, event(2))] for c in loaded)
@@ -274,7 +274,7 @@ async def test_stop_commits_what_was_queued_then_refuses(tmp_path: Path) -> None
     with pytest.raises(StoreError) as e:
         await store.commit(batch("late", 1, create=True))
     assert e.value.code == "store_failed"
-    assert len(store.load()) == len(results) == 20
+    assert len(list(store.load())) == len(results) == 20
     store.close()
 
 

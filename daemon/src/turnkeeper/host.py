@@ -5,6 +5,7 @@ request → validated command → engine → events committed (group commit) →
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ from turnkeeper_engine.plain import (
     to_plain,
     to_shared,
 )
+from turnkeeper_sdk import wire
 
 from .store import Batch, Store, StoreError
 
@@ -75,8 +77,9 @@ class Subscriber(Protocol):
 
     actor: Actor
 
-    def deliver(self, combat_id: str, seq: int, event: Plain) -> bool:
-        """Queue one event; False when the subscriber cannot keep up (it is then dropped)."""
+    def deliver(self, data: bytes) -> bool:
+        """Queue one packed ``event`` notification; False when the subscriber cannot keep up
+        (it is then dropped)."""
         ...
 
 
@@ -89,6 +92,9 @@ class Combat:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     quarantined: str | None = None
     subscribers: set[Subscriber] = field(default_factory=set)
+    views: dict[tuple[str, str | None], Plain] = field(default_factory=dict)
+    """Encoded views of the state at ``seq``, by who may see what: reads outnumber writes."""
+    views_seq: int = -1
 
 
 _Request = tuple[tuple[str, str], str]
@@ -101,14 +107,34 @@ def _fingerprint(combat_id: str, command: cmd.Command) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def _numbered(events: list[tuple[int, ev.Event]], state: State, actor: Actor) -> list[Plain]:
-    """Events as ``actor`` may see them, each with its sequence number (R16)."""
+def _audience(actor: Actor) -> tuple[str, str | None]:
+    """Actors who see exactly the same events and views (R16 depends on role and user only)."""
+    return ("narrator", None) if actor.role == "narrator" else (actor.role, actor.user)
+
+
+def _numbered(
+    events: list[tuple[int, ev.Event]],
+    state: State,
+    actor: Actor,
+    plains: list[dict[str, Plain]] | None = None,
+) -> list[Plain]:
+    """Events as ``actor`` may see them, each with its sequence number (R16). ``plains`` are
+    the events already encoded, reused wherever the actor sees an event unchanged."""
     shown: list[Plain] = []
-    for seq, event in events:
+    for i, (seq, event) in enumerate(events):
         seen = visible(event, state, actor)
         if seen is not None:
-            shown.append({"seq": seq, **event_to_plain(seen)})
+            body = plains[i] if plains is not None and seen is event else event_to_plain(seen)
+            shown.append({"seq": seq, **body})
     return shown
+
+
+def _packed(combat_id: str, shown: list[Plain]) -> list[bytes]:
+    packed = []
+    for item in shown:
+        assert isinstance(item, dict)
+        packed.append(wire.pack(wire.Notification("event", {"combat": combat_id, **item})))
+    return packed
 
 
 class Hub:
@@ -136,6 +162,17 @@ class Hub:
     def recover(self) -> None:
         """Rebuild every combat from the store; a combat that cannot be read is quarantined
         (reported and readable as an error), and the others still load."""
+        # Recovery builds millions of long-lived objects and frees few: the cyclic collector
+        # would only rescan them over and over. It runs again, once, at the end.
+        gc.disable()
+        try:
+            self._recover()
+        finally:
+            gc.enable()
+            gc.collect()
+            gc.freeze()
+
+    def _recover(self) -> None:
         for loaded in self.store.load():
             for warning in loaded.warnings:
                 log.warning("store_repaired", combat=loaded.combat_id, detail=warning)
@@ -237,17 +274,18 @@ class Hub:
             for event in decided:
                 state = evolve(state, event)
             numbered = list(enumerate(decided, start=combat.seq + 1))
+            plains = [event_to_plain(e) for e in decided]
             last = combat.seq + len(decided)
             snapshot = last - combat.snapshot_seq >= self.snapshot_every
             response: Plain = {
                 "combat": combat.id,
                 "seq": combat.seq + len(decided),
-                "events": _numbered(numbered, state, actor),
+                "events": _numbered(numbered, state, actor, plains),
             }
             batch = Batch(
                 combat_id=combat.id,
                 first_seq=combat.seq + 1,
-                events=tuple(event_to_plain(e) for e in decided),
+                events=tuple(plains),
                 ruleset=ruleset,
                 request=request[0] if request else None,
                 response={"fingerprint": request[1], "result": response} if request else None,
@@ -262,15 +300,25 @@ class Hub:
             combat.seq = last
             if snapshot:
                 combat.snapshot_seq = last
-            self._publish(combat, numbered)
+            self._publish(combat, numbered, plains)
             self._wake.set()
             return response
 
-    def _publish(self, combat: Combat, numbered: list[tuple[int, ev.Event]]) -> None:
+    def _publish(
+        self,
+        combat: Combat,
+        numbered: list[tuple[int, ev.Event]],
+        plains: list[dict[str, Plain]],
+    ) -> None:
+        # Filtered and packed once per audience, however many subscribers it has.
+        packed: dict[tuple[str, str | None], list[bytes]] = {}
         for subscriber in [*combat.subscribers, *self.everywhere]:
-            for item in _numbered(numbered, combat.state, subscriber.actor):
-                assert isinstance(item, dict)
-                if not subscriber.deliver(combat.id, int(item["seq"]), item):  # type: ignore[arg-type]
+            audience = _audience(subscriber.actor)
+            if audience not in packed:
+                shown = _numbered(numbered, combat.state, subscriber.actor, plains)
+                packed[audience] = _packed(combat.id, shown)
+            for data in packed[audience]:
+                if not subscriber.deliver(data):
                     combat.subscribers.discard(subscriber)
                     self.everywhere.discard(subscriber)
                     break
@@ -279,7 +327,14 @@ class Hub:
 
     def view(self, combat_id: str, actor: Actor) -> Plain:
         combat = self.combat(combat_id)
-        return {"combat": combat.id, "seq": combat.seq, "view": to_plain(view(combat.state, actor))}
+        if combat.views_seq != combat.seq:
+            combat.views.clear()
+            combat.views_seq = combat.seq
+        audience = _audience(actor)
+        if audience not in combat.views:
+            seen = to_plain(view(combat.state, actor))
+            combat.views[audience] = {"combat": combat.id, "seq": combat.seq, "view": seen}
+        return combat.views[audience]
 
     def history(self, combat_id: str, actor: Actor, after: int, limit: int) -> Plain:
         combat = self.combat(combat_id)
@@ -327,9 +382,9 @@ class Hub:
                 )
             stored = self.store.events_after(combat.id, after, MAX_CATCH_UP)
             events = [(seq, event_from_plain(body)) for seq, body in stored]
-            for item in _numbered(events, combat.state, subscriber.actor):
-                assert isinstance(item, dict)
-                if not subscriber.deliver(combat.id, int(item["seq"]), item):  # type: ignore[arg-type]
+            shown = _numbered(events, combat.state, subscriber.actor)
+            for data in _packed(combat.id, shown):
+                if not subscriber.deliver(data):
                     raise RequestError(
                         "too_far_behind", "the catch-up does not fit the outbox", "after"
                     )

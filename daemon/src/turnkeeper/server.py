@@ -47,6 +47,8 @@ open and must not pile up."""
 READ_CHUNK = 65536
 SEND_TIMEOUT = 30.0
 """A reply that cannot be queued for this long means the peer stopped reading."""
+COALESCE_BYTES = 256 * 1024
+"""Most bytes gathered into one socket write."""
 WRITE_STALL = 5.0
 """A write to the socket that makes no progress for this long means the peer stopped reading:
 the connection is dropped, so a stuck peer never holds a connection slot for long."""
@@ -97,11 +99,9 @@ class Connection:
 
     # Subscriber protocol -------------------------------------------------------------------
 
-    def deliver(self, combat_id: str, seq: int, event: Plain) -> bool:
-        assert isinstance(event, dict)
-        note = wire.Notification("event", {"combat": combat_id, **event})
+    def deliver(self, data: bytes) -> bool:
         try:
-            self.send.send_nowait(wire.pack(note))
+            self.send.send_nowait(data)
         except anyio.WouldBlock:
             self.close_with("slow_consumer", "the connection fell too far behind its events")
             return False
@@ -145,8 +145,19 @@ class Connection:
         try:
             async with self.outbox:
                 async for data in self.outbox:
+                    # Everything already queued goes out in one write: under fan-out a writer
+                    # wakes once per burst, not once per event.
+                    chunks = [data]
+                    size = len(data)
+                    while size < COALESCE_BYTES:
+                        try:
+                            more = self.outbox.receive_nowait()
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                        chunks.append(more)
+                        size += len(more)
                     with anyio.fail_after(WRITE_STALL):
-                        await self.stream.send(data)
+                        await self.stream.send(b"".join(chunks))
         except TimeoutError:
             self.closing = self.closing or "write_stalled"
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):

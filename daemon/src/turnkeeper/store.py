@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -453,8 +453,9 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def load(self) -> list[LoadedCombat]:
-        """Every combat, in creation order, with its snapshot and the events after it.
+    def load(self) -> Iterator[LoadedCombat]:
+        """Every combat, in creation order, with its snapshot and the events after it; one at
+        a time, so start-up holds one combat's log in memory, not every combat's.
 
         For start-up recovery. A last record that does not decode was torn by a crash: it is
         deleted and named in the combat's ``warnings``. An undecodable record before the end, a
@@ -463,7 +464,8 @@ class Store:
         combats = self._reader.execute(
             "SELECT combat_id, ruleset, created_at FROM combats ORDER BY created_at, rowid"
         ).fetchall()
-        return [self._load_combat(*row) for row in combats]
+        for row in combats:
+            yield self._load_combat(*row)
 
     def _load_combat(self, combat_id: str, ruleset: str, created_at: float) -> LoadedCombat:
         def quarantined(reason: str) -> LoadedCombat:
