@@ -10,17 +10,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from turnkeeper.embedded import connect, spawn
 from turnkeeper_sdk.client import CallError
 from turnkeeper_sdk.client import Client as SdkClient
 
-START_TIMEOUT = 20.0
-"""Seconds a daemon may take to start listening on this (shared, noisy) machine."""
 CALL_TIMEOUT = 20.0
 
 __all__ = ["CallError", "Client", "Daemon", "free_port", "running"]
@@ -53,33 +51,13 @@ class Daemon:
         self.log = root / "daemon.log"
 
     def start(self) -> Daemon:
-        args = [
-            sys.executable,
-            "-m",
-            "turnkeeper.cli",
-            "serve",
-            "--data-dir",
-            str(self.data_dir),
-            "--socket",
-            str(self.socket),
-            "--log-format",
-            "json",
-        ]
+        extra = list(self.extra)
         if self.tcp_port is not None:
-            args += ["--tcp", f"127.0.0.1:{self.tcp_port}"]
-        args += self.extra
+            extra += ["--tcp", f"127.0.0.1:{self.tcp_port}"]
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(args, stdout=log, stderr=log)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"daemon exited: {self.log.read_text()[-2000:]}")
-            try:
-                Client.unix(self.socket).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("daemon did not start listening")
+            self.process = spawn(self.data_dir, self.socket, log, *extra)
+        connect(self.process, self.socket).close()
+        return self
 
     def client(self) -> Client:
         c = Client.unix(self.socket)

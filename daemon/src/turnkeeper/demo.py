@@ -10,10 +10,7 @@ same on every run.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,10 +22,8 @@ from turnkeeper_engine.plain import command_to_plain, event_from_plain
 from turnkeeper_sdk.client import CallError, Client
 
 from .auth import Tokens
+from .embedded import START_TIMEOUT, connect, spawn
 from .narrate import narrate
-
-START_TIMEOUT = 30.0
-"""Seconds the embedded daemon may take to start listening."""
 
 
 class _Session:
@@ -39,22 +34,7 @@ class _Session:
         self.data_dir = root / "data"
         self.socket = root / "run" / "turnkeeper.sock"
         self.log = (root / "daemon.log").open("wb")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "turnkeeper.cli",
-                "serve",
-                "--data-dir",
-                str(self.data_dir),
-                "--socket",
-                str(self.socket),
-                "--log-format",
-                "json",
-            ],
-            stdout=self.log,
-            stderr=self.log,
-        )
+        self.process = spawn(self.data_dir, self.socket, self.log)
         self.narrator = self._connect()
         self.narrator.hello(name="demo narrator")
         self.watcher = self._connect()
@@ -62,16 +42,7 @@ class _Session:
         self.players: dict[str, Client] = {}
 
     def _connect(self) -> Client:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError("the embedded daemon exited; see its log")
-            try:
-                return Client.unix(self.socket)
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        return connect(self.process, self.socket)
 
     def player(self, user: str) -> Client:
         """The player's own connection, authenticated with a player token bound to ``user``."""
