@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         "(env TURNKEEPER_MAX_DB_MIB; default: none)",
     )
     serve.add_argument(
+        "--no-peer-narrator",
+        action="store_true",
+        default=env("TURNKEEPER_NO_PEER_NARRATOR") == "1",
+        help="peers with the daemon's own uid need a token too (env TURNKEEPER_NO_PEER_NARRATOR=1)",
+    )
+    serve.add_argument(
         "--log-format",
         choices=("auto", "console", "json"),
         default=env("TURNKEEPER_LOG_FORMAT", "auto"),
@@ -160,6 +166,7 @@ def _serve(args: argparse.Namespace) -> int:
         port,
         snapshot_every=args.snapshot_every,
         max_db_pages=args.max_db_mib * PAGES_PER_MIB if args.max_db_mib else None,
+        narrator_uid=None if args.no_peer_narrator else os.getuid(),
     )
     anyio.run(serve, config)
     return 0

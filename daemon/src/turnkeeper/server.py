@@ -214,14 +214,13 @@ class Connection:
             except Exception:
                 # One request's failure is that request's error, never the daemon's end.
                 outcome = "internal_error"
-                log.exception("request_failed", connection=self.id, method=request.method)
+                log.exception("request_failed", method=request.method)
                 error = wire.ErrorBody("internal_error", "the daemon failed on this request")
                 answer = wire.Response(request.msgid, error, None)
             await self.reply(answer)
         finally:
             log.info(
                 "request",
-                connection=self.id,
                 user=self.principal.key if self.principal else None,
                 method=request.method,
                 combat=combat if isinstance(combat, str) else None,
@@ -374,7 +373,9 @@ class Server:
             await conn.writer()
             return
         self.connections.add(conn)
-        log.info("connected", connection=conn.id, transport=transport, uid=conn.peer_uid)
+        # Every log line of this connection's task carries its id.
+        structlog.contextvars.bind_contextvars(connection=conn.id)
+        log.info("connected", transport=transport, uid=conn.peer_uid)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(conn.writer)
@@ -384,11 +385,11 @@ class Server:
                     conn.send.close()
         except Exception:
             # A broken connection ends alone: the listener, the other clients and the daemon go on.
-            log.exception("connection_failed", connection=conn.id)
+            log.exception("connection_failed")
         finally:
             self.hub.unsubscribe(conn)
             self.connections.discard(conn)
-            log.info("disconnected", connection=conn.id, reason=conn.closing or "closed")
+            log.info("disconnected", reason=conn.closing or "closed")
 
 
 def prepare_socket_path(path: Path) -> None:
