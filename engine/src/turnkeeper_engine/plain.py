@@ -33,17 +33,31 @@ class PlainError(ValueError):
         self.field = field
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's field names, looked up once per class (this is the hot path of every
+    reply, event and snapshot)."""
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    return None
+
+
 def to_plain(value: Any) -> Plain:
     """Encode a value of the engine's model (dataclasses, tuples, frozensets) as plain data."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
+    kind = type(value)
+    if kind in _SCALARS:
+        return value  # type: ignore[no-any-return]
+    if kind is tuple or kind is list:
         return [to_plain(v) for v in value]
-    if isinstance(value, frozenset):
+    names = _field_names(typing.cast(type, kind))
+    if names is not None:
+        return {n: to_plain(getattr(value, n)) for n in names}
+    if kind is frozenset:
         return sorted(to_plain(v) for v in value)  # type: ignore[type-var]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    raise TypeError(f"{type(value).__name__} has no plain form")
+    raise TypeError(f"{kind.__name__} has no plain form")
 
 
 REF = "@"
@@ -106,16 +120,18 @@ def from_plain(
     """Decode ``data`` as a value of type ``tp``, or raise ``PlainError`` naming the field."""
     if depth > MAX_DEPTH:
         raise PlainError("nested too deeply", field)
-    origin = get_origin(tp)
+    if tp in _SCALARS:
+        return _scalar(tp, data, field)
+    origin, args = _shape(tp)
     if tp is Any:
         return data
     if origin is Literal:
-        if data not in get_args(tp):
-            allowed = ", ".join(repr(a) for a in get_args(tp))
+        if data not in args:
+            allowed = ", ".join(repr(a) for a in args)
             raise PlainError(f"must be one of {allowed}", field)
         return data
     if origin in (Union, types.UnionType):
-        options = get_args(tp)
+        options = args
         if data is None:
             if type(None) in options:
                 return None
@@ -134,22 +150,24 @@ def from_plain(
             return _shared_node(tp, data, field, depth, shared)
         if not isinstance(data, list | tuple):
             raise PlainError("must be an array", field)
-        args = get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(
-                from_plain(args[0], v, f"{field}[{i}]", depth + 1, shared)
-                for i, v in enumerate(data)
-            )
-        if len(data) != len(args):
+            items = [(args[0], v) for v in data]
+        elif len(data) != len(args):
             raise PlainError(f"must have {len(args)} items", field)
-        return tuple(
-            from_plain(a, v, f"{field}[{i}]", depth + 1, shared)
-            for i, (a, v) in enumerate(zip(args, data, strict=True))
-        )
+        else:
+            items = list(zip(args, data, strict=True))
+        decoded = []
+        for i, (arg, v) in enumerate(items):
+            try:
+                decoded.append(from_plain(arg, v, "", depth + 1, shared))
+            except PlainError as e:
+                # Paths are built only on the way out of a failure, not for every value.
+                raise PlainError(e.message, _within(f"{field}[{i}]", e.field)) from None
+        return tuple(decoded)
     if origin is frozenset:
         if not isinstance(data, list | tuple):
             raise PlainError("must be an array", field)
-        (arg,) = get_args(tp)
+        (arg,) = args
         return frozenset(from_plain(arg, v, f"{field}[]", depth + 1, shared) for v in data)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if shared is not None:
@@ -198,22 +216,57 @@ def _shared_node(tp: Any, data: Any, field: str, depth: int, shared: _Shared) ->
     return node
 
 
+@cache
+def _layout(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, type hint, required) of each field, worked out once per class."""
+    hints = _hints(cls)
+    return tuple(
+        (
+            f.name,
+            hints[f.name],
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    )
+
+
 def _dataclass(tp: type[T], data: Any, field: str, depth: int, shared: _Shared | None) -> T:
     if not isinstance(data, Mapping):
         raise PlainError("must be a map", field)
-    hints = _hints(typing.cast(type, tp))
-    known = {f.name: f for f in dataclasses.fields(tp)}  # type: ignore[arg-type]
+    cls = typing.cast(type, tp)
+    layout = _layout(cls)
+    names = _names_of(cls)
     for key in data:
-        if key not in known:
+        if key not in names:
             raise PlainError("unknown field", f"{field}.{key}" if field else str(key))
     values = {}
-    for name, f in known.items():
-        path = f"{field}.{name}" if field else name
+    for name, hint, required in layout:
         if name in data:
-            values[name] = from_plain(hints[name], data[name], path, depth + 1, shared)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise PlainError("is required", path)
+            try:
+                values[name] = from_plain(hint, data[name], "", depth + 1, shared)
+            except PlainError as e:
+                path = f"{field}.{name}" if field else name
+                raise PlainError(e.message, _within(path, e.field)) from None
+        elif required:
+            raise PlainError("is required", f"{field}.{name}" if field else name)
     return tp(**values)
+
+
+def _within(path: str, inner: str) -> str:
+    """``inner`` (a path relative to the value at ``path``) made absolute."""
+    if not inner:
+        return path
+    return path + inner if inner.startswith("[") else f"{path}.{inner}"
+
+
+@cache
+def _shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    return get_origin(tp), get_args(tp)
+
+
+@cache
+def _names_of(cls: type) -> frozenset[str]:
+    return frozenset(name for name, _, _ in _layout(cls))
 
 
 def _tagged(tag: str, name: str, value: Any) -> dict[str, Plain]:
