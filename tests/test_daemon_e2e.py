@@ -227,3 +227,16 @@ def test_no_peer_narrator_makes_even_the_own_uid_show_a_token(tmp_path: Path) ->
         assert c.hello(d.token("observer"))["session"]["role"] == "observer"
         log = [line for line in d.log.read_text().splitlines() if '"request"' in line]
         assert all('"connection": "c' in line for line in log)
+
+
+def test_after_a_restart_list_combats_answers_from_the_stored_summaries(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        c = d.client()
+        _combat(c, "one")
+        _combat(c, "two")
+        c.call("start_combat", request_id="two-start", combat="two")
+        before = c.call("list_combats")
+        d.kill()
+        d.start()
+        assert d.client().call("list_combats") == before
+        assert [row["combat"] for row in before] == ["one", "two"]

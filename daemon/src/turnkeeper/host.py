@@ -95,6 +95,9 @@ class Combat:
     views: dict[tuple[str, str | None], Plain] = field(default_factory=dict)
     """Encoded views of the state at ``seq``, by who may see what: reads outnumber writes."""
     views_seq: int = -1
+    loaded: bool = True
+    """False while only the stored summary is known (see ``Hub.recover``)."""
+    summary: dict[str, Plain] | None = None
 
 
 _Request = tuple[tuple[str, str], str]
@@ -160,44 +163,74 @@ class Hub:
     # --------------------------------------------------------------------------- recovery
 
     def recover(self) -> None:
-        """Rebuild every combat from the store; a combat that cannot be read is quarantined
-        (reported and readable as an error), and the others still load."""
-        # Recovery builds millions of long-lived objects and frees few: the cyclic collector
-        # would only rescan them over and over. It runs again, once, at the end.
+        """Know every combat at once from its stored summary, so the daemon serves right away;
+        a combat without one is rebuilt now. The others are rebuilt by ``warm`` behind the
+        daemon's back, or on first use, whichever comes first."""
+        for combat_id, summary in self.store.summaries():
+            if isinstance(summary, dict) and isinstance(summary.get("seq"), int):
+                self.combats[combat_id] = Combat(
+                    combat_id, State(), summary["seq"], loaded=False, summary=summary
+                )
+            else:
+                combat = Combat(combat_id, State(), 0, loaded=False)
+                self._load(combat)
+                self.combats[combat_id] = combat
+
+    async def warm(self) -> None:
+        """Rebuild every combat not yet rebuilt, one at a time, letting requests in between."""
+        started = time.perf_counter()
+        rebuilt = 0
+        for combat in list(self.combats.values()):
+            if not combat.loaded:
+                self._load(combat)
+                rebuilt += 1
+                await anyio.sleep(0)
+        log.info(
+            "combats_rebuilt",
+            combats=rebuilt,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        # Everything rebuilt is long-lived: keep the cyclic collector from rescanning it.
+        gc.collect()
+        gc.freeze()
+
+    def _load(self, combat: Combat) -> None:
+        """Rebuild one combat from its snapshot and the events after it; a combat that cannot
+        be read is quarantined (reported and readable as an error), the others are unaffected."""
+        # A rebuild makes many long-lived objects and frees few: the cyclic collector would
+        # only rescan them.
         gc.disable()
         try:
-            self._recover()
+            loaded = self.store.load_one(combat.id)
         finally:
             gc.enable()
-            gc.collect()
-            gc.freeze()
-
-    def _recover(self) -> None:
-        for loaded in self.store.load():
-            for warning in loaded.warnings:
-                log.warning("store_repaired", combat=loaded.combat_id, detail=warning)
-            state = State()
-            seq = 0
-            quarantined = loaded.quarantined
-            if quarantined is None and loaded.snapshot is not None:
-                seq, body = loaded.snapshot
+        for warning in loaded.warnings:
+            log.warning("store_repaired", combat=loaded.combat_id, detail=warning)
+        state = State()
+        seq = 0
+        quarantined = loaded.quarantined
+        if quarantined is None and loaded.snapshot is not None:
+            seq, body = loaded.snapshot
+            try:
+                state = from_shared(State, body)
+            except PlainError as e:
+                quarantined = f"snapshot at seq {seq} does not decode: {e}"
+        snapshot_seq = seq
+        if quarantined is None:
+            for seq, body in loaded.events:
                 try:
-                    state = from_shared(State, body)
-                except PlainError as e:
-                    quarantined = f"snapshot at seq {seq} does not decode: {e}"
-            snapshot_seq = seq
-            if quarantined is None:
-                for seq, body in loaded.events:
-                    try:
-                        state = evolve(state, event_from_plain(body))
-                    except Exception as e:  # any failure to replay quarantines the combat
-                        quarantined = f"replay failed at event {seq}: {e}"
-                        break
-            if quarantined is not None:
-                log.error("combat_quarantined", combat=loaded.combat_id, reason=quarantined)
-            self.combats[loaded.combat_id] = Combat(
-                loaded.combat_id, state, seq, snapshot_seq, quarantined=quarantined
-            )
+                    state = evolve(state, event_from_plain(body))
+                except Exception as e:  # any failure to replay quarantines the combat
+                    quarantined = f"replay failed at event {seq}: {e}"
+                    break
+        if quarantined is not None:
+            log.error("combat_quarantined", combat=loaded.combat_id, reason=quarantined)
+        combat.state = state
+        combat.seq = seq
+        combat.snapshot_seq = snapshot_seq
+        combat.quarantined = quarantined
+        combat.loaded = True
+        combat.summary = None
 
     # --------------------------------------------------------------------------- commands
 
@@ -205,6 +238,8 @@ class Hub:
         found = self.combats.get(combat_id)
         if found is None:
             raise RequestError("unknown_combat", f"no combat {combat_id!r}", "combat")
+        if not found.loaded:
+            self._load(found)
         if found.quarantined is not None:
             raise RequestError("combat_quarantined", found.quarantined, "combat")
         return found
@@ -291,6 +326,13 @@ class Hub:
                 response={"fingerprint": request[1], "result": response} if request else None,
                 at=now,
                 snapshot=to_shared(state) if snapshot else None,
+                summary={
+                    "ruleset": state.ruleset,
+                    "phase": state.phase,
+                    "round": state.round,
+                    "seq": last,
+                    "deadline": next_deadline(state),
+                },
             )
             try:
                 await self.store.commit(batch)
@@ -355,6 +397,10 @@ class Hub:
             if c.quarantined is not None:
                 rows.append({"combat": c.id, "quarantined": c.quarantined})
                 continue
+            if c.summary is not None:
+                fields = ("ruleset", "phase", "round")
+                rows.append({"combat": c.id, **{k: c.summary.get(k) for k in fields}, "seq": c.seq})
+                continue
             s = c.state
             rows.append(
                 {
@@ -415,11 +461,19 @@ class Hub:
             due: list[tuple[float, Combat]] = []
             for c in self.combats.values():
                 if c.quarantined is None:
-                    deadline = next_deadline(c.state)
+                    if c.summary is not None:
+                        stored = c.summary.get("deadline")
+                        deadline = float(stored) if isinstance(stored, int | float) else None
+                    else:
+                        deadline = next_deadline(c.state)
                     if deadline is not None:
                         due.append((deadline, c))
             for deadline, c in due:
                 if deadline <= now:
+                    if not c.loaded:
+                        self._load(c)
+                        if c.quarantined is not None:
+                            continue
                     try:
                         await self._apply(c, None, CLOCK_ACTOR, cmd.Tick(), None)
                     except RequestError as e:

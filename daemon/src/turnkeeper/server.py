@@ -426,6 +426,7 @@ async def serve(
             await outer.start(store.run)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(hub.run_clock)
+                tg.start_soon(hub.warm)
                 if config.socket_path is not None:
                     prepare_socket_path(config.socket_path)
                     unix = await anyio.create_unix_listener(config.socket_path)

@@ -96,6 +96,12 @@ CREATE TABLE IF NOT EXISTS snapshots (
     seq INTEGER NOT NULL,
     body BLOB NOT NULL
 );
+-- What start-up needs of a combat before rebuilding it (its last seq, phase, next deadline),
+-- written with every batch, so the daemon serves at once and rebuilds combats behind it.
+CREATE TABLE IF NOT EXISTS summaries (
+    combat_id TEXT PRIMARY KEY,
+    body BLOB NOT NULL
+);
 """
 
 
@@ -132,6 +138,8 @@ class Batch:
     snapshot: Any = None
     """The combat's state after this batch, as plain data, when the caller takes a snapshot;
     written in the same transaction, so a kill mid-snapshot leaves the previous one."""
+    summary: Any = None
+    """Plain data the caller wants back at start-up without replaying (see ``summaries``)."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,7 @@ class _Pending:
     events: list[tuple[str, int, bytes]]
     response: bytes | None
     snapshot: bytes | None
+    summary: bytes | None
     done: anyio.Event = field(default_factory=anyio.Event)
     error: StoreError | None = None
 
@@ -298,6 +307,7 @@ class Store:
             [(batch.combat_id, batch.first_seq + i, _pack(e)) for i, e in enumerate(batch.events)],
             None if batch.request is None else _pack(batch.response),
             None if batch.snapshot is None else _pack(batch.snapshot),
+            None if batch.summary is None else _pack(batch.summary),
         )
         try:
             await self._send.send(pending)
@@ -416,6 +426,11 @@ class Store:
                 " VALUES (?, ?, ?, ?, ?)",
                 (*b.request, b.combat_id, pending.response, b.at),
             )
+        if pending.summary is not None:
+            db.execute(
+                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)",
+                (b.combat_id, pending.summary),
+            )
         if pending.snapshot is not None:
             db.execute(
                 "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
@@ -466,6 +481,30 @@ class Store:
         ).fetchall()
         for row in combats:
             yield self._load_combat(*row)
+
+    def summaries(self) -> list[tuple[str, Any]]:
+        """Every combat in creation order with its last summary (None if it has none or the
+        summary does not decode: then the caller rebuilds that combat at once)."""
+        rows = self._reader.execute(
+            "SELECT c.combat_id, s.body FROM combats c LEFT JOIN summaries s USING (combat_id)"
+            " ORDER BY c.created_at, c.rowid"
+        ).fetchall()
+        result: list[tuple[str, Any]] = []
+        for combat_id, body in rows:
+            try:
+                result.append((combat_id, None if body is None else _unpack(body)))
+            except ValueError:
+                result.append((combat_id, None))
+        return result
+
+    def load_one(self, combat_id: str) -> LoadedCombat:
+        """One combat, as ``load`` gives it: for rebuilding combats one at a time."""
+        row = self._reader.execute(
+            "SELECT combat_id, ruleset, created_at FROM combats WHERE combat_id = ?", (combat_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError("store_failed", f"no combat {combat_id!r} in the store")
+        return self._load_combat(*row)
 
     def _load_combat(self, combat_id: str, ruleset: str, created_at: float) -> LoadedCombat:
         def quarantined(reason: str) -> LoadedCombat:
