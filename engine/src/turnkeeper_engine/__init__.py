@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import commands, events
 from .decide import decide
-from .dice import DiceSource, ScriptedDice, SeededDice, SystemDice, d616_display
+from .dice import DiceSource, SeededDice, SystemDice, d616_display
 from .engine import Engine
 from .errors import RuleError
 from .evolve import UNDO_DEPTH, evolve, fold
@@ -32,7 +32,6 @@ __all__ = [
     "Registry",
     "RuleError",
     "Ruleset",
-    "ScriptedDice",
     "SeededDice",
     "State",
     "SystemDice",

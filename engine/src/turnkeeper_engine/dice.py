@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from .errors import Rejected
@@ -39,19 +38,6 @@ class SeededDice:
 
     def roll(self, sides: int) -> int:
         return self._random.randint(1, sides)
-
-
-class ScriptedDice:
-    """Faces given in advance, in order; running out is a programming error in the caller."""
-
-    def __init__(self, faces: Iterable[int]) -> None:
-        self._faces: Iterator[int] = iter(faces)
-
-    def roll(self, sides: int) -> int:
-        face = next(self._faces)
-        if not 1 <= face <= sides:
-            raise ValueError(f"scripted face {face} is not on a d{sides}")
-        return face
 
 
 class _Supplied:
