@@ -51,6 +51,10 @@ MAX_CATCH_UP = 1000
 """Missed events a subscription replays before going live; further behind, a client reads the
 combat's state and history first (``too_far_behind``), so no outbox ever holds a whole log."""
 
+MAX_COMBATS = 100_000
+"""Combats one daemon holds (ended ones included): at about 10 KiB each, a bound of a few GiB
+of memory, far above what any group of tables plays."""
+
 SNAPSHOT_EVERY = 1000
 """Events between two snapshots of a combat: start-up replays at most this many per combat,
 and a snapshot (the state with its undo history, shared parts stored once) stays cheap."""
@@ -283,6 +287,10 @@ class Hub:
             async with self._creating:
                 if combat_id in self.combats:
                     raise RequestError("combat_exists", f"combat {combat_id!r} exists", "combat_id")
+                if len(self.combats) >= MAX_COMBATS:
+                    raise RequestError(
+                        "too_many_combats", f"at most {MAX_COMBATS} combats", "combat_id"
+                    )
                 combat = Combat(combat_id, State(), 0)
                 result = await self._apply(combat, request, actor, command, command.ruleset)
                 self.combats[combat_id] = combat
