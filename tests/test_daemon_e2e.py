@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import CallError, running
+from daemon import CallError, Client, running
 
 
 def _combat(c, combat: str = "bank") -> None:  # type: ignore[no-untyped-def]
@@ -240,3 +240,69 @@ def test_after_a_restart_list_combats_answers_from_the_stored_summaries(tmp_path
         d.start()
         assert d.client().call("list_combats") == before
         assert [row["combat"] for row in before] == ["one", "two"]
+
+
+def test_a_corrupt_snapshot_quarantines_its_combat_and_nothing_else(tmp_path: Path) -> None:
+    import sqlite3
+
+    import msgpack  # type: ignore[import-untyped]
+
+    with running(tmp_path, False, "--snapshot-every", "2") as d:
+        c = d.client()
+        _combat(c, "good")
+        _combat(c, "bad")
+        d.kill()
+        db = sqlite3.connect(d.data_dir / "turnkeeper.db")
+        db.execute("UPDATE snapshots SET body = ? WHERE combat_id = 'bad'", (msgpack.packb(1),))
+        db.commit()
+        db.close()
+        d.start()
+        c = d.client()
+        with pytest.raises(CallError) as refused:
+            c.call("get_combat", combat="bad")
+        assert refused.value.code == "combat_quarantined"
+        assert c.call("get_combat", combat="good")["seq"] == 4
+        assert d.process is not None
+        assert d.process.poll() is None
+
+
+def test_requests_sent_together_with_hello_are_all_answered(tmp_path: Path) -> None:
+    from turnkeeper_sdk import wire
+
+    with running(tmp_path) as d:
+        c = Client.unix(d.socket)
+        hello = wire.Request(1, "hello", {"protocol": 1, "client": {"name": "t", "kind": "tool"}})
+        burst = [hello] + [
+            wire.Request(
+                n,
+                "create_combat",
+                {"request_id": f"r{n}", "combat_id": f"c{n}", "ruleset": "marvel"},
+            )
+            for n in range(2, 202)
+        ]
+        c.send_raw(b"".join(wire.pack(m) for m in burst))
+        answers = [c.response(n) for n in range(1, 202)]
+        assert all(a.error is None for a in answers)
+        assert len(d.client().call("list_combats")) == 200
+
+
+def test_a_bridge_reusing_a_request_id_for_another_user_is_refused(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        gm = d.client()
+        _combat(gm)
+        gm.call(
+            "add_combatant",
+            request_id="x",
+            combat="bank",
+            id="x",
+            display_name="X",
+            controller="u1",
+        )
+        bridge = Client.unix(d.socket)
+        bridge.hello(d.token("bridge"))
+        roll = {"combat": "bank", "combatant": "x", "request_id": "same"}
+        first = bridge.call("roll_initiative", **roll, **{"as": "u1"})
+        assert bridge.call("roll_initiative", **roll, **{"as": "u1"}) == first
+        with pytest.raises(CallError) as refused:
+            bridge.call("roll_initiative", **roll, **{"as": "u2"})
+        assert (refused.value.code, refused.value.field) == ("request_id_reused", "request_id")

@@ -33,7 +33,6 @@ from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.plain import (
     Plain,
-    PlainError,
     command_to_plain,
     event_from_plain,
     event_to_plain,
@@ -86,6 +85,10 @@ class Subscriber(Protocol):
         (it is then dropped)."""
         ...
 
+    def room(self) -> int:
+        """How many more messages can be queued right now."""
+        ...
+
 
 @dataclass
 class Combat:
@@ -108,9 +111,11 @@ _Request = tuple[tuple[str, str], str]
 """((principal, request_id), fingerprint of the command it names)."""
 
 
-def _fingerprint(combat_id: str, command: cmd.Command) -> str:
-    """What a request id stands for, so a reused id with another command is caught."""
-    body = json.dumps([combat_id, command_to_plain(command)], sort_keys=True)
+def _fingerprint(combat_id: str, actor: Actor, command: cmd.Command) -> str:
+    """What a request id stands for, so a reused id with another command (or, from a bridge,
+    for another user) is caught."""
+    who = [actor.role, actor.user, actor.via]
+    body = json.dumps([combat_id, who, command_to_plain(command)], sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -206,6 +211,12 @@ class Hub:
         gc.disable()
         try:
             loaded = self.store.load_one(combat.id)
+        except Exception as e:  # an unreadable combat is quarantined alone
+            log.exception("combat_quarantined", combat=combat.id)
+            combat.quarantined = f"its stored log could not be read: {e}"
+            combat.loaded = True
+            combat.summary = None
+            return
         finally:
             gc.enable()
         for warning in loaded.warnings:
@@ -217,7 +228,7 @@ class Hub:
             seq, body = loaded.snapshot
             try:
                 state = from_shared(State, body)
-            except PlainError as e:
+            except Exception as e:  # any failure to decode quarantines the combat
                 quarantined = f"snapshot at seq {seq} does not decode: {e}"
         snapshot_seq = seq
         if quarantined is None:
@@ -259,7 +270,7 @@ class Hub:
         """Apply a command once. A retried ``request_id`` gets the first result back, also
         across a restart, and is never applied twice."""
         key = (principal, request_id)
-        fingerprint = _fingerprint(combat_id, command)
+        fingerprint = _fingerprint(combat_id, actor, command)
         while key in self._in_flight:
             await self._in_flight[key].wait()
         remembered = self.store.lookup_request(principal, request_id)
@@ -350,8 +361,8 @@ class Hub:
             combat.seq = last
             if snapshot:
                 combat.snapshot_seq = last
-            self._publish(combat, numbered, plains)
             self._wake.set()
+            self._publish(combat, numbered, plains)
             return response
 
     def _publish(
@@ -365,8 +376,17 @@ class Hub:
         for subscriber in [*combat.subscribers, *self.everywhere]:
             audience = _audience(subscriber.actor)
             if audience not in packed:
-                shown = _numbered(numbered, combat.state, subscriber.actor, plains)
-                packed[audience] = _packed(combat.id, shown)
+                try:
+                    shown = _numbered(numbered, combat.state, subscriber.actor, plains)
+                    packed[audience] = _packed(combat.id, shown)
+                except Exception:
+                    # The command is committed; an audience its events cannot be shown to
+                    # loses its subscription rather than receive a gap.
+                    log.exception("publish_failed", combat=combat.id, audience=audience)
+                    packed[audience] = []
+                    combat.subscribers.discard(subscriber)
+                    self.everywhere.discard(subscriber)
+                    continue
             for data in packed[audience]:
                 if not subscriber.deliver(data):
                     combat.subscribers.discard(subscriber)
@@ -436,12 +456,13 @@ class Hub:
                 )
             stored = self.store.events_after(combat.id, after, MAX_CATCH_UP)
             events = [(seq, event_from_plain(body)) for seq, body in stored]
-            shown = _numbered(events, combat.state, subscriber.actor)
-            for data in _packed(combat.id, shown):
-                if not subscriber.deliver(data):
-                    raise RequestError(
-                        "too_far_behind", "the catch-up does not fit the outbox", "after"
-                    )
+            packed = _packed(combat.id, _numbered(events, combat.state, subscriber.actor))
+            if len(packed) > subscriber.room():
+                raise RequestError(
+                    "too_far_behind", "the catch-up does not fit the outbox", "after"
+                )
+            for data in packed:
+                subscriber.deliver(data)
             combat.subscribers.add(subscriber)
             return combat.seq
 
@@ -484,9 +505,10 @@ class Hub:
                             continue
                     try:
                         await self._apply(c, None, CLOCK_ACTOR, cmd.Tick(), None)
-                    except RequestError as e:
-                        log.error("tick_failed", combat=c.id, code=e.code, message=e.message)
-                        # A store that fails now may recover; do not spin meanwhile.
+                    except Exception:
+                        # One combat's failed tick must not stop the clock, let alone the
+                        # daemon; a store that fails now may recover, so no spinning meanwhile.
+                        log.exception("tick_failed", combat=c.id)
                         await anyio.sleep(CLOCK_RETRY_SECONDS)
             soonest = min((d for d, _ in due if d > now), default=math.inf)
             with anyio.move_on_after(max(0.0, soonest - self.clock())):

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import signal
 import socket
+import stat
 import struct
 import time
 from collections.abc import Mapping
@@ -95,6 +97,7 @@ class Connection:
         self.send, self.outbox = anyio.create_memory_object_stream[bytes](OUTBOX_MESSAGES)
         self.closing: str | None = None
         self.subscribed: set[str] = set()
+        self.hello_scope: anyio.CancelScope | None = None
         self.everywhere = False
 
     # Subscriber protocol -------------------------------------------------------------------
@@ -108,6 +111,10 @@ class Connection:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return False
         return True
+
+    def room(self) -> int:
+        stats = self.send.statistics()
+        return int(stats.max_buffer_size - stats.current_buffer_used)
 
     def close_with(self, code: str, message: str) -> None:
         """End the connection after a final error notification. What is still queued for it is
@@ -168,6 +175,7 @@ class Connection:
     async def reader(self) -> None:
         decoder = wire.Decoder()
         with anyio.move_on_after(HELLO_TIMEOUT) as hello_scope:
+            self.hello_scope = hello_scope
             while self.principal is None and self.closing is None:
                 if not await self._read_some(decoder):
                     return
@@ -305,6 +313,9 @@ class Connection:
         else:
             raise RequestError("unauthenticated", "a token is required on this connection", "token")
         self.principal = principal
+        # The hello deadline is met: requests that came with the hello must not be cut by it.
+        if self.hello_scope is not None:
+            self.hello_scope.deadline = math.inf
         self.actor = principal.actor(None) if principal.role != "bridge" else Actor("observer")
         if principal.role == "bridge" and principal.narrator:
             self.actor = Actor("narrator", None, f"bridge:{principal.key}")
@@ -393,10 +404,17 @@ class Server:
 
 
 def prepare_socket_path(path: Path) -> None:
-    """A 0700 directory for the socket; a socket file left by a dead daemon is removed, a live
-    daemon's is left alone (``AddressInUse``)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
+    """A private directory for the socket; a socket file left by a dead daemon is removed, a
+    live daemon's is left alone (``AddressInUse``). A directory that exists must be a real
+    directory of the daemon's own user: in a shared place like /tmp another user could have
+    made it first, to catch the socket."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(mode=0o700, parents=True)
+        os.chmod(parent, 0o700)
+    info = os.lstat(parent)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise OSError(errno.EPERM, f"{parent} is not a directory owned by this user")
     if not path.exists():
         return
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

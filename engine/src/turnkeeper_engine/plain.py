@@ -97,6 +97,8 @@ def to_shared(value: Any) -> dict[str, Plain]:
 
 def from_shared(tp: type[T], data: Mapping[str, Any]) -> T:
     """Decode what ``to_shared`` made; shared nodes become shared objects again."""
+    if not isinstance(data, Mapping):
+        raise PlainError("must be a map", "")
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise PlainError("must be an array", "nodes")
