@@ -56,6 +56,17 @@ class Principal:
     user: str | None = None
     narrator: bool = False
 
+    def reader(self) -> Actor:
+        """Who this principal is when it reads (queries, subscriptions): a bridge names no user
+        there, so it reads as narrator if it may act as one, else as an observer."""
+        if self.role == "bridge":
+            return (
+                Actor("narrator", None, f"bridge:{self.key}")
+                if self.narrator
+                else Actor("observer")
+            )
+        return self.actor(None)
+
     def actor(self, as_user: str | None) -> Actor:
         """The engine actor for one command. A bridge names the user it acts for (R16)."""
         if self.role == "bridge":

@@ -419,26 +419,21 @@ class Hub:
             "events": _numbered(events, combat.state, actor),
         }
 
-    def summaries(self, actor: Actor) -> Plain:
+    def summaries(self) -> Plain:
+        """One row per combat, for every role (ids, rulesets, phases and rounds are not
+        secret): from the stored summary while a combat is not rebuilt yet."""
         rows: list[Plain] = []
         for c in self.combats.values():
             if c.quarantined is not None:
                 rows.append({"combat": c.id, "quarantined": c.quarantined})
                 continue
-            if c.summary is not None:
-                fields = ("ruleset", "phase", "round")
-                rows.append({"combat": c.id, **{k: c.summary.get(k) for k in fields}, "seq": c.seq})
-                continue
-            s = c.state
-            rows.append(
-                {
-                    "combat": c.id,
-                    "ruleset": s.ruleset,
-                    "phase": s.phase,
-                    "round": s.round,
-                    "seq": c.seq,
-                }
-            )
+            known = c.summary or {
+                "ruleset": c.state.ruleset,
+                "phase": c.state.phase,
+                "round": c.state.round,
+            }
+            row = {k: known.get(k) for k in ("ruleset", "phase", "round")}
+            rows.append({"combat": c.id, **row, "seq": c.seq})
         return rows
 
     async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:

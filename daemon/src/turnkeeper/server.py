@@ -258,7 +258,7 @@ class Connection:
                 self.principal.key, actor, combat_id, value, request_id
             )
         if method == "list_combats":
-            return hub.summaries(self.actor)
+            return hub.summaries()
         if method == "subscribe_all":
             if self.everywhere:
                 raise RequestError("already_subscribed", "subscribed to all already", "method")
@@ -316,9 +316,7 @@ class Connection:
         # The hello deadline is met: requests that came with the hello must not be cut by it.
         if self.hello_scope is not None:
             self.hello_scope.deadline = math.inf
-        self.actor = principal.actor(None) if principal.role != "bridge" else Actor("observer")
-        if principal.role == "bridge" and principal.narrator:
-            self.actor = Actor("narrator", None, f"bridge:{principal.key}")
+        self.actor = principal.reader()
         return {
             "protocol": wire.PROTOCOL_VERSION,
             "compatible": wire.COMPATIBLE_VERSION,
