@@ -241,6 +241,34 @@ class Surprise(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class RecordOutcome(Command):
+    """Record an outcome computed outside the engine (a plugin's DC, check or result)."""
+
+    name: ClassVar[str] = "record_outcome"
+    kind: str
+    text: str
+    combatant: str | None = None
+    values: tuple[tuple[str, OptionValue], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DisablePlugin(Command):
+    """Stop calling a plugin's hooks for this combat (the daemon does so to a failing one)."""
+
+    name: ClassVar[str] = "disable_plugin"
+    plugin: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EnablePlugin(Command):
+    """Call a disabled plugin's hooks for this combat again."""
+
+    name: ClassVar[str] = "enable_plugin"
+    plugin: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick(Command):
     """Let time pass: turn timers and window deadlines fire (R13)."""
 
@@ -285,6 +313,9 @@ COMMANDS: dict[str, type[Command]] = {
         ApplyCondition,
         RemoveCondition,
         Surprise,
+        RecordOutcome,
+        DisablePlugin,
+        EnablePlugin,
         Tick,
         Undo,
         EndCombat,

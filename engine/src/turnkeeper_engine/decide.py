@@ -139,6 +139,9 @@ _NARRATOR_ONLY = frozenset(
         cmd.ApplyCondition,
         cmd.RemoveCondition,
         cmd.Surprise,
+        cmd.RecordOutcome,
+        cmd.DisablePlugin,
+        cmd.EnablePlugin,
         cmd.Tick,
         cmd.Undo,
         cmd.EndCombat,
@@ -1318,6 +1321,40 @@ def _tick(ctx: _Ctx, c: cmd.Tick) -> None:
             _end_turn_now(ctx, "timer")
 
 
+def _record_outcome(ctx: _Ctx, c: cmd.RecordOutcome) -> None:
+    _text(c.kind, "kind", limit=MAX_NAME)
+    _text(c.text, "text")
+    if c.combatant is not None:
+        _combatant(ctx, c.combatant)
+    if len(c.values) > MAX_ITEMS:
+        raise _reject("invalid_value", f"at most {MAX_ITEMS} items", "values")
+    for key, value in c.values:
+        _text(key, "values", limit=MAX_NAME)
+        if isinstance(value, str):
+            _text(value, "values", required=False, limit=MAX_NAME)
+        elif (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not -MAX_NUMBER <= value <= MAX_NUMBER
+        ):
+            raise _reject("invalid_value", f"{key}: out of range", "values")
+    ctx.emit(ev.OutcomeRecorded(c.kind, c.text, c.combatant, c.values))
+
+
+def _disable_plugin(ctx: _Ctx, c: cmd.DisablePlugin) -> None:
+    _text(c.plugin, "plugin", limit=MAX_NAME)
+    _text(c.reason, "reason", required=False)
+    if c.plugin in ctx.state.disabled_plugins:
+        raise _reject("invalid_value", f"plugin {c.plugin!r} is already disabled", "plugin")
+    ctx.emit(ev.PluginDisabled(c.plugin, c.reason))
+
+
+def _enable_plugin(ctx: _Ctx, c: cmd.EnablePlugin) -> None:
+    if c.plugin not in ctx.state.disabled_plugins:
+        raise _reject("invalid_value", f"plugin {c.plugin!r} is not disabled", "plugin")
+    ctx.emit(ev.PluginEnabled(c.plugin))
+
+
 _HANDLERS: Mapping[type[cmd.Command], Callable[[_Ctx, Any], None]] = {
     cmd.AddCombatant: _add,
     cmd.RemoveCombatant: _remove,
@@ -1343,6 +1380,9 @@ _HANDLERS: Mapping[type[cmd.Command], Callable[[_Ctx, Any], None]] = {
     cmd.ApplyCondition: _apply_condition,
     cmd.RemoveCondition: _remove_condition,
     cmd.Surprise: _surprise,
+    cmd.RecordOutcome: _record_outcome,
+    cmd.DisablePlugin: _disable_plugin,
+    cmd.EnablePlugin: _enable_plugin,
     cmd.Tick: _tick,
     cmd.Undo: _undo,
     cmd.EndCombat: _end_combat,

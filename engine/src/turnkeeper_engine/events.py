@@ -414,6 +414,35 @@ class TurnTimerExpired(_About):
 
 
 @dataclass(frozen=True, slots=True)
+class OutcomeRecorded(Event):
+    """An outcome computed outside the engine, e.g. by a plugin: a DC, a check, a result."""
+
+    name: ClassVar[str] = "outcome_recorded"
+    kind: str
+    text: str
+    combatant: str | None
+    values: tuple[tuple[str, OptionValue], ...]
+
+    def subjects(self) -> tuple[str, ...]:
+        return () if self.combatant is None else (self.combatant,)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginDisabled(Event):
+    """The plugin's hooks are no longer called for this combat."""
+
+    name: ClassVar[str] = "plugin_disabled"
+    plugin: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PluginEnabled(Event):
+    name: ClassVar[str] = "plugin_enabled"
+    plugin: str
+
+
+@dataclass(frozen=True, slots=True)
 class CombatEnded(Event):
     name: ClassVar[str] = "combat_ended"
 
@@ -469,6 +498,9 @@ EVENTS: dict[str, type[Event]] = {
         ConditionRemoved,
         TurnTimerWarning,
         TurnTimerExpired,
+        OutcomeRecorded,
+        PluginDisabled,
+        PluginEnabled,
         CombatEnded,
     )
 }

@@ -225,6 +225,13 @@ _FOLD: dict[type[ev.Event], Callable[[State, Any], State]] = {
     ev.ConditionRemoved: lambda s, e: _condition_gone(s, e.condition),
     ev.TurnTimerWarning: lambda s, e: replace(s, turn=replace(_t(s), warned=True)),
     ev.TurnTimerExpired: lambda s, e: s,
+    ev.OutcomeRecorded: lambda s, e: s,
+    ev.PluginDisabled: lambda s, e: replace(
+        s, disabled_plugins=(*(p for p in s.disabled_plugins if p != e.plugin), e.plugin)
+    ),
+    ev.PluginEnabled: lambda s, e: replace(
+        s, disabled_plugins=tuple(p for p in s.disabled_plugins if p != e.plugin)
+    ),
     ev.CombatEnded: lambda s, e: replace(s, phase="ended", turn=None, window=None),
 }
 

@@ -282,6 +282,8 @@ class State:
     conditions: tuple[Condition, ...] = ()
     window: Window | None = None
     tie_order: tuple[str, ...] = ()
+    disabled_plugins: tuple[str, ...] = ()
+    """Plugins whose hooks are not called for this combat."""
     serial: int = 0
     last_command: str = ""
     undo: tuple[State, ...] = field(default=(), repr=False)

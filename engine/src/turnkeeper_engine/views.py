@@ -39,6 +39,7 @@ class View:
     reservations: tuple[Reservation, ...]
     conditions: tuple[Condition, ...]
     window: Window | None
+    disabled_plugins: tuple[str, ...] = ()
 
 
 def _hidden(state: State, actor: Actor) -> frozenset[str]:
@@ -71,6 +72,7 @@ def view(state: State, actor: Actor) -> View:
         state.reservations,
         state.conditions,
         state.window,
+        state.disabled_plugins,
     )
     if actor.role == "narrator":
         return full

@@ -1,0 +1,661 @@
+"""The plugin host: loads plugins, calls each hook implementation on its own, and turns what
+plugins propose into commands.
+
+A typed facade over pluggy (core code never touches ``pm.hook``). The daemon and the in-process
+test harness (:mod:`turnkeeper_sdk.testing`) both drive combats through it, so a plugin behaves
+the same under test as in production.
+
+pluggy stops at the first implementation that raises, so the host calls implementations one by
+one: each with its own time budget and error handling. A failure is reported with the plugin's
+name and counted; ``max_failures`` failures in a row in one combat disable the plugin for that
+combat (a ``disable_plugin`` command, so the combat's log says so and it survives a restart).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+import anyio
+import pluggy
+
+from turnkeeper_engine import (
+    CONDITION_TYPES,
+    RULESETS,
+    Actor,
+    ConditionType,
+    Ruleset,
+    State,
+    evolve,
+)
+from turnkeeper_engine import commands as cmd
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.model import Condition, Role, Turn, Window
+from turnkeeper_engine.registry import Registry
+
+from . import hookspecs
+from .hookspecs import HOOKS, PROJECT, CheckAdjustment
+from .views import CombatView
+
+ENTRY_POINT_GROUP = "turnkeeper.plugins"
+"""Where installed distributions name their plugins; the bundled ones use it too."""
+
+DEFAULT_BUDGET = 0.05
+"""Seconds one hook implementation may take. Hooks run between a command's commit and the
+next command of the same combat's plugins: a slow plugin delays every plugin after it."""
+
+MAX_FAILURES = 3
+"""Failures in a row, in one combat, after which a plugin is disabled for that combat: one
+failure may be a fluke of a busy machine; three in a row is a broken plugin."""
+
+MAX_PROPOSALS = 32
+"""Commands one hook call may propose; the rest are dropped and reported, so a runaway plugin
+cannot flood a combat's log."""
+
+MAX_CHAIN = 8
+"""How deep plugin commands may cause further plugin commands (a plugin reacting to its own
+events). Past it the chain is cut and reported: two plugins answering each other forever would
+otherwise never stop."""
+
+BLOCKING_GRACE = 0.05
+"""How far past its budget a call may return before it counts as blocking the event loop,
+rather than as merely slow: scheduling noise on a busy machine stays below it."""
+
+PLUGIN_ROLE: Role = "narrator"
+"""Plugins are installed by the daemon's operator and run in its process; their commands pass
+the narrator's validation (R16) and are recorded as ``plugin:<name>``."""
+
+HOST_ACTOR = Actor("narrator", None, "daemon")
+"""Who disables a failing plugin."""
+
+DELEGATED_TAG = "auto"
+"""A combatant or a reserved action with this tag has handed its reactions to plugins."""
+
+log = logging.getLogger("turnkeeper_sdk.plugins")
+
+
+def plugin_actor(name: str) -> Actor:
+    """The actor a plugin's commands are recorded with."""
+    return Actor(PLUGIN_ROLE, None, f"plugin:{name}")
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """A loaded plugin: its name, version, the hooks it implements and what it registered."""
+
+    name: str
+    version: str
+    hooks: tuple[str, ...]
+    provides: tuple[str, ...] = ()
+    unknown_hooks: tuple[str, ...] = ()
+    """Functions that look like hooks but are not: misspelled names, or a hook without the
+    ``hookimpl`` marker. Each entry says what it probably meant."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailure:
+    """A plugin that did not load, and why."""
+
+    name: str
+    error: str
+
+
+@dataclass(slots=True)
+class PluginStats:
+    """What happened to one plugin's calls since the host started."""
+
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    blocked: int = 0
+    refused: int = 0
+    disabled: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A command that took effect: the state before and after, its events, the last seq."""
+
+    before: State
+    after: State
+    seq: int
+    events: Sequence[ev.Event]
+
+
+class RefusedError(Exception):
+    """A proposed command the engine (or the host) refused: code, message and field."""
+
+    def __init__(self, code: str, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+class Apply(Protocol):
+    """How the host submits a command: the same path a client's command takes. Returns what it
+    did (None when it changed nothing) or raises :class:`RefusedError`."""
+
+    def __call__(self, actor: Actor, command: cmd.Command) -> Awaitable[Applied | None]: ...
+
+
+Report = Callable[..., None]
+"""``report(what, plugin=..., **details)``: how problems reach the host's log."""
+
+
+def _log_report(what: str, **details: Any) -> None:
+    log.warning("%s %s", what, details)
+
+
+def _suggest(name: str) -> str:
+    close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.75)
+    return f"{name} (did you mean {close[0]}?)" if close else name
+
+
+@dataclass(slots=True)
+class _Outcome:
+    plugin: str
+    value: Any
+
+
+@dataclass
+class PluginHost:
+    """Plugins of one daemon (or one test): loading, isolated calls, proposals."""
+
+    budget: float = DEFAULT_BUDGET
+    max_failures: int = MAX_FAILURES
+    allow: frozenset[str] | None = None
+    """If set, only these entry points are loaded."""
+    block: frozenset[str] = frozenset()
+    report: Report = _log_report
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    failures: list[LoadFailure] = field(default_factory=list)
+    skipped: list[LoadFailure] = field(default_factory=list)
+    stats: dict[str, PluginStats] = field(default_factory=dict)
+    _manager: pluggy.PluginManager = field(init=False)
+    _streak: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self._manager = pluggy.PluginManager(PROJECT)
+        self._manager.add_hookspecs(hookspecs)
+
+    # ------------------------------------------------------------------------------ loading
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> None:
+        """Load every installed plugin allowed by the allow and block lists. One that fails to
+        import or to register is named in ``failures`` and skipped; the rest still load."""
+        for point in sorted(entry_points(group=group), key=lambda p: p.name):
+            if point.name in self.plugins:
+                continue
+            if self.allow is not None and point.name not in self.allow:
+                self.skipped.append(LoadFailure(point.name, "not in the allow list"))
+                continue
+            if point.name in self.block:
+                self.skipped.append(LoadFailure(point.name, "in the block list"))
+                continue
+            try:
+                plugin = point.load()
+            except Exception as e:  # a broken plugin is named and skipped
+                self._failed(point.name, f"import failed: {type(e).__name__}: {e}")
+                continue
+            version = point.dist.version if point.dist is not None else ""
+            self.register(plugin, point.name, version)
+
+    def register(self, plugin: object, name: str, version: str = "") -> PluginInfo | None:
+        """Register one plugin object (a module, a class instance) under ``name``."""
+        try:
+            self._manager.register(plugin, name)
+        except Exception as e:  # pluggy refuses bad signatures: named and skipped
+            self._failed(name, f"{type(e).__name__}: {e}")
+            return None
+        hooks = tuple(h for h in HOOKS if self._implements(name, h))
+        unknown = self._unknown_hooks(plugin)
+        if unknown:
+            self.report("plugin_unknown_hooks", plugin=name, hooks=list(unknown))
+        provides = self._register_types(name)
+        info = PluginInfo(name, version, hooks, provides, unknown)
+        self.plugins[name] = info
+        self.stats.setdefault(name, PluginStats())
+        return info
+
+    def _failed(self, name: str, error: str) -> None:
+        self.failures.append(LoadFailure(name, error))
+        self.report("plugin_load_failed", plugin=name, error=error)
+
+    def _implements(self, name: str, hook: str) -> bool:
+        caller = getattr(self._manager.hook, hook)
+        return any(impl.plugin_name == name for impl in caller.get_hookimpls())
+
+    @staticmethod
+    def _unknown_hooks(plugin: object) -> tuple[str, ...]:
+        found = []
+        marker = f"{PROJECT}_impl"
+        for attr in dir(plugin):
+            if attr.startswith("_"):
+                continue
+            value = getattr(plugin, attr, None)
+            if not (inspect.isfunction(value) or inspect.ismethod(value)):
+                continue
+            marked = hasattr(value, marker)
+            if marked and attr not in HOOKS:
+                found.append(_suggest(attr))
+            elif not marked and attr in HOOKS:
+                found.append(f"{attr} (not marked with @hookimpl)")
+            elif not marked and _suggest(attr) != attr:
+                found.append(_suggest(attr))
+        return tuple(found)
+
+    def _register_types(self, name: str) -> tuple[str, ...]:
+        """Rulesets and condition types come once, at load; a taken name is never replaced."""
+        provides: list[str] = []
+        sources: tuple[tuple[str, Registry[Any]], ...] = (
+            ("turnkeeper_rulesets", RULESETS),
+            ("turnkeeper_condition_types", CONDITION_TYPES),
+        )
+        for hook, registry in sources:
+            for impl in getattr(self._manager.hook, hook).get_hookimpls():
+                if impl.plugin_name != name:
+                    continue
+                try:
+                    items = list(impl.function() or ())
+                except Exception as e:  # a broken registration hook is reported, not fatal
+                    self.report("plugin_failed", plugin=name, hook=hook, error=repr(e))
+                    continue
+                for item in items:
+                    if not isinstance(item, Ruleset | ConditionType):
+                        self.report("plugin_bad_registration", plugin=name, item=repr(item))
+                        continue
+                    kind = "ruleset" if isinstance(item, Ruleset) else "condition"
+                    taken = registry.get(item.name)
+                    # The engine's own rulesets are importable without any plugin host; their
+                    # bundled plugin hands over the very same objects.
+                    if taken is not None and taken is not item:
+                        self.report("plugin_name_taken", plugin=name, what=f"{kind}:{item.name}")
+                        continue
+                    if taken is None:
+                        registry.register(item.name, item)
+                    provides.append(f"{kind}:{item.name}")
+        return tuple(provides)
+
+    def listing(self) -> dict[str, Any]:
+        """What loaded (with counters), what failed and what was skipped, as plain data."""
+        return {
+            "loaded": [
+                {
+                    "name": p.name,
+                    "version": p.version,
+                    "hooks": list(p.hooks),
+                    "provides": list(p.provides),
+                    "unknown_hooks": list(p.unknown_hooks),
+                    **{
+                        k: getattr(self.stats[p.name], k)
+                        for k in ("calls", "errors", "timeouts", "blocked", "refused", "disabled")
+                    },
+                }
+                for p in self.plugins.values()
+            ],
+            "failed": [{"name": f.name, "error": f.error} for f in self.failures],
+            "skipped": [{"name": f.name, "reason": f.error} for f in self.skipped],
+        }
+
+    # ------------------------------------------------------------------------------ calling
+
+    async def call(
+        self, hook: str, combat_id: str, disabled: Iterable[str], **kwargs: Any
+    ) -> list[_Outcome]:
+        """Call every implementation of ``hook`` not disabled for the combat, each alone and
+        within the budget; return what each returned that did not fail."""
+        outcomes = []
+        off = set(disabled)
+        # pluggy's own call order (last registered first, tryfirst/trylast honoured).
+        for impl in reversed(getattr(self._manager.hook, hook).get_hookimpls()):
+            if impl.plugin_name in off:
+                continue
+            args = {name: kwargs[name] for name in impl.argnames}
+            ok, value = await self._call_one(impl.plugin_name, hook, combat_id, impl.function, args)
+            if ok:
+                outcomes.append(_Outcome(impl.plugin_name, value))
+        return outcomes
+
+    async def _call_one(
+        self,
+        plugin: str,
+        hook: str,
+        combat_id: str,
+        function: Callable[..., Any],
+        args: Mapping[str, Any],
+    ) -> tuple[bool, Any]:
+        stats = self.stats.setdefault(plugin, PluginStats())
+        stats.calls += 1
+        started = time.perf_counter()
+        problem: str | None = None
+        value: Any = None
+        with anyio.move_on_after(self.budget) as scope:
+            try:
+                value = function(**args)
+                if inspect.isawaitable(value):
+                    value = await value
+            except (Exception, SystemExit) as e:  # a plugin's failure is its own
+                problem = f"{type(e).__name__}: {e}"
+                stats.errors += 1
+        elapsed = time.perf_counter() - started
+        ms = round(elapsed * 1000)
+        if problem is None and elapsed > self.budget + BLOCKING_GRACE:
+            # Cancellation can only land at an await: a call this far past its budget held the
+            # event loop (time.sleep, blocking I/O, a busy loop), stalling every combat.
+            problem = f"blocked the event loop for {ms} ms"
+            stats.blocked += 1
+        elif problem is None and scope.cancelled_caught:
+            problem = f"timeout after {round(self.budget * 1000)} ms"
+            stats.timeouts += 1
+        elif problem is None and elapsed > self.budget:
+            problem = f"took {ms} ms, over its {round(self.budget * 1000)} ms budget"
+            stats.timeouts += 1
+        key = (combat_id, plugin)
+        if problem is None:
+            self._streak.pop(key, None)
+            return True, value
+        self.report("plugin_failed", plugin=plugin, hook=hook, combat=combat_id, error=problem)
+        count = self._streak.get(key, (0, ""))[0] + 1
+        self._streak[key] = (count, problem)
+        return False, None
+
+    def failing(self, combat_id: str) -> list[tuple[str, str]]:
+        """Plugins that reached ``max_failures`` in a row in this combat, with the reason."""
+        found = []
+        for (combat, plugin), (count, problem) in list(self._streak.items()):
+            if combat == combat_id and count >= self.max_failures:
+                found.append((plugin, f"{count} failures in a row: {problem}"))
+                del self._streak[(combat, plugin)]
+        return found
+
+    def forget(self, combat_id: str) -> None:
+        """Drop the failure streaks of a combat that ended."""
+        for key in [k for k in self._streak if k[0] == combat_id]:
+            del self._streak[key]
+
+    # ------------------------------------------------------------------------- before hooks
+
+    async def adjustment(
+        self, combat: CombatView, combatant_id: str
+    ) -> tuple[CheckAdjustment, str] | None:
+        """Edges and troubles every plugin adds to a check, summed, and who added them."""
+        combatant = combat.combatant(combatant_id)
+        if combatant is None:
+            return None
+        outcomes = await self.call(
+            "before_initiative_check",
+            combat.id,
+            combat.state.disabled_plugins,
+            combat=combat,
+            combatant=combatant,
+        )
+        edges = troubles = 0
+        names, reasons = [], []
+        for o in outcomes:
+            if isinstance(o.value, CheckAdjustment) and (o.value.edges or o.value.troubles):
+                edges += o.value.edges
+                troubles += o.value.troubles
+                names.append(o.plugin)
+                reasons.append(o.value.reason)
+        if not names:
+            return None
+        return CheckAdjustment(edges, troubles, "; ".join(r for r in reasons if r)), "+".join(names)
+
+    async def before_start(self, combat: CombatView) -> list[tuple[str, cmd.Command]]:
+        """Commands plugins want applied just before ``start_combat`` (surprise, R8)."""
+        outcomes = await self.call(
+            "before_combat_start", combat.id, combat.state.disabled_plugins, combat=combat
+        )
+        return self._commands(outcomes, "before_combat_start", combat.id)
+
+    async def prepare(self, combat: CombatView, command: cmd.Command, apply: Apply) -> cmd.Command:
+        """Run the hooks that come before a command: ``before_combat_start`` (its commands are
+        applied first) and ``before_initiative_check`` (its edges and troubles go into the
+        check). Returns the command to apply in place of ``command``."""
+        if isinstance(command, cmd.RollInitiative):
+            found = await self.adjustment(combat, command.combatant)
+            if found is None:
+                return command
+            adjust, _ = found
+            return replace(
+                command,
+                edges=command.edges + adjust.edges,
+                troubles=command.troubles + adjust.troubles,
+            )
+        if not isinstance(command, cmd.StartCombat) or combat.phase not in ("setup", "initiative"):
+            return command
+        for plugin, proposed in await self.before_start(combat):
+            done = await self._submit(plugin, proposed, combat.id, apply)
+            if done is not None:
+                combat = CombatView(done.after, done.seq)
+        groups: set[str] = set()
+        for c in combat.active():
+            if c.check is not None or (c.group is not None and c.group in groups):
+                continue
+            if c.group is not None:
+                groups.add(c.group)
+            found = await self.adjustment(combat, c.id)
+            if found is not None:
+                adjust, names = found
+                roll = cmd.RollInitiative(c.id, edges=adjust.edges, troubles=adjust.troubles)
+                done = await self._submit(names, roll, combat.id, apply)
+                if done is not None:
+                    combat = CombatView(done.after, done.seq)
+        await self.disable_failing(combat.id, apply)
+        return command
+
+    async def _submit(
+        self, plugin: str, command: cmd.Command, combat_id: str, apply: Apply
+    ) -> Applied | None:
+        try:
+            return await apply(plugin_actor(plugin), command)
+        except RefusedError as e:
+            for name in plugin.split("+"):
+                self.stats[name].refused += 1
+            self.report(
+                "plugin_command_refused",
+                plugin=plugin,
+                combat=combat_id,
+                command=command.name,
+                code=e.code,
+                field=e.field,
+                error=e.message,
+            )
+            return None
+
+    # ------------------------------------------------------------------------ observe hooks
+
+    async def proposals(self, applied: Applied) -> list[tuple[str, cmd.Command]]:
+        """Call the hooks ``applied``'s events stand for; return the commands plugins
+        proposed, in order, each with its plugin's name."""
+        after = applied.after
+        combat = CombatView(after, applied.seq)
+        proposed: list[tuple[str, cmd.Command]] = []
+        for hook, kwargs in _hook_calls(applied):
+            outcomes = await self.call(
+                hook, after.combat_id, after.disabled_plugins, **kwargs, combat=combat
+            )
+            proposed.extend(self._commands(outcomes, hook, after.combat_id))
+        return [(p, c) for p, c in proposed if self._delegated(p, c, after)]
+
+    def _commands(
+        self, outcomes: list[_Outcome], hook: str, combat_id: str
+    ) -> list[tuple[str, cmd.Command]]:
+        found: list[tuple[str, cmd.Command]] = []
+        for o in outcomes:
+            value = o.value
+            items = [value] if isinstance(value, cmd.Command) else value
+            if items is None:
+                continue
+            try:
+                items = list(items)
+            except TypeError:
+                items = [items]
+            commands = [c for c in items if isinstance(c, cmd.Command)]
+            if len(commands) != len(items) or len(commands) > MAX_PROPOSALS:
+                self.stats[o.plugin].refused += 1
+                self.report(
+                    "plugin_bad_proposal",
+                    plugin=o.plugin,
+                    hook=hook,
+                    combat=combat_id,
+                    error=f"a hook returns at most {MAX_PROPOSALS} commands and nothing else",
+                )
+            found.extend((o.plugin, c) for c in commands[:MAX_PROPOSALS])
+        return found
+
+    def _delegated(self, plugin: str, command: cmd.Command, state: State) -> bool:
+        """A plugin answers a reaction window only for a combatant that handed it its
+        reactions (R16: a plugin acts only for whom it may act for)."""
+        if not isinstance(command, cmd.ClaimReaction | cmd.PassReaction):
+            return True
+        combatant = state.get(command.combatant)
+        allowed = combatant is not None and DELEGATED_TAG in combatant.tags
+        if not allowed and isinstance(command, cmd.ClaimReaction) and command.reservation:
+            allowed = any(
+                r.id == command.reservation
+                and r.combatant == command.combatant
+                and DELEGATED_TAG in r.action.tags
+                for r in state.reservations
+            )
+        if not allowed:
+            self.stats[plugin].refused += 1
+            self.report(
+                "plugin_command_refused",
+                plugin=plugin,
+                combat=state.combat_id,
+                command=command.name,
+                code="not_delegated",
+                field="combatant",
+            )
+        return allowed
+
+    async def run(self, applied: Applied, apply: Apply, depth: int = 0) -> None:
+        """Let plugins see ``applied`` and apply what they propose, through ``apply`` (the
+        path every command takes), then what those commands make them propose in turn."""
+        for plugin, command in await self.proposals(applied):
+            done = await self._submit(plugin, command, applied.after.combat_id, apply)
+            if done is None:
+                continue
+            if depth >= MAX_CHAIN:
+                self.report("plugin_chain_cut", plugin=plugin, combat=applied.after.combat_id)
+                continue
+            await self.run(done, apply, depth + 1)
+        await self.disable_failing(applied.after.combat_id, apply)
+        if applied.after.phase == "ended":
+            self.forget(applied.after.combat_id)
+
+    async def disable_failing(self, combat_id: str, apply: Apply) -> None:
+        for plugin, reason in self.failing(combat_id):
+            try:
+                await apply(HOST_ACTOR, cmd.DisablePlugin(plugin, reason[:500]))
+            except RefusedError:  # already disabled, or the combat is gone: nothing to do
+                continue
+            self.stats[plugin].disabled += 1
+            self.report("plugin_disabled", plugin=plugin, combat=combat_id, reason=reason)
+
+
+def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
+    """Which hooks the events of one command stand for, with their arguments."""
+    before, after = applied.before, applied.after
+    calls: list[tuple[str, dict[str, Any]]] = []
+    applied_now: dict[str, Condition] = {}
+    for event in applied.events:
+        match event:
+            case ev.CombatStarted():
+                calls.append(("on_combat_start", {"event": event}))
+            case ev.CombatEnded():
+                calls.append(("on_combat_end", {"event": event}))
+            case ev.InitiativeRolled():
+                who = after.get(event.combatant)
+                if who is not None:
+                    calls.append(
+                        (
+                            "on_initiative_check",
+                            {"combatant": who, "check": event.check, "event": event},
+                        )
+                    )
+            case ev.RoundStarted():
+                calls.append(("on_round_start", {"round": event.round, "event": event}))
+            case ev.RoundEnded():
+                calls.append(("on_round_end", {"round": event.round, "event": event}))
+            case ev.TurnStarted():
+                who = after.get(event.combatant)
+                turn = Turn(
+                    event.round,
+                    event.combatant,
+                    event.kind,
+                    event.at,
+                    deadline=event.deadline,
+                    warn_at=event.warn_at,
+                )
+                if who is not None:
+                    calls.append(
+                        ("on_turn_start", {"turn": turn, "combatant": who, "event": event})
+                    )
+            case ev.TurnEnded():
+                who = after.get(event.combatant)
+                if who is not None:
+                    calls.append(("on_turn_end", {"combatant": who, "event": event}))
+            case ev.ActionDeclared():
+                who = after.get(event.combatant)
+                if who is not None:
+                    calls.append(
+                        (
+                            "on_action_declared",
+                            {"combatant": who, "action": event.action, "event": event},
+                        )
+                    )
+            case ev.WindowOpened():
+                window = event.window
+                calls.append(("on_window_open", {"window": window, "event": event}))
+                # Only a window still open can be answered.
+                still = after.window
+                if still is not None and still.id == window.id and still.status == "open":
+                    calls.append(
+                        ("on_trigger", {"window": still, "offered": _offered(after, window)})
+                    )
+            case ev.WindowClosed():
+                closed = _window_before_close(before, applied.events, event.window)
+                if closed is not None:
+                    calls.append(("on_window_close", {"window": closed, "event": event}))
+            case ev.ConditionApplied():
+                applied_now[event.condition.id] = event.condition
+                calls.append(
+                    ("on_condition_applied", {"condition": event.condition, "event": event})
+                )
+            case ev.ConditionExpired():
+                gone = applied_now.get(event.condition) or next(
+                    (c for c in before.conditions if c.id == event.condition), None
+                )
+                if gone is not None:
+                    calls.append(("on_condition_expired", {"condition": gone, "event": event}))
+            case _:
+                pass
+    return calls
+
+
+def _offered(state: State, window: Window) -> tuple[Any, ...]:
+    by_combatant = {i: n for n, i in enumerate(window.offered)}
+    found = [r for r in state.reservations if r.combatant in by_combatant]
+    return tuple(sorted(found, key=lambda r: by_combatant[r.combatant]))
+
+
+def _window_before_close(
+    before: State, events: Sequence[ev.Event], window_id: str
+) -> Window | None:
+    """The window as it stood when it closed: replayed from the command's own events, since a
+    window can open, gather claims and close within one command."""
+    state = before
+    for event in events:
+        if isinstance(event, ev.WindowClosed) and event.window == window_id:
+            return state.window if state.window is not None else None
+        state = evolve(state, event)
+    return None

@@ -1,0 +1,158 @@
+"""The plugin authors' kit: run a combat in process with a chosen set of plugins, step it with
+commands, and assert on the events.
+
+Installed as a pytest plugin (entry point ``pytest11``), it gives every test the
+``turnkeeper_table`` fixture::
+
+    def test_my_plugin_marks_surprise(turnkeeper_table):
+        table = turnkeeper_table("marvel", plugins={"mine": my_plugin})
+        table.add("spy", init_mod=2, tags=("unaware",))
+        table.do(commands.StartCombat())
+        assert table.named("surprise_marked")
+
+The same :class:`~turnkeeper_sdk.plugins.PluginHost` the daemon uses calls the hooks, with
+the same isolation, budgets and rules for what a plugin may propose; only the store and the
+socket are left out. Dice are seeded, time is a number the test moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+
+from turnkeeper_engine import NARRATOR, Actor, DiceSource, RuleError, State, decide, evolve
+from turnkeeper_engine import commands as cmd
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.dice import SeededDice
+from turnkeeper_engine.model import OptionValue, TurnRef
+
+from .plugins import DEFAULT_BUDGET, Applied, PluginHost, RefusedError
+from .views import CombatView
+
+E = TypeVar("E", bound=ev.Event)
+
+START_TIME = 1_000_000.0
+"""The table's clock starts here (epoch seconds); ``advance`` moves it."""
+
+
+class Table:
+    """One combat in process, with plugins. Commands go through the same steps as in the
+    daemon: plugins' before hooks, the engine, then every hook the events stand for, and the
+    commands plugins propose, recorded as theirs."""
+
+    def __init__(
+        self,
+        ruleset: str = "marvel",
+        plugins: Mapping[str, object] | None = None,
+        *,
+        seed: int = 1,
+        dice: DiceSource | None = None,
+        budget: float = DEFAULT_BUDGET,
+        options: Mapping[str, OptionValue] | None = None,
+        combat_id: str = "table",
+    ) -> None:
+        self.problems: list[tuple[str, dict[str, Any]]] = []
+        """What the host reported: failures, refusals, disabled plugins."""
+        self.host = PluginHost(budget=budget, report=self._report)
+        for name, plugin in (plugins or {}).items():
+            if self.host.register(plugin, name) is None:
+                raise ValueError(f"plugin {name!r} did not load: {self.host.failures[-1].error}")
+        self.dice = dice or SeededDice(seed)
+        self.now = START_TIME
+        self.state = State()
+        self.seq = 0
+        self.log: list[tuple[int, ev.Event]] = []
+        """Every event so far, with its sequence number."""
+        self.do(cmd.CreateCombat(combat_id, ruleset, tuple((options or {}).items())))
+
+    def _report(self, what: str, **details: Any) -> None:
+        self.problems.append((what, details))
+
+    # ------------------------------------------------------------------------------ stepping
+
+    def do(self, command: cmd.Command, actor: Actor = NARRATOR) -> list[ev.Event]:
+        """Apply a command and let the plugins react; return every event it led to, plugin
+        commands' events included. A refused command raises :class:`RefusedError`."""
+        start = len(self.log)
+        anyio.run(self._do, command, actor)
+        return [e for _, e in self.log[start:]]
+
+    async def _do(self, command: cmd.Command, actor: Actor) -> None:
+        command = await self.host.prepare(self.view, command, self._apply)
+        applied = await self._apply(actor, command)
+        if applied is not None:
+            await self.host.run(applied, self._apply)
+
+    async def _apply(self, actor: Actor, command: cmd.Command) -> Applied | None:
+        decided = decide(self.state, command, self.now, actor=actor, dice=self.dice)
+        if isinstance(decided, RuleError):
+            raise RefusedError(decided.code, decided.message, decided.field)
+        if not decided:
+            return None
+        before = self.state
+        for event in decided:
+            self.state = evolve(self.state, event)
+            self.seq += 1
+            self.log.append((self.seq, event))
+        return Applied(before, self.state, self.seq, decided)
+
+    def advance(self, seconds: float) -> list[ev.Event]:
+        """Let time pass and tick, as the daemon's clock would (R13)."""
+        self.now += seconds
+        return self.do(cmd.Tick())
+
+    # ----------------------------------------------------------------------------- shortcuts
+
+    def add(self, combatant_id: str, **fields: Any) -> list[ev.Event]:
+        """Add a combatant: ``display_name`` defaults to the id."""
+        fields.setdefault("display_name", combatant_id)
+        return self.do(cmd.AddCombatant(combatant_id, **fields))
+
+    def start(self) -> list[ev.Event]:
+        return self.do(cmd.StartCombat())
+
+    def end_turn(self, actor: Actor = NARRATOR) -> list[ev.Event]:
+        """End the current turn."""
+        return self.do(cmd.EndTurn(self.turn()), actor)
+
+    def turn(self) -> TurnRef:
+        """The current turn, to name it in a command (R5)."""
+        assert self.state.turn is not None, "no turn is in progress"
+        return self.state.turn.ref
+
+    # ------------------------------------------------------------------------------ asserting
+
+    @property
+    def view(self) -> CombatView:
+        return CombatView(self.state, self.seq)
+
+    @property
+    def events(self) -> list[ev.Event]:
+        return [e for _, e in self.log]
+
+    def named(self, name: str) -> list[ev.Event]:
+        """Every event with this wire name, in order."""
+        return [e for _, e in self.log if e.name == name]
+
+    def of(self, kind: type[E]) -> list[E]:
+        """Every event of this type, in order."""
+        return [e for _, e in self.log if isinstance(e, kind)]
+
+    def by(self, plugin: str) -> list[str]:
+        """The commands recorded as this plugin's, in order."""
+        via = f"plugin:{plugin}"
+        return [
+            e.command
+            for _, e in self.log
+            if isinstance(e, ev.CommandRecorded) and e.actor.via == via
+        ]
+
+
+@pytest.fixture
+def turnkeeper_table() -> Callable[..., Table]:
+    """A factory of in-process tables: ``turnkeeper_table(ruleset, plugins={...}, seed=...)``
+    takes the arguments of :class:`Table`."""
+    return Table

@@ -1,0 +1,98 @@
+"""Typed, read-only views of a combat for plugins and bots.
+
+The engine's values (combatants, checks, turns, reservations, events) are frozen dataclasses
+already; a :class:`CombatView` wraps one combat's state with the questions plugins ask of it, so
+no plugin needs to know how the state is laid out, and none can change it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from turnkeeper_engine import State
+from turnkeeper_engine.model import (
+    Combatant,
+    Condition,
+    Hold,
+    OptionValue,
+    Phase,
+    Reservation,
+    Turn,
+    Window,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CombatView:
+    """One combat as a command left it, at sequence number ``seq``."""
+
+    state: State
+    seq: int
+
+    @property
+    def id(self) -> str:
+        return self.state.combat_id
+
+    @property
+    def ruleset(self) -> str:
+        return self.state.ruleset
+
+    @property
+    def phase(self) -> Phase:
+        return self.state.phase
+
+    @property
+    def round(self) -> int | None:
+        return self.state.round
+
+    @property
+    def turn(self) -> Turn | None:
+        return self.state.turn
+
+    @property
+    def window(self) -> Window | None:
+        return self.state.window
+
+    @property
+    def combatants(self) -> tuple[Combatant, ...]:
+        """Every combatant in the order added, removed ones included."""
+        return self.state.combatants
+
+    @property
+    def holds(self) -> tuple[Hold, ...]:
+        return self.state.holds
+
+    @property
+    def reservations(self) -> tuple[Reservation, ...]:
+        return self.state.reservations
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        return self.state.conditions
+
+    def combatant(self, combatant_id: str) -> Combatant | None:
+        return self.state.get(combatant_id)
+
+    def order(self) -> tuple[Combatant, ...]:
+        """The combatants in initiative order (R4), as the order stands now."""
+        found = (self.state.get(i) for i in self.state.order)
+        return tuple(c for c in found if c is not None)
+
+    def active(self) -> tuple[Combatant, ...]:
+        """Combatants still taking turns, in the order added."""
+        return tuple(c for c in self.state.combatants if c.status == "active")
+
+    def current(self) -> Combatant | None:
+        """Whose turn it is, if a turn is in progress."""
+        turn = self.state.turn
+        return None if turn is None else self.state.get(turn.combatant)
+
+    def reservations_of(self, combatant_id: str) -> tuple[Reservation, ...]:
+        return tuple(r for r in self.state.reservations if r.combatant == combatant_id)
+
+    def conditions_on(self, combatant_id: str) -> tuple[Condition, ...]:
+        return tuple(c for c in self.state.conditions if c.target == combatant_id)
+
+    def option(self, name: str) -> OptionValue:
+        """A rule option's value (R6, R9, R12, R13); KeyError for an unknown name."""
+        return self.state.option(name)
