@@ -162,6 +162,9 @@ _TELL: dict[type[ev.Event], Callable[[State, Any], str | None]] = {
     ),
     ev.TurnTimerWarning: lambda s, e: f"  {_name(s, e.combatant)}: time is nearly up.",
     ev.TurnTimerExpired: lambda s, e: f"  {_name(s, e.combatant)}: time is up ({e.action}).",
+    ev.OutcomeRecorded: lambda s, e: f"    {e.text}",
+    ev.PluginDisabled: lambda s, e: f"  (plugin {e.plugin} is disabled here: {e.reason})",
+    ev.PluginEnabled: lambda s, e: f"  (plugin {e.plugin} is enabled again)",
     ev.CombatEnded: lambda s, e: "== The combat is over ==",
     ev.CommandUndone: lambda s, e: f"  (the narrator undoes {e.command})",
 }
