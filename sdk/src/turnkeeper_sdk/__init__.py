@@ -1,8 +1,12 @@
-"""What plugin and client authors import, without the daemon.
+"""What plugin, bot and client authors import, without the daemon.
 
-For now this is the engine's public surface that third parties build on: the ruleset interface
-and registry (to add a game system), condition types, the command and event values, and the
-role-filtered views. The wire codec, hook specifications and client arrive with later issues.
+- Plugins: :data:`hookimpl`, the hook specifications (:mod:`turnkeeper_sdk.hookspecs`),
+  :class:`CheckAdjustment`, the read-only :class:`CombatView`, and the engine's command and
+  event values they return and receive.
+- Rulesets: the ruleset interface and registry (to add a game system), condition types.
+- Clients: the wire codec (:mod:`turnkeeper_sdk.wire`) and the clients
+  (:mod:`turnkeeper_sdk.aio`, :mod:`turnkeeper_sdk.client`).
+- Tests: the in-process :class:`~turnkeeper_sdk.testing.Table` and its pytest fixture.
 """
 
 from __future__ import annotations
@@ -22,10 +26,15 @@ from turnkeeper_engine import (
     visible,
 )
 
+from .hookspecs import CheckAdjustment, hookimpl
+from .views import CombatView
+
 __all__ = [
     "CONDITION_TYPES",
     "RULESETS",
     "Actor",
+    "CheckAdjustment",
+    "CombatView",
     "ConditionType",
     "RuleError",
     "Ruleset",
@@ -33,6 +42,7 @@ __all__ = [
     "View",
     "commands",
     "events",
+    "hookimpl",
     "view",
     "visible",
 ]

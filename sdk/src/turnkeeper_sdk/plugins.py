@@ -434,6 +434,7 @@ class PluginHost:
         for plugin, proposed in await self.before_start(combat):
             done = await self._submit(plugin, proposed, combat.id, apply)
             if done is not None:
+                done = await self.run(done, apply, 1)
                 combat = CombatView(done.after, done.seq)
         groups: set[str] = set()
         for c in combat.active():
@@ -447,6 +448,7 @@ class PluginHost:
                 roll = cmd.RollInitiative(c.id, edges=adjust.edges, troubles=adjust.troubles)
                 done = await self._submit(names, roll, combat.id, apply)
                 if done is not None:
+                    done = await self.run(done, apply, 1)
                     combat = CombatView(done.after, done.seq)
         await self.disable_failing(combat.id, apply)
         return command
@@ -537,20 +539,24 @@ class PluginHost:
             )
         return allowed
 
-    async def run(self, applied: Applied, apply: Apply, depth: int = 0) -> None:
+    async def run(self, applied: Applied, apply: Apply, depth: int = 0) -> Applied:
         """Let plugins see ``applied`` and apply what they propose, through ``apply`` (the
-        path every command takes), then what those commands make them propose in turn."""
+        path every command takes), then what those commands make them propose in turn.
+        Returns the last command applied (``applied`` if plugins proposed nothing)."""
+        latest = applied
         for plugin, command in await self.proposals(applied):
             done = await self._submit(plugin, command, applied.after.combat_id, apply)
             if done is None:
                 continue
+            latest = done
             if depth >= MAX_CHAIN:
                 self.report("plugin_chain_cut", plugin=plugin, combat=applied.after.combat_id)
                 continue
-            await self.run(done, apply, depth + 1)
+            latest = await self.run(done, apply, depth + 1)
         await self.disable_failing(applied.after.combat_id, apply)
         if applied.after.phase == "ended":
             self.forget(applied.after.combat_id)
+        return latest
 
     async def disable_failing(self, combat_id: str, apply: Apply) -> None:
         for plugin, reason in self.failing(combat_id):

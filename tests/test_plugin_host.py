@@ -1,0 +1,350 @@
+"""The plugin host in process: each implementation called alone with its own budget and error
+handling, failing plugins disabled per combat, proposals applied as the plugin's commands.
+
+The same host runs inside the daemon; tests/test_daemon_plugins.py proves it there, against a
+real process.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from turnkeeper_engine import commands as cmd
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.model import ActionSpec, Predicate, Trigger
+from turnkeeper_sdk import CheckAdjustment, hookimpl
+from turnkeeper_sdk.plugins import MAX_CHAIN, MAX_PROPOSALS, PluginHost
+from turnkeeper_sdk.testing import Table
+
+
+class Recorder:
+    """Remembers every hook it sees, with the arguments it asked for."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+    @hookimpl
+    def on_combat_start(self, event: ev.CombatStarted) -> None:
+        self.seen.append(("combat_start", event.order))
+
+    @hookimpl
+    def on_round_start(self, round: int) -> None:
+        self.seen.append(("round_start", round))
+
+    @hookimpl
+    def on_turn_start(self, combatant: Any) -> None:
+        self.seen.append(("turn_start", combatant.id))
+
+    @hookimpl
+    def on_turn_end(self, combatant: Any) -> None:
+        self.seen.append(("turn_end", combatant.id))
+
+    @hookimpl
+    def on_round_end(self, round: int) -> None:
+        self.seen.append(("round_end", round))
+
+    @hookimpl
+    def on_combat_end(self) -> None:
+        self.seen.append(("combat_end", None))
+
+
+class Raises:
+    @hookimpl
+    def on_turn_start(self) -> None:
+        raise RuntimeError("boom")
+
+
+class Sleeps:
+    @hookimpl
+    async def on_turn_start(self) -> None:
+        await anyio.sleep(5)
+
+
+class Blocks:
+    @hookimpl
+    def on_turn_start(self) -> None:
+        time.sleep(0.3)
+
+
+def _three(table: Table) -> None:
+    for name in ("a", "b", "c"):
+        table.add(name, init_mod=3 - ord(name) + ord("a"))
+
+
+def test_hooks_fire_once_per_real_transition_in_order() -> None:
+    """R5: turn and round hooks follow the turn_started/turn_ended events, exactly once."""
+    rec = Recorder()
+    table = Table("dnd3e", {"rec": rec}, seed=3)
+    _three(table)
+    table.start()
+    order = table.state.order
+    for _ in range(8):
+        table.end_turn()
+    table.do(cmd.EndCombat())
+    assert rec.seen[0] == ("combat_start", order)
+    assert rec.seen[1] == ("round_start", 1)
+    turns = [(k, v) for k, v in rec.seen if k in ("turn_start", "turn_end")]
+    expected = []
+    for _ in range(2):
+        for c in order:
+            expected += [("turn_start", c), ("turn_end", c)]
+    expected.append(("turn_start", order[0]))
+    assert turns[: len(expected)] == expected
+    assert ("round_end", 1) in rec.seen
+    assert ("round_start", 2) in rec.seen
+    assert rec.seen[-1] == ("combat_end", None)
+    assert rec.seen.count(("round_start", 2)) == 1
+
+
+@pytest.mark.parametrize(
+    ("plugin", "reason"),
+    [
+        (Raises(), "RuntimeError: boom"),
+        (Sleeps(), "timeout after 50 ms"),
+        (Blocks(), "blocked the event loop for"),
+    ],
+    ids=["raises", "times-out", "blocks-the-loop"],
+)
+def test_a_failing_plugin_is_disabled_for_the_combat_and_the_others_go_on(
+    plugin: object, reason: str
+) -> None:
+    rec = Recorder()
+    table = Table("marvel", {"bad": plugin, "rec": rec}, seed=5)
+    _three(table)
+    table.start()
+    for _ in range(5):
+        table.end_turn()
+    disabled = table.of(ev.PluginDisabled)
+    assert [d.plugin for d in disabled] == ["bad"]
+    assert disabled[0].reason.startswith("3 failures in a row: ")
+    assert reason in disabled[0].reason
+    assert table.state.disabled_plugins == ("bad",)
+    # Called three times, never again; the healthy plugin saw every turn.
+    stats = table.host.stats["bad"]
+    assert stats.calls == 3
+    assert stats.disabled == 1
+    assert len([s for s in rec.seen if s[0] == "turn_start"]) == 6
+    # The disabling is recorded as the daemon's own command.
+    recorded = [e for e in table.of(ev.CommandRecorded) if e.command == "disable_plugin"]
+    assert [e.actor.via for e in recorded] == ["daemon"]
+
+
+def test_a_disabled_plugin_can_be_enabled_again_by_the_narrator() -> None:
+    table = Table("marvel", {"bad": Raises()}, seed=5)
+    _three(table)
+    table.start()
+    for _ in range(3):
+        table.end_turn()
+    assert table.state.disabled_plugins == ("bad",)
+    table.do(cmd.EnablePlugin("bad"))
+    assert table.state.disabled_plugins == ()
+    before = table.host.stats["bad"].calls
+    table.end_turn()
+    assert table.host.stats["bad"].calls == before + 1
+
+
+def test_one_failure_then_success_resets_the_streak() -> None:
+    calls = {"n": 0}
+
+    class Flaky:
+        @hookimpl
+        def on_turn_start(self) -> None:
+            calls["n"] += 1
+            if calls["n"] % 2:
+                raise ValueError("odd")
+
+    table = Table("marvel", {"flaky": Flaky()}, seed=5)
+    _three(table)
+    table.start()
+    for _ in range(8):
+        table.end_turn()
+    assert table.of(ev.PluginDisabled) == []
+    assert table.host.stats["flaky"].errors == 5
+
+
+def test_plugin_commands_are_recorded_with_the_plugins_name_r16() -> None:
+    class Timer:
+        @hookimpl
+        def on_turn_start(self, combat: Any, combatant: Any) -> cmd.Command | None:
+            if combat.round == 1 and combatant.id == "a":
+                return cmd.ApplyCondition(combatant.id, "custom", note="focused")
+            return None
+
+    table = Table("dnd3e", {"timer": Timer()}, seed=1)
+    _three(table)
+    table.start()
+    for _ in range(2):
+        table.end_turn()
+    assert table.by("timer") == ["apply_condition"]
+    recorded = [e for e in table.of(ev.CommandRecorded) if e.command == "apply_condition"]
+    assert recorded[0].actor.role == "narrator"
+    assert table.view.conditions_on("a")[0].note == "focused"
+
+
+def test_a_refused_proposal_is_counted_and_the_rest_still_apply() -> None:
+    class Mixed:
+        @hookimpl
+        def on_combat_start(self) -> list[cmd.Command]:
+            return [
+                cmd.DefeatCombatant("nobody"),
+                cmd.ApplyCondition("b", "custom", note="marked"),
+            ]
+
+    table = Table("dnd3e", {"mixed": Mixed()}, seed=1)
+    _three(table)
+    table.start()
+    assert table.host.stats["mixed"].refused == 1
+    refused = [d for what, d in table.problems if what == "plugin_command_refused"]
+    assert refused[0]["code"] == "unknown_combatant"
+    assert refused[0]["field"] == "combatant"
+    assert table.by("mixed") == ["apply_condition"]
+
+
+def test_a_hook_returning_junk_or_too_many_commands_is_reported() -> None:
+    class Junk:
+        @hookimpl
+        def on_combat_start(self) -> list[Any]:
+            return ["not a command"]
+
+        @hookimpl
+        def on_round_start(self) -> list[cmd.Command]:
+            return [cmd.ApplyCondition("a", "custom")] * (MAX_PROPOSALS + 5)
+
+    table = Table("dnd3e", {"junk": Junk()}, seed=1)
+    _three(table)
+    table.start()
+    assert len(table.by("junk")) == MAX_PROPOSALS
+    bad = [d for what, d in table.problems if what == "plugin_bad_proposal"]
+    assert len(bad) == 2
+
+
+def test_plugins_answering_each_other_are_cut_off_at_the_chain_limit() -> None:
+    class Echo:
+        @hookimpl
+        def on_condition_applied(self, condition: Any) -> cmd.Command:
+            return cmd.ApplyCondition(condition.target, "custom", note="again")
+
+    table = Table("dnd3e", {"echo": Echo()}, seed=1)
+    _three(table)
+    table.start()
+    table.do(cmd.ApplyCondition("a", "custom", note="first"))
+    assert len(table.by("echo")) == MAX_CHAIN + 1
+    assert any(what == "plugin_chain_cut" for what, _ in table.problems)
+
+
+def test_r8_before_combat_start_marks_surprise_before_the_check() -> None:
+    """A plugin's mark_surprised lands before start_combat rolls: the trouble is on the check
+    and the combatant has no bonus-round turn (R8)."""
+
+    class Ambush:
+        @hookimpl
+        def before_combat_start(self, combat: Any) -> list[cmd.Command]:
+            return [cmd.MarkSurprised(c.id) for c in combat.active() if "unaware" in c.tags]
+
+    table = Table("marvel", {"ambush": Ambush()}, seed=2)
+    table.add("guard", tags=("unaware",))
+    table.add("hero")
+    table.start()
+    names = [e.name for e in table.events]
+    assert names.index("surprise_marked") < names.index("initiative_rolled")
+    checks = {e.combatant: e.check for e in table.of(ev.InitiativeRolled)}
+    assert checks["guard"].troubles == 1
+    assert checks["hero"].troubles == 0
+    assert table.by("ambush") == ["mark_surprised"]
+
+
+def test_r3_before_initiative_check_adjustments_add_up_across_plugins() -> None:
+    class Edge:
+        @hookimpl
+        def before_initiative_check(self, combatant: Any) -> CheckAdjustment | None:
+            return CheckAdjustment(edges=1, reason="keen") if combatant.id == "a" else None
+
+    class Trouble:
+        @hookimpl
+        def before_initiative_check(self, combatant: Any) -> CheckAdjustment:
+            return CheckAdjustment(troubles=1, reason="dazed")
+
+    table = Table("marvel", {"edge": Edge(), "trouble": Trouble()}, seed=4)
+    table.add("a")
+    table.add("b")
+    table.do(cmd.RollInitiative("b"))
+    table.start()
+    checks = {e.combatant: e.check for e in table.of(ev.InitiativeRolled)}
+    assert (checks["a"].edges, checks["a"].troubles) == (1, 1)
+    # An explicit roll gets the adjustment too, inside the client's own command.
+    assert (checks["b"].edges, checks["b"].troubles) == (0, 1)
+    rolls = [e.actor.via for e in table.of(ev.CommandRecorded) if e.command == "roll_initiative"]
+    assert rolls == [None, "plugin:trouble+edge"] or rolls == [None, "plugin:edge+trouble"]
+
+
+def test_r12_a_plugin_claims_only_for_combatants_that_handed_it_their_reactions() -> None:
+    class Claimer:
+        @hookimpl
+        def on_trigger(self, window: Any, offered: Any) -> list[cmd.Command]:
+            return [cmd.ClaimReaction(window.id, r.combatant, r.id) for r in offered]
+
+    table = Table("marvel", {"claimer": Claimer()}, seed=6)
+    table.add("bot", tags=("auto",))
+    table.add("human", controller="ana")
+    table.add("villain", init_mod=-5)
+    table.do(cmd.OrderTies(("bot", "human")))
+    table.start()
+    predicate = Predicate(actors=("villain",), kinds=("attack",))
+    reserved: set[str] = set()
+    for _ in range(8):
+        turn = table.turn()
+        if turn.combatant == "villain" and len(reserved) == 2:
+            table.do(cmd.DeclareAction(turn, ActionSpec("attack", targets=("bot",))))
+            break
+        if (
+            turn.round >= 1
+            and turn.combatant in ("bot", "human")
+            and turn.combatant not in reserved
+        ):
+            table.do(
+                cmd.Reserve(
+                    turn,
+                    "standard",
+                    ActionSpec("attack", targets=("villain",)),
+                    Trigger("when the villain attacks", predicate),
+                )
+            )
+            reserved.add(turn.combatant)
+        table.end_turn()
+    claims = table.of(ev.ReactionClaimed)
+    assert [c.claim.combatant for c in claims] == ["bot"]
+    assert table.host.stats["claimer"].refused == 1
+    refused = [d for what, d in table.problems if what == "plugin_command_refused"]
+    assert refused[0]["code"] == "not_delegated"
+
+
+def test_a_plugin_taking_an_argument_no_hook_declares_is_refused_at_load() -> None:
+    class Wrong:
+        @hookimpl
+        def on_turn_start(self, combatant: Any, mood: str) -> None: ...
+
+    host = PluginHost()
+    assert host.register(Wrong(), "wrong") is None
+    assert host.failures[0].name == "wrong"
+    assert "mood" in host.failures[0].error
+
+
+def test_misspelled_and_unmarked_hooks_are_reported() -> None:
+    class Typos:
+        @hookimpl
+        def on_turn_strat(self) -> None: ...
+
+        def on_round_start(self) -> None: ...
+
+    host = PluginHost(report=lambda *a, **k: None)
+    info = host.register(Typos(), "typos")
+    assert info is not None
+    assert info.unknown_hooks == (
+        "on_round_start (not marked with @hookimpl)",
+        "on_turn_strat (did you mean on_turn_start?)",
+    )
+    assert info.hooks == ()
