@@ -1,7 +1,8 @@
 """A small synchronous client for scripts, tools and tests: one socket, one call at a time.
 
 Notifications (events, errors) that arrive while a call waits are kept, in order, for
-:meth:`Client.notification`. The async client with reconnection comes with the plugin SDK.
+:meth:`Client.notification`. For a long-lived session (reconnection, typed methods, event
+subscriptions) use the asynchronous client, :mod:`turnkeeper_sdk.aio`.
 """
 
 from __future__ import annotations
@@ -12,24 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from . import wire
+from .errors import CallError
+
+__all__ = ["CALL_TIMEOUT", "MAX_KEPT_NOTIFICATIONS", "CallError", "Client"]
 
 CALL_TIMEOUT = 30.0
 """Seconds a call waits for its answer before the connection is considered dead."""
 MAX_KEPT_NOTIFICATIONS = 100_000
 """Notifications kept unread; past this the client raises rather than grow without bound."""
 RECV_BYTES = 65536
-
-
-class CallError(Exception):
-    """An error response, with the protocol's stable code, message and field."""
-
-    def __init__(self, body: wire.ErrorBody) -> None:
-        super().__init__(
-            f"{body.code}: {body.message}" + (f" ({body.field})" if body.field else "")
-        )
-        self.code = body.code
-        self.message = body.message
-        self.field = body.field
+"""Bytes read per receive: large enough for a typical reply in one system call."""
 
 
 class Client:
@@ -45,6 +38,7 @@ class Client:
 
     @classmethod
     def unix(cls, path: Path | str, timeout: float = CALL_TIMEOUT) -> Client:
+        """Connect to the daemon's Unix socket at ``path`` (say hello next)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         sock.connect(str(path))
@@ -52,9 +46,11 @@ class Client:
 
     @classmethod
     def tcp(cls, host: str, port: int, timeout: float = CALL_TIMEOUT) -> Client:
+        """Connect to the daemon over TCP (say hello next, with a token)."""
         return cls(socket.create_connection((host, port), timeout=timeout), timeout)
 
     def close(self) -> None:
+        """Close the socket."""
         self.sock.close()
 
     def __enter__(self) -> Client:
@@ -81,6 +77,7 @@ class Client:
         self.sock.sendall(data)
 
     def response(self, msgid: int) -> wire.Response:
+        """Read until the response to ``msgid``, keeping the notifications met on the way."""
         while True:
             item = self._next()
             if isinstance(item, wire.WireError):
@@ -96,7 +93,8 @@ class Client:
         self.sock.sendall(wire.pack(wire.Request(msgid, method, params)))
         answer = self.response(msgid)
         if answer.error is not None:
-            raise CallError(answer.error)
+            error = answer.error
+            raise CallError(error.code, error.message, error.field)
         return answer.result
 
     def notification(self) -> wire.Notification:
@@ -111,6 +109,7 @@ class Client:
                 return item
 
     def hello(self, token: str | None = None, name: str = "script", kind: str = "tool") -> Any:
+        """Open the session at this client's protocol level; returns the hello result."""
         params: dict[str, Any] = {
             "protocol": wire.PROTOCOL_VERSION,
             "client": {"name": name, "kind": kind},
