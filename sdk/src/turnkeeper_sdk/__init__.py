@@ -26,6 +26,8 @@ from turnkeeper_engine import (
     visible,
 )
 
+from .aio import AsyncClient, Subscription
+from .errors import CallError, CallTimeoutError, ConnectionLost, TooFarBehindError, TurnkeeperError
 from .hookspecs import CheckAdjustment, hookimpl
 from .views import CombatView
 
@@ -33,12 +35,19 @@ __all__ = [
     "CONDITION_TYPES",
     "RULESETS",
     "Actor",
+    "AsyncClient",
+    "CallError",
+    "CallTimeoutError",
     "CheckAdjustment",
     "CombatView",
     "ConditionType",
+    "ConnectionLost",
     "RuleError",
     "Ruleset",
     "State",
+    "Subscription",
+    "TooFarBehindError",
+    "TurnkeeperError",
     "View",
     "commands",
     "events",
