@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, demo
+
+if TYPE_CHECKING:
+    from .loader import PluginChoice, PluginPath
 
 PAGES_PER_MIB = 256
 """SQLite's default page is 4 KiB."""
@@ -36,6 +41,69 @@ def _positive(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError("expected a whole number of at least 1")
     return int(value)
+
+
+def _names(value: str) -> frozenset[str]:
+    names = frozenset(n.strip() for n in value.split(","))
+    if not value.strip() or "" in names:
+        raise argparse.ArgumentTypeError("expected NAME[,NAME...]")
+    return names
+
+
+def _plugin_path(value: str) -> PluginPath:
+    from .loader import PluginPath
+
+    try:
+        return PluginPath.parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _plugin_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that choose plugins: ``serve`` and ``plugins`` take the same, so the listing
+    shows what the daemon would run."""
+    env = os.environ.get
+    # String defaults go through ``type`` too, so a bad environment value is a usage error.
+    parser.add_argument(
+        "--plugins",
+        type=_names,
+        default=env("TURNKEEPER_PLUGINS") or None,
+        metavar="NAME[,NAME...]",
+        help="load only these installed plugins (env TURNKEEPER_PLUGINS; default: all)",
+    )
+    parser.add_argument(
+        "--no-plugins",
+        type=_names,
+        default=env("TURNKEEPER_NO_PLUGINS") or None,
+        metavar="NAME[,NAME...]",
+        help="never load these installed plugins (env TURNKEEPER_NO_PLUGINS)",
+    )
+    parser.add_argument(
+        "--plugin",
+        type=_plugin_path,
+        action="append",
+        default=[],
+        metavar="[NAME=]MODULE[:ATTR]",
+        help="also load a plugin by import path, without installing it (repeatable)",
+    )
+    parser.add_argument(
+        "--plugin-budget-ms",
+        type=_positive,
+        default=env("TURNKEEPER_PLUGIN_BUDGET_MS") or "50",
+        metavar="N",
+        help="milliseconds one hook call may take (env TURNKEEPER_PLUGIN_BUDGET_MS)",
+    )
+
+
+def _plugin_choice(args: argparse.Namespace) -> PluginChoice:
+    from .loader import PluginChoice
+
+    return PluginChoice(
+        allow=args.plugins,
+        block=args.no_plugins or frozenset(),
+        paths=tuple(args.plugin),
+        budget=args.plugin_budget_ms / 1000,
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,6 +159,13 @@ def _parser() -> argparse.ArgumentParser:
         default=env("TURNKEEPER_LOG_FORMAT", "auto"),
         help="console on a terminal, JSON otherwise (env TURNKEEPER_LOG_FORMAT)",
     )
+    _plugin_flags(serve)
+
+    plugins = sub.add_parser(
+        "plugins", help="load plugins as serve would and list them, with what failed and why"
+    )
+    _plugin_flags(plugins)
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
 
     watch = sub.add_parser("watch", help="show a combat's live initiative order")
     watch.add_argument("combat")
@@ -167,9 +242,47 @@ def _serve(args: argparse.Namespace) -> int:
         snapshot_every=args.snapshot_every,
         max_db_pages=args.max_db_mib * PAGES_PER_MIB if args.max_db_mib else None,
         narrator_uid=None if args.no_peer_narrator else os.getuid(),
+        plugins=_plugin_choice(args),
     )
     anyio.run(serve, config)
     return 0
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    """Failures are the listing's to show, not errors: the exit code is 0 all the same."""
+    from .loader import load
+
+    listing = load(_plugin_choice(args), report=_quiet).listing()
+    if args.json:
+        print(json.dumps(listing, indent=2))
+        return 0
+    for line in _plugin_lines(listing):
+        print(line)
+    return 0
+
+
+def _quiet(what: str, **details: Any) -> None:
+    """Problems met while listing are in the listing itself."""
+
+
+def _plugin_lines(listing: dict[str, Any]) -> list[str]:
+    lines = ["loaded:"]
+    for p in listing["loaded"]:
+        lines.append(f"  {p['name']} {p['version'] or '(no version)'}")
+        lines.append(f"    hooks: {', '.join(p['hooks']) or '-'}")
+        if p["provides"]:
+            lines.append(f"    provides: {', '.join(p['provides'])}")
+        if p["unknown_hooks"]:
+            lines.append(f"    unknown hooks: {', '.join(p['unknown_hooks'])}")
+    if not listing["loaded"]:
+        lines.append("  (none)")
+    if listing["failed"]:
+        lines.append("failed:")
+        lines += [f"  {f['name']}: {f['error']}" for f in listing["failed"]]
+    if listing["skipped"]:
+        lines.append("skipped:")
+        lines += [f"  {s['name']}: {s['reason']}" for s in listing["skipped"]]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _token(args)
     if args.command == "watch":
         return _watch(args)
+    if args.command == "plugins":
+        return _plugins(args)
     return _serve(args)
 
 

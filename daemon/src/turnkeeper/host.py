@@ -1,21 +1,26 @@
 """The combats a daemon holds: one writer per combat, durable before acknowledged.
 
-request → validated command → engine → events committed (group commit) → reply → subscribers.
+request → plugins' before hooks → validated command → engine → events committed (group commit)
+→ reply and subscribers → plugins' hooks, in the background, in each combat's event order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import anyio
 import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnkeeper_engine import (
     Actor,
@@ -41,6 +46,8 @@ from turnkeeper_engine.plain import (
     to_shared,
 )
 from turnkeeper_sdk import wire
+from turnkeeper_sdk.plugins import Applied, PluginHost, RefusedError
+from turnkeeper_sdk.views import CombatView
 
 from .store import Batch, Store, StoreError
 
@@ -63,6 +70,18 @@ CLOCK_RETRY_SECONDS = 1.0
 
 CLOCK_ACTOR = Actor("narrator", None, "clock")
 """The daemon's own clock acts as narrator when it lets time pass (R13)."""
+
+HOOK_WORKERS = 4
+"""Tasks running plugin hooks, each for the combats whose id hashes to it: a combat's hooks run
+one command after another, in event order, while other combats' hooks go on beside them."""
+
+HOOK_QUEUE = 256
+"""Commands waiting for their hooks, per worker. When it is full the command's writer waits
+(after releasing the combat, so plugin commands can still get in): a client whose commands
+outrun the plugins is slowed down instead of the daemon's memory growing."""
+
+REGISTRATION_HOOKS = frozenset({"turnkeeper_rulesets", "turnkeeper_condition_types"})
+"""Hooks called once at load: a plugin with only these needs nothing per command."""
 
 
 class RequestError(Exception):
@@ -105,6 +124,10 @@ class Combat:
     loaded: bool = True
     """False while only the stored summary is known (see ``Hub.recover``)."""
     summary: dict[str, Plain] | None = None
+    hooks_due: deque[Applied] = field(default_factory=deque)
+    """Committed commands whose plugin hooks have not run yet, in commit order. Each has one
+    token in its worker's queue; whichever token comes first takes the oldest, so the hooks
+    keep the event order even when two writers queue their tokens the other way round."""
 
 
 _Request = tuple[tuple[str, str], str]
@@ -158,8 +181,11 @@ class Hub:
         dice: DiceSource | None = None,
         clock: Callable[[], float] = time.time,
         snapshot_every: int = SNAPSHOT_EVERY,
+        plugins: PluginHost | None = None,
     ) -> None:
         self.store = store
+        self.plugins = plugins
+        """Plugins' hooks run only while ``run_hooks`` runs."""
         self.snapshot_every = snapshot_every
         self.dice: DiceSource = dice or SystemDice()
         self.clock = clock
@@ -168,6 +194,12 @@ class Hub:
         self._creating = anyio.Lock()
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
         self._wake = anyio.Event()
+        self._hook_queues: list[MemoryObjectSendStream[Combat]] = []
+        self._hook_inboxes: list[MemoryObjectReceiveStream[Combat]] = []
+        for _ in range(HOOK_WORKERS):
+            send, receive = anyio.create_memory_object_stream[Combat](HOOK_QUEUE)
+            self._hook_queues.append(send)
+            self._hook_inboxes.append(receive)
 
     # --------------------------------------------------------------------------- recovery
 
@@ -303,11 +335,92 @@ class Hub:
                         "too_many_combats", f"at most {MAX_COMBATS} combats", "combat_id"
                     )
                 combat = Combat(combat_id, State(), 0)
-                result = await self._apply(combat, request, actor, command, command.ruleset)
+                # No hook stands for a combat's creation: nothing to prepare or observe.
+                result, _ = await self._apply(combat, request, actor, command, command.ruleset)
                 self.combats[combat_id] = combat
                 return result
-        combat = self.combat(combat_id)
-        return await self._apply(combat, request, actor, command, None)
+        return await self._run(self.combat(combat_id), request, actor, command)
+
+    @property
+    def hooked(self) -> bool:
+        """Whether a loaded plugin implements a hook called per command."""
+        return self.plugins is not None and any(
+            set(p.hooks) - REGISTRATION_HOOKS for p in self.plugins.plugins.values()
+        )
+
+    async def _run(
+        self, combat: Combat, request: _Request | None, actor: Actor, command: cmd.Command
+    ) -> Plain:
+        """A client's or the clock's command: the plugins' before hooks, the command, then its
+        hooks queued for the background. No lock is held while a hook runs or a queue waits."""
+        hooked = self.hooked
+        if hooked:
+            command = await self._prepare(combat, command)
+        result, applied = await self._apply(combat, request, actor, command, None, observe=hooked)
+        if hooked and applied is not None:
+            # A closed queue means the daemon is stopping: hooks still due are not run.
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self._hook_queues[hash(combat.id) % HOOK_WORKERS].send(combat)
+        return result
+
+    async def _prepare(self, combat: Combat, command: cmd.Command) -> cmd.Command:
+        assert self.plugins is not None
+        view = CombatView(combat.state, combat.seq)
+        return await self.plugins.prepare(view, command, partial(self._apply_inline, combat))
+
+    async def _apply_inline(
+        self, combat: Combat, actor: Actor, command: cmd.Command
+    ) -> Applied | None:
+        """Apply a command plugins caused (a proposal, a disabling) the way every command is
+        applied; its hooks are the plugin host's to run, at once, so it is queued for none."""
+        try:
+            _, applied = await self._apply(combat, None, actor, command, None)
+        except RequestError as e:
+            log.info(
+                "plugin_command",
+                combat=combat.id,
+                command=command.name,
+                via=actor.via,
+                outcome=e.code,
+            )
+            raise RefusedError(e.code, e.message, e.field) from e
+        log.info(
+            "plugin_command",
+            combat=combat.id,
+            command=command.name,
+            via=actor.via,
+            outcome="ok",
+            seq=combat.seq,
+        )
+        return applied
+
+    async def _apply_proposed(
+        self, combat: Combat, actor: Actor, command: cmd.Command
+    ) -> Applied | None:
+        """A plugin's proposal takes a client's path: before hooks first, then the command."""
+        command = await self._prepare(combat, command)
+        return await self._apply_inline(combat, actor, command)
+
+    async def run_hooks(self) -> None:
+        """Run plugins' hooks for committed commands until cancelled, one worker per share of
+        the combats; then the queues close and writers waiting on them go on without."""
+        async with anyio.create_task_group() as tg:
+            for inbox in self._hook_inboxes:
+                tg.start_soon(self._hook_worker, inbox)
+
+    async def _hook_worker(self, inbox: MemoryObjectReceiveStream[Combat]) -> None:
+        assert self.plugins is not None
+        async with inbox:
+            async for combat in inbox:
+                if not combat.hooks_due:
+                    continue
+                applied = combat.hooks_due.popleft()
+                try:
+                    await self.plugins.run(applied, partial(self._apply_proposed, combat))
+                except Exception:
+                    # The host isolates each plugin already: this is the daemon's own failure
+                    # (a store error, say). That command's hooks are lost; the worker goes on.
+                    log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
 
     async def _apply(
         self,
@@ -316,15 +429,19 @@ class Hub:
         actor: Actor,
         command: cmd.Command,
         ruleset: str | None,
-    ) -> Plain:
+        *,
+        observe: bool = False,
+    ) -> tuple[Plain, Applied | None]:
+        """Decide, commit, publish. With ``observe``, the command is put on its combat's list
+        of hooks due, under the writer's lock so the list is in commit order."""
         async with combat.lock:
             now = self.clock()
             decided = decide(combat.state, command, now, actor=actor, dice=self.dice)
             if isinstance(decided, RuleError):
                 raise RequestError(decided.code, decided.message, decided.field)
             if not decided:
-                return {"combat": combat.id, "seq": combat.seq, "events": []}
-            state = combat.state
+                return {"combat": combat.id, "seq": combat.seq, "events": []}, None
+            before = state = combat.state
             for event in decided:
                 state = evolve(state, event)
             numbered = list(enumerate(decided, start=combat.seq + 1))
@@ -363,7 +480,10 @@ class Hub:
                 combat.snapshot_seq = last
             self._wake.set()
             self._publish(combat, numbered, plains)
-            return response
+            applied = Applied(before, state, last, decided)
+            if observe:
+                combat.hooks_due.append(applied)
+            return response, applied
 
     def _publish(
         self,
@@ -418,6 +538,12 @@ class Hub:
             "until": stored[-1][0] if stored else after,
             "events": _numbered(events, combat.state, actor),
         }
+
+    def plugin_listing(self) -> Plain:
+        """The plugins loaded (with their counters), failed and skipped."""
+        if self.plugins is None:
+            return {"loaded": [], "failed": [], "skipped": []}
+        return self.plugins.listing()
 
     def summaries(self) -> Plain:
         """One row per combat, for every role (ids, rulesets, phases and rounds are not
@@ -499,7 +625,7 @@ class Hub:
                         if c.quarantined is not None:
                             continue
                     try:
-                        await self._apply(c, None, CLOCK_ACTOR, cmd.Tick(), None)
+                        await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
                     except Exception:
                         # One combat's failed tick must not stop the clock, let alone the
                         # daemon; a store that fails now may recover, so no spinning meanwhile.

@@ -40,6 +40,9 @@ QUERY_METHODS = (
     Method("unsubscribe", "query", 1, "Stop the events of a combat."),
     Method("subscribe_all", "query", 1, "Live events of every combat, new ones included."),
     Method("unsubscribe_all", "query", 1, "Stop the events of subscribe_all."),
+    Method(
+        "list_plugins", "query", 1, "The daemon's plugins: loaded (with counters), failed, skipped."
+    ),
 )
 COMMAND_METHODS = tuple(
     Method(name, "command", 1, (cls.__doc__ or name).strip().splitlines()[0])

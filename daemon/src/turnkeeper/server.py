@@ -33,6 +33,7 @@ from turnkeeper_sdk import wire
 from . import __version__
 from .auth import AuthError, Principal, Tokens
 from .host import SNAPSHOT_EVERY, Hub, RequestError
+from .loader import PluginChoice, announce, load
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from .store import Store, StoreError
 
@@ -69,6 +70,8 @@ class Config:
     snapshot_every: int = SNAPSHOT_EVERY
     max_db_pages: int | None = None
     """A quota on the database, in SQLite pages; past it commits fail with ``store_full``."""
+    plugins: PluginChoice = field(default_factory=PluginChoice)
+    """Which plugins to load: every installed one by default."""
 
 
 def _peer_uid(stream: ByteStream) -> int | None:
@@ -259,6 +262,8 @@ class Connection:
             )
         if method == "list_combats":
             return hub.summaries()
+        if method == "list_plugins":
+            return hub.plugin_listing()
         if method == "subscribe_all":
             if self.everywhere:
                 raise RequestError("already_subscribed", "subscribed to all already", "method")
@@ -433,8 +438,10 @@ async def serve(
     config: Config, *, task_status: TaskStatus[Server] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """Run the daemon until SIGTERM or SIGINT, then drain in-flight commands and return."""
+    plugins = load(config.plugins)
+    announce(plugins)
     store = Store.open(config.data_dir, max_pages=config.max_db_pages)
-    hub = Hub(store, snapshot_every=config.snapshot_every)
+    hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
     hub.recover()
     server = Server(config, store, hub)
     try:
@@ -442,6 +449,7 @@ async def serve(
             await outer.start(store.run)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(hub.run_clock)
+                tg.start_soon(hub.run_hooks)
                 tg.start_soon(hub.warm)
                 if config.socket_path is not None:
                     prepare_socket_path(config.socket_path)

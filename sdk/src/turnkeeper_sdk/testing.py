@@ -81,10 +81,14 @@ class Table:
         return [e for _, e in self.log[start:]]
 
     async def _do(self, command: cmd.Command, actor: Actor) -> None:
-        command = await self.host.prepare(self.view, command, self._apply)
-        applied = await self._apply(actor, command)
+        applied = await self._apply_prepared(actor, command)
         if applied is not None:
-            await self.host.run(applied, self._apply)
+            await self.host.run(applied, self._apply_prepared)
+
+    async def _apply_prepared(self, actor: Actor, command: cmd.Command) -> Applied | None:
+        """Every command, a plugin's included, gets the plugins' before hooks first."""
+        command = await self.host.prepare(self.view, command, self._apply)
+        return await self._apply(actor, command)
 
     async def _apply(self, actor: Actor, command: cmd.Command) -> Applied | None:
         decided = decide(self.state, command, self.now, actor=actor, dice=self.dice)

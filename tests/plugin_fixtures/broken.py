@@ -1,0 +1,3 @@
+"""A plugin that cannot even be imported."""
+
+raise RuntimeError("this plugin is broken on purpose")

@@ -1,0 +1,399 @@
+"""Plugins inside a real daemon process: their commands take a client's path and are recorded as
+theirs, failing ones are disabled per combat while the rest go on, and the listing (over the
+wire and from the command line) shows what loaded, failed and was skipped.
+
+The fixture plugins live in tests/plugin_fixtures/ and load by import path (``--plugin``); the
+daemon inherits a PYTHONPATH that finds them. Of the installed plugins only the bundled rulesets
+load (``--plugins rulesets``), so whatever else is installed cannot change what these tests see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from daemon import Client, Daemon, running
+from turnkeeper import host
+from turnkeeper.host import Hub
+from turnkeeper.store import Store
+from turnkeeper_engine import NARRATOR
+from turnkeeper_engine import commands as cmd
+from turnkeeper_sdk import CombatView, hookimpl
+from turnkeeper_sdk.plugins import PluginHost
+
+TESTS = Path(__file__).resolve().parent
+WAIT_SECONDS = 20.0
+"""How long a test waits for the background hooks to act, on a busy machine."""
+BUDGET = ("--plugin-budget-ms", "200")
+"""Far above a well-behaved hook's time even on a loaded 2-core machine, far below the failing
+fixtures' 0.5 s of blocking and 5 s of sleeping."""
+
+
+@pytest.fixture(autouse=True)
+def _fixtures_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon subprocess (and ``turnkeeper plugins``) find ``plugin_fixtures``."""
+    paths = [str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+    monkeypatch.delenv("TURNKEEPER_PLUGINS", raising=False)
+    monkeypatch.delenv("TURNKEEPER_NO_PLUGINS", raising=False)
+
+
+def _fixture(name: str) -> list[str]:
+    return ["--plugin", f"{name}=plugin_fixtures.{name}"]
+
+
+def _daemon(
+    root: Path, *fixtures: str, extra: tuple[str, ...] = ()
+) -> AbstractContextManager[Daemon]:
+    """A daemon with the bundled rulesets and these fixture plugins."""
+    plugins = [a for name in fixtures for a in _fixture(name)]
+    return running(root, False, "--plugins", "rulesets", *plugins, *extra)
+
+
+def _combat(c: Client, *combatants: tuple[str, list[int]], combat: str = "bank") -> None:
+    """A marvel combat with combatants whose initiative faces are given (no Fantastic)."""
+    c.call("create_combat", request_id=f"{combat}-create", combat_id=combat, ruleset="marvel")
+    for who, faces in combatants:
+        c.call(
+            "add_combatant",
+            request_id=f"{combat}-add-{who}",
+            combat=combat,
+            id=who,
+            display_name=who.title(),
+            faces=faces,
+        )
+
+
+def _end_turn(c: Client, n: int, combat: str = "bank") -> None:
+    turn = c.call("get_combat", combat=combat)["view"]["turn"]
+    ref = {"round": turn["round"], "combatant": turn["combatant"]}
+    c.call("end_turn", request_id=f"{combat}-end-{n}", combat=combat, turn=ref)
+
+
+def _events(c: Client, combat: str = "bank") -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = c.call("history", combat=combat, after=after, limit=1000)
+        found += page["events"]
+        if page["until"] >= page["seq"]:
+            return found
+        after = page["until"]
+
+
+def _wait_for(
+    c: Client, done: Callable[[list[dict[str, Any]]], bool], combat: str = "bank"
+) -> list[dict[str, Any]]:
+    """The combat's events once ``done`` holds for them: plugins act after the reply."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        events = _events(c, combat)
+        if done(events):
+            return events
+        assert time.monotonic() < deadline, f"still waiting; events: {events}"
+        time.sleep(0.05)
+
+
+def _named(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == name]
+
+
+def _recorded_by(events: list[dict[str, Any]], via: str) -> list[str]:
+    return [e["command"] for e in _named(events, "command_recorded") if e["actor"]["via"] == via]
+
+
+def _loaded(listing: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in listing["loaded"]}
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnkeeper.cli", "plugins", *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+# ------------------------------------------------------------------------- proposed commands
+
+
+def test_r16_a_plugins_command_on_turn_start_is_recorded_as_the_plugins(tmp_path: Path) -> None:
+    with _daemon(tmp_path, "outcome") as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]), ("ock", [1, 2, 2]))
+        c.call("start_combat", request_id="start", combat="bank")
+        events = _wait_for(c, lambda es: bool(_named(es, "outcome_recorded")))
+        (outcome,) = _named(events, "outcome_recorded")
+        assert (outcome["kind"], outcome["combatant"]) == ("turn_seen", "spidey")
+        recorded = next(
+            e for e in _named(events, "command_recorded") if e["seq"] == outcome["seq"] - 1
+        )
+        assert recorded["command"] == "record_outcome"
+        assert recorded["actor"] == {"role": "narrator", "user": None, "via": "plugin:outcome"}
+        assert _loaded(c.call("list_plugins"))["outcome"]["version"] == "1.2.3"
+
+
+def test_r8_a_before_combat_start_plugin_marks_surprise_before_the_initiative_check(
+    tmp_path: Path,
+) -> None:
+    with _daemon(tmp_path, "unaware") as d:
+        c = d.client()
+        c.call("create_combat", request_id="create", combat_id="bank", ruleset="marvel")
+        for who, tags in (("spidey", []), ("goon", ["unaware"])):
+            c.call(
+                "add_combatant",
+                request_id=f"add-{who}",
+                combat="bank",
+                id=who,
+                display_name=who.title(),
+                tags=tags,
+            )
+        started = c.call("start_combat", request_id="start", combat="bank")
+        events = _events(c)
+        (marked,) = _named(events, "surprise_marked")
+        assert marked["combatant"] == "goon"
+        assert _recorded_by(events, "plugin:unaware") == ["mark_surprised"]
+        # Before the start: the start's own events (its check for goon) come after it.
+        assert marked["seq"] < started["events"][0]["seq"]
+        goon_check = next(e for e in _named(events, "initiative_rolled") if "goon" in e["members"])
+        assert marked["seq"] < goon_check["seq"]
+        assert started["events"][0]["command"] == "start_combat"
+
+
+def test_a_reply_never_waits_for_the_hooks_its_command_causes(tmp_path: Path) -> None:
+    # A 1.5 s budget lets the sleeping plugin hold each hook for 1.5 s: the replies come at once
+    # all the same, and the good plugin's commands follow once the slow hooks are given up on.
+    with _daemon(tmp_path, "sleeping", "outcome", extra=("--plugin-budget-ms", "1500")) as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]), ("ock", [1, 2, 2]))
+        started = time.monotonic()
+        c.call("start_combat", request_id="start", combat="bank")
+        _end_turn(c, 1)
+        assert time.monotonic() - started < 1.5
+        assert not _named(_events(c), "outcome_recorded")
+        events = _wait_for(c, lambda es: len(_named(es, "outcome_recorded")) == 2)
+        assert [e["combatant"] for e in _named(events, "outcome_recorded")] == ["spidey", "ock"]
+
+
+# --------------------------------------------------------------------------- failing plugins
+
+
+def test_failing_plugins_are_disabled_for_the_combat_after_three_failures_the_rest_go_on(
+    tmp_path: Path,
+) -> None:
+    failing = ("raising", "sleeping", "blocking")
+    with _daemon(tmp_path, "outcome", *failing, extra=BUDGET) as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]), ("ock", [1, 2, 2]))
+        c.call("start_combat", request_id="start", combat="bank")
+        _end_turn(c, 1)
+        _end_turn(c, 2)
+        events = _wait_for(c, lambda es: len(_named(es, "plugin_disabled")) == 3)
+        disabled = {e["plugin"]: e["reason"] for e in _named(events, "plugin_disabled")}
+        assert set(disabled) == set(failing)
+        assert disabled["raising"].startswith("3 failures in a row: RuntimeError")
+        # Cancelled at its budget; on a loaded machine it may wake late enough to count as
+        # blocking: either way it failed, and three times.
+        assert "timeout after 200 ms" in disabled["sleeping"] or "blocked" in disabled["sleeping"]
+        assert "blocked the event loop" in disabled["blocking"]
+        assert _recorded_by(events, "daemon") == ["disable_plugin"] * 3
+        assert sorted(c.call("get_combat", combat="bank")["view"]["disabled_plugins"]) == sorted(
+            failing
+        )
+
+        # The combat and the good plugin go on; the disabled ones are not called any more.
+        _end_turn(c, 3)
+        events = _wait_for(c, lambda es: len(_named(es, "outcome_recorded")) == 4)
+        assert _recorded_by(events, "plugin:outcome") == ["record_outcome"] * 4
+        listing = _loaded(c.call("list_plugins"))
+        assert listing["raising"]["errors"] == listing["raising"]["calls"] == 3
+        assert listing["sleeping"]["timeouts"] + listing["sleeping"]["blocked"] == 3
+        assert listing["blocking"]["blocked"] == listing["blocking"]["calls"] == 3
+        assert {listing[name]["disabled"] for name in failing} == {1}
+        good = listing["outcome"]
+        assert (good["calls"], good["errors"], good["timeouts"], good["blocked"]) == (4, 0, 0, 0)
+
+        # Another combat still calls every plugin: disabling is per combat.
+        _combat(c, ("cap", [2, 3, 4]), combat="other")
+        c.call("start_combat", request_id="other-start", combat="other")
+        _wait_for(c, lambda es: bool(_named(es, "outcome_recorded")), combat="other")
+        assert _loaded(c.call("list_plugins"))["raising"]["calls"] == 4
+
+
+def test_a_disabled_plugin_stays_disabled_across_a_kill_and_restart(tmp_path: Path) -> None:
+    with _daemon(tmp_path, "raising", "outcome") as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]), ("ock", [1, 2, 2]))
+        c.call("start_combat", request_id="start", combat="bank")
+        _end_turn(c, 1)
+        _end_turn(c, 2)
+        _wait_for(c, lambda es: bool(_named(es, "plugin_disabled")))
+        d.kill()
+        d.start()
+        c = d.client()
+        assert c.call("get_combat", combat="bank")["view"]["disabled_plugins"] == ["raising"]
+        _end_turn(c, 3)
+        _wait_for(c, lambda es: len(_named(es, "outcome_recorded")) == 4)
+        listing = _loaded(c.call("list_plugins"))
+        assert listing["raising"]["calls"] == 0
+        assert listing["outcome"]["calls"] == 1
+
+
+# ---------------------------------------------------------------------------------- listing
+
+
+def test_list_plugins_shows_the_bundled_rulesets_to_any_role(tmp_path: Path) -> None:
+    with _daemon(tmp_path) as d:
+        secret = d.token("observer")
+        c = Client.unix(d.socket)
+        assert c.hello(secret)["session"]["role"] == "observer"
+        rulesets = _loaded(c.call("list_plugins"))["rulesets"]
+        assert rulesets["hooks"] == ["turnkeeper_rulesets"]
+        assert rulesets["provides"] == ["ruleset:marvel", "ruleset:dnd3e"]
+        assert rulesets["version"] == "0.1.0"
+
+
+def test_a_plugin_that_fails_to_import_is_listed_as_failed_and_the_daemon_serves(
+    tmp_path: Path,
+) -> None:
+    with _daemon(tmp_path, "broken", "outcome") as d:
+        c = d.client()
+        listing = c.call("list_plugins")
+        (failed,) = [f for f in listing["failed"] if f["name"] == "broken"]
+        assert failed["error"] == "import failed: RuntimeError: this plugin is broken on purpose"
+        assert "outcome" in _loaded(listing)
+        _combat(c, ("spidey", [2, 3, 4]))
+        c.call("start_combat", request_id="start", combat="bank")
+        _wait_for(c, lambda es: bool(_named(es, "outcome_recorded")))
+        logged = [json.loads(line) for line in d.log.read_text().splitlines()]
+        assert any(
+            line["event"] == "plugin_load_failed" and line["plugin"] == "broken" for line in logged
+        )
+
+    done = _cli(*_fixture("broken"), "--json")
+    assert done.returncode == 0, done.stderr
+    (failed,) = [f for f in json.loads(done.stdout)["failed"] if f["name"] == "broken"]
+    assert "RuntimeError: this plugin is broken on purpose" in failed["error"]
+    text = _cli(*_fixture("broken"), *_fixture("misspelled"))
+    assert text.returncode == 0, text.stderr
+    assert "failed:\n  broken: import failed: RuntimeError" in text.stdout
+    assert "unknown hooks: on_turn_strat (did you mean on_turn_start?)" in text.stdout
+    assert "provides: ruleset:marvel, ruleset:dnd3e" in text.stdout
+
+
+def test_a_misspelled_hook_shows_in_unknown_hooks_and_is_never_called(tmp_path: Path) -> None:
+    with _daemon(tmp_path, "misspelled") as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]))
+        c.call("start_combat", request_id="start", combat="bank")
+        _end_turn(c, 1)
+        plugin = _loaded(c.call("list_plugins"))["misspelled"]
+        assert plugin["unknown_hooks"] == ["on_turn_strat (did you mean on_turn_start?)"]
+        assert plugin["hooks"] == ["on_round_start"]
+        assert plugin["errors"] == 0
+
+
+def test_allow_and_block_lists_by_flag_and_by_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURNKEEPER_NO_PLUGINS", "rulesets")
+    with running(tmp_path) as d:
+        c = d.client()
+        listing = c.call("list_plugins")
+        assert {"name": "rulesets", "reason": "in the block list"} in listing["skipped"]
+        assert "rulesets" not in _loaded(listing)
+        # The engine's own rulesets need no plugin: a marvel combat still opens.
+        c.call("create_combat", request_id="create", combat_id="bank", ruleset="marvel")
+    monkeypatch.delenv("TURNKEEPER_NO_PLUGINS")
+
+    def listing(*args: str, **env: str) -> dict[str, Any]:
+        done = _cli("--json", *args, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    only = listing("--plugins", "rulesets")
+    assert "rulesets" in _loaded(only)
+    assert all(s["reason"] == "not in the allow list" for s in only["skipped"])
+    blocked = listing(TURNKEEPER_NO_PLUGINS="rulesets")
+    assert {"name": "rulesets", "reason": "in the block list"} in blocked["skipped"]
+    allowed_elsewhere = listing(TURNKEEPER_PLUGINS="nothing-installed")
+    assert {"name": "rulesets", "reason": "not in the allow list"} in allowed_elsewhere["skipped"]
+    assert {"name": "nothing-installed", "error": "in the allow list but not installed"} in (
+        allowed_elsewhere["failed"]
+    )
+    # The flag wins over the environment.
+    assert "rulesets" in _loaded(listing("--plugins", "rulesets", TURNKEEPER_PLUGINS="other"))
+    assert "rulesets" in _loaded(listing("--no-plugins", "other", TURNKEEPER_NO_PLUGINS="rulesets"))
+    # A path plugin is named explicitly: the allow list does not apply to it.
+    both = listing("--plugins", "rulesets", *_fixture("outcome"))
+    assert set(_loaded(both)) == {"rulesets", "outcome"}
+
+    bad = _cli("--plugins", ",")
+    assert bad.returncode == 2
+    assert "expected NAME[,NAME...]" in bad.stderr
+
+
+# ------------------------------------------------------------------------- the hub in process
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_hooks_run_in_event_order_and_a_full_queue_slows_the_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many writers at once on one combat, a slow plugin and a tiny queue: what a real daemon
+    # cannot show quickly. Every hook runs, in seq order, and no writer is answered while
+    # more than the queue's worth of its combat's hooks are still due.
+    monkeypatch.setattr(host, "HOOK_QUEUE", 2)
+    seen: list[int] = []
+
+    class Slow:
+        @hookimpl
+        async def on_condition_applied(self, combat: CombatView) -> None:
+            await anyio.sleep(0.002)
+            seen.append(combat.seq)
+
+    plugins = PluginHost(budget=5.0)
+    plugins.register(Slow(), "slow")
+    store = Store.open(tmp_path)
+    hub = Hub(store, plugins=plugins)
+    writers = 30
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        async with anyio.create_task_group() as hooks:
+            hooks.start_soon(hub.run_hooks)
+            await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "create")
+            add = cmd.AddCombatant("spidey", "Spider-Man")
+            await hub.execute("p", NARRATOR, "bank", add, "add")
+            async with anyio.create_task_group() as clients:
+                for n in range(writers):
+                    command = cmd.ApplyCondition("spidey", "custom", note=f"n{n}")
+                    clients.start_soon(hub.execute, "p", NARRATOR, "bank", command, f"w{n}")
+            # Backpressure: the last writer was answered once its hooks found room in the
+            # queue, so at most the queue's worth plus the one running were still due.
+            assert len(seen) >= writers - host.HOOK_QUEUE - 1
+            with anyio.fail_after(WAIT_SECONDS):
+                while len(seen) < writers:
+                    await anyio.sleep(0.01)
+            hooks.cancel_scope.cancel()
+        await store.stop()
+    store.close()
+    assert seen == sorted(seen)
+    assert len(set(seen)) == writers
