@@ -375,14 +375,9 @@ def test_r16_nobody_reacts_to_what_its_player_cannot_see(turnkeeper_table: Table
     reserve(table, PUNCH, Trigger("whoever attacks Bucky", Predicate(targets=("bucky",))))
     table.end_turn()
     table.end_turn()
-    # The hidden Ghost attacks Bucky: Captain America's reservation matches, but neither player
-    # can see the Ghost (R16), nor the window its attack opens.
+    # The hidden Ghost attacks Bucky: Captain America's reservation would match, but neither
+    # player can see the Ghost (R16): the engine offers no window, and the plugin announces none
+    # for Bucky's standing reaction.
     events = attack(table, "bucky")
-    assert names(events) == [
-        "action_declared",
-        "window_opened",
-        "reaction_passed",
-        "window_closed",
-        "action_resolved",
-    ]
-    assert table.by(NAME) == ["pass_reaction"]
+    assert names(events) == ["action_declared", "action_resolved"]
+    assert table.by(NAME) == []

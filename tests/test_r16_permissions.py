@@ -12,7 +12,7 @@ from story import OBSERVER, Story, of, player
 from turnkeeper_engine import NARRATOR, Actor, State, evolve, view, visible
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.model import ActionSpec, Trigger, TriggerFacts, TurnRef
+from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
 
 U1 = player("u1")
 BRIDGE_U1 = Actor("player", "u1", "bridge:discord")
@@ -421,6 +421,25 @@ def test_r16_view_strips_hidden_from_window(actor: Actor) -> None:
     assert seen is not None
     assert seen.sequence == ("ann",)
     assert not mentions(seen, "lurker")
+
+
+def test_r16_hidden_actor_never_fires_a_players_reservation() -> None:
+    """The player could not see the window (its actor is hidden), so it is never offered one;
+    a visible actor's same move fires the same reservation."""
+    s = hidden_table()
+    attack = ActionSpec("attack", targets=("ann",))
+    trigger = Trigger("when anyone attacks", Predicate(kinds=("attack",)))
+    s.do(c.Reserve(s.turn, "standard", ActionSpec("attack"), trigger), U1)
+    s.end_turn()
+    s.end_turn()
+    assert s.current == "lurker"
+    events = s.do(c.DeclareAction(s.turn, attack))
+    assert of(events, ev.WindowOpened) == []
+    s.end_turn()
+    assert s.current == "ogre"
+    s.do(c.DeclareAction(s.turn, attack))
+    (opened,) = of(s.log, ev.WindowOpened)
+    assert opened.window.offered == ("ann",)
 
 
 def test_r16_events_about_hidden_combatants_are_dropped_or_stripped() -> None:

@@ -972,15 +972,14 @@ def _predicate(p: Predicate | None, field_name: str) -> None:
             _names(getattr(p, name), f"{field_name}.{name}")
 
 
-def _matches(p: Predicate, f: TriggerFacts) -> bool:
-    return (
-        (not p.events or f.event in p.events)
-        and (not p.actors or f.actor in p.actors)
-        and (not p.kinds or f.kind in p.kinds)
-        and (not p.targets or bool(set(p.targets) & set(f.targets)))
-        and (not p.tags or bool(set(p.tags) & set(f.tags)))
-        and (not p.zones or f.zone in p.zones)
-    )
+def _perceives(ctx: _Ctx, combatant_id: str, actor_id: str | None) -> bool:
+    """A hidden combatant's moves never reach a player (R16), so they cannot fire that
+    player's reservations: the player could not even see the window to answer it."""
+    actor = ctx.state.get(actor_id) if actor_id is not None else None
+    if actor is None or not actor.hidden:
+        return True
+    c = ctx.state.get(combatant_id)
+    return c is not None and (c.controller is None or c.controller == actor.controller)
 
 
 def _can_claim(ctx: _Ctx, combatant_id: str) -> bool:
@@ -1008,7 +1007,8 @@ def _open_window(
         for r in ctx.state.reservations
         if r.trigger.predicate is not None
         and r.combatant != facts.actor
-        and _matches(r.trigger.predicate, facts)
+        and _perceives(ctx, r.combatant, facts.actor)
+        and r.trigger.predicate.matches(facts)
     ]
     offered = tuple(
         i for i in ctx.state.order if (i in matched or i in offer) and _can_claim(ctx, i)

@@ -119,6 +119,17 @@ class Predicate:
     tags: tuple[str, ...] = ()
     zones: tuple[str, ...] = ()
 
+    def matches(self, facts: TriggerFacts) -> bool:
+        """Whether a trigger-eligible moment with these facts fires this predicate (R12)."""
+        return (
+            (not self.events or facts.event in self.events)
+            and (not self.actors or facts.actor in self.actors)
+            and (not self.kinds or facts.kind in self.kinds)
+            and (not self.targets or bool(set(self.targets) & set(facts.targets)))
+            and (not self.tags or bool(set(self.tags) & set(facts.tags)))
+            and (not self.zones or facts.zone in self.zones)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Trigger:

@@ -36,7 +36,7 @@ from turnkeeper_engine import (
 )
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.model import Condition, Role, Turn, Window
+from turnkeeper_engine.model import Condition, Reservation, Role, Turn, Window
 from turnkeeper_engine.registry import Registry
 
 from . import hookspecs
@@ -648,10 +648,20 @@ def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
-def _offered(state: State, window: Window) -> tuple[Any, ...]:
-    by_combatant = {i: n for n, i in enumerate(window.offered)}
-    found = [r for r in state.reservations if r.combatant in by_combatant]
-    return tuple(sorted(found, key=lambda r: by_combatant[r.combatant]))
+def _offered(state: State, window: Window) -> tuple[Reservation, ...]:
+    """The reservations a window was offered for, in the window's order: those whose predicate
+    matches its facts; for a combatant the narrator offered by hand (no predicate matching),
+    all of its reservations, for the narrator judged its trigger in words."""
+    found: list[Reservation] = []
+    for combatant in window.offered:
+        own = [r for r in state.reservations if r.combatant == combatant]
+        matching = [
+            r
+            for r in own
+            if r.trigger.predicate is not None and r.trigger.predicate.matches(window.facts)
+        ]
+        found.extend(matching or own)
+    return tuple(found)
 
 
 def _window_before_close(

@@ -50,7 +50,6 @@ from turnkeeper_engine.commands import AnnounceTrigger, ClaimReaction, Command, 
 from turnkeeper_engine.model import (
     ActionSpec,
     Combatant,
-    Predicate,
     Reservation,
     TriggerFacts,
     Window,
@@ -123,23 +122,10 @@ def standing(combatant: Combatant) -> list[Standing]:
     return [s for s in found if s is not None]
 
 
-def matches(predicate: Predicate, facts: TriggerFacts) -> bool:
-    """The engine's rule (R10, R12): every non-empty field of the predicate matches the facts.
-
-    The engine offers a window to a combatant, not to a reservation, and a combatant may hold
-    more than one (a standard and a movement action reserved), so which one fits is decided
-    here, by the same rule."""
-    return (
-        (not predicate.events or facts.event in predicate.events)
-        and (not predicate.actors or facts.actor in predicate.actors)
-        and (not predicate.kinds or facts.kind in predicate.kinds)
-        and (not predicate.targets or bool(set(predicate.targets) & set(facts.targets)))
-        and (not predicate.tags or bool(set(predicate.tags) & set(facts.tags)))
-        and (not predicate.zones or facts.zone in predicate.zones)
-    )
-
-
 def _fits(reservation: Reservation, facts: TriggerFacts) -> bool:
+    """The engine offers a window to a combatant, not to a reservation, and a combatant may hold
+    more than one (a standard and a movement action reserved): which one fits is decided here,
+    by the engine's own rule."""
     predicate = reservation.trigger.predicate
     if predicate is None:
         # Only words for a trigger: the narrator judged it fired by offering the combatant (the
@@ -147,7 +133,7 @@ def _fits(reservation: Reservation, facts: TriggerFacts) -> bool:
         # announces offer only standing reactors.
         return facts.event != STANDING_EVENT
     # As in the engine, a combatant's own action never fires its predicate.
-    return reservation.combatant != facts.actor and matches(predicate, facts)
+    return reservation.combatant != facts.actor and predicate.matches(facts)
 
 
 def sees(reactor: Combatant, actor: Combatant | None) -> bool:
