@@ -7,6 +7,7 @@ real process.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -348,3 +349,151 @@ def test_misspelled_and_unmarked_hooks_are_reported() -> None:
         "on_turn_strat (did you mean on_turn_start?)",
     )
     assert info.hooks == ()
+
+
+# ------------------------------------------------------------- what a plugin can get wrong
+
+
+class Helpful:
+    """A well-behaved plugin beside a misbehaving one: its proposal must still land."""
+
+    @hookimpl
+    def on_combat_start(self) -> cmd.Command:
+        return cmd.ApplyCondition("a", "custom", note="helpful")
+
+
+def _started(plugins: dict[str, object], ruleset: str = "dnd3e") -> Table:
+    table = Table(ruleset, {**plugins, "helpful": Helpful()}, seed=1)
+    _three(table)
+    table.start()
+    return table
+
+
+def test_a_malformed_proposal_is_refused_before_it_reaches_the_log() -> None:
+    """A value the log could not replay (a tuple in record_outcome's values) is refused as the
+    wire would refuse it, counted against the plugin; the others' proposals still apply."""
+
+    class Malformed:
+        @hookimpl
+        def on_combat_start(self) -> list[cmd.Command]:
+            return [
+                cmd.RecordOutcome("k", "t", None, (("v", (1, 2)),)),  # type: ignore[arg-type]
+                cmd.RecordOutcome(None, "t"),  # type: ignore[arg-type]
+            ]
+
+    table = _started({"malformed": Malformed()})
+    assert table.host.stats["malformed"].refused == 2
+    refused = [d for what, d in table.problems if what == "plugin_command_refused"]
+    assert {d["code"] for d in refused} == {"invalid_params"}
+    assert table.named("outcome_recorded") == []
+    assert table.by("helpful") == ["apply_condition"]
+
+
+def test_a_generator_is_consumed_within_the_budget_and_its_error_is_the_plugins() -> None:
+    class Generates:
+        @hookimpl
+        def on_combat_start(self) -> Any:
+            yield cmd.ApplyCondition("b", "custom")
+            raise ValueError("half way")
+
+        @hookimpl
+        def on_round_start(self) -> Any:
+            while True:  # never ends: only what could be used is taken
+                yield cmd.ApplyCondition("c", "custom")
+
+    table = _started({"generates": Generates()})
+    assert table.host.stats["generates"].errors == 1
+    assert table.by("helpful") == ["apply_condition"]
+    # The endless one gave the most a hook may propose, and was reported for more.
+    assert len(table.by("generates")) == MAX_PROPOSALS
+    bad = [d for what, d in table.problems if what == "plugin_bad_proposal"]
+    assert len(bad) == 1
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, GeneratorExit, asyncio.CancelledError])
+def test_no_exception_from_a_plugin_escapes_not_even_a_base_exception(raised: type) -> None:
+    class Raises:
+        @hookimpl
+        def on_combat_start(self) -> None:
+            raise raised()
+
+    table = _started({"raises": Raises()})
+    assert table.host.stats["raises"].errors == 1
+    assert table.by("helpful") == ["apply_condition"]
+
+
+def test_r16_a_refused_start_runs_no_before_hook() -> None:
+    """An observer's start_combat is refused by the engine: no plugin may roll or mark anyone
+    surprised for it first."""
+    from turnkeeper_engine import Actor as EngineActor
+    from turnkeeper_sdk.plugins import RefusedError
+
+    calls: list[str] = []
+
+    class Ambush:
+        @hookimpl
+        def before_combat_start(self) -> cmd.Command:
+            calls.append("before_combat_start")
+            return cmd.MarkSurprised("a")
+
+        @hookimpl
+        def before_initiative_check(self) -> CheckAdjustment:
+            calls.append("before_initiative_check")
+            return CheckAdjustment(edges=1)
+
+    table = Table("marvel", {"ambush": Ambush()}, seed=1)
+    _three(table)
+    with pytest.raises(RefusedError) as refused:
+        table.do(cmd.StartCombat(), EngineActor("observer", "o1"))
+    assert refused.value.code == "forbidden"
+    assert calls == []
+    assert table.state.phase == "setup"
+
+
+def test_r3_an_adjustment_the_engine_refuses_never_costs_the_client_its_roll() -> None:
+    """dnd3e has no edges: the plugin's adjustment is refused and counted against it, and the
+    client's roll goes ahead as asked."""
+
+    class DangerSense:
+        @hookimpl
+        def before_initiative_check(self) -> CheckAdjustment:
+            return CheckAdjustment(edges=1, reason="Danger Sense")
+
+    table = Table("dnd3e", {"danger-sense": DangerSense()}, seed=1)
+    table.add("a")
+    table.do(cmd.RollInitiative("a"))
+    assert len(table.of(ev.InitiativeRolled)) == 1
+    assert table.host.stats["danger-sense"].refused == 1
+
+
+def test_a_broad_chain_is_cut_by_the_commands_one_command_may_cause() -> None:
+    from turnkeeper_sdk.plugins import MAX_CAUSED
+
+    class Fan:
+        @hookimpl
+        def on_condition_applied(self, condition: Any) -> list[cmd.Command]:
+            return [cmd.ApplyCondition(condition.target, "custom")] * 3
+
+    table = Table("dnd3e", {"fan": Fan()}, seed=1)
+    _three(table)
+    table.start()
+    table.do(cmd.ApplyCondition("a", "custom"))
+    assert len(table.by("fan")) == MAX_CAUSED
+    assert table.state.disabled_plugins == ("fan",)
+
+
+def test_plugin_properties_are_not_run_at_load_and_names_are_bounded() -> None:
+    class Touchy:
+        @property
+        def on_turn_start(self) -> Any:
+            raise RuntimeError("touched")
+
+        @hookimpl
+        def on_round_start(self) -> None: ...
+
+    host = PluginHost(report=lambda *a, **k: None)
+    info = host.register(Touchy(), "touchy")
+    assert info is not None
+    assert info.hooks == ("on_round_start",)
+    assert host.register(Helpful(), "a+b") is None
+    assert host.register(Helpful(), "x" * 129) is None

@@ -351,30 +351,35 @@ class Hub:
     async def _run(
         self, combat: Combat, request: _Request | None, actor: Actor, command: cmd.Command
     ) -> Plain:
-        """A client's or the clock's command: the plugins' before hooks, the command, then its
-        hooks queued for the background. No lock is held while a hook runs or a queue waits."""
-        hooked = self.hooked
-        if hooked:
-            command = await self._prepare(combat, command)
-        result, applied = await self._apply(combat, request, actor, command, None, observe=hooked)
-        if hooked and applied is not None:
-            # A closed queue means the daemon is stopping: hooks still due are not run.
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await self._hook_queues[hash(combat.id) % HOOK_WORKERS].send(combat)
+        """A client's or the clock's command: the plugins' before hooks, the command, then the
+        hooks of all it committed queued for the background, in commit order. No lock is held
+        while a hook runs or a queue waits."""
+        if not self.hooked:
+            return (await self._apply(combat, request, actor, command, None))[0]
+        try:
+            command = await self._prepare(combat, actor, command)
+            result, _ = await self._apply(combat, request, actor, command, None, observe=True)
+        finally:
+            # Even when the command itself is refused, what its before hooks applied has hooks.
+            if combat.hooks_due:
+                # A closed queue means the daemon is stopping: hooks still due are not run.
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await self._hook_queues[hash(combat.id) % HOOK_WORKERS].send(combat)
         return result
 
-    async def _prepare(self, combat: Combat, command: cmd.Command) -> cmd.Command:
+    async def _prepare(self, combat: Combat, actor: Actor, command: cmd.Command) -> cmd.Command:
         assert self.plugins is not None
         view = CombatView(combat.state, combat.seq)
-        return await self.plugins.prepare(view, command, partial(self._apply_inline, combat))
+        apply = partial(self._apply_plugins, combat)
+        return await self.plugins.prepare(view, command, apply, actor)
 
-    async def _apply_inline(
+    async def _apply_plugins(
         self, combat: Combat, actor: Actor, command: cmd.Command
     ) -> Applied | None:
         """Apply a command plugins caused (a proposal, a disabling) the way every command is
-        applied; its hooks are the plugin host's to run, at once, so it is queued for none."""
+        applied; its hooks are due like any command's, after those committed before it."""
         try:
-            _, applied = await self._apply(combat, None, actor, command, None)
+            _, applied = await self._apply(combat, None, actor, command, None, observe=True)
         except RequestError as e:
             log.info(
                 "plugin_command",
@@ -398,8 +403,8 @@ class Hub:
         self, combat: Combat, actor: Actor, command: cmd.Command
     ) -> Applied | None:
         """A plugin's proposal takes a client's path: before hooks first, then the command."""
-        command = await self._prepare(combat, command)
-        return await self._apply_inline(combat, actor, command)
+        command = await self._prepare(combat, actor, command)
+        return await self._apply_plugins(combat, actor, command)
 
     async def run_hooks(self) -> None:
         """Run plugins' hooks for committed commands until cancelled, one worker per share of
@@ -412,15 +417,17 @@ class Hub:
         assert self.plugins is not None
         async with inbox:
             async for combat in inbox:
-                if not combat.hooks_due:
-                    continue
-                applied = combat.hooks_due.popleft()
-                try:
-                    await self.plugins.run(applied, partial(self._apply_proposed, combat))
-                except Exception:
-                    # The host isolates each plugin already: this is the daemon's own failure
-                    # (a store error, say). That command's hooks are lost; the worker goes on.
-                    log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
+                # Whichever token comes first runs every hook due, oldest first: the commands
+                # plugins cause join the same list as they commit, so the order holds.
+                while combat.hooks_due:
+                    applied = combat.hooks_due.popleft()
+                    try:
+                        await self.plugins.run(applied, partial(self._apply_proposed, combat))
+                    except Exception:
+                        # The host isolates each plugin already: this is the daemon's own
+                        # failure (a store error, say). That command's hooks are lost; the
+                        # worker goes on.
+                        log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
 
     async def _apply(
         self,

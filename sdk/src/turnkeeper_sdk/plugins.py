@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import itertools
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,20 +25,26 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 import pluggy
 
 from turnkeeper_engine import (
     CONDITION_TYPES,
+    NARRATOR,
     RULESETS,
     Actor,
     ConditionType,
+    RuleError,
     Ruleset,
     State,
+    decide,
     evolve,
 )
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.dice import SeededDice
 from turnkeeper_engine.model import Condition, Reservation, Role, Turn, Window
+from turnkeeper_engine.plain import PlainError, command_from_plain, command_to_plain
 from turnkeeper_engine.registry import Registry
 
 from . import hookspecs
@@ -70,6 +78,19 @@ rather than as merely slow: scheduling noise on a busy machine stays below it.""
 PLUGIN_ROLE: Role = "narrator"
 """Plugins are installed by the daemon's operator and run in its process; their commands pass
 the narrator's validation (R16) and are recorded as ``plugin:<name>``."""
+
+MAX_CAUSED = 64
+"""Commands plugins may cause, all levels together, from one command of a client or the clock:
+a chain is also cut by its breadth, not only its depth (32 proposals a level would otherwise
+make millions)."""
+
+MAX_NAME = 128
+NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+"""A plugin's name: it goes into commands (``plugin:<name>``, ``disable_plugin``), which the
+engine bounds at 128 characters."""
+
+MAX_KEPT = 10_000
+"""Chain bookkeeping entries kept (a few per command in flight); older ones are dropped."""
 
 HOST_ACTOR = Actor("narrator", None, "daemon")
 """Who disables a failing plugin."""
@@ -138,6 +159,22 @@ class RefusedError(Exception):
         self.field = field
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    code: str
+    message: str
+    field: str
+
+
+def _refusal(state: State, command: cmd.Command, actor: Actor) -> Refusal | None:
+    """Whether the engine would refuse ``command`` now: decided on throwaway dice and thrown
+    away, so that hooks run only for a command that will be applied."""
+    decided = decide(state, command, 0.0, actor=actor, dice=SeededDice(0))
+    if isinstance(decided, RuleError):
+        return Refusal(decided.code, decided.message, decided.field)
+    return None
+
+
 class Apply(Protocol):
     """How the host submits a command: the same path a client's command takes. Returns what it
     did (None when it changed nothing) or raises :class:`RefusedError`."""
@@ -180,6 +217,10 @@ class PluginHost:
     stats: dict[str, PluginStats] = field(default_factory=dict)
     _manager: pluggy.PluginManager = field(init=False)
     _streak: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict, init=False)
+    _lineage: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, init=False)
+    """(combat, seq) of a plugin-caused command → (its depth, the seq of its root command)."""
+    _caused: dict[tuple[str, int], int] = field(default_factory=dict, init=False)
+    """(combat, root seq) → commands plugins caused from that root so far."""
 
     def __post_init__(self) -> None:
         self._manager = pluggy.PluginManager(PROJECT)
@@ -209,16 +250,33 @@ class PluginHost:
 
     def register(self, plugin: object, name: str, version: str = "") -> PluginInfo | None:
         """Register one plugin object (a module, a class instance) under ``name``."""
+        if not NAME.fullmatch(name):
+            self._failed(name, f"a plugin name is 1 to {MAX_NAME} letters, digits, '_', '-', '.'")
+            return None
         try:
             self._manager.register(plugin, name)
         except Exception as e:  # pluggy refuses bad signatures: named and skipped
             self._failed(name, f"{type(e).__name__}: {e}")
             return None
-        hooks = tuple(h for h in HOOKS if self._implements(name, h))
-        unknown = self._unknown_hooks(plugin)
+        try:
+            wrappers = [
+                impl.function.__name__
+                for hook in HOOKS
+                for impl in getattr(self._manager.hook, hook).get_hookimpls()
+                if impl.plugin_name == name and (impl.hookwrapper or impl.wrapper)
+            ]
+            if wrappers:
+                # The host calls implementations one by one: there is no call to wrap.
+                raise TypeError(f"hook wrappers are not supported: {', '.join(wrappers)}")
+            hooks = tuple(h for h in HOOKS if self._implements(name, h))
+            unknown = self._unknown_hooks(plugin)
+            provides = self._register_types(name)
+        except Exception as e:  # whatever the plugin object does, it is named and skipped
+            self._manager.unregister(name=name)
+            self._failed(name, f"{type(e).__name__}: {e}")
+            return None
         if unknown:
             self.report("plugin_unknown_hooks", plugin=name, hooks=list(unknown))
-        provides = self._register_types(name)
         info = PluginInfo(name, version, hooks, provides, unknown)
         self.plugins[name] = info
         self.stats.setdefault(name, PluginStats())
@@ -239,8 +297,14 @@ class PluginHost:
         for attr in dir(plugin):
             if attr.startswith("_"):
                 continue
-            value = getattr(plugin, attr, None)
-            if not (inspect.isfunction(value) or inspect.ismethod(value)):
+            # Static lookup: a plugin's properties and __getattr__ are not run at load.
+            value = inspect.getattr_static(plugin, attr, None)
+            if isinstance(value, staticmethod | classmethod):
+                value = value.__func__
+            if not inspect.isfunction(value):
+                continue
+            opts = getattr(value, marker, None)
+            if isinstance(opts, dict) and opts.get("specname"):
                 continue
             marked = hasattr(value, marker)
             if marked and attr not in HOOKS:
@@ -341,7 +405,18 @@ class PluginHost:
                 value = function(**args)
                 if inspect.isawaitable(value):
                     value = await value
-            except (Exception, SystemExit) as e:  # a plugin's failure is its own
+                if not isinstance(value, cmd.Command | CheckAdjustment | None):
+                    # A generator runs only when consumed: consume it here, within the budget
+                    # and the error handling, and never more of it than could be used.
+                    value = list(itertools.islice(iter(value), MAX_PROPOSALS + 1))
+            except anyio.get_cancelled_exc_class() as e:
+                if not scope.cancel_called:
+                    # Not the budget: if the host itself is being cancelled this checkpoint
+                    # raises again and the cancellation goes on; else the plugin raised it.
+                    await anyio.lowlevel.checkpoint()
+                    problem = f"raised {type(e).__name__}"
+                    stats.errors += 1
+            except BaseException as e:  # a plugin's failure is its own, whatever it raises
                 problem = f"{type(e).__name__}: {e}"
                 stats.errors += 1
         elapsed = time.perf_counter() - started
@@ -351,20 +426,23 @@ class PluginHost:
             # event loop (time.sleep, blocking I/O, a busy loop), stalling every combat.
             problem = f"blocked the event loop for {ms} ms"
             stats.blocked += 1
-        elif problem is None and scope.cancelled_caught:
+        elif problem is None and scope.cancel_called:
             problem = f"timeout after {round(self.budget * 1000)} ms"
             stats.timeouts += 1
         elif problem is None and elapsed > self.budget:
             problem = f"took {ms} ms, over its {round(self.budget * 1000)} ms budget"
             stats.timeouts += 1
-        key = (combat_id, plugin)
         if problem is None:
-            self._streak.pop(key, None)
+            self._streak.pop((combat_id, plugin), None)
             return True, value
         self.report("plugin_failed", plugin=plugin, hook=hook, combat=combat_id, error=problem)
+        self._fail(combat_id, plugin, problem)
+        return False, None
+
+    def _fail(self, combat_id: str, plugin: str, problem: str) -> None:
+        key = (combat_id, plugin)
         count = self._streak.get(key, (0, ""))[0] + 1
         self._streak[key] = (count, problem)
-        return False, None
 
     def failing(self, combat_id: str) -> list[tuple[str, str]]:
         """Plugins that reached ``max_failures`` in a row in this combat, with the reason."""
@@ -415,26 +493,37 @@ class PluginHost:
         )
         return self._commands(outcomes, "before_combat_start", combat.id)
 
-    async def prepare(self, combat: CombatView, command: cmd.Command, apply: Apply) -> cmd.Command:
+    async def prepare(
+        self, combat: CombatView, command: cmd.Command, apply: Apply, actor: Actor = NARRATOR
+    ) -> cmd.Command:
         """Run the hooks that come before a command: ``before_combat_start`` (its commands are
         applied first) and ``before_initiative_check`` (its edges and troubles go into the
-        check). Returns the command to apply in place of ``command``."""
+        check). Returns the command to apply in place of ``command``. A command the engine
+        would refuse anyway (an observer's ``start_combat``, say) runs no hook at all."""
+        state = combat.state
+        if not isinstance(command, cmd.RollInitiative | cmd.StartCombat):
+            return command
+        if not isinstance(state, State) or _refusal(state, command, actor) is not None:
+            return command
         if isinstance(command, cmd.RollInitiative):
             found = await self.adjustment(combat, command.combatant)
             if found is None:
                 return command
-            adjust, _ = found
-            return replace(
+            adjust, names = found
+            adjusted = replace(
                 command,
                 edges=command.edges + adjust.edges,
                 troubles=command.troubles + adjust.troubles,
             )
-        if not isinstance(command, cmd.StartCombat) or combat.phase not in ("setup", "initiative"):
-            return command
+            refused = _refusal(state, adjusted, actor)
+            if refused is not None:
+                # The plugins' adjustment must not cost the client its roll.
+                self._refused(names, adjusted, combat.id, refused)
+                return command
+            return adjusted
         for plugin, proposed in await self.before_start(combat):
             done = await self._submit(plugin, proposed, combat.id, apply)
             if done is not None:
-                done = await self.run(done, apply, 1)
                 combat = CombatView(done.after, done.seq)
         groups: set[str] = set()
         for c in combat.active():
@@ -448,7 +537,6 @@ class PluginHost:
                 roll = cmd.RollInitiative(c.id, edges=adjust.edges, troubles=adjust.troubles)
                 done = await self._submit(names, roll, combat.id, apply)
                 if done is not None:
-                    done = await self.run(done, apply, 1)
                     combat = CombatView(done.after, done.seq)
         await self.disable_failing(combat.id, apply)
         return command
@@ -456,21 +544,36 @@ class PluginHost:
     async def _submit(
         self, plugin: str, command: cmd.Command, combat_id: str, apply: Apply
     ) -> Applied | None:
+        """Apply one proposal as the plugin's, exactly as a client's command would be."""
         try:
-            return await apply(plugin_actor(plugin), command)
-        except RefusedError as e:
-            for name in plugin.split("+"):
-                self.stats[name].refused += 1
-            self.report(
-                "plugin_command_refused",
-                plugin=plugin,
-                combat=combat_id,
-                command=command.name,
-                code=e.code,
-                field=e.field,
-                error=e.message,
-            )
+            # A client's command is checked field by field when it is decoded from the wire;
+            # a plugin's is a Python object: the same decoding checks it, so nothing the log
+            # could not replay is ever recorded.
+            checked = command_from_plain(command_to_plain(command))
+        except Exception as e:  # a malformed proposal is the plugin's failure
+            field = e.field if isinstance(e, PlainError) else ""
+            message = e.message if isinstance(e, PlainError) else f"{type(e).__name__}: {e}"
+            self._refused(plugin, command, combat_id, Refusal("invalid_params", message, field))
             return None
+        try:
+            return await apply(plugin_actor(plugin), checked)
+        except RefusedError as e:
+            self._refused(plugin, command, combat_id, Refusal(e.code, e.message, e.field))
+            return None
+
+    def _refused(self, plugin: str, command: cmd.Command, combat_id: str, why: Refusal) -> None:
+        for name in plugin.split("+"):
+            if name in self.stats:
+                self.stats[name].refused += 1
+        self.report(
+            "plugin_command_refused",
+            plugin=plugin,
+            combat=combat_id,
+            command=command.name,
+            code=why.code,
+            field=why.field,
+            error=why.message,
+        )
 
     # ------------------------------------------------------------------------ observe hooks
 
@@ -539,24 +642,34 @@ class PluginHost:
             )
         return allowed
 
-    async def run(self, applied: Applied, apply: Apply, depth: int = 0) -> Applied:
-        """Let plugins see ``applied`` and apply what they propose, through ``apply`` (the
-        path every command takes), then what those commands make them propose in turn.
-        Returns the last command applied (``applied`` if plugins proposed nothing)."""
-        latest = applied
-        for plugin, command in await self.proposals(applied):
-            done = await self._submit(plugin, command, applied.after.combat_id, apply)
-            if done is None:
-                continue
-            latest = done
-            if depth >= MAX_CHAIN:
-                self.report("plugin_chain_cut", plugin=plugin, combat=applied.after.combat_id)
-                continue
-            latest = await self.run(done, apply, depth + 1)
-        await self.disable_failing(applied.after.combat_id, apply)
+    async def run(self, applied: Applied, apply: Apply) -> None:
+        """Let plugins see ``applied`` and apply what they propose through ``apply`` (the path
+        every command takes). The hooks of what that applies are the caller's to run next, in
+        the order the commands were committed: the host remembers how each descends from a
+        client's command, to cut chains too deep (``MAX_CHAIN``) or too broad (``MAX_CAUSED``)."""
+        combat_id = applied.after.combat_id
+        depth, root = self._lineage.pop((combat_id, applied.seq), (0, applied.seq))
+        if depth > MAX_CHAIN:
+            self.report("plugin_chain_cut", combat=combat_id, seq=applied.seq, depth=depth)
+        else:
+            for plugin, command in await self.proposals(applied):
+                caused = self._caused.get((combat_id, root), 0)
+                if caused >= MAX_CAUSED:
+                    self.report("plugin_chain_cut", plugin=plugin, combat=combat_id, root=root)
+                    self._fail(combat_id, plugin, f"caused over {MAX_CAUSED} commands from one")
+                    continue
+                done = await self._submit(plugin, command, combat_id, apply)
+                if done is None:
+                    continue
+                self._caused[(combat_id, root)] = caused + 1
+                self._lineage[(combat_id, done.seq)] = (depth + 1, root)
+                # Both are read only while a chain runs: the oldest entries are long done.
+                for kept in (self._caused, self._lineage):
+                    while len(kept) > MAX_KEPT:
+                        del kept[next(iter(kept))]
+        await self.disable_failing(combat_id, apply)
         if applied.after.phase == "ended":
-            self.forget(applied.after.combat_id)
-        return latest
+            self.forget(combat_id)
 
     async def disable_failing(self, combat_id: str, apply: Apply) -> None:
         for plugin, reason in self.failing(combat_id):

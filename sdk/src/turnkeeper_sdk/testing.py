@@ -17,6 +17,7 @@ socket are left out. Dice are seeded, time is a number the test moves.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -66,6 +67,7 @@ class Table:
         self.seq = 0
         self.log: list[tuple[int, ev.Event]] = []
         """Every event so far, with its sequence number."""
+        self._due: deque[Applied] = deque()
         self.do(cmd.CreateCombat(combat_id, ruleset, tuple((options or {}).items())))
 
     def _report(self, what: str, **details: Any) -> None:
@@ -81,13 +83,15 @@ class Table:
         return [e for _, e in self.log[start:]]
 
     async def _do(self, command: cmd.Command, actor: Actor) -> None:
-        applied = await self._apply_prepared(actor, command)
-        if applied is not None:
-            await self.host.run(applied, self._apply_prepared)
+        await self._apply_prepared(actor, command)
+        # As in the daemon: hooks run for each committed command in commit order, those of
+        # the commands plugins cause included.
+        while self._due:
+            await self.host.run(self._due.popleft(), self._apply_prepared)
 
     async def _apply_prepared(self, actor: Actor, command: cmd.Command) -> Applied | None:
         """Every command, a plugin's included, gets the plugins' before hooks first."""
-        command = await self.host.prepare(self.view, command, self._apply)
+        command = await self.host.prepare(self.view, command, self._apply, actor)
         return await self._apply(actor, command)
 
     async def _apply(self, actor: Actor, command: cmd.Command) -> Applied | None:
@@ -101,7 +105,9 @@ class Table:
             self.state = evolve(self.state, event)
             self.seq += 1
             self.log.append((self.seq, event))
-        return Applied(before, self.state, self.seq, decided)
+        applied = Applied(before, self.state, self.seq, decided)
+        self._due.append(applied)
+        return applied
 
     def advance(self, seconds: float) -> list[ev.Event]:
         """Let time pass and tick, as the daemon's clock would (R13)."""
