@@ -40,6 +40,18 @@ def test_demo_narrates_dnd3e_ready_delay_refocus_and_floor() -> None:
     assert "Tordek forfeits the round's action." in log
 
 
+def test_demo_ends_with_a_skirmish_bots_play_until_the_narrator_ends_it() -> None:
+    log = _log()
+    scene = log[log.index("### Bots: a skirmish (SensibleBot players and NPCs over the socket)") :]
+    # Each player's bot acts for its own character, the narrator's for Hydra (lines of their
+    # own actions: attacks, moves, holds, reservations).
+    for name in ("Spider-Man", "Hawkeye", "Crossbones"):
+        assert any(line.startswith(f"    {name} ") for line in scene), name
+    assert "-- Round 3 --" in scene
+    assert "-- Round 5 --" not in scene
+    assert scene[-1] == "== The combat is over =="
+
+
 def test_demo_command_runs_from_the_console_entry_point() -> None:
     done = subprocess.run(
         [sys.executable, "-c", "from turnkeeper.cli import main; raise SystemExit(main(['demo']))"],

@@ -5,6 +5,12 @@ scripted clients: the narrator's connection, one per player (each with its own p
 and a watcher subscribed to the combat, whose event stream is what gets narrated. Every die is
 supplied by whoever rolls it, with the faces that give the seeds' own numbers, so the log is the
 same on every run.
+
+The last scene is played by bots (:class:`turnkeeper_sdk.policy.SensibleBot`): each player's
+bot over its own connection with its own token, and one for the narrator's NPCs, while the
+narrator's script ends the fight after a few rounds. Bots choose with seeded randomness, but
+their commands interleave as the machine schedules them and the daemon rolls the dice, so
+that scene's log differs from run to run.
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine import commands as c
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
 from turnkeeper_engine.plain import command_to_plain, event_from_plain
+from turnkeeper_sdk.aio import AsyncClient
 from turnkeeper_sdk.client import CallError, Client
+from turnkeeper_sdk.policy import SensibleBot
 
 from .auth import Tokens
 from .embedded import START_TIMEOUT, connect, spawn
@@ -278,6 +288,71 @@ def goblin_cave(t: _Table) -> None:
     t(c.EndCombat())
 
 
+SKIRMISH_ROUNDS = 3
+"""Rounds the bots fight before the narrator ends the skirmish: enough for holds, reserved
+actions and reactions to come up, short enough to read."""
+SKIRMISH_SECONDS = 30.0
+"""Seconds the skirmish may take at most. Bots answer in milliseconds and the whole scene takes
+about one; a demo that stopped moving must fail, not hang."""
+
+
+def skirmish(t: _Table) -> None:
+    """Bots: the players' bots and the narrator's fight; the narrator ends it after 3 rounds."""
+    anyio.run(_skirmish, t)
+
+
+async def _skirmish(t: _Table) -> None:
+    session = t.session
+    secrets = {user: Tokens(session.data_dir).add("player", user)[1] for user in ("peter", "clint")}
+    combat = t.combat = "skirmish"
+    with anyio.fail_after(SKIRMISH_SECONDS):
+        async with (
+            AsyncClient.unix(session.socket, name="demo narrator bot", kind="bot") as narrator,
+            AsyncClient.unix(session.socket, name="demo skirmish watcher") as watcher,
+            AsyncClient.unix(session.socket, token=secrets["peter"], kind="bot") as peter,
+            AsyncClient.unix(session.socket, token=secrets["clint"], kind="bot") as clint,
+            anyio.create_task_group() as bots,
+        ):
+            plugins = {p["name"] for p in (await narrator.list_plugins())["loaded"]}
+            # With the auto-reactions plugin, Hawkeye hands his reactions over: it shoots back
+            # at whoever attacks him, and answers his windows for him.
+            hawkeye = ["auto", "react:attack:attack:self"] if "auto-reactions" in plugins else []
+            await narrator.create_combat(combat_id=combat, ruleset="marvel")
+            for fields in (
+                {"id": "spidey", "display_name": "Spider-Man", "controller": "peter"},
+                {"id": "hawkeye", "display_name": "Hawkeye", "controller": "clint"},
+                {"id": "crossbones", "display_name": "Crossbones", "init_mod": 2},
+                {"id": "agent1", "display_name": "Hydra agent 1", "group": "hydra"},
+                {"id": "agent2", "display_name": "Hydra agent 2", "group": "hydra"},
+            ):
+                pc = fields.get("controller") is not None
+                tags = hawkeye if fields["id"] == "hawkeye" else []
+                await narrator.add_combatant(combat, player_character=pc, tags=tags, **fields)
+            t.out(
+                "  (Bots play from here: peter's plays Spider-Man, clint's Hawkeye, the "
+                f"narrator's Hydra; the narrator ends the fight after round {SKIRMISH_ROUNDS}.)"
+            )
+            async with watcher.subscribe(combat, after=0) as events:
+                for seed, client in enumerate((narrator, peter, clint), 1):
+                    bots.start_soon(SensibleBot(client, seed=seed).play, combat)
+                await narrator.start_combat(combat)
+                ending = False
+                async for plain in events:
+                    event = event_from_plain(
+                        {k: v for k, v in plain.items() if k not in ("combat", "seq")}
+                    )
+                    t.state = evolve(t.state, event)
+                    line = narrate(event, t.state)
+                    if line:
+                        t.out(line)
+                    if event.name == "combat_ended":
+                        break
+                    over = (t.state.round or 0) > SKIRMISH_ROUNDS
+                    if event.name == "round_started" and over and not ending:
+                        ending = True
+                        await narrator.end_combat(combat)
+
+
 SCENES: tuple[tuple[str, Callable[[_Table], None]], ...] = (
     (
         "Marvel Multiverse: the bank robbery (initiative, Fantastic, bonus round, hold)",
@@ -287,6 +362,7 @@ SCENES: tuple[tuple[str, Callable[[_Table], None]], ...] = (
     ("Marvel Multiverse: the Mandarin (simultaneous reserved actions)", mandarin),
     ("Marvel Multiverse: Doctor Doom (surprise mid-combat)", doom),
     ("D&D 3e: the goblin cave (delay, ready, refocus, the delay floor)", goblin_cave),
+    ("Bots: a skirmish (SensibleBot players and NPCs over the socket)", skirmish),
 )
 
 

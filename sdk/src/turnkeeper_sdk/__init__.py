@@ -6,6 +6,7 @@
 - Rulesets: the ruleset interface and registry (to add a game system), condition types.
 - Clients: the wire codec (:mod:`turnkeeper_sdk.wire`) and the clients
   (:mod:`turnkeeper_sdk.aio`, :mod:`turnkeeper_sdk.client`).
+- Bots: the :class:`Bot` base and :class:`SensibleBot`, a policy for any combatant.
 - Tests: the in-process :class:`~turnkeeper_sdk.testing.Table` and its pytest fixture.
 """
 
@@ -27,8 +28,10 @@ from turnkeeper_engine import (
 )
 
 from .aio import AsyncClient, Subscription
+from .bot import Bot
 from .errors import CallError, CallTimeoutError, ConnectionLost, TooFarBehindError, TurnkeeperError
 from .hookspecs import CheckAdjustment, hookimpl
+from .policy import SensibleBot
 from .views import CombatView
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "RULESETS",
     "Actor",
     "AsyncClient",
+    "Bot",
     "CallError",
     "CallTimeoutError",
     "CheckAdjustment",
@@ -44,6 +48,7 @@ __all__ = [
     "ConnectionLost",
     "RuleError",
     "Ruleset",
+    "SensibleBot",
     "State",
     "Subscription",
     "TooFarBehindError",

@@ -1,15 +1,17 @@
 """Typed, read-only views of a combat for plugins and bots.
 
 The engine's values (combatants, checks, turns, reservations, events) are frozen dataclasses
-already; a :class:`CombatView` wraps one combat's state with the questions plugins ask of it, so
-no plugin needs to know how the state is laid out, and none can change it.
+already; a :class:`CombatView` wraps one combat with the questions plugins and bots ask of it,
+so none needs to know how the state is laid out, and none can change it. Plugins get the whole
+engine ``State``; a bot gets the ``View`` its role may see (``get_combat``), which has the same
+questions to answer but no rule options.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnkeeper_engine import State
+from turnkeeper_engine import State, View
 from turnkeeper_engine.model import (
     Combatant,
     Condition,
@@ -24,9 +26,10 @@ from turnkeeper_engine.model import (
 
 @dataclass(frozen=True, slots=True)
 class CombatView:
-    """One combat as a command left it, at sequence number ``seq``."""
+    """One combat as a command left it, at sequence number ``seq``: the engine's whole ``State``
+    (plugins) or a role's ``View`` of it (bots, from ``get_combat``)."""
 
-    state: State
+    state: State | View
     seq: int
 
     @property
@@ -71,11 +74,14 @@ class CombatView:
         return self.state.conditions
 
     def combatant(self, combatant_id: str) -> Combatant | None:
-        return self.state.get(combatant_id)
+        for c in self.state.combatants:
+            if c.id == combatant_id:
+                return c
+        return None
 
     def order(self) -> tuple[Combatant, ...]:
         """The combatants in initiative order (R4), as the order stands now."""
-        found = (self.state.get(i) for i in self.state.order)
+        found = (self.combatant(i) for i in self.state.order)
         return tuple(c for c in found if c is not None)
 
     def active(self) -> tuple[Combatant, ...]:
@@ -85,7 +91,7 @@ class CombatView:
     def current(self) -> Combatant | None:
         """Whose turn it is, if a turn is in progress."""
         turn = self.state.turn
-        return None if turn is None else self.state.get(turn.combatant)
+        return None if turn is None else self.combatant(turn.combatant)
 
     def reservations_of(self, combatant_id: str) -> tuple[Reservation, ...]:
         return tuple(r for r in self.state.reservations if r.combatant == combatant_id)
@@ -94,5 +100,8 @@ class CombatView:
         return tuple(c for c in self.state.conditions if c.target == combatant_id)
 
     def option(self, name: str) -> OptionValue:
-        """A rule option's value (R6, R9, R12, R13); KeyError for an unknown name."""
+        """A rule option's value (R6, R9, R12, R13); KeyError for an unknown name. Only a
+        view of the whole state has options: on a role's ``View`` this raises TypeError."""
+        if isinstance(self.state, View):
+            raise TypeError("a role's View carries no rule options; only a State does")
         return self.state.option(name)
