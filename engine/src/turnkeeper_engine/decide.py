@@ -225,7 +225,7 @@ def _in_rounds(ctx: _Ctx) -> None:
 def _current_turn(ctx: _Ctx, ref: Any) -> Turn:
     _in_rounds(ctx)
     turn = ctx.state.turn
-    if turn is None or turn.ref != ref:
+    if turn is None or not turn.named_by(ref):
         raise _reject("stale_turn", "that turn is not the current turn", "turn")
     return turn
 

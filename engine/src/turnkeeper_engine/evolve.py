@@ -68,7 +68,16 @@ def _turn_started(state: State, e: ev.TurnStarted) -> State:
     first_start = e.combatant not in state.reached
     state = replace(
         state,
-        turn=Turn(e.round, e.combatant, e.kind, e.at, deadline=e.deadline, warn_at=e.warn_at),
+        turn=Turn(
+            e.round,
+            e.combatant,
+            e.kind,
+            e.at,
+            deadline=e.deadline,
+            warn_at=e.warn_at,
+            number=state.turns + 1,
+        ),
+        turns=state.turns + 1,
         reached=state.reached | {e.combatant},
         holds=tuple(h for h in state.holds if h.combatant != e.combatant),
     )

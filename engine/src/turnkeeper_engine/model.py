@@ -210,10 +210,14 @@ class Condition:
 
 @dataclass(frozen=True, slots=True)
 class TurnRef:
-    """Names a turn (R5): commands about the current turn carry this to avoid ``stale_turn``."""
+    """Names a turn (R5): commands about the current turn carry this to avoid ``stale_turn``.
+
+    ``number`` (the turn's ``Turn.number``) tells apart two turns of one combatant in one round,
+    a held turn and the turn it was held from; without it, round and combatant must match."""
 
     round: int
     combatant: str
+    number: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +233,20 @@ class Turn:
     warn_at: float | None = None
     warned: bool = False
     refocus: bool = False
+    number: int = 0
+    """How many turns the combat had started when this one started: a turn's own number."""
 
     @property
     def ref(self) -> TurnRef:
-        return TurnRef(self.round, self.combatant)
+        return TurnRef(self.round, self.combatant, self.number)
+
+    def named_by(self, ref: TurnRef) -> bool:
+        """Whether ``ref`` names this turn (R5)."""
+        return (
+            ref.round == self.round
+            and ref.combatant == self.combatant
+            and (ref.number is None or ref.number == self.number)
+        )
 
     @property
     def acted(self) -> bool:
@@ -295,6 +309,8 @@ class State:
     tie_order: tuple[str, ...] = ()
     disabled_plugins: tuple[str, ...] = ()
     """Plugins whose hooks are not called for this combat."""
+    turns: int = 0
+    """Turns started so far: the next turn's ``number`` is one more."""
     serial: int = 0
     last_command: str = ""
     undo: tuple[State, ...] = field(default=(), repr=False)
