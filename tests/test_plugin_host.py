@@ -497,3 +497,28 @@ def test_plugin_properties_are_not_run_at_load_and_names_are_bounded() -> None:
     assert info.hooks == ("on_round_start",)
     assert host.register(Helpful(), "a+b") is None
     assert host.register(Helpful(), "x" * 129) is None
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_table_steps_on_an_async_tests_own_loop() -> None:
+    class Counts:
+        def __init__(self) -> None:
+            self.turns = 0
+
+        @hookimpl
+        async def on_turn_start(self) -> None:
+            await anyio.sleep(0)
+            self.turns += 1
+
+    counts = Counts()
+    table = Table("dnd3e", {"counts": counts}, seed=1)
+    for name in ("a", "b"):
+        await table.ado(cmd.AddCombatant(name, name))
+    await table.ado(cmd.StartCombat())
+    await table.ado(cmd.EndTurn(table.turn()))
+    assert counts.turns == 2

@@ -68,7 +68,10 @@ class Table:
         self.log: list[tuple[int, ev.Event]] = []
         """Every event so far, with its sequence number."""
         self._due: deque[Applied] = deque()
-        self.do(cmd.CreateCombat(combat_id, ruleset, tuple((options or {}).items())))
+        # No hook stands for a combat's creation: committed as is, so that a table can be made
+        # inside an async test too.
+        self._commit(NARRATOR, cmd.CreateCombat(combat_id, ruleset, tuple((options or {}).items())))
+        self._due.clear()
 
     def _report(self, what: str, **details: Any) -> None:
         self.problems.append((what, details))
@@ -80,6 +83,12 @@ class Table:
         commands' events included. A refused command raises :class:`RefusedError`."""
         start = len(self.log)
         anyio.run(self._do, command, actor)
+        return [e for _, e in self.log[start:]]
+
+    async def ado(self, command: cmd.Command, actor: Actor = NARRATOR) -> list[ev.Event]:
+        """``do`` for async tests, on the test's own event loop."""
+        start = len(self.log)
+        await self._do(command, actor)
         return [e for _, e in self.log[start:]]
 
     async def _do(self, command: cmd.Command, actor: Actor) -> None:
@@ -95,6 +104,9 @@ class Table:
         return await self._apply(actor, command)
 
     async def _apply(self, actor: Actor, command: cmd.Command) -> Applied | None:
+        return self._commit(actor, command)
+
+    def _commit(self, actor: Actor, command: cmd.Command) -> Applied | None:
         decided = decide(self.state, command, self.now, actor=actor, dice=self.dice)
         if isinstance(decided, RuleError):
             raise RefusedError(decided.code, decided.message, decided.field)
