@@ -397,3 +397,47 @@ async def test_hooks_run_in_event_order_and_a_full_queue_slows_the_writers(
     store.close()
     assert seen == sorted(seen)
     assert len(set(seen)) == writers
+
+
+@pytest.mark.anyio
+async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slow plugin fills the hook queue: a client is slowed down, but the clock must keep
+    # every combat's timers going; its hooks run with the combat's next token instead.
+    monkeypatch.setattr(host, "HOOK_QUEUE", 1)
+    seen: list[int] = []
+
+    class Records:
+        @hookimpl
+        def on_condition_applied(self, combat: CombatView) -> None:
+            seen.append(combat.seq)
+
+    plugins = PluginHost()
+    plugins.register(Records(), "records")
+    store = Store.open(tmp_path)
+    hub = Hub(store, plugins=plugins)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "create")
+        # No worker runs yet: this command's token fills the queue.
+        await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("k", "K"), "add")
+        combat = hub.combat("bank")
+        with anyio.move_on_after(0.2) as blocked:
+            await hub._queue_hooks(combat, wait=True)
+        assert blocked.cancelled_caught  # a client waits here
+        for note in ("first", "second"):
+            applied = cmd.ApplyCondition("k", "custom", note=note)
+            with anyio.fail_after(1):  # the clock does not
+                await hub._run(combat, None, host.CLOCK_ACTOR, applied)
+        async with anyio.create_task_group() as hooks:
+            hooks.start_soon(hub.run_hooks)
+            with anyio.fail_after(WAIT_SECONDS):
+                while len(seen) < 2:
+                    await anyio.sleep(0.01)
+            hooks.cancel_scope.cancel()
+        await store.stop()
+    store.close()
+    # Both ran, in order, off the one token already in the queue.
+    assert seen == sorted(seen)
+    assert len(seen) == 2

@@ -522,3 +522,25 @@ async def test_a_table_steps_on_an_async_tests_own_loop() -> None:
     await table.ado(cmd.StartCombat())
     await table.ado(cmd.EndTurn(table.turn()))
     assert counts.turns == 2
+
+
+def test_a_plugin_disabled_is_not_called_for_hooks_already_due() -> None:
+    """Five conditions land in one go; the plugin failing on each is disabled at the third,
+    and the hooks of the last two (committed before the disabling) no longer call it."""
+
+    class Five:
+        @hookimpl
+        def on_combat_start(self) -> list[cmd.Command]:
+            return [cmd.ApplyCondition("a", "custom", note=str(i)) for i in range(5)]
+
+    class FailsOnConditions:
+        @hookimpl
+        def on_condition_applied(self) -> None:
+            raise RuntimeError("no")
+
+    table = Table("dnd3e", {"five": Five(), "fails": FailsOnConditions()}, seed=1)
+    _three(table)
+    table.start()
+    assert len(table.named("condition_applied")) == 5
+    assert table.state.disabled_plugins == ("fails",)
+    assert table.host.stats["fails"].calls == 3

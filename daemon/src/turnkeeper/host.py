@@ -362,10 +362,21 @@ class Hub:
         finally:
             # Even when the command itself is refused, what its before hooks applied has hooks.
             if combat.hooks_due:
-                # A closed queue means the daemon is stopping: hooks still due are not run.
-                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    await self._hook_queues[hash(combat.id) % HOOK_WORKERS].send(combat)
+                await self._queue_hooks(combat, wait=actor is not CLOCK_ACTOR)
         return result
+
+    async def _queue_hooks(self, combat: Combat, *, wait: bool) -> None:
+        """Tell the combat's hook worker it has hooks due. A client waits when the queue is
+        full (backpressure); the clock does not, or a slow plugin would stop every combat's
+        timers: its hooks then run with the combat's next command's."""
+        queue = self._hook_queues[hash(combat.id) % HOOK_WORKERS]
+        # A closed queue means the daemon is stopping: hooks still due are not run.
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            if wait:
+                await queue.send(combat)
+            else:
+                with contextlib.suppress(anyio.WouldBlock):
+                    queue.send_nowait(combat)
 
     async def _prepare(self, combat: Combat, actor: Actor, command: cmd.Command) -> cmd.Command:
         assert self.plugins is not None

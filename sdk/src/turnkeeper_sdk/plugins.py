@@ -220,6 +220,8 @@ class PluginHost:
     _lineage: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, init=False)
     """(combat, seq) of a plugin-caused command → (its depth, the seq of its root command)."""
     _caused: dict[tuple[str, int], int] = field(default_factory=dict, init=False)
+    _off: dict[str, set[str]] = field(default_factory=dict, init=False)
+    """Plugins this host disabled, by combat (see ``call``)."""
     """(combat, root seq) → commands plugins caused from that root so far."""
 
     def __post_init__(self) -> None:
@@ -376,7 +378,9 @@ class PluginHost:
         """Call every implementation of ``hook`` not disabled for the combat, each alone and
         within the budget; return what each returned that did not fail."""
         outcomes = []
-        off = set(disabled)
+        # Hooks due for commands committed before a plugin was disabled still run after it:
+        # the host's own record of what it disabled holds for them too.
+        off = set(disabled) | self._off.get(combat_id, set())
         # pluggy's own call order (last registered first, tryfirst/trylast honoured).
         for impl in reversed(getattr(self._manager.hook, hook).get_hookimpls()):
             if impl.plugin_name in off:
@@ -457,6 +461,7 @@ class PluginHost:
         """Drop the failure streaks of a combat that ended."""
         for key in [k for k in self._streak if k[0] == combat_id]:
             del self._streak[key]
+        self._off.pop(combat_id, None)
 
     # ------------------------------------------------------------------------- before hooks
 
@@ -648,6 +653,9 @@ class PluginHost:
         the order the commands were committed: the host remembers how each descends from a
         client's command, to cut chains too deep (``MAX_CHAIN``) or too broad (``MAX_CAUSED``)."""
         combat_id = applied.after.combat_id
+        for event in applied.events:
+            if isinstance(event, ev.PluginEnabled):
+                self._off.get(combat_id, set()).discard(event.plugin)
         depth, root = self._lineage.pop((combat_id, applied.seq), (0, applied.seq))
         if depth > MAX_CHAIN:
             self.report("plugin_chain_cut", combat=combat_id, seq=applied.seq, depth=depth)
@@ -678,6 +686,7 @@ class PluginHost:
             except RefusedError:  # already disabled, or the combat is gone: nothing to do
                 continue
             self.stats[plugin].disabled += 1
+            self._off.setdefault(combat_id, set()).add(plugin)
             self.report("plugin_disabled", plugin=plugin, combat=combat_id, reason=reason)
 
 
