@@ -15,6 +15,7 @@ from turnkeeper_engine.plain import (
     command_to_plain,
     event_from_plain,
     event_to_plain,
+    from_newer,
     from_plain,
     from_shared,
     to_plain,
@@ -122,3 +123,22 @@ def test_no_event_field_collides_with_the_wire_envelope() -> None:
     for name, cls in EVENTS.items():
         fields = {f.name for f in dataclasses.fields(cls)}
         assert not fields & {"combat", "seq", "event"}, name
+
+
+def test_a_client_reads_what_a_newer_daemon_sends_and_skips_fields_it_does_not_know() -> None:
+    """The API contract lets a daemon add fields: a client decodes a view with extra fields,
+    nested ones included, while a request with an unknown field is still refused."""
+    from turnkeeper_engine import NARRATOR, View, view
+
+    s, _ = _played()
+    sent = to_plain(view(s.state, NARRATOR))
+    assert isinstance(sent, dict)
+    newer = {**sent, "weather": "rain"}
+    newer["combatants"] = [{**c, "mood": "calm"} for c in sent["combatants"]]  # type: ignore[union-attr, dict-item]
+    assert from_newer(View, newer) == view(s.state, NARRATOR)
+    with pytest.raises(PlainError) as refused:
+        from_plain(View, newer)
+    assert refused.value.field == "weather"
+    # Decoding a request afterwards is strict again.
+    with pytest.raises(PlainError):
+        command_from_plain({"command": "end_combat", "extra": 1})

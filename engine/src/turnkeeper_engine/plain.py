@@ -11,6 +11,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
+from contextvars import ContextVar
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -114,6 +115,21 @@ class _Shared:
 @cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+_NEWER: ContextVar[bool] = ContextVar("turnkeeper_plain_newer", default=False)
+"""Set while decoding what a daemon sent (``from_newer``): unknown fields are skipped."""
+
+
+def from_newer(tp: type[T], data: Any) -> T:
+    """Decode a value a daemon sent, skipping fields this version does not know: a newer
+    daemon may add optional fields (protocol.md, API contract), and a client must go on
+    working. What a client sends is decoded with ``from_plain``, which refuses them."""
+    token = _NEWER.set(True)
+    try:
+        return typing.cast(T, from_plain(tp, data))
+    finally:
+        _NEWER.reset(token)
 
 
 def from_plain(
@@ -238,9 +254,10 @@ def _dataclass(tp: type[T], data: Any, field: str, depth: int, shared: _Shared |
     cls = typing.cast(type, tp)
     layout = _layout(cls)
     names = _names_of(cls)
-    for key in data:
-        if key not in names:
-            raise PlainError("unknown field", f"{field}.{key}" if field else str(key))
+    if not _NEWER.get():
+        for key in data:
+            if key not in names:
+                raise PlainError("unknown field", f"{field}.{key}" if field else str(key))
     values = {}
     for name, hint, required in layout:
         if name in data:

@@ -65,7 +65,7 @@ import anyio
 
 from turnkeeper_engine import View
 from turnkeeper_engine.model import Combatant, Predicate, Reservation, TriggerFacts, Turn, Window
-from turnkeeper_engine.plain import from_plain
+from turnkeeper_engine.plain import from_newer
 
 from .aio import AsyncClient, CombatSnapshot
 from .errors import CallError, TooFarBehindError
@@ -310,7 +310,7 @@ class Bot:
 
     async def _drive(self, play: _Play, snapshot: CombatSnapshot) -> None:
         while True:
-            combat = CombatView(from_plain(View, snapshot["view"]), snapshot["seq"])
+            combat = CombatView(from_newer(View, snapshot["view"]), snapshot["seq"])
             if combat.phase == "ended":
                 await self.on_combat_end(combat)
                 return
