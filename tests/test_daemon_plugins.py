@@ -233,6 +233,40 @@ def test_failing_plugins_are_disabled_for_the_combat_after_three_failures_the_re
         assert _loaded(c.call("list_plugins"))["raising"]["calls"] == 4
 
 
+def test_a_plugin_holding_the_event_loop_is_reported_while_it_holds_it(tmp_path: Path) -> None:
+    """The watchdog thread names the plugin call under way while the loop is held, before the
+    call returns (one that never returned would be reported all the same)."""
+    with _daemon(tmp_path, "stalling") as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]))
+        c.call("start_combat", request_id="start", combat="bank")
+        # Once it returns, the call counts as blocking, like any other.
+        listing = _wait_for_listing(c, lambda p: p["stalling"]["blocked"] == 1)
+        assert listing["stalling"]["calls"] == 1
+        lines = [
+            json.loads(line) for line in d.log.read_text().splitlines() if line.startswith("{")
+        ]
+        said = [line["event"] for line in lines]
+        blocked = lines[said.index("event_loop_blocked")]
+        assert blocked["calls"][0].startswith("stalling.on_turn_start in bank for ")
+        # Reported while the hook held the loop, before the host could count it on return.
+        failed = next(
+            i
+            for i, line in enumerate(lines)
+            if line["event"] == "plugin_failed" and line.get("plugin") == "stalling"
+        )
+        assert said.index("event_loop_blocked") < failed
+
+
+def _wait_for_listing(c: Client, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        listing = _loaded(c.call("list_plugins"))
+        if done(listing) or time.monotonic() > deadline:
+            return listing
+        time.sleep(0.05)
+
+
 def test_a_disabled_plugin_stays_disabled_across_a_kill_and_restart(tmp_path: Path) -> None:
     with _daemon(tmp_path, "raising", "outcome") as d:
         c = d.client()

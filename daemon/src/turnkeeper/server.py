@@ -36,6 +36,7 @@ from .host import SNAPSHOT_EVERY, Hub, RequestError
 from .loader import PluginChoice, announce, load
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from .store import Store, StoreError
+from .watchdog import Watchdog
 
 log = structlog.get_logger("turnkeeper.server")
 
@@ -450,6 +451,7 @@ async def serve(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(hub.run_clock)
                 tg.start_soon(hub.run_hooks)
+                tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
                 if config.socket_path is not None:
                     prepare_socket_path(config.socket_path)

@@ -19,7 +19,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Any, Protocol
@@ -221,6 +221,10 @@ class PluginHost:
     """(combat, seq) of a plugin-caused command → (its depth, the seq of its root command)."""
     _caused: dict[tuple[str, int], int] = field(default_factory=dict, init=False)
     _off: dict[str, set[str]] = field(default_factory=dict, init=False)
+    in_progress: dict[int, tuple[str, str, str, float]] = field(default_factory=dict, init=False)
+    """Hook calls under way: (plugin, hook, combat, ``time.monotonic()`` at the start). Read by
+    a watchdog thread when the event loop stops answering, to say which plugin holds it."""
+    _calls: Iterator[int] = field(default_factory=itertools.count, init=False)
     """Plugins this host disabled, by combat (see ``call``)."""
     """(combat, root seq) → commands plugins caused from that root so far."""
 
@@ -402,6 +406,37 @@ class PluginHost:
         stats = self.stats.setdefault(plugin, PluginStats())
         stats.calls += 1
         started = time.perf_counter()
+        call = next(self._calls)
+        self.in_progress[call] = (plugin, hook, combat_id, time.monotonic())
+        try:
+            problem, value, scope_cancelled = await self._guarded(function, args, stats)
+        finally:
+            del self.in_progress[call]
+        elapsed = time.perf_counter() - started
+        ms = round(elapsed * 1000)
+        if problem is None and elapsed > self.budget + BLOCKING_GRACE:
+            # Cancellation can only land at an await: a call this far past its budget held the
+            # event loop (time.sleep, blocking I/O, a busy loop), stalling every combat.
+            problem = f"blocked the event loop for {ms} ms"
+            stats.blocked += 1
+        elif problem is None and scope_cancelled:
+            problem = f"timeout after {round(self.budget * 1000)} ms"
+            stats.timeouts += 1
+        elif problem is None and elapsed > self.budget:
+            problem = f"took {ms} ms, over its {round(self.budget * 1000)} ms budget"
+            stats.timeouts += 1
+        if problem is None:
+            self._streak.pop((combat_id, plugin), None)
+            return True, value
+        self.report("plugin_failed", plugin=plugin, hook=hook, combat=combat_id, error=problem)
+        self._fail(combat_id, plugin, problem)
+        return False, None
+
+    async def _guarded(
+        self, function: Callable[..., Any], args: Mapping[str, Any], stats: PluginStats
+    ) -> tuple[str | None, Any, bool]:
+        """One call within the budget: (the problem, if any; what it returned; whether the
+        budget ran out)."""
         problem: str | None = None
         value: Any = None
         with anyio.move_on_after(self.budget) as scope:
@@ -423,25 +458,7 @@ class PluginHost:
             except BaseException as e:  # a plugin's failure is its own, whatever it raises
                 problem = f"{type(e).__name__}: {e}"
                 stats.errors += 1
-        elapsed = time.perf_counter() - started
-        ms = round(elapsed * 1000)
-        if problem is None and elapsed > self.budget + BLOCKING_GRACE:
-            # Cancellation can only land at an await: a call this far past its budget held the
-            # event loop (time.sleep, blocking I/O, a busy loop), stalling every combat.
-            problem = f"blocked the event loop for {ms} ms"
-            stats.blocked += 1
-        elif problem is None and scope.cancel_called:
-            problem = f"timeout after {round(self.budget * 1000)} ms"
-            stats.timeouts += 1
-        elif problem is None and elapsed > self.budget:
-            problem = f"took {ms} ms, over its {round(self.budget * 1000)} ms budget"
-            stats.timeouts += 1
-        if problem is None:
-            self._streak.pop((combat_id, plugin), None)
-            return True, value
-        self.report("plugin_failed", plugin=plugin, hook=hook, combat=combat_id, error=problem)
-        self._fail(combat_id, plugin, problem)
-        return False, None
+        return problem, value, scope.cancel_called
 
     def _fail(self, combat_id: str, plugin: str, problem: str) -> None:
         key = (combat_id, plugin)
