@@ -15,7 +15,9 @@ def _tests() -> set[str]:
     names: set[str] = set()
     for path in (ROOT / "tests").glob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+                "test_"
+            ):
                 names.add(node.name)
     return names
 

@@ -254,7 +254,7 @@ class CombatMachine(RuleBasedStateMachine):
         return TurnRef(data.draw(st.integers(round_no - 1, round_no)), self.some_id(data))
 
     def stale(self, ref: TurnRef) -> bool:
-        return self.state.turn is None or self.state.turn.ref != ref
+        return self.state.turn is None or not self.state.turn.named_by(ref)
 
     def action(self, data: st.DataObject) -> ActionSpec:
         assert self.rules is not None
