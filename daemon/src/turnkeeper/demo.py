@@ -248,7 +248,12 @@ def goblin_cave(t: _Table) -> None:
     t(c.CreateCombat("cave", "dnd3e"))
     t(c.AddCombatant("fighter", "Tordek", "ana", True, init_mod=1, dexterity=12))
     t(c.AddCombatant("wizard", "Mialee", "bo", True, init_mod=3, dexterity=16))
-    t(c.AddCombatant("shaman", "Goblin shaman", init_mod=2, dexterity=14))
+    # The tags carry what the dnd3e-ready plugin needs to compute Concentration (R11).
+    t(
+        c.AddCombatant(
+            "shaman", "Goblin shaman", init_mod=2, dexterity=14, tags=("concentration:4",)
+        )
+    )
     t(c.AddCombatant("rogue", "Lidda", "cy", True, init_mod=4, dexterity=18))
     t(c.RollInitiative("rogue", faces=(16,)), "cy")
     t(c.RollInitiative("fighter", faces=(15,)), "ana")
@@ -263,13 +268,13 @@ def goblin_cave(t: _Table) -> None:
         c.Reserve(
             t.turn,
             "standard",
-            ActionSpec("attack", None, "strike to distract", ("shaman",)),
+            ActionSpec("attack", None, "strike to distract", ("shaman",), ("damage:7",)),
             Trigger("if the shaman starts casting a spell", casting),
         )
     )
     t.act("move", "steps up to the shaman")
     t.end_turn()
-    t.act("cast", "begins casting a spell", "fighter")
+    t.act("cast", "begins casting a spell", "fighter", tags=("spell:sleep", "spell_level:1"))
     window = t.state.window
     assert window is not None
     t(c.ClaimReaction(window.id, "fighter", t.state.reservations[0].id))
