@@ -38,6 +38,8 @@ def test_demo_narrates_dnd3e_ready_delay_refocus_and_floor() -> None:
     assert "Tordek now acts at 12: Lidda, Tordek, Goblin shaman, Mialee." in log
     assert "Mialee now acts at 23" in log
     assert "Tordek forfeits the round's action." in log
+    # The bundled dnd3e-ready plugin computes the distraction's Concentration DC (R11).
+    assert "if it hits for 7 damage: Concentration DC 10 + 7 + 1 = 18; Goblin shaman rolls" in log
 
 
 def test_demo_ends_with_a_skirmish_bots_play_until_the_narrator_ends_it() -> None:
