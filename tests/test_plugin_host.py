@@ -544,3 +544,27 @@ def test_a_plugin_disabled_is_not_called_for_hooks_already_due() -> None:
     assert len(table.named("condition_applied")) == 5
     assert table.state.disabled_plugins == ("fails",)
     assert table.host.stats["fails"].calls == 3
+
+
+def test_before_action_declared_runs_only_for_a_declaration_the_engine_accepts() -> None:
+    seen: list[str] = []
+
+    class Watches:
+        @hookimpl
+        def before_action_declared(self, combatant: Any, action: Any) -> cmd.Command:
+            seen.append(f"{combatant.id}:{action.kind}")
+            return cmd.RecordOutcome("watch", f"{combatant.id} is about to {action.kind}")
+
+    from turnkeeper_sdk.plugins import RefusedError
+
+    table = Table("dnd3e", {"watches": Watches()}, seed=1)
+    _three(table)
+    table.start()
+    turn = table.turn()
+    with pytest.raises(RefusedError):
+        table.do(cmd.DeclareAction(turn, ActionSpec("juggle")))  # not in the catalogue
+    assert seen == []
+    events = table.do(cmd.DeclareAction(turn, ActionSpec("attack")))
+    assert seen == [f"{turn.combatant}:attack"]
+    names = [e.name for e in events]
+    assert names.index("outcome_recorded") < names.index("action_declared")

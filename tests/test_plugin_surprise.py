@@ -224,7 +224,11 @@ def test_r8_seed_invisible_woman_surprises_doctor_doom(turnkeeper_table: TableFa
     assert table.by("surprise") == []
     # The Narrator makes a check for Doom to see if he detects her: he fails it.
     mine.push(4, 2, 3, 5)  # 4, 2, 3; her invisibility's trouble rerolls the 4, the 4 is kept
-    table.do(c.DeclareAction(table.turn(), ActionSpec("attack", targets=("doom",))))
+    events = table.do(c.DeclareAction(table.turn(), ActionSpec("attack", targets=("doom",))))
+    # Decided before the attack lands: Sue has her edge on this very attack.
+    names = [e.name for e in events]
+    assert names.index("condition_applied") < names.index("action_declared")
+    assert [e.edges for e in events if isinstance(e, ev.ActionDeclared)] == [("surprised:doom",)]
 
     (check,) = outcomes(table)
     assert check.text == (
@@ -252,7 +256,8 @@ def test_r8_seed_invisible_woman_surprises_doctor_doom(turnkeeper_table: TableFa
 def test_r8_an_attacker_that_is_noticed_surprises_nobody(turnkeeper_table: TableFactory) -> None:
     table, mine = fantastic_four(turnkeeper_table)
     mine.push(6, 5, 4, 6)  # 6, 5, 4: the trouble rerolls the 6 and a 6 is no worse: 17
-    table.do(c.DeclareAction(table.turn(), ActionSpec("attack", targets=("doom",))))
+    events = table.do(c.DeclareAction(table.turn(), ActionSpec("attack", targets=("doom",))))
+    assert [e.edges for e in events if isinstance(e, ev.ActionDeclared)] == [()]
     (check,) = outcomes(table)
     assert check.text == (
         "doom's Vigilance check to notice sue: 6, 5, 4 + 2 = 17 against 14: notices the attack "

@@ -224,6 +224,24 @@ def on_turn_end(combat: CombatView, combatant: Combatant, event: ev.TurnEnded) -
 
 
 @hookspec
+def before_action_declared(
+    combat: CombatView, combatant: Combatant, action: ActionSpec
+) -> Proposal:
+    """Propose commands to apply just before a declared action takes effect.
+
+    This is where an unseen attacker is detected or not (R8): a ``surprise`` returned here
+    puts the surpriser's edge on this very attack (``action_declared.edges``).
+
+    :param combat: The combat before the declaration, in the acting combatant's turn.
+    :param combatant: Who acts.
+    :param action: What it declares: kind, type, targets, tags, zone.
+    :return: Commands applied, in order, before the declaration. All results are collected.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
 def on_action_declared(
     combat: CombatView, combatant: Combatant, action: ActionSpec, event: ev.ActionDeclared
 ) -> Proposal:
@@ -332,6 +350,7 @@ HOOKS: tuple[str, ...] = (
     "on_round_end",
     "on_turn_start",
     "on_turn_end",
+    "before_action_declared",
     "on_action_declared",
     "on_trigger",
     "on_window_open",

@@ -523,7 +523,7 @@ class PluginHost:
         check). Returns the command to apply in place of ``command``. A command the engine
         would refuse anyway (an observer's ``start_combat``, say) runs no hook at all."""
         state = combat.state
-        if not isinstance(command, cmd.RollInitiative | cmd.StartCombat):
+        if not isinstance(command, cmd.RollInitiative | cmd.StartCombat | cmd.DeclareAction):
             return command
         if not isinstance(state, State) or _refusal(state, command, actor) is not None:
             return command
@@ -543,6 +543,9 @@ class PluginHost:
                 self._refused(names, adjusted, combat.id, refused)
                 return command
             return adjusted
+        if isinstance(command, cmd.DeclareAction):
+            await self._before_declared(combat, command, apply)
+            return command
         for plugin, proposed in await self.before_start(combat):
             done = await self._submit(plugin, proposed, combat.id, apply)
             if done is not None:
@@ -562,6 +565,25 @@ class PluginHost:
                     combat = CombatView(done.after, done.seq)
         await self.disable_failing(combat.id, apply)
         return command
+
+    async def _before_declared(
+        self, combat: CombatView, command: cmd.DeclareAction, apply: Apply
+    ) -> None:
+        """Commands plugins want applied just before an action is declared (surprise, R8)."""
+        combatant = combat.combatant(command.turn.combatant)
+        if combatant is None:
+            return
+        outcomes = await self.call(
+            "before_action_declared",
+            combat.id,
+            combat.state.disabled_plugins,
+            combat=combat,
+            combatant=combatant,
+            action=command.action,
+        )
+        for plugin, proposed in self._commands(outcomes, "before_action_declared", combat.id):
+            await self._submit(plugin, proposed, combat.id, apply)
+        await self.disable_failing(combat.id, apply)
 
     async def _submit(
         self, plugin: str, command: cmd.Command, combat_id: str, apply: Apply

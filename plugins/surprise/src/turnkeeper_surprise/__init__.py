@@ -5,7 +5,7 @@ At the start of a combat, a side whose every active member is sneaking ambushes 
 each other combatant (a group once, through its first member) makes a Vigilance check against
 the side's stealth. A failed check marks it Surprised (``mark_surprised``: one trouble on its
 initiative check and no bonus-round turn; the engine applies both). Later, when an unseen
-combatant declares an ``attack``, each target checks again; a failure surprises it
+combatant is about to declare an ``attack``, each target checks again; a failure surprises it
 (``surprise``: the attacker has an edge on attacks against it for one round).
 
 Every check is a d616 (R3): the watcher's dice plus its Vigilance against 10 plus the sneaker's
@@ -207,14 +207,14 @@ class SurprisePlugin:
         return proposed
 
     @hookimpl
-    def on_action_declared(
+    def before_action_declared(
         self, combat: CombatView, combatant: Combatant, action: ActionSpec
     ) -> list[Command]:
         """An unseen attacker's targets check to notice it; those who fail are Surprised (R8).
 
-        The engine counts a surpriser's edge from the ``surprised`` condition when an attack is
-        declared, and this hook runs after the declaration: the edge on this very attack is in
-        the outcome (``edge: true``), the engine's ``edges`` carry it from the next attack on.
+        Decided just before the attack is declared, so the engine counts the surpriser's edge
+        (``action_declared.edges``) on this very attack, as on its attacks against the target
+        until the condition ends.
         """
         if combat.ruleset != RULESET or action.kind != "attack" or not unseen(combatant):
             return []
