@@ -166,6 +166,14 @@ class Refusal:
     field: str
 
 
+_BEFORE: Mapping[type[cmd.Command], tuple[str, ...]] = {
+    cmd.RollInitiative: ("before_initiative_check",),
+    cmd.StartCombat: ("before_combat_start", "before_initiative_check"),
+    cmd.DeclareAction: ("before_action_declared",),
+}
+"""The hooks that come before each command that has any."""
+
+
 def _refusal(state: State, command: cmd.Command, actor: Actor) -> Refusal | None:
     """Whether the engine would refuse ``command`` now: decided on throwaway dice and thrown
     away, so that hooks run only for a command that will be applied."""
@@ -523,7 +531,8 @@ class PluginHost:
         check). Returns the command to apply in place of ``command``. A command the engine
         would refuse anyway (an observer's ``start_combat``, say) runs no hook at all."""
         state = combat.state
-        if not isinstance(command, cmd.RollInitiative | cmd.StartCombat | cmd.DeclareAction):
+        before = _BEFORE.get(type(command), ())
+        if not any(getattr(self._manager.hook, hook).get_hookimpls() for hook in before):
             return command
         if not isinstance(state, State) or _refusal(state, command, actor) is not None:
             return command
