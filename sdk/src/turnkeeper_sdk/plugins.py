@@ -159,13 +159,6 @@ class RefusedError(Exception):
         self.field = field
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    code: str
-    message: str
-    field: str
-
-
 _BEFORE: Mapping[type[cmd.Command], tuple[str, ...]] = {
     cmd.RollInitiative: ("before_initiative_check",),
     cmd.StartCombat: ("before_combat_start", "before_initiative_check"),
@@ -174,13 +167,11 @@ _BEFORE: Mapping[type[cmd.Command], tuple[str, ...]] = {
 """The hooks that come before each command that has any."""
 
 
-def _refusal(state: State, command: cmd.Command, actor: Actor) -> Refusal | None:
+def _refusal(state: State, command: cmd.Command, actor: Actor) -> RuleError | None:
     """Whether the engine would refuse ``command`` now: decided on throwaway dice and thrown
     away, so that hooks run only for a command that will be applied."""
     decided = decide(state, command, 0.0, actor=actor, dice=SeededDice(0))
-    if isinstance(decided, RuleError):
-        return Refusal(decided.code, decided.message, decided.field)
-    return None
+    return decided if isinstance(decided, RuleError) else None
 
 
 class Apply(Protocol):
@@ -606,15 +597,15 @@ class PluginHost:
         except Exception as e:  # a malformed proposal is the plugin's failure
             field = e.field if isinstance(e, PlainError) else ""
             message = e.message if isinstance(e, PlainError) else f"{type(e).__name__}: {e}"
-            self._refused(plugin, command, combat_id, Refusal("invalid_params", message, field))
+            self._refused(plugin, command, combat_id, RuleError("invalid_params", message, field))
             return None
         try:
             return await apply(plugin_actor(plugin), checked)
         except RefusedError as e:
-            self._refused(plugin, command, combat_id, Refusal(e.code, e.message, e.field))
+            self._refused(plugin, command, combat_id, RuleError(e.code, e.message, e.field))
             return None
 
-    def _refused(self, plugin: str, command: cmd.Command, combat_id: str, why: Refusal) -> None:
+    def _refused(self, plugin: str, command: cmd.Command, combat_id: str, why: RuleError) -> None:
         for name in plugin.split("+"):
             if name in self.stats:
                 self.stats[name].refused += 1
