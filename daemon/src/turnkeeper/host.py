@@ -80,9 +80,6 @@ HOOK_QUEUE = 256
 (after releasing the combat, so plugin commands can still get in): a client whose commands
 outrun the plugins is slowed down instead of the daemon's memory growing."""
 
-REGISTRATION_HOOKS = frozenset({"turnkeeper_rulesets", "turnkeeper_condition_types"})
-"""Hooks called once at load: a plugin with only these needs nothing per command."""
-
 
 class RequestError(Exception):
     """A refused request, as the protocol reports it."""
@@ -344,9 +341,7 @@ class Hub:
     @property
     def hooked(self) -> bool:
         """Whether a loaded plugin implements a hook called per command."""
-        return self.plugins is not None and any(
-            set(p.hooks) - REGISTRATION_HOOKS for p in self.plugins.plugins.values()
-        )
+        return self.plugins is not None and self.plugins.per_command
 
     async def _run(
         self, combat: Combat, request: _Request | None, actor: Actor, command: cmd.Command

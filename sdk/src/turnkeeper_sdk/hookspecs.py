@@ -359,3 +359,6 @@ HOOKS: tuple[str, ...] = (
     "on_condition_expired",
 )
 """Every hook, in the order of a combat's phases (the documentation follows it)."""
+
+REGISTRATION_HOOKS = frozenset({"turnkeeper_rulesets", "turnkeeper_condition_types"})
+"""Hooks called once, when a plugin loads; every other hook is called per command."""

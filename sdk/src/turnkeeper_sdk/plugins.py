@@ -48,7 +48,7 @@ from turnkeeper_engine.plain import PlainError, command_from_plain, command_to_p
 from turnkeeper_engine.registry import Registry
 
 from . import hookspecs
-from .hookspecs import HOOKS, PROJECT, CheckAdjustment
+from .hookspecs import HOOKS, PROJECT, REGISTRATION_HOOKS, CheckAdjustment
 from .views import CombatView
 
 ENTRY_POINT_GROUP = "turnkeeper.plugins"
@@ -351,6 +351,12 @@ class PluginHost:
                         registry.register(item.name, item)
                     provides.append(f"{kind}:{item.name}")
         return tuple(provides)
+
+    @property
+    def per_command(self) -> bool:
+        """Whether a loaded plugin implements a hook called per command: if none does, a
+        host can skip the hooks' bookkeeping altogether."""
+        return any(set(p.hooks) - REGISTRATION_HOOKS for p in self.plugins.values())
 
     def listing(self) -> dict[str, Any]:
         """What loaded (with counters), what failed and what was skipped, as plain data."""
