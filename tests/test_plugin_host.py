@@ -568,3 +568,23 @@ def test_before_action_declared_runs_only_for_a_declaration_the_engine_accepts()
     assert seen == [f"{turn.combatant}:attack"]
     names = [e.name for e in events]
     assert names.index("outcome_recorded") < names.index("action_declared")
+
+
+def test_r5_the_turn_a_hook_is_given_names_the_current_turn() -> None:
+    """A plugin ending a turn from on_turn_start names it with the turn it was given."""
+
+    class Hurries:
+        @hookimpl
+        def on_turn_start(self, turn: Any, combatant: Any) -> cmd.Command | None:
+            return cmd.EndTurn(turn.ref) if combatant.id == "b" else None
+
+    table = Table("dnd3e", {"hurries": Hurries()}, seed=1)
+    _three(table)
+    table.start()
+    while table.state.round == 1:
+        table.end_turn()
+    # Every turn of b's that started was ended by the plugin, none refused as stale.
+    started = [e.round for e in table.of(ev.TurnStarted) if e.combatant == "b"]
+    assert table.by("hurries") == ["end_turn"] * len(started)
+    assert table.host.stats["hurries"].refused == 0
+    assert [e.round for e in table.of(ev.TurnEnded) if e.combatant == "b"] == started

@@ -43,7 +43,7 @@ from turnkeeper_engine import (
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.dice import SeededDice
-from turnkeeper_engine.model import Condition, Reservation, Role, Turn, Window
+from turnkeeper_engine.model import Reservation, Role, Window
 from turnkeeper_engine.plain import PlainError, command_from_plain, command_to_plain
 from turnkeeper_engine.registry import Registry
 
@@ -219,13 +219,13 @@ class PluginHost:
     _lineage: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, init=False)
     """(combat, seq) of a plugin-caused command → (its depth, the seq of its root command)."""
     _caused: dict[tuple[str, int], int] = field(default_factory=dict, init=False)
+    """(combat, root seq) → commands plugins caused from that root so far."""
     _off: dict[str, set[str]] = field(default_factory=dict, init=False)
+    """Plugins this host disabled, by combat (see ``call``)."""
     in_progress: dict[int, tuple[str, str, str, float]] = field(default_factory=dict, init=False)
     """Hook calls under way: (plugin, hook, combat, ``time.monotonic()`` at the start). Read by
     a watchdog thread when the event loop stops answering, to say which plugin holds it."""
     _calls: Iterator[int] = field(default_factory=itertools.count, init=False)
-    """Plugins this host disabled, by combat (see ``call``)."""
-    """(combat, root seq) → commands plugins caused from that root so far."""
 
     def __post_init__(self) -> None:
         self._manager = pluggy.PluginManager(PROJECT)
@@ -736,11 +736,14 @@ class PluginHost:
 
 
 def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
-    """Which hooks the events of one command stand for, with their arguments."""
-    before, after = applied.before, applied.after
+    """Which hooks the events of one command stand for, with their arguments. The events are
+    replayed from the state before the command, so each hook sees its subject as it stood at
+    its event: the turn just started, the window as it closed, the condition as it expired."""
+    after = applied.after
     calls: list[tuple[str, dict[str, Any]]] = []
-    applied_now: dict[str, Condition] = {}
+    state = applied.before
     for event in applied.events:
+        prior, state = state, evolve(state, event)
         match event:
             case ev.CombatStarted():
                 calls.append(("on_combat_start", {"event": event}))
@@ -761,17 +764,9 @@ def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
                 calls.append(("on_round_end", {"round": event.round, "event": event}))
             case ev.TurnStarted():
                 who = after.get(event.combatant)
-                turn = Turn(
-                    event.round,
-                    event.combatant,
-                    event.kind,
-                    event.at,
-                    deadline=event.deadline,
-                    warn_at=event.warn_at,
-                )
-                if who is not None:
+                if who is not None and state.turn is not None:
                     calls.append(
-                        ("on_turn_start", {"turn": turn, "combatant": who, "event": event})
+                        ("on_turn_start", {"turn": state.turn, "combatant": who, "event": event})
                     )
             case ev.TurnEnded():
                 who = after.get(event.combatant)
@@ -796,18 +791,14 @@ def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
                         ("on_trigger", {"window": still, "offered": _offered(after, window)})
                     )
             case ev.WindowClosed():
-                closed = _window_before_close(before, applied.events, event.window)
-                if closed is not None:
-                    calls.append(("on_window_close", {"window": closed, "event": event}))
+                if prior.window is not None:
+                    calls.append(("on_window_close", {"window": prior.window, "event": event}))
             case ev.ConditionApplied():
-                applied_now[event.condition.id] = event.condition
                 calls.append(
                     ("on_condition_applied", {"condition": event.condition, "event": event})
                 )
             case ev.ConditionExpired():
-                gone = applied_now.get(event.condition) or next(
-                    (c for c in before.conditions if c.id == event.condition), None
-                )
+                gone = next((c for c in prior.conditions if c.id == event.condition), None)
                 if gone is not None:
                     calls.append(("on_condition_expired", {"condition": gone, "event": event}))
             case _:
@@ -829,16 +820,3 @@ def _offered(state: State, window: Window) -> tuple[Reservation, ...]:
         ]
         found.extend(matching or own)
     return tuple(found)
-
-
-def _window_before_close(
-    before: State, events: Sequence[ev.Event], window_id: str
-) -> Window | None:
-    """The window as it stood when it closed: replayed from the command's own events, since a
-    window can open, gather claims and close within one command."""
-    state = before
-    for event in events:
-        if isinstance(event, ev.WindowClosed) and event.window == window_id:
-            return state.window if state.window is not None else None
-        state = evolve(state, event)
-    return None
