@@ -66,7 +66,7 @@ from turnkeeper_engine.model import (
 from turnkeeper_engine.plain import event_from_plain
 from turnkeeper_sdk.aio import AsyncClient, Event
 from turnkeeper_sdk.bot import STALE, Bot
-from turnkeeper_sdk.errors import CallError
+from turnkeeper_sdk.errors import CallError, ConnectionLost
 from turnkeeper_sdk.policy import SensibleBot
 from turnkeeper_sdk.views import CombatView
 
@@ -520,6 +520,30 @@ class Recorder(Bot):
 
     async def on_combat_end(self, combat: CombatView) -> None:
         self.ended.set()
+
+
+@pytest.mark.anyio
+async def test_a_bot_whose_events_stop_ends_with_the_clients_own_error(daemon: Daemon) -> None:
+    """Unsubscribed under it, a bot would wait forever; it ends with ConnectionLost, raised as
+    such (not wrapped in the bot's task group), so ``except ConnectionLost`` catches it."""
+    secret = daemon.token("player", "--user", "ana")
+    async with (
+        AsyncClient.unix(daemon.socket) as narrator,
+        AsyncClient.unix(daemon.socket, token=secret) as ana,
+    ):
+        await _duel(narrator, "gone")
+        bot = Recorder(ana)
+
+        async def unsubscribe_once_playing() -> None:
+            while not bot.turns:
+                await anyio.sleep(0.01)
+            await ana.unsubscribe("gone")
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(unsubscribe_once_playing)
+                with pytest.raises(ConnectionLost, match="subscription to gone was ended"):
+                    await bot.play("gone")
 
 
 @pytest.mark.anyio

@@ -68,3 +68,11 @@ def test_hook_specs_follow_one_docstring_layout() -> None:
             assert f":param {param}:" in doc, f"{name}: {param} undocumented"
         assert ":return:" in doc, name
         assert ".. versionadded::" in doc, name
+
+
+def test_hooks_lists_every_specification_in_the_order_they_are_defined() -> None:
+    """HOOKS drives loading, listing and misspelling checks: a spec left out of it would be
+    reported as a misspelled hook when a plugin implements it."""
+    marker = f"{hookspecs.PROJECT}_spec"
+    specs = [name for name, value in vars(hookspecs).items() if hasattr(value, marker)]
+    assert specs == list(hookspecs.HOOKS)

@@ -64,15 +64,15 @@ from typing import Any
 import anyio
 
 from turnkeeper_engine import View
-from turnkeeper_engine.model import Combatant, Predicate, Reservation, TriggerFacts, Turn, Window
+from turnkeeper_engine.model import Combatant, Reservation, Turn, TurnRef, Window
 from turnkeeper_engine.plain import from_newer
 
 from .aio import AsyncClient, CombatSnapshot
-from .errors import CallError, TooFarBehindError
-from .plugins import DELEGATED_TAG
+from .errors import CallError, ConnectionLost, TooFarBehindError
+from .hookspecs import DELEGATED_TAG
 from .views import CombatView
 
-__all__ = ["DELEGATION_GRACE", "STALE", "WAKERS", "Bot", "fits"]
+__all__ = ["DELEGATION_GRACE", "STALE", "WAKERS", "Bot"]
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +91,12 @@ STALE = frozenset(
         "unknown_combatant",
         "combat_ended",
         "wrong_phase",
-        "must_act",
     }
 )
 """Refusals a correct bot meets in a concurrent world: the turn, window, reservation or
 combatant a decision was about changed between the view and the command (another client, a
-plugin, the clock or the narrator acted first). Two are less obvious: ``wrong_phase``, an undo
-took the combat back before its start; ``must_act``, the clock held the turn at its expiry and
-the same combatant's dnd3e floor turn began at once, which a ``TurnRef`` (round, combatant)
-does not tell from the turn the bot decided to hold. Nothing was applied; the next view decides
-again."""
+plugin, the clock or the narrator acted first). One is less obvious: ``wrong_phase``, an undo
+took the combat back before its start. Nothing was applied; the next view decides again."""
 
 WAKERS = frozenset(
     {
@@ -126,25 +122,6 @@ the bot answers it itself. Plugins answer right after the command that opened it
 budget (50 ms by default); one still unanswered this long has no plugin to answer it (none is
 loaded, its call failed, or an undo took its answer back: plugins are not told of a window an
 undo reopens), and the window would otherwise wait forever."""
-
-
-def fits(reservation: Reservation, facts: TriggerFacts) -> bool:
-    """Whether ``reservation`` is the one a window for ``facts`` was offered for: its
-    predicate matches the moment as the engine matches it (R12: every non-empty field), or it
-    has none (only words), in which case the narrator offered it by judging the words met."""
-    if reservation.combatant == facts.actor:
-        return False
-    p: Predicate | None = reservation.trigger.predicate
-    if p is None:
-        return True
-    return (
-        (not p.events or facts.event in p.events)
-        and (not p.actors or facts.actor in p.actors)
-        and (not p.kinds or facts.kind in p.kinds)
-        and (not p.targets or bool(set(p.targets) & set(facts.targets)))
-        and (not p.tags or bool(set(p.tags) & set(facts.tags)))
-        and (not p.zones or facts.zone in p.zones)
-    )
 
 
 class _Wake:
@@ -181,7 +158,7 @@ class _Play:
     my_turn: bool = False
     undone: bool = False
 
-    def scope(self, turn: tuple[Any, ...] | None, window: str | None) -> None:
+    def scope(self, turn: TurnRef | None, window: str | None) -> None:
         """Forget what belongs to turns and windows that are gone: they never come back,
         unless an undo brings them back, and then everything is decided again."""
         if self.undone:
@@ -200,10 +177,8 @@ class _Play:
         return combatant in self.mine or combatant not in self.known
 
 
-def _turn_scope(turn: Turn | None) -> tuple[Any, ...] | None:
-    if turn is None:
-        return None
-    return (turn.round, turn.combatant, turn.kind, turn.started_at)
+def _turn_scope(turn: Turn | None) -> TurnRef | None:
+    return None if turn is None else turn.ref
 
 
 class Bot:
@@ -270,10 +245,16 @@ class Bot:
         is lost for good, and ``CallError`` if the combat cannot be read (``unknown_combat``)."""
         snapshot = await self.client.get_combat(combat)
         play = _Play(combat)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._follow, play, snapshot["seq"])
-            await self._drive(play, snapshot)
-            tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._follow, play, snapshot["seq"])
+                await self._drive(play, snapshot)
+                tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The follower's failure is the one to report, as the client raised it.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     async def _follow(self, play: _Play, after: int) -> None:
         """Turn the combat's events into wake-ups; nothing else is kept of them."""
@@ -288,7 +269,9 @@ class Bot:
                             play.undone = True
                         if self._concerns(play, event):
                             play.wake.set()
-                return
+                # Someone unsubscribed this client from the combat: without events the bot
+                # would wait forever.
+                raise ConnectionLost(f"the subscription to {play.combat} was ended")
             except TooFarBehindError:
                 # The decisions read fresh views: what was missed needs no replay.
                 after = (await self.client.get_combat(play.combat))["seq"]
@@ -357,12 +340,11 @@ class Bot:
             return None
         wait: float | None = None
         now = anyio.current_time()
+        offered = combat.offered(window)
         for c in mine:
             if c.id in answered:
                 continue
-            reservation = next(
-                (r for r in combat.reservations_of(c.id) if fits(r, window.facts)), None
-            )
+            reservation = next((r for r in offered if r.combatant == c.id), None)
             delegated = DELEGATED_TAG in c.tags or (
                 reservation is not None and DELEGATED_TAG in reservation.action.tags
             )

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 
 class TurnkeeperError(Exception):
-    """Base class of every error the SDK's clients raise."""
+    """Base class of the errors the async client (and the bots on it) raise for the daemon's
+    answers and the connection; the small synchronous client raises ``CallError`` for refusals
+    and plain socket and decoding errors otherwise."""
 
 
 class CallError(TurnkeeperError):

@@ -43,6 +43,9 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 """Mark a function as a hook implementation: ``@hookimpl def on_turn_start(combat, turn): ...``."""
 
+DELEGATED_TAG = "auto"
+"""A combatant or a reserved action with this tag has handed its reactions to plugins."""
+
 Proposal = Command | Iterable[Command] | None
 """What an observing hook returns: nothing, a command, or several, submitted in order."""
 

@@ -43,12 +43,12 @@ from turnkeeper_engine import (
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.dice import SeededDice
-from turnkeeper_engine.model import Reservation, Role, Window
+from turnkeeper_engine.model import Role
 from turnkeeper_engine.plain import PlainError, command_from_plain, command_to_plain
 from turnkeeper_engine.registry import Registry
 
 from . import hookspecs
-from .hookspecs import HOOKS, PROJECT, REGISTRATION_HOOKS, CheckAdjustment
+from .hookspecs import DELEGATED_TAG, HOOKS, PROJECT, REGISTRATION_HOOKS, CheckAdjustment
 from .views import CombatView
 
 ENTRY_POINT_GROUP = "turnkeeper.plugins"
@@ -94,9 +94,6 @@ MAX_KEPT = 10_000
 
 HOST_ACTOR = Actor("narrator", None, "daemon")
 """Who disables a failing plugin."""
-
-DELEGATED_TAG = "auto"
-"""A combatant or a reserved action with this tag has handed its reactions to plugins."""
 
 log = logging.getLogger("turnkeeper_sdk.plugins")
 
@@ -788,7 +785,10 @@ def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
                 still = after.window
                 if still is not None and still.id == window.id and still.status == "open":
                     calls.append(
-                        ("on_trigger", {"window": still, "offered": _offered(after, window)})
+                        (
+                            "on_trigger",
+                            {"window": still, "offered": CombatView(after, 0).offered(window)},
+                        )
                     )
             case ev.WindowClosed():
                 if prior.window is not None:
@@ -804,19 +804,3 @@ def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
             case _:
                 pass
     return calls
-
-
-def _offered(state: State, window: Window) -> tuple[Reservation, ...]:
-    """The reservations a window was offered for, in the window's order: those whose predicate
-    matches its facts; for a combatant the narrator offered by hand (no predicate matching),
-    all of its reservations, for the narrator judged its trigger in words."""
-    found: list[Reservation] = []
-    for combatant in window.offered:
-        own = [r for r in state.reservations if r.combatant == combatant]
-        matching = [
-            r
-            for r in own
-            if r.trigger.predicate is not None and r.trigger.predicate.matches(window.facts)
-        ]
-        found.extend(matching or own)
-    return tuple(found)

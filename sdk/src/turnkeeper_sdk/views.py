@@ -81,8 +81,8 @@ class CombatView:
 
     def order(self) -> tuple[Combatant, ...]:
         """The combatants in initiative order (R4), as the order stands now."""
-        found = (self.combatant(i) for i in self.state.order)
-        return tuple(c for c in found if c is not None)
+        by_id = {c.id: c for c in self.state.combatants}
+        return tuple(by_id[i] for i in self.state.order if i in by_id)
 
     def active(self) -> tuple[Combatant, ...]:
         """Combatants still taking turns, in the order added."""
@@ -95,6 +95,22 @@ class CombatView:
 
     def reservations_of(self, combatant_id: str) -> tuple[Reservation, ...]:
         return tuple(r for r in self.state.reservations if r.combatant == combatant_id)
+
+    def offered(self, window: Window) -> tuple[Reservation, ...]:
+        """The reservations a window was offered for, in the window's order: those whose
+        predicate matches its facts; for a combatant offered by the narrator's hand (none of
+        its predicates matching), all of its reservations, since the narrator judged its
+        trigger's words met."""
+        found: list[Reservation] = []
+        for combatant in window.offered:
+            own = self.reservations_of(combatant)
+            matching = [
+                r
+                for r in own
+                if r.trigger.predicate is not None and r.trigger.predicate.matches(window.facts)
+            ]
+            found.extend(matching or own)
+        return tuple(found)
 
     def conditions_on(self, combatant_id: str) -> tuple[Condition, ...]:
         return tuple(c for c in self.state.conditions if c.target == combatant_id)

@@ -1,7 +1,7 @@
 """Automatic reactions (R10–R12): claims reactions for the combatants that handed theirs over.
 
 A combatant tagged ``auto`` (a bot, or a player who chose automatic reactions) or a reserved
-action tagged ``auto`` is delegated (``turnkeeper_sdk.plugins.DELEGATED_TAG``). When a reaction
+action tagged ``auto`` is delegated (``turnkeeper_sdk.hookspecs.DELEGATED_TAG``). When a reaction
 window opens (``on_trigger``), this plugin answers for them:
 
 - **Reservations.** A delegated reservation whose trigger fits the moment is claimed
@@ -54,8 +54,7 @@ from turnkeeper_engine.model import (
     TriggerFacts,
     Window,
 )
-from turnkeeper_sdk.hookspecs import hookimpl
-from turnkeeper_sdk.plugins import DELEGATED_TAG
+from turnkeeper_sdk.hookspecs import DELEGATED_TAG, hookimpl
 from turnkeeper_sdk.views import CombatView
 
 __version__ = "0.1.0"
