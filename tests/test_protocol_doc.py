@@ -48,6 +48,8 @@ LIMIT_MODULES = {
     "decide": "turnkeeper_engine.decide",
     "evolve": "turnkeeper_engine.evolve",
     "plain": "turnkeeper_engine.plain",
+    "plugins": "turnkeeper_sdk.plugins",
+    "watchdog": "turnkeeper.watchdog",
 }
 RESERVED_EVENT_KEYS = {"combat", "seq", "event"}
 

@@ -13,6 +13,7 @@ combat (a ``disable_plugin`` command, so the combat's log says so and it survive
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import itertools
@@ -85,9 +86,9 @@ a chain is also cut by its breadth, not only its depth (32 proposals a level wou
 make millions)."""
 
 MAX_NAME = 128
-NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-"""A plugin's name: it goes into commands (``plugin:<name>``, ``disable_plugin``), which the
-engine bounds at 128 characters."""
+"""Longest plugin name: it goes into commands (``plugin:<name>``, ``disable_plugin``), which
+the engine bounds at 128 characters."""
+NAME = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_NAME}}}")
 
 MAX_KEPT = 10_000
 """Chain bookkeeping entries kept (a few per command in flight); older ones are dropped."""
@@ -365,10 +366,7 @@ class PluginHost:
                     "hooks": list(p.hooks),
                     "provides": list(p.provides),
                     "unknown_hooks": list(p.unknown_hooks),
-                    **{
-                        k: getattr(self.stats[p.name], k)
-                        for k in ("calls", "errors", "timeouts", "blocked", "refused", "disabled")
-                    },
+                    **dataclasses.asdict(self.stats[p.name]),
                 }
                 for p in self.plugins.values()
             ],
