@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from turnkeeper_sdk.plugins import DEFAULT_BUDGET, LoadFailure, PluginHost, Report
+from turnkeeper_sdk.plugins import DEFAULT_BUDGET, PluginHost, Report
 
 log = structlog.get_logger("turnkeeper.plugins")
 
@@ -73,8 +73,7 @@ def load(choice: PluginChoice, report: Report = log_report) -> PluginHost:
     named = {p.name for p in choice.paths}
     seen = set(host.plugins) | {f.name for f in (*host.failures, *host.skipped)}
     for name in sorted((choice.allow or frozenset()) - seen - named):
-        host.failures.append(LoadFailure(name, "in the allow list but not installed"))
-        report("plugin_load_failed", plugin=name, error="in the allow list but not installed")
+        host.fail(name, "in the allow list but not installed")
     return host
 
 
@@ -83,9 +82,7 @@ def _load_path(host: PluginHost, path: PluginPath) -> None:
         module = importlib.import_module(path.module)
         plugin = module if path.attr is None else getattr(module, path.attr)
     except Exception as e:  # a broken plugin is named and skipped, like an entry point
-        error = f"import failed: {type(e).__name__}: {e}"
-        host.failures.append(LoadFailure(path.name, error))
-        host.report("plugin_load_failed", plugin=path.name, error=error)
+        host.fail(path.name, f"import failed: {type(e).__name__}: {e}")
         return
     host.register(plugin, path.name, str(getattr(module, "__version__", "")))
 

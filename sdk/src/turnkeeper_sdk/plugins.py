@@ -212,6 +212,9 @@ class PluginHost:
     failures: list[LoadFailure] = field(default_factory=list)
     skipped: list[LoadFailure] = field(default_factory=list)
     stats: dict[str, PluginStats] = field(default_factory=dict)
+    per_command: bool = field(default=False, init=False)
+    """Whether a loaded plugin implements a hook called per command: if none does, a host
+    skips the hooks' bookkeeping altogether."""
     _manager: pluggy.PluginManager = field(init=False)
     _streak: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict, init=False)
     _lineage: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, init=False)
@@ -246,7 +249,7 @@ class PluginHost:
             try:
                 plugin = point.load()
             except Exception as e:  # a broken plugin is named and skipped
-                self._failed(point.name, f"import failed: {type(e).__name__}: {e}")
+                self.fail(point.name, f"import failed: {type(e).__name__}: {e}")
                 continue
             version = point.dist.version if point.dist is not None else ""
             self.register(plugin, point.name, version)
@@ -254,12 +257,12 @@ class PluginHost:
     def register(self, plugin: object, name: str, version: str = "") -> PluginInfo | None:
         """Register one plugin object (a module, a class instance) under ``name``."""
         if not NAME.fullmatch(name):
-            self._failed(name, f"a plugin name is 1 to {MAX_NAME} letters, digits, '_', '-', '.'")
+            self.fail(name, f"a plugin name is 1 to {MAX_NAME} letters, digits, '_', '-', '.'")
             return None
         try:
             self._manager.register(plugin, name)
         except Exception as e:  # pluggy refuses bad signatures: named and skipped
-            self._failed(name, f"{type(e).__name__}: {e}")
+            self.fail(name, f"{type(e).__name__}: {e}")
             return None
         try:
             wrappers = [
@@ -276,16 +279,18 @@ class PluginHost:
             provides = self._register_types(name)
         except Exception as e:  # whatever the plugin object does, it is named and skipped
             self._manager.unregister(name=name)
-            self._failed(name, f"{type(e).__name__}: {e}")
+            self.fail(name, f"{type(e).__name__}: {e}")
             return None
         if unknown:
             self.report("plugin_unknown_hooks", plugin=name, hooks=list(unknown))
         info = PluginInfo(name, version, hooks, provides, unknown)
         self.plugins[name] = info
+        self.per_command = self.per_command or bool(set(hooks) - REGISTRATION_HOOKS)
         self.stats.setdefault(name, PluginStats())
         return info
 
-    def _failed(self, name: str, error: str) -> None:
+    def fail(self, name: str, error: str) -> None:
+        """Record a plugin that did not load, and why (a host loading plugins its own way)."""
         self.failures.append(LoadFailure(name, error))
         self.report("plugin_load_failed", plugin=name, error=error)
 
@@ -349,12 +354,6 @@ class PluginHost:
                         registry.register(item.name, item)
                     provides.append(f"{kind}:{item.name}")
         return tuple(provides)
-
-    @property
-    def per_command(self) -> bool:
-        """Whether a loaded plugin implements a hook called per command: if none does, a
-        host can skip the hooks' bookkeeping altogether."""
-        return any(set(p.hooks) - REGISTRATION_HOOKS for p in self.plugins.values())
 
     def listing(self) -> dict[str, Any]:
         """What loaded (with counters), what failed and what was skipped, as plain data."""
