@@ -193,6 +193,8 @@ class Hub:
         self._wake = anyio.Event()
         self._hook_queues: list[MemoryObjectSendStream[Combat]] = []
         self._hook_inboxes: list[MemoryObjectReceiveStream[Combat]] = []
+        self._unsent: list[dict[str, Combat]] = [{} for _ in range(HOOK_WORKERS)]
+        """Combats whose clock tick found their worker's queue full, by worker."""
         for _ in range(HOOK_WORKERS):
             send, receive = anyio.create_memory_object_stream[Combat](HOOK_QUEUE)
             self._hook_queues.append(send)
@@ -363,15 +365,19 @@ class Hub:
     async def _queue_hooks(self, combat: Combat, *, wait: bool) -> None:
         """Tell the combat's hook worker it has hooks due. A client waits when the queue is
         full (backpressure); the clock does not, or a slow plugin would stop every combat's
-        timers: its hooks then run with the combat's next command's."""
-        queue = self._hook_queues[hash(combat.id) % HOOK_WORKERS]
+        timers: the worker, whose queue is full, takes the combat up once it is through it."""
+        shard = hash(combat.id) % HOOK_WORKERS
+        queue = self._hook_queues[shard]
         # A closed queue means the daemon is stopping: hooks still due are not run.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             if wait:
                 await queue.send(combat)
             else:
-                with contextlib.suppress(anyio.WouldBlock):
+                try:
                     queue.send_nowait(combat)
+                except anyio.WouldBlock:
+                    # At most one entry per combat: bounded like the combats themselves.
+                    self._unsent[shard][combat.id] = combat
 
     async def _prepare(self, combat: Combat, actor: Actor, command: cmd.Command) -> cmd.Command:
         assert self.plugins is not None
@@ -416,24 +422,31 @@ class Hub:
         """Run plugins' hooks for committed commands until cancelled, one worker per share of
         the combats; then the queues close and writers waiting on them go on without."""
         async with anyio.create_task_group() as tg:
-            for inbox in self._hook_inboxes:
-                tg.start_soon(self._hook_worker, inbox)
+            for shard, inbox in enumerate(self._hook_inboxes):
+                tg.start_soon(self._hook_worker, inbox, self._unsent[shard])
 
-    async def _hook_worker(self, inbox: MemoryObjectReceiveStream[Combat]) -> None:
-        assert self.plugins is not None
+    async def _hook_worker(
+        self, inbox: MemoryObjectReceiveStream[Combat], unsent: dict[str, Combat]
+    ) -> None:
         async with inbox:
-            async for combat in inbox:
-                # Whichever token comes first runs every hook due, oldest first: the commands
-                # plugins cause join the same list as they commit, so the order holds.
-                while combat.hooks_due:
-                    applied = combat.hooks_due.popleft()
-                    try:
-                        await self.plugins.run(applied, partial(self._apply_proposed, combat))
-                    except Exception:
-                        # The host isolates each plugin already: this is the daemon's own
-                        # failure (a store error, say). That command's hooks are lost; the
-                        # worker goes on.
-                        log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
+            async for token in inbox:
+                await self._run_due(token)
+                while unsent:
+                    await self._run_due(unsent.pop(next(iter(unsent))))
+
+    async def _run_due(self, combat: Combat) -> None:
+        assert self.plugins is not None
+        # Whichever token comes first runs every hook due, oldest first: the commands
+        # plugins cause join the same list as they commit, so the order holds.
+        while combat.hooks_due:
+            applied = combat.hooks_due.popleft()
+            try:
+                await self.plugins.run(applied, partial(self._apply_proposed, combat))
+            except Exception:
+                # The host isolates each plugin already: this is the daemon's own
+                # failure (a store error, say). That command's hooks are lost; the
+                # worker goes on.
+                log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
 
     async def _apply(
         self,
