@@ -38,22 +38,9 @@ from turnkeeper_engine.model import (
 
 from .aio import AsyncClient, CommandResult
 from .bot import Bot
-from .views import CombatView
+from .views import CombatView, side
 
 __all__ = ["SensibleBot", "side"]
-
-PLAYERS_SIDE = "players"
-NARRATOR_SIDE = "narrator"
-"""The sides of combatants without a ``side:`` tag: player characters against the rest (the
-same rule as the bundled plugins')."""
-
-
-def side(combatant: Combatant) -> str:
-    """The side a combatant fights on: its ``side:`` tag, else players against the narrator."""
-    for tag in combatant.tags:
-        if tag.startswith("side:") and tag != "side:":
-            return tag.removeprefix("side:")
-    return PLAYERS_SIDE if combatant.player_character else NARRATOR_SIDE
 
 
 def _resolved(result: CommandResult) -> bool:

@@ -121,3 +121,17 @@ class CombatView:
         if isinstance(self.state, View):
             raise TypeError("a role's View carries no rule options; only a State does")
         return self.state.option(name)
+
+
+PLAYERS_SIDE = "players"
+NARRATOR_SIDE = "narrator"
+"""The sides of combatants without a ``side:`` tag: player characters against the rest."""
+
+
+def side(combatant: Combatant) -> str:
+    """The side a combatant fights on: its ``side:`` tag, else players against the narrator.
+    The bundled plugins and bots agree on it, so a table tags sides once."""
+    for tag in combatant.tags:
+        if tag.startswith("side:") and tag != "side:":
+            return tag.removeprefix("side:")
+    return PLAYERS_SIDE if combatant.player_character else NARRATOR_SIDE

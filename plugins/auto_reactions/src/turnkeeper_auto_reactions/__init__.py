@@ -55,7 +55,7 @@ from turnkeeper_engine.model import (
     Window,
 )
 from turnkeeper_sdk.hookspecs import DELEGATED_TAG, hookimpl
-from turnkeeper_sdk.views import CombatView
+from turnkeeper_sdk.views import CombatView, side
 
 __version__ = "0.1.0"
 
@@ -66,18 +66,6 @@ opened no window of its own."""
 REACT_PREFIX = "react:"
 STANDING_TAG = "standing"
 """Tags the action of a standing-reaction claim carries, besides ``auto``."""
-
-PLAYERS_SIDE = "players"
-NARRATOR_SIDE = "narrator"
-"""The sides of combatants without a ``side:`` tag: player characters against the rest."""
-
-
-def side(combatant: Combatant) -> str:
-    """The side a combatant fights on: its ``side:`` tag, else players against the narrator."""
-    for tag in combatant.tags:
-        if tag.startswith("side:") and tag != "side:":
-            return tag.removeprefix("side:")
-    return PLAYERS_SIDE if combatant.player_character else NARRATOR_SIDE
 
 
 @dataclass(frozen=True, slots=True)

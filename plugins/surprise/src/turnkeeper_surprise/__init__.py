@@ -41,7 +41,7 @@ from turnkeeper_engine.commands import Command, MarkSurprised, RecordOutcome, Su
 from turnkeeper_engine.dice import d616_display, roll_d616
 from turnkeeper_engine.model import ActionSpec, Check, Combatant, OptionValue
 from turnkeeper_sdk.hookspecs import hookimpl
-from turnkeeper_sdk.views import CombatView
+from turnkeeper_sdk.views import CombatView, side
 
 __version__ = "0.1.0"
 
@@ -56,9 +56,6 @@ MAX_FIGURE = 1000
 """Largest stealth or Vigilance a tag may give, either sign: far beyond any Marvel score, and it
 keeps every total inside the engine's bounds on recorded numbers. A larger one is ignored."""
 
-PLAYERS_SIDE = "players"
-NARRATOR_SIDE = "narrator"
-"""The sides of combatants without a ``side:`` tag: player characters against the rest."""
 
 CHECK_KIND = "surprise_check"
 UNAWARE_KIND = "surprise"
@@ -77,14 +74,6 @@ def _number(combatant: Combatant, name: str) -> int | None:
             if abs(value) <= MAX_FIGURE:
                 return value
     return None
-
-
-def side(combatant: Combatant) -> str:
-    """The side a combatant fights on: its ``side:`` tag, else players against the narrator."""
-    for tag in combatant.tags:
-        if tag.startswith("side:") and tag != "side:":
-            return tag.removeprefix("side:")
-    return PLAYERS_SIDE if combatant.player_character else NARRATOR_SIDE
 
 
 def unseen(combatant: Combatant) -> bool:
