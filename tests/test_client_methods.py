@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from typing import Any
 
 import pytest
 
@@ -49,3 +50,11 @@ def test_a_command_method_names_its_combat_first_except_create_combat(name: str)
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_every_client_method_is_documented(name: str) -> None:
     assert (getattr(AsyncClient, name).__doc__ or "").strip()
+
+
+def test_a_subscription_buffer_holds_at_least_one_event() -> None:
+    async def never() -> Any:
+        raise AssertionError("not connected in this test")
+
+    with pytest.raises(ValueError, match="event_buffer must be at least 1"):
+        AsyncClient(never, event_buffer=0)

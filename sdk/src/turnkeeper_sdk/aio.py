@@ -42,7 +42,8 @@ protocol's ``code``, ``message`` and ``field``; every other failure is a
 :class:`Subscription`: enter it with ``async with`` (that sends the request; ``.result`` is then
 the daemon's answer) and iterate it for event dicts, each with ``combat``, ``seq``, ``event`` and
 the event's fields, in seq order per combat. Leaving the block unsubscribes. Each subscription
-buffers at most ``event_buffer`` unread events; an event that finds the buffer full ends it:
+buffers at most ``event_buffer`` unread events (and, while it fills a gap from ``history``
+after a reconnect, as many live events kept aside); an event that finds either full ends it:
 the buffered events are still delivered, then :class:`TooFarBehindError` is raised, naming the
 last seq delivered per combat. Waiting for the next event has no deadline (a quiet combat is
 no fault): bound it with ``anyio.move_on_after`` where needed.
@@ -161,6 +162,9 @@ EVENT_BUFFER = 1024
 """Unread events one subscription holds. The daemon queues at most 1024 messages for a
 connection (``OUTBOX_MESSAGES``) and drops one that falls further behind, so a larger buffer
 would not help a slow consumer; it also holds a whole catch-up (at most 1000 events)."""
+
+FALLBACK_HISTORY_PAGE = 100
+"""``history`` page size when a daemon's hello names none: within every daemon's bound."""
 
 RECV_BYTES = 65536
 """Bytes read per receive: a typical reply or burst of events in one system call."""
@@ -433,6 +437,8 @@ class AsyncClient:
         reconnect_timeout: float = RECONNECT_TIMEOUT,
         event_buffer: int = EVENT_BUFFER,
     ) -> None:
+        if event_buffer < 1:
+            raise ValueError(f"event_buffer must be at least 1, not {event_buffer}")
         self.call_timeout = call_timeout
         """Seconds a request waits for its answer on an open connection."""
         self.reconnect_timeout = reconnect_timeout
@@ -725,7 +731,10 @@ class AsyncClient:
         except CallError as refused:
             sub._end(refused)
             return
-        page = self._hello["limits"]["max_history_page"]
+        limits = self._hello.get("limits")
+        page = limits.get("max_history_page") if isinstance(limits, dict) else None
+        if not isinstance(page, int) or page < 1:
+            page = FALLBACK_HISTORY_PAGE
         for combat, seq in seqs.items():
             after = sub._last_seq(combat)
             while after < seq and not sub._ended:

@@ -275,7 +275,9 @@ def on_trigger(
 
     :param combat: The combat with the window open.
     :param window: The window: the moment's facts and who was offered it.
-    :param offered: The reservations whose trigger matched, in initiative order.
+    :param offered: The reservations the window was offered for, in the window's order:
+        those whose trigger matched, or, for a combatant the narrator offered by hand, all
+        of its reservations (``CombatView.offered``).
     :return: ``claim_reaction`` commands. All results are collected.
 
     .. versionadded:: 0.1
