@@ -9,6 +9,7 @@ questions to answer but no rule options.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from turnkeeper_engine import State, View
@@ -135,3 +136,35 @@ def side(combatant: Combatant) -> str:
         if tag.startswith("side:") and tag != "side:":
             return tag.removeprefix("side:")
     return PLAYERS_SIDE if combatant.player_character else NARRATOR_SIDE
+
+
+MAX_TAG_NUMBER = 1000
+"""Largest number a ``name:<N>`` tag may give, either sign: far beyond any score, bonus, level
+or damage of either bundled ruleset, and it keeps sums inside the engine's bounds on recorded
+numbers. A larger one counts as missing."""
+
+
+def tag_number(name: str, *tag_lists: Iterable[str]) -> int | None:
+    """The value of the first ``name:<N>`` tag, across ``tag_lists`` in order, that is a whole
+    number within ``MAX_TAG_NUMBER``; None if there is none. Bridges tell plugins figures this
+    way (``stealth:4``, ``spell_level:3``)."""
+    prefix = f"{name}:"
+    for tags in tag_lists:
+        for tag in tags:
+            if tag.startswith(prefix):
+                try:
+                    value = int(tag.removeprefix(prefix))
+                except ValueError:
+                    continue
+                if abs(value) <= MAX_TAG_NUMBER:
+                    return value
+    return None
+
+
+def recorded_about(*combatants: Combatant | None) -> str | None:
+    """Whom an outcome involving these combatants is recorded about: a hidden one if any, so
+    the outcome stays hidden from players as it is (R16); else the first one."""
+    present = [c for c in combatants if c is not None]
+    if not present:
+        return None
+    return next((c for c in present if c.hidden), present[0]).id

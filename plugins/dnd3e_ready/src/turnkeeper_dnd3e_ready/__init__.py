@@ -44,7 +44,7 @@ from turnkeeper_engine import DiceSource, SystemDice
 from turnkeeper_engine.commands import Command, RecordOutcome
 from turnkeeper_engine.model import ActionSpec, Combatant, TriggerFacts, Window
 from turnkeeper_sdk.hookspecs import hookimpl
-from turnkeeper_sdk.views import CombatView
+from turnkeeper_sdk.views import MAX_TAG_NUMBER, CombatView, recorded_about, tag_number
 
 __version__ = "0.1.0"
 
@@ -63,9 +63,6 @@ SET_MULTIPLIER = 2
 DISPEL_MAGIC = "dispel_magic"
 """Dispel magic as ``prepared:`` tags name it."""
 
-MAX_FIGURE = 1000
-"""Largest figure a tag may give, either sign: far beyond any 3e bonus, level or damage, and it
-keeps every sum inside the engine's bounds on recorded numbers. A larger one counts as missing."""
 MAX_DAMAGE_DICE = 20
 """Most dice one ``damage:`` tag may roll: twice any 3e weapon's, and a bound on what one tag
 makes the plugin roll and record."""
@@ -89,20 +86,6 @@ def _value(name: str, *tag_lists: Iterable[str]) -> str | None:
     return None
 
 
-def _number(name: str, *tag_lists: Iterable[str]) -> int | None:
-    prefix = f"{name}:"
-    for tags in tag_lists:
-        for tag in tags:
-            if tag.startswith(prefix):
-                try:
-                    value = int(tag.removeprefix(prefix))
-                except ValueError:
-                    continue
-                if abs(value) <= MAX_FIGURE:
-                    return value
-    return None
-
-
 def spell_name(name: str) -> str:
     """A spell's name as tags compare it: ``Dispel Magic`` is ``dispel_magic``."""
     return re.sub(r"[\s-]+", "_", name.strip().lower())
@@ -110,14 +93,6 @@ def spell_name(name: str) -> str:
 
 def _tags(combatant: Combatant | None) -> tuple[str, ...]:
     return () if combatant is None else combatant.tags
-
-
-def _about(*combatants: Combatant | None) -> str | None:
-    """Whom an outcome is recorded about: a hidden one if any, so it stays hidden (R16)."""
-    present = [c for c in combatants if c is not None]
-    if not present:
-        return None
-    return next((c for c in present if c.hidden), present[0]).id
 
 
 def _plus(roll: int, bonus: int) -> str:
@@ -137,7 +112,7 @@ class Damage:
     def parse(cls, text: str) -> Damage | None:
         text = text.replace(" ", "")
         if text.isdigit():
-            return cls(0, 0, int(text)) if int(text) <= MAX_FIGURE else None
+            return cls(0, 0, int(text)) if int(text) <= MAX_TAG_NUMBER else None
         found = _DICE.fullmatch(text)
         if found is None:
             return None
@@ -145,7 +120,7 @@ class Damage:
         if not (
             1 <= count <= MAX_DAMAGE_DICE
             and 2 <= sides <= MAX_DAMAGE_SIDES
-            and abs(modifier) <= MAX_FIGURE
+            and abs(modifier) <= MAX_TAG_NUMBER
         ):
             return None
         return cls(count, sides, modifier)
@@ -268,10 +243,10 @@ class Dnd3eReadyPlugin:
         readier = combat.combatant(readier_id)
         facts = window.facts
         caster = combat.combatant(facts.actor) if facts.actor is not None else None
-        level = _number("spell_level", facts.tags, _tags(caster))
-        bonus = _number("spellcraft", action.tags, _tags(readier))
+        level = tag_number("spell_level", facts.tags, _tags(caster))
+        bonus = tag_number("spellcraft", action.tags, _tags(readier))
         name = readier.name if readier is not None else readier_id
-        about = _about(readier, caster)
+        about = recorded_about(readier, caster)
         identified: Identified | None = None
         if level is None or bonus is None:
             needs = [n for n, v in (("spell_level", level), ("spellcraft", bonus)) if v is None]
@@ -316,7 +291,7 @@ class Dnd3eReadyPlugin:
     ) -> RecordOutcome:
         """A claimed counterspell: the same spell ruins it; dispel magic needs its check."""
         kind = "counterspell"
-        about = _about(readier, caster)
+        about = recorded_about(readier, caster)
         spell = identified.spell or "the spell"
         whose = f"{caster.name}'s {spell}" if caster is not None else spell
         if not identified.identified:
@@ -345,8 +320,8 @@ class Dnd3eReadyPlugin:
                 about,
                 (("readier", readier.id), ("countered", False)),
             )
-        level = _number("caster_level", action.tags, readier.tags)
-        target_level = _number("caster_level", facts.tags, _tags(caster))
+        level = tag_number("caster_level", action.tags, readier.tags)
+        target_level = tag_number("caster_level", facts.tags, _tags(caster))
         if level is None or target_level is None:
             needs = [
                 n for n, v in (("caster_level", level), ("caster_level", target_level)) if v is None
@@ -379,9 +354,9 @@ class Dnd3eReadyPlugin:
     ) -> RecordOutcome:
         """A readied attack on a caster: its damage sets the Concentration DC (SRD)."""
         kind = "distraction"
-        about = _about(readier, caster)
-        level = _number("spell_level", facts.tags, caster.tags)
-        bonus = _number("concentration", facts.tags, caster.tags)
+        about = recorded_about(readier, caster)
+        level = tag_number("spell_level", facts.tags, caster.tags)
+        bonus = tag_number("concentration", facts.tags, caster.tags)
         damage_tag = _value("damage", action.tags, readier.tags)
         damage = Damage.parse(damage_tag) if damage_tag is not None else None
         text = f"{readier.name}'s readied attack on {caster.name}"
@@ -427,7 +402,7 @@ class Dnd3eReadyPlugin:
     ) -> RecordOutcome:
         """A weapon set against a charge deals double damage (SRD)."""
         kind = "set_against_charge"
-        about = _about(readier, charger)
+        about = recorded_about(readier, charger)
         whose = f"{charger.name}'s charge" if charger is not None else "the charge"
         text = f"{readier.name}'s weapon set against {whose}"
         damage_tag = _value("damage", action.tags, readier.tags)

@@ -41,7 +41,7 @@ from turnkeeper_engine.commands import Command, MarkSurprised, RecordOutcome, Su
 from turnkeeper_engine.dice import d616_display, roll_d616
 from turnkeeper_engine.model import ActionSpec, Check, Combatant, OptionValue
 from turnkeeper_sdk.hookspecs import hookimpl
-from turnkeeper_sdk.views import CombatView, side
+from turnkeeper_sdk.views import CombatView, recorded_about, side, tag_number
 
 __version__ = "0.1.0"
 
@@ -52,28 +52,9 @@ STEALTH_BASE = 10
 """A check to notice a sneaker needs 10 + its stealth, as a Marvel defense score is 10 plus the
 ability it defends with."""
 
-MAX_FIGURE = 1000
-"""Largest stealth or Vigilance a tag may give, either sign: far beyond any Marvel score, and it
-keeps every total inside the engine's bounds on recorded numbers. A larger one is ignored."""
-
-
 CHECK_KIND = "surprise_check"
 UNAWARE_KIND = "surprise"
 """The kinds of the outcomes this plugin records."""
-
-
-def _number(combatant: Combatant, name: str) -> int | None:
-    """The value of the first ``name:<N>`` tag that is a whole number within bounds."""
-    prefix = f"{name}:"
-    for tag in combatant.tags:
-        if tag.startswith(prefix):
-            try:
-                value = int(tag.removeprefix(prefix))
-            except ValueError:
-                continue
-            if abs(value) <= MAX_FIGURE:
-                return value
-    return None
 
 
 def unseen(combatant: Combatant) -> bool:
@@ -83,16 +64,11 @@ def unseen(combatant: Combatant) -> bool:
 
 def sneaking(combatant: Combatant) -> bool:
     """Whether it is trying not to be noticed: unseen, or with a stealth of its own."""
-    return unseen(combatant) or _number(combatant, "stealth") is not None
+    return unseen(combatant) or tag_number("stealth", combatant.tags) is not None
 
 
 def stealth(combatant: Combatant) -> int:
-    return _number(combatant, "stealth") or 0
-
-
-def _about(*combatants: Combatant) -> str:
-    """Whom an outcome is recorded about: a hidden one if any, so it stays hidden (R16)."""
-    return next((c for c in combatants if c.hidden), combatants[0]).id
+    return tag_number("stealth", combatant.tags) or 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +122,7 @@ class SurprisePlugin:
         # only if every one of them is invisible.
         number = STEALTH_BASE + min(stealth(s) for s in sneakers)
         troubles = int(all("invisible" in s.tags for s in sneakers))
-        vigilance = _number(watcher, "vigilance") or 0
+        vigilance = tag_number("vigilance", watcher.tags) or 0
         check = roll_d616(self.dice, vigilance, troubles=troubles)
         return Detection(watcher, check, number)
 
@@ -187,7 +163,7 @@ class SurprisePlugin:
                             CHECK_KIND,
                             f"{leader.name}'s Vigilance check against the ambush of side "
                             f"{name}: {found.sum()} against {found.target_number}: {result}.",
-                            _about(*sneakers, leader),
+                            recorded_about(*sneakers, leader),
                             found.values(f"side:{name}"),
                         )
                     )
@@ -230,7 +206,7 @@ class SurprisePlugin:
                     CHECK_KIND,
                     f"{target.name}'s Vigilance check to notice {combatant.name}: "
                     f"{found.sum()} against {found.target_number}: {result}.",
-                    _about(combatant, target),
+                    recorded_about(combatant, target),
                     (*found.values(combatant.id), ("edge", not found.noticed)),
                 )
             )
