@@ -36,6 +36,7 @@ from .model import (
     Turn,
     TurnKind,
     Window,
+    perceives,
 )
 from .order import Unit, roll_off, slot_index, sort_units
 from .registry import CONDITION_TYPES
@@ -976,10 +977,8 @@ def _perceives(ctx: _Ctx, combatant_id: str, actor_id: str | None) -> bool:
     """A hidden combatant's moves never reach a player (R16), so they cannot fire that
     player's reservations: the player could not even see the window to answer it."""
     actor = ctx.state.get(actor_id) if actor_id is not None else None
-    if actor is None or not actor.hidden:
-        return True
     c = ctx.state.get(combatant_id)
-    return c is not None and (c.controller is None or c.controller == actor.controller)
+    return c is not None and perceives(c, actor)
 
 
 def _can_claim(ctx: _Ctx, combatant_id: str) -> bool:

@@ -96,6 +96,17 @@ class Combatant:
     reaction: bool = True
 
 
+def perceives(watcher: Combatant, other: Combatant | None) -> bool:
+    """Whether ``watcher``'s controller can see ``other`` (R16): everyone but a hidden one; a
+    narrator-run watcher everyone; a player's own hidden combatants too."""
+    return (
+        other is None
+        or not other.hidden
+        or watcher.controller is None
+        or watcher.controller == other.controller
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ActionSpec:
     """An action as declared, reserved or readied: kind, action type, description, targets."""

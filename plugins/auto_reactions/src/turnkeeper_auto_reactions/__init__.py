@@ -53,6 +53,7 @@ from turnkeeper_engine.model import (
     Reservation,
     TriggerFacts,
     Window,
+    perceives,
 )
 from turnkeeper_sdk.hookspecs import DELEGATED_TAG, hookimpl
 from turnkeeper_sdk.views import CombatView, side
@@ -89,7 +90,7 @@ class Standing:
         actor = combat.combatant(facts.actor) if facts.actor is not None else None
         if actor is None or actor.id == reactor.id or side(actor) == side(reactor):
             return False
-        if not sees(reactor, actor):  # R16: it cannot react to what it cannot see
+        if not perceives(reactor, actor):  # R16: it cannot react to what it cannot see
             return False
         if facts.kind is None or self.trigger not in ("any", facts.kind):
             return False
@@ -121,17 +122,6 @@ def _fits(reservation: Reservation, facts: TriggerFacts) -> bool:
         return facts.event != STANDING_EVENT
     # As in the engine, a combatant's own action never fires its predicate.
     return reservation.combatant != facts.actor and predicate.matches(facts)
-
-
-def sees(reactor: Combatant, actor: Combatant | None) -> bool:
-    """Whether ``reactor``'s controller can see ``actor`` (R16): the narrator sees everyone, a
-    player a hidden combatant only if it is that player's own."""
-    return (
-        actor is None
-        or not actor.hidden
-        or reactor.controller is None
-        or reactor.controller == actor.controller
-    )
 
 
 def _rules(combat: CombatView) -> Ruleset | None:
@@ -231,7 +221,7 @@ class AutoReactionsPlugin:
                     for r in offered
                     if r.combatant == who.id
                     and (auto or DELEGATED_TAG in r.action.tags)
-                    and sees(who, actor)
+                    and perceives(who, actor)
                     and _fits(r, window.facts)
                 ),
                 None,
