@@ -25,6 +25,7 @@ import anyio
 
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine import commands as c
+from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
 from turnkeeper_engine.plain import command_to_plain, event_from_plain
 from turnkeeper_sdk.aio import AsyncClient
@@ -109,11 +110,16 @@ class _Table:
             if note.method != "event" or body.pop("combat") != self.combat:
                 continue
             self.seq = int(body.pop("seq"))
-            event = event_from_plain(body)
-            self.state = evolve(self.state, event)
-            line = narrate(event, self.state)
-            if line:
-                self.out(line)
+            self.tell(body)
+
+    def tell(self, body: dict[str, Any]) -> ev.Event:
+        """Fold one event (its wire body, without ``combat`` and ``seq``) and narrate it."""
+        event = event_from_plain(body)
+        self.state = evolve(self.state, event)
+        line = narrate(event, self.state)
+        if line:
+            self.out(line)
+        return event
 
     @property
     def turn(self) -> Any:
@@ -343,13 +349,7 @@ async def _skirmish(t: _Table) -> None:
                 await narrator.start_combat(combat)
                 ending = False
                 async for plain in events:
-                    event = event_from_plain(
-                        {k: v for k, v in plain.items() if k not in ("combat", "seq")}
-                    )
-                    t.state = evolve(t.state, event)
-                    line = narrate(event, t.state)
-                    if line:
-                        t.out(line)
+                    event = t.tell({k: v for k, v in plain.items() if k not in ("combat", "seq")})
                     if event.name == "combat_ended":
                         break
                     over = (t.state.round or 0) > SKIRMISH_ROUNDS
