@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from turnkeeper.embedded import connect, spawn
 from turnkeeper_sdk.client import CallError
 from turnkeeper_sdk.client import Client as SdkClient
+from wsclient import WebSocketSocket
 
 CALL_TIMEOUT = 20.0
 
@@ -31,6 +33,11 @@ class Client(SdkClient):
     def tcp(cls, port: int) -> Client:  # type: ignore[override]
         return cls(socket.create_connection(("127.0.0.1", port), timeout=CALL_TIMEOUT))
 
+    @classmethod
+    def ws(cls, port: int) -> Client:
+        """A client over the daemon's WebSocket endpoint (``--ws`` or ``--http``)."""
+        return cls(WebSocketSocket("127.0.0.1", port, timeout=CALL_TIMEOUT))  # type: ignore[arg-type]
+
     def send_raw(self, data: bytes) -> None:
         self.send(data)
 
@@ -41,12 +48,22 @@ class Client(SdkClient):
 class Daemon:
     """``turnkeeper serve`` as a subprocess on a temporary socket and data directory."""
 
-    def __init__(self, root: Path, tcp_port: int | None = None, *extra: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tcp_port: int | None = None,
+        *extra: str,
+        ws_port: int | None = None,
+        page: bool = False,
+    ) -> None:
         self.root = root
         self.extra = extra
         self.data_dir = root / "data"
         self.socket = root / "run" / "turnkeeper.sock"
         self.tcp_port = tcp_port
+        self.ws_port = ws_port
+        """The WebSocket endpoint's port; with ``page`` it also serves the table view."""
+        self.page = page
         self.process: subprocess.Popen[bytes] | None = None
         self.log = root / "daemon.log"
 
@@ -54,10 +71,21 @@ class Daemon:
         extra = list(self.extra)
         if self.tcp_port is not None:
             extra += ["--tcp", f"127.0.0.1:{self.tcp_port}"]
+        if self.ws_port is not None:
+            extra += ["--http" if self.page else "--ws", f"127.0.0.1:{self.ws_port}"]
         with self.log.open("ab") as log:
             self.process = spawn(self.data_dir, self.socket, log, *extra)
         connect(self.process, self.socket).close()
+        if self.ws_port is not None:
+            _wait_for_port(self.ws_port)
         return self
+
+    @property
+    def http_port(self) -> int:
+        """The port of the table view (and its WebSocket endpoint), with ``running(http=True)``."""
+        assert self.page
+        assert self.ws_port is not None
+        return self.ws_port
 
     def client(self) -> Client:
         c = Client.unix(self.socket)
@@ -97,6 +125,19 @@ class Daemon:
         return done.stdout.splitlines()[1]
 
 
+def _wait_for_port(port: int) -> None:
+    """The Unix socket answers once the daemon listens everywhere; this is a cheap safeguard."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -104,8 +145,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(root: Path, tcp: bool = False, *extra: str) -> Iterator[Daemon]:
-    daemon = Daemon(root, free_port() if tcp else None, *extra).start()
+def running(
+    root: Path, tcp: bool = False, *extra: str, ws: bool = False, http: bool = False
+) -> Iterator[Daemon]:
+    """A daemon for the test's duration: ``tcp`` adds a TCP port, ``ws`` a WebSocket endpoint,
+    ``http`` the endpoint with the table view (``d.ws_port`` either way)."""
+    ws_port = free_port() if ws or http else None
+    daemon = Daemon(root, free_port() if tcp else None, *extra, ws_port=ws_port, page=http)
+    daemon.start()
     try:
         yield daemon
     finally:

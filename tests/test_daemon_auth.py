@@ -1,5 +1,6 @@
 """R16 over the wire: tokens made with the real CLI, sessions over a real socket, and the
-permission rules, hidden combatants and request ids as a real daemon applies them."""
+permission rules, hidden combatants and request ids as a real daemon applies them. Every test
+runs twice: with the token sessions over TCP, then over the WebSocket endpoint."""
 
 from __future__ import annotations
 
@@ -42,12 +43,21 @@ class Table:
     secrets: dict[str, str]
     gm: Client
     """The Unix peer with the daemon's own uid: a narrator without a token. Sets the scene."""
+    transport: str = "tcp"
+    """How token sessions connect: ``tcp`` or ``ws``."""
     sessions: dict[str, Client] = field(default_factory=dict)
     ids: Iterator[int] = field(default_factory=itertools.count)
 
-    def connect(self, role: str) -> Client:
+    def open(self) -> Client:
+        """A new connection that has not said hello, over the table's transport."""
+        if self.transport == "ws":
+            assert self.daemon.ws_port is not None
+            return Client.ws(self.daemon.ws_port)
         assert self.daemon.tcp_port is not None
-        c = Client.tcp(self.daemon.tcp_port)
+        return Client.tcp(self.daemon.tcp_port)
+
+    def connect(self, role: str) -> Client:
+        c = self.open()
         c.hello(self.secrets[role])
         return c
 
@@ -55,9 +65,11 @@ class Table:
         return f"{name}-{next(self.ids)}"
 
 
-@pytest.fixture(scope="module")
-def table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Table]:
-    with running(tmp_path_factory.mktemp("auth"), tcp=True) as d:
+@pytest.fixture(scope="module", params=["tcp", "ws"])
+def table(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Table]:
+    with running(tmp_path_factory.mktemp("auth"), tcp=True, ws=True) as d:
         secrets = {
             "narrator": d.token("narrator"),
             "player": d.token("player", "--user", "u1"),
@@ -66,7 +78,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Table]:
             "bridge": d.token("bridge"),
             "bridge_narrator": d.token("bridge", "--narrator"),
         }
-        t = Table(d, secrets, d.client())
+        t = Table(d, secrets, d.client(), request.param)
         t.sessions = {role: t.connect(role) for role in secrets}
         yield t
 
@@ -472,7 +484,7 @@ def test_r16_each_token_says_who_it_is_at_hello(table: Table) -> None:
         "bridge_narrator": ("bridge", None),
     }
     for role, (name, user) in expected.items():
-        c = Client.tcp(table.daemon.tcp_port or 0)
+        c = table.open()
         try:
             session = c.hello(table.secrets[role])["session"]
             assert (session["role"], session["user"]) == (name, user), role
@@ -487,12 +499,11 @@ def test_r16_a_revoked_token_is_refused_at_the_next_hello(table: Table) -> None:
     (line,) = [x for x in token_cli(d, "list").splitlines() if x.split()[0] not in before]
     token_id, role, user = line.split()
     assert (role, user) == ("player", "u9")
-    assert d.tcp_port is not None
-    c = Client.tcp(d.tcp_port)
+    c = table.open()
     assert c.hello(secret)["session"]["user"] == "u9"
     c.close()
     token_cli(d, "revoke", token_id)
-    again = Client.tcp(d.tcp_port)
+    again = table.open()
     try:
         with pytest.raises(CallError) as refused:
             again.hello(secret)
@@ -504,8 +515,8 @@ def test_r16_a_revoked_token_is_refused_at_the_next_hello(table: Table) -> None:
         again.close()
 
 
-def test_r16_tcp_refuses_a_made_up_token(table: Table) -> None:
-    c = Client.tcp(table.daemon.tcp_port or 0)
+def test_r16_tcp_and_websocket_refuse_a_made_up_token(table: Table) -> None:
+    c = table.open()
     try:
         with pytest.raises(CallError) as refused:
             c.hello("not-a-token")

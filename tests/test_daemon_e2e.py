@@ -127,6 +127,15 @@ def test_watch_prints_the_live_board(tmp_path: Path) -> None:
         assert "bank (marvel) — rounds — round 1" in board
         assert ">    6   Ock" in board
         assert "18   Spider-Man  (holding)" in board
+        pt = subprocess.run(
+            [*watch, "--socket", str(d.socket), "--locale", "pt-BR"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert "bank (marvel) — rodadas — rodada 1" in pt, pt
+        assert "18   Spider-Man  (aguardando)" in pt, pt
 
 
 def test_a_full_store_is_an_error_to_the_client_never_an_acknowledged_loss(

@@ -1,6 +1,7 @@
 """Bad input against a real daemon: every refusal is data (a stable code and field), a refused
 request changes nothing, a stream that cannot be trusted is closed after a final error, idle
-and slow peers cannot starve the others, and nothing a client sends brings the daemon down."""
+and slow peers cannot starve the others, and nothing a client sends brings the daemon down.
+The tests of what one connection sends run on the Unix socket and again over WebSocket."""
 
 from __future__ import annotations
 
@@ -28,9 +29,17 @@ RSS_LIMIT_KB = 300 * 1024
 """Generous: the daemon idles near 40 MiB; a slow consumer must not make it grow unbounded."""
 
 
+SECRETS: dict[str, str] = {}
+"""The narrator token WebSocket sessions say hello with, per daemon data directory."""
+STREAM_ONLY = pytest.mark.parametrize("transport", ["unix"], indirect=True)
+"""For tests of a byte stream's own framing (several messages in one write) or of the outbox,
+which is the same code whatever carries it."""
+
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with running(tmp_path_factory.mktemp("hostile")) as d:
+    with running(tmp_path_factory.mktemp("hostile"), ws=True) as d:
+        SECRETS[str(d.data_dir)] = d.token("narrator")
         gm = d.client()
         gm.call("create_combat", request_id="calm-1", combat_id=CALM, ruleset="marvel")
         for cid, faces in (("ann", [6, 6, 5]), ("bob", [4, 4, 4])):
@@ -49,9 +58,15 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         yield d
 
 
+@pytest.fixture(params=["unix", "ws"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def gm(daemon: Daemon) -> Iterator[Client]:
-    c = daemon.client()
+def gm(daemon: Daemon, transport: str) -> Iterator[Client]:
+    c = _raw(daemon, transport)
+    _hello(c, daemon, transport)
     yield c
     c.close()
 
@@ -78,9 +93,17 @@ def _turn(c: Client, combat: str = CALM) -> dict[str, Any]:
     return {"round": turn["round"], "combatant": turn["combatant"]}
 
 
-def _raw(d: Daemon) -> Client:
+def _raw(d: Daemon, transport: str) -> Client:
     """A connection that has not said hello."""
+    if transport == "ws":
+        assert d.ws_port is not None
+        return Client.ws(d.ws_port)
     return Client.unix(d.socket)
+
+
+def _hello(c: Client, d: Daemon, transport: str) -> None:
+    """A narrator's hello: the Unix peer's own uid, a token over WebSocket."""
+    c.hello(SECRETS[str(d.data_dir)] if transport == "ws" else None)
 
 
 def _until_closed(c: Client, timeout: float) -> list[wire.Notification]:
@@ -125,8 +148,10 @@ def test_oversize_frame_gets_message_too_large_and_is_closed(daemon: Daemon, gm:
     _still_serving(daemon)
 
 
-def test_oversize_frame_before_hello_is_refused_the_same_way(daemon: Daemon) -> None:
-    c = _raw(daemon)
+def test_oversize_frame_before_hello_is_refused_the_same_way(
+    daemon: Daemon, transport: str
+) -> None:
+    c = _raw(daemon, transport)
     size = wire.MAX_MESSAGE_BYTES + 10
     _send(c, b"\xdb" + size.to_bytes(4, "big") + b"a" * size)
     (final,) = _until_closed(c, 10.0)
@@ -224,6 +249,7 @@ def test_a_notification_from_a_client_is_ignored(gm: Client) -> None:
     assert gm.notes == []
 
 
+@STREAM_ONLY
 def test_many_bad_messages_in_one_write_are_each_answered_in_order(gm: Client) -> None:
     bad = b"".join(msgpack.packb([0, 60 + i, "no_such_method", []]) for i in range(50))
     gm.send_raw(bad + msgpack.packb(7) + msgpack.packb([0, 200, "list_combats", []]))
@@ -430,14 +456,14 @@ def test_unknown_combat_is_refused(gm: Client) -> None:
     ],
 )
 def test_anything_before_hello_is_hello_required(
-    daemon: Daemon, method: str, params: dict[str, Any]
+    daemon: Daemon, transport: str, method: str, params: dict[str, Any]
 ) -> None:
-    with _raw(daemon) as c:
+    with _raw(daemon, transport) as c:
         with pytest.raises(CallError) as refused:
             c.call(method, **params)
         assert (refused.value.code, refused.value.field) == ("hello_required", "method")
         # The refusal is not the end: hello then works on the same connection.
-        c.hello()
+        _hello(c, daemon, transport)
         assert c.call("get_combat", combat=CALM)["combat"] == CALM
 
 
@@ -452,9 +478,9 @@ def test_anything_before_hello_is_hello_required(
     ],
 )
 def test_a_bad_hello_is_refused_and_leaves_the_connection_unauthenticated(
-    daemon: Daemon, params: dict[str, Any], code: str, field: str
+    daemon: Daemon, transport: str, params: dict[str, Any], code: str, field: str
 ) -> None:
-    with _raw(daemon) as c:
+    with _raw(daemon, transport) as c:
         with pytest.raises(CallError) as refused:
             c.call("hello", **params)
         assert (refused.value.code, refused.value.field) == (code, field)
@@ -548,6 +574,7 @@ def _disconnected(daemon: Daemon, connection: str) -> str | None:
     return None
 
 
+@STREAM_ONLY
 def test_a_slow_consumer_neither_holds_up_others_nor_grows_the_daemon(
     daemon: Daemon, gm: Client
 ) -> None:
@@ -562,6 +589,7 @@ def test_a_slow_consumer_neither_holds_up_others_nor_grows_the_daemon(
         slow.close()
 
 
+@STREAM_ONLY
 def test_a_slow_consumer_that_never_reads_is_disconnected(daemon: Daemon, gm: Client) -> None:
     slow, connection = _slow_subscriber(daemon, gm, "slow-cut")
     try:
@@ -576,6 +604,7 @@ def test_a_slow_consumer_that_never_reads_is_disconnected(daemon: Daemon, gm: Cl
         slow.close()
 
 
+@STREAM_ONLY
 def test_a_slow_consumer_is_told_slow_consumer_before_the_close(daemon: Daemon, gm: Client) -> None:
     slow, _ = _slow_subscriber(daemon, gm, "slow-told")
     try:
@@ -683,3 +712,42 @@ def test_zz_after_all_of_it_the_daemon_runs_and_logged_no_traceback(daemon: Daem
     for line in log.splitlines():
         assert line.startswith("{"), line
         assert json.loads(line)["level"] != "error", line
+
+
+# ------------------------------------------------------------------- WebSocket's own framing
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(msgpack.packb([0, 70, "list_combats", []]) * 2, id="two_messages"),
+        pytest.param(msgpack.packb([0, 71, "list_combats", []])[:-1], id="half_a_message"),
+        pytest.param(msgpack.packb([0, 72, "list_combats", []]) + b"\x94", id="one_and_a_bit"),
+        pytest.param(b"", id="empty"),
+    ],
+)
+def test_a_websocket_frame_must_hold_exactly_one_message(gm: Client, frame: bytes) -> None:
+    # The frame keeps the connection in step, so a bad one is refused and the session goes on.
+    gm.send_raw(frame)
+    note = gm.notification()
+    assert (note.params["code"], note.params["fatal"]) == ("invalid_message", False)
+    assert gm.call("get_combat", combat=CALM)["combat"] == CALM
+    assert gm.notes == []
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+def test_a_websocket_text_frame_is_refused_and_the_session_goes_on(gm: Client) -> None:
+    gm.sock.send_text('[0, 1, "list_combats", []]')  # type: ignore[attr-defined]
+    note = gm.notification()
+    assert (note.params["code"], note.params["fatal"]) == ("invalid_message", False)
+    assert "binary" in note.params["message"]
+    assert gm.call("list_combats")
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+def test_a_fatal_websocket_error_ends_with_a_close_frame(gm: Client) -> None:
+    _send(gm, b"\xc1")
+    (final,) = _until_closed(gm, 10.0)
+    assert final.params["code"] == "malformed_msgpack"
+    assert gm.sock.close_code == 1008  # type: ignore[attr-defined]

@@ -50,8 +50,9 @@ LIMIT_MODULES = {
     "plain": "turnkeeper_engine.plain",
     "plugins": "turnkeeper_sdk.plugins",
     "watchdog": "turnkeeper.watchdog",
+    "websocket": "turnkeeper.websocket",
 }
-RESERVED_EVENT_KEYS = {"combat", "seq", "event"}
+RESERVED_EVENT_KEYS = {"combat", "seq", "event", "summary"}
 
 
 # Reading the page --------------------------------------------------------------------------------

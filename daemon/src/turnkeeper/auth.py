@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from turnkeeper_engine import Actor
+from turnkeeper_engine.errors import Arg, TemplatedError
 
 TokenRole = Literal["narrator", "player", "observer", "bridge"]
 ROLES: tuple[TokenRole, ...] = ("narrator", "player", "observer", "bridge")
@@ -28,11 +29,13 @@ MAX_TOKENS = 10_000
 """The file is read whole at each start; a table has a handful of tokens, a server hundreds."""
 
 
-class AuthError(Exception):
-    def __init__(self, code: str, message: str, field: str = "") -> None:
-        super().__init__(message)
+class AuthError(TemplatedError):
+    """A refused identity or token change: ``code``, ``message`` and ``field``, the message a
+    string-literal template with named arguments (like ``RequestError``)."""
+
+    def __init__(self, code: str, template: str, field: str = "", **args: Arg) -> None:
+        super().__init__(template, args)
         self.code = code
-        self.message = message
         self.field = field
 
 
@@ -130,14 +133,16 @@ class Tokens:
     ) -> tuple[TokenRecord, str]:
         """Make a token; returns its record and the secret, which is not stored."""
         if role not in ROLES:
-            raise AuthError("invalid_value", f"role must be one of {', '.join(ROLES)}", "role")
+            raise AuthError(
+                "invalid_value", "role must be one of {roles}", "role", roles=", ".join(ROLES)
+            )
         if role == "player" and not user:
             raise AuthError("invalid_value", "a player token is bound to a user id", "user")
         if narrator and role != "bridge":
             raise AuthError("invalid_value", "only a bridge token takes --narrator", "narrator")
         records = self.load()
         if len(records) >= MAX_TOKENS:
-            raise AuthError("limit_reached", f"at most {MAX_TOKENS} tokens", "role")
+            raise AuthError("limit_reached", "at most {limit} tokens", "role", limit=MAX_TOKENS)
         secret = secrets.token_urlsafe(TOKEN_BYTES)
         record = TokenRecord(
             id=secrets.token_hex(4),

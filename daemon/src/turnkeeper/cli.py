@@ -112,9 +112,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"turnkeeper {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="play the rule books' worked examples and narrate them")
-
     env = os.environ.get
+    demo_parser = sub.add_parser(
+        "demo", help="play the rule books' worked examples and narrate them"
+    )
+    demo_parser.add_argument(
+        "--locale",
+        default=env("TURNKEEPER_LOCALE", "en"),
+        help="the narrated log's language: en or pt-BR (env TURNKEEPER_LOCALE)",
+    )
     serve = sub.add_parser("serve", help="run the daemon")
     serve.add_argument(
         "--data-dir",
@@ -133,6 +139,22 @@ def _parser() -> argparse.ArgumentParser:
         type=_tcp,
         default=_tcp(env("TURNKEEPER_TCP", "")) if env("TURNKEEPER_TCP") else None,
         help="also listen on HOST:PORT; every TCP client needs a token (env TURNKEEPER_TCP)",
+    )
+    web = serve.add_mutually_exclusive_group()
+    web.add_argument(
+        "--ws",
+        type=_tcp,
+        default=_tcp(env("TURNKEEPER_WS", "")) if env("TURNKEEPER_WS") else None,
+        metavar="HOST:PORT",
+        help="also serve the protocol over WebSocket at ws://HOST:PORT/ws; every client needs "
+        "a token (env TURNKEEPER_WS)",
+    )
+    web.add_argument(
+        "--http",
+        type=_tcp,
+        default=_tcp(env("TURNKEEPER_HTTP", "")) if env("TURNKEEPER_HTTP") else None,
+        metavar="HOST:PORT",
+        help="like --ws, and serve the table view at http://HOST:PORT/ (env TURNKEEPER_HTTP)",
     )
     serve.add_argument(
         "--snapshot-every",
@@ -182,6 +204,11 @@ def _parser() -> argparse.ArgumentParser:
         help="a token (env TURNKEEPER_TOKEN); without one, the socket's own uid is narrator",
     )
     watch.add_argument("--once", action="store_true", help="print the board once and exit")
+    watch.add_argument(
+        "--locale",
+        default=env("TURNKEEPER_LOCALE", "en"),
+        help="the board's language: en or pt-BR (env TURNKEEPER_LOCALE)",
+    )
 
     token = sub.add_parser("token", help="manage access tokens")
     token.add_argument(
@@ -234,6 +261,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure(args.log_format)
     host, port = args.tcp if args.tcp else (None, None)
+    ws_host, ws_port = args.http or args.ws or (None, None)
     config = Config(
         args.data_dir,
         args.socket,
@@ -243,6 +271,9 @@ def _serve(args: argparse.Namespace) -> int:
         max_db_pages=args.max_db_mib * PAGES_PER_MIB if args.max_db_mib else None,
         narrator_uid=None if args.no_peer_narrator else os.getuid(),
         plugins=_plugin_choice(args),
+        ws_host=ws_host,
+        ws_port=ws_port,
+        page=args.http is not None,
     )
     anyio.run(serve, config)
     return 0
@@ -288,7 +319,7 @@ def _plugin_lines(listing: dict[str, Any]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
-        demo.run()
+        demo.run(locale=args.locale)
         return 0
     if args.command == "token":
         return _token(args)
@@ -311,8 +342,11 @@ def _watch(args: argparse.Namespace) -> int:
         return 1
     with client:
         try:
-            client.hello(args.token, name="turnkeeper watch", kind="observer")
-            watch(client, args.combat, print, once=args.once)
+            hello = client.hello(
+                args.token, name="turnkeeper watch", kind="observer", locale=args.locale
+            )
+            locale = hello["session"]["locale"]
+            watch(client, args.combat, print, once=args.once, locale=locale)
         except CallError as e:
             print(f"turnkeeper: {e}", file=sys.stderr)
             return 1

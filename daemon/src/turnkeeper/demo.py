@@ -4,7 +4,8 @@ The demo starts a daemon on a temporary socket and data directory, then plays ea
 scripted clients: the narrator's connection, one per player (each with its own player token),
 and a watcher subscribed to the combat, whose event stream is what gets narrated. Every die is
 supplied by whoever rolls it, with the faces that give the seeds' own numbers, so the log is the
-same on every run.
+same on every run. The log is told in the language asked for (``locale``): the narrated
+events, and the scenes' own words too (names, actions, triggers), as a table would type them.
 
 The last scene is played by bots (:class:`turnkeeper_sdk.policy.SensibleBot`): each player's
 bot over its own connection with its own token, and one for the narrator's NPCs, while the
@@ -26,12 +27,14 @@ import anyio
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.errors import Arg
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
 from turnkeeper_engine.plain import command_to_plain, event_from_plain
 from turnkeeper_sdk.aio import AsyncClient
 from turnkeeper_sdk.client import CallError, Client
 from turnkeeper_sdk.policy import SensibleBot
 
+from . import i18n
 from .auth import Tokens
 from .embedded import START_TIMEOUT, connect, spawn
 from .narrate import narrate
@@ -40,8 +43,9 @@ from .narrate import narrate
 class _Session:
     """The embedded daemon and the demo's connections to it."""
 
-    def __init__(self, out: Callable[[str], None], root: Path) -> None:
+    def __init__(self, out: Callable[[str], None], root: Path, locale: str) -> None:
         self.out = out
+        self.locale = locale
         self.data_dir = root / "data"
         self.socket = root / "run" / "turnkeeper.sock"
         self.log = (root / "daemon.log").open("wb")
@@ -78,6 +82,7 @@ class _Table:
     def __init__(self, session: _Session) -> None:
         self.session = session
         self.out = session.out
+        self.locale = session.locale
         self.state = State()
         self.combat = ""
         self.seq = 0
@@ -116,10 +121,14 @@ class _Table:
         """Fold one event (its wire body, without ``combat`` and ``seq``) and narrate it."""
         event = event_from_plain(body)
         self.state = evolve(self.state, event)
-        line = narrate(event, self.state)
+        line = narrate(event, self.state, self.locale)
         if line:
             self.out(line)
         return event
+
+    def say(self, template: str, **args: Arg) -> str:
+        """The scene's own words (a string literal) in the log's language."""
+        return i18n.message(self.locale, template, args)
 
     @property
     def turn(self) -> Any:
@@ -136,27 +145,27 @@ class _Table:
 def bank_robbery(t: _Table) -> None:
     """Seed: Spider-Man 20, Sabretooth 17, Wolverine 15, Doctor Octopus 14; two Fantastics."""
     t(c.CreateCombat("bank", "marvel"))
-    t(c.AddCombatant("spidey", "Spider-Man", "peter", True, init_mod=3))
-    t(c.AddCombatant("sabretooth", "Sabretooth", init_mod=2))
-    t(c.AddCombatant("wolverine", "Wolverine", "logan", True, init_mod=3))
-    t(c.AddCombatant("ock", "Doctor Octopus", init_mod=3))
+    t(c.AddCombatant("spidey", t.say("Spider-Man"), "peter", True, init_mod=3))
+    t(c.AddCombatant("sabretooth", t.say("Sabretooth"), init_mod=2))
+    t(c.AddCombatant("wolverine", t.say("Wolverine"), "logan", True, init_mod=3))
+    t(c.AddCombatant("ock", t.say("Doctor Octopus"), init_mod=3))
     t(c.RollInitiative("spidey", faces=(6, 5, 1)), "peter")
     t(c.RollInitiative("sabretooth", faces=(5, 4, 6)))
     t(c.RollInitiative("wolverine", faces=(4, 5, 3)), "logan")
     t(c.RollInitiative("ock", faces=(3, 2, 1)))
     t(c.StartCombat())
-    t.act("attack", "webs the getaway van")
+    t.act("attack", t.say("webs the getaway van"))
     t.end_turn()
-    t.act("grab", "snatches the bank's gold bars")
+    t.act("grab", t.say("snatches the bank's gold bars"))
     t.end_turn()
-    t.act("attack", "swings at Sabretooth", "sabretooth")
+    t.act("attack", t.say("swings at Sabretooth"), "sabretooth")
     t.end_turn()
-    t.out("  (Sabretooth holds his turn, waiting for Wolverine to commit.)")
+    t.out("  " + t.say("(Sabretooth holds his turn, waiting for Wolverine to commit.)"))
     t(c.Hold(t.turn))
     t(c.TakeHeldTurn("sabretooth", "after", "wolverine"))
-    t.act("attack", "slashes at Sabretooth", "sabretooth")
+    t.act("attack", t.say("slashes at Sabretooth"), "sabretooth")
     t.end_turn()
-    t.act("attack", "pounces on Wolverine", "wolverine")
+    t.act("attack", t.say("pounces on Wolverine"), "wolverine")
     t.end_turn()
     t.end_turn()
     t(c.EndCombat())
@@ -165,30 +174,30 @@ def bank_robbery(t: _Table) -> None:
 def hydra_corner(t: _Table) -> None:
     """Seed: Captain America reserves a punch for whoever comes around the corner."""
     t(c.CreateCombat("hydra-hq", "marvel"))
-    t(c.AddCombatant("cap", "Captain America", "steve", True, init_mod=3))
-    t(c.AddCombatant("agent", "Hydra agent", init_mod=1, tags=("hydra",)))
+    t(c.AddCombatant("cap", t.say("Captain America"), "steve", True, init_mod=3))
+    t(c.AddCombatant("agent", t.say("Hydra agent"), init_mod=1, tags=("hydra",)))
     t(c.RollInitiative("cap", faces=(5, 4, 3)), "steve")
     t(c.RollInitiative("agent", faces=(2, 3, 4)))
     t(c.StartCombat())
-    t.act("move", "races around a corner, out of sight, and stops")
+    t.act("move", t.say("races around a corner, out of sight, and stops"))
     corner = Predicate(events=("move",), tags=("hydra",), zones=("corner",))
     t(
         c.Reserve(
             t.turn,
             "standard",
-            ActionSpec("attack", None, "punch"),
-            Trigger("anyone who comes around the corner after him", corner),
+            ActionSpec("attack", None, t.say("punch")),
+            Trigger(t.say("anyone who comes around the corner after him"), corner),
         )
     )
     t.end_turn()
-    t.act("move", "comes around the corner", zone="corner")
+    t.act("move", t.say("comes around the corner"), zone="corner")
     window = t.state.window
     assert window is not None
     t(c.ClaimReaction(window.id, "cap", t.state.reservations[0].id))
     t(c.FinishReaction(window.id, "cap"))
-    t.act("attack", "fires at Captain America", "cap")
+    t.act("attack", t.say("fires at Captain America"), "cap")
     t.end_turn()
-    t.out(f"  Order unchanged: {', '.join(t.state.order)}.")
+    t.out("  " + t.say("Order unchanged: {order}.", order=", ".join(t.state.order)))
     t(c.EndCombat())
 
 
@@ -196,23 +205,26 @@ def mandarin(t: _Table) -> None:
     """Seed: three reserved actions go off together; fresh checks Carter 19, Cap 18, Mandarin
     15; the battle ends before the Mandarin's attack."""
     t(c.CreateCombat("brawl", "marvel"))
-    t(c.AddCombatant("carter", "Sharon Carter", "sharon", True, init_mod=2))
-    t(c.AddCombatant("cap", "Captain America", "steve", True, init_mod=3))
-    t(c.AddCombatant("mandarin", "The Mandarin", init_mod=3))
+    t(c.AddCombatant("carter", t.say("Sharon Carter"), "sharon", True, init_mod=2))
+    t(c.AddCombatant("cap", t.say("Captain America"), "steve", True, init_mod=3))
+    t(c.AddCombatant("mandarin", t.say("The Mandarin"), init_mod=3))
     t(c.RollInitiative("carter", faces=(3, 3, 3)), "sharon")
     t(c.RollInitiative("cap", faces=(4, 4, 4)), "steve")
     t(c.RollInitiative("mandarin", faces=(5, 5, 5)))
     t(c.StartCombat())
-    talk = Trigger("the Mandarin attacks")
-    t(c.Reserve(t.turn, "standard", ActionSpec("attack", None, "disintegrate Carter"), talk))
+    talk = Trigger(t.say("the Mandarin attacks"))
+    disintegrate = ActionSpec("attack", None, t.say("disintegrate Carter"))
+    t(c.Reserve(t.turn, "standard", disintegrate, talk))
     t.end_turn()
-    t(c.Reserve(t.turn, "standard", ActionSpec("attack", None, "hurl his shield"), talk))
+    t(c.Reserve(t.turn, "standard", ActionSpec("attack", None, t.say("hurl his shield")), talk))
     t.end_turn()
-    t(c.Reserve(t.turn, "standard", ActionSpec("escape", None, "elbow free and dive"), talk))
-    t.out("  (The time for talk is over.)")
+    dive = ActionSpec("escape", None, t.say("elbow free and dive"))
+    t(c.Reserve(t.turn, "standard", dive, talk))
+    t.out("  " + t.say("(The time for talk is over.)"))
+    attack = t.say("Mandarin attacks")
     t(
         c.AnnounceTrigger(
-            TriggerFacts("announced", "mandarin", "attack", ("carter",), text="Mandarin attacks"),
+            TriggerFacts("announced", "mandarin", "attack", ("carter",), text=attack),
             offer=("carter", "cap", "mandarin"),
         )
     )
@@ -233,18 +245,18 @@ def mandarin(t: _Table) -> None:
 def doom(t: _Table) -> None:
     """Seed: the Invisible Woman surprises Doctor Doom mid-combat and attacks with an edge."""
     t(c.CreateCombat("latveria", "marvel"))
-    t(c.AddCombatant("sue", "Invisible Woman", "sue", True, init_mod=3))
-    t(c.AddCombatant("doom", "Doctor Doom", init_mod=4))
+    t(c.AddCombatant("sue", t.say("Invisible Woman"), "sue", True, init_mod=3))
+    t(c.AddCombatant("doom", t.say("Doctor Doom"), init_mod=4))
     t(c.RollInitiative("doom", faces=(5, 5, 4)))
     t(c.RollInitiative("sue", faces=(3, 4, 2)), "sue")
     t(c.StartCombat())
-    t.act("power", "blasts the Thing")
+    t.act("power", t.say("blasts the Thing"))
     t.end_turn()
-    t.out("  (Doom fails to detect the invisible Sue sneaking up behind him.)")
+    t.out("  " + t.say("(Doom fails to detect the invisible Sue sneaking up behind him.)"))
     t(c.Surprise("doom", ("sue",)))
-    t.act("attack", "strikes Doctor Doom from behind", "doom")
+    t.act("attack", t.say("strikes Doctor Doom from behind"), "doom")
     t.end_turn()
-    t.act("attack", "turns on the Invisible Woman", "sue")
+    t.act("attack", t.say("turns on the Invisible Woman"), "sue")
     t.end_turn()
     t(c.EndCombat())
 
@@ -255,18 +267,15 @@ def goblin_cave(t: _Table) -> None:
     t(c.AddCombatant("fighter", "Tordek", "ana", True, init_mod=1, dexterity=12))
     t(c.AddCombatant("wizard", "Mialee", "bo", True, init_mod=3, dexterity=16))
     # The tags carry what the dnd3e-ready plugin needs to compute Concentration (R11).
-    t(
-        c.AddCombatant(
-            "shaman", "Goblin shaman", init_mod=2, dexterity=14, tags=("concentration:4",)
-        )
-    )
+    shaman = t.say("Goblin shaman")
+    t(c.AddCombatant("shaman", shaman, init_mod=2, dexterity=14, tags=("concentration:4",)))
     t(c.AddCombatant("rogue", "Lidda", "cy", True, init_mod=4, dexterity=18))
     t(c.RollInitiative("rogue", faces=(16,)), "cy")
     t(c.RollInitiative("fighter", faces=(15,)), "ana")
     t(c.RollInitiative("shaman", faces=(10,)))
     t(c.RollInitiative("wizard", faces=(5,)), "bo")
     t(c.StartCombat())
-    t.out("  (Lidda delays until the shaman shows what he does.)")
+    t.out("  " + t.say("(Lidda delays until the shaman shows what he does.)"))
     t(c.Hold(t.turn))
     t(c.TakeHeldTurn("rogue", "after", "shaman"))
     casting = Predicate(events=("action_declared",), actors=("shaman",), kinds=("cast",))
@@ -274,23 +283,24 @@ def goblin_cave(t: _Table) -> None:
         c.Reserve(
             t.turn,
             "standard",
-            ActionSpec("attack", None, "strike to distract", ("shaman",), ("damage:7",)),
-            Trigger("if the shaman starts casting a spell", casting),
+            ActionSpec("attack", None, t.say("strike to distract"), ("shaman",), ("damage:7",)),
+            Trigger(t.say("if the shaman starts casting a spell"), casting),
         )
     )
-    t.act("move", "steps up to the shaman")
+    t.act("move", t.say("steps up to the shaman"))
     t.end_turn()
-    t.act("cast", "begins casting a spell", "fighter", tags=("spell:sleep", "spell_level:1"))
+    spell = ("spell:sleep", "spell_level:1")
+    t.act("cast", t.say("begins casting a spell"), "fighter", tags=spell)
     window = t.state.window
     assert window is not None
     t(c.ClaimReaction(window.id, "fighter", t.state.reservations[0].id))
     t(c.FinishReaction(window.id, "fighter"))
     t.end_turn()
-    t.act("attack", "stabs the shaman", "shaman")
+    t.act("attack", t.say("stabs the shaman"), "shaman")
     t.end_turn()
     t(c.Refocus(t.turn))
     t.end_turn()
-    t.out(f"  Order now: {', '.join(t.state.order)}.")
+    t.out("  " + t.say("Order now: {order}.", order=", ".join(t.state.order)))
     t.end_turn()
     t(c.Hold(t.turn))
     t.end_turn()
@@ -330,18 +340,22 @@ async def _skirmish(t: _Table) -> None:
             hawkeye = ["auto", "react:attack:attack:self"] if "auto-reactions" in plugins else []
             await narrator.create_combat(combat_id=combat, ruleset="marvel")
             for fields in (
-                {"id": "spidey", "display_name": "Spider-Man", "controller": "peter"},
-                {"id": "hawkeye", "display_name": "Hawkeye", "controller": "clint"},
-                {"id": "crossbones", "display_name": "Crossbones", "init_mod": 2},
-                {"id": "agent1", "display_name": "Hydra agent 1", "group": "hydra"},
-                {"id": "agent2", "display_name": "Hydra agent 2", "group": "hydra"},
+                {"id": "spidey", "display_name": t.say("Spider-Man"), "controller": "peter"},
+                {"id": "hawkeye", "display_name": t.say("Hawkeye"), "controller": "clint"},
+                {"id": "crossbones", "display_name": t.say("Crossbones"), "init_mod": 2},
+                {"id": "agent1", "display_name": t.say("Hydra agent {n}", n=1), "group": "hydra"},
+                {"id": "agent2", "display_name": t.say("Hydra agent {n}", n=2), "group": "hydra"},
             ):
                 pc = fields.get("controller") is not None
                 tags = hawkeye if fields["id"] == "hawkeye" else []
                 await narrator.add_combatant(combat, player_character=pc, tags=tags, **fields)
             t.out(
-                "  (Bots play from here: peter's plays Spider-Man, clint's Hawkeye, the "
-                f"narrator's Hydra; the narrator ends the fight after round {SKIRMISH_ROUNDS}.)"
+                "  "
+                + t.say(
+                    "(Bots play from here: peter's plays Spider-Man, clint's Hawkeye, the "
+                    "narrator's Hydra; the narrator ends the fight after round {rounds}.)",
+                    rounds=SKIRMISH_ROUNDS,
+                )
             )
             async with watcher.subscribe(combat, after=0) as events:
                 for seed, client in enumerate((narrator, peter, clint), 1):
@@ -360,25 +374,27 @@ async def _skirmish(t: _Table) -> None:
 
 SCENES: tuple[tuple[str, Callable[[_Table], None]], ...] = (
     (
-        "Marvel Multiverse: the bank robbery (initiative, Fantastic, bonus round, hold)",
+        i18n.N_("Marvel Multiverse: the bank robbery (initiative, Fantastic, bonus round, hold)"),
         bank_robbery,
     ),
-    ("Marvel Multiverse: around the corner (reserving an action)", hydra_corner),
-    ("Marvel Multiverse: the Mandarin (simultaneous reserved actions)", mandarin),
-    ("Marvel Multiverse: Doctor Doom (surprise mid-combat)", doom),
-    ("D&D 3e: the goblin cave (delay, ready, refocus, the delay floor)", goblin_cave),
-    ("Bots: a skirmish (SensibleBot players and NPCs over the socket)", skirmish),
+    (i18n.N_("Marvel Multiverse: around the corner (reserving an action)"), hydra_corner),
+    (i18n.N_("Marvel Multiverse: the Mandarin (simultaneous reserved actions)"), mandarin),
+    (i18n.N_("Marvel Multiverse: Doctor Doom (surprise mid-combat)"), doom),
+    (i18n.N_("D&D 3e: the goblin cave (delay, ready, refocus, the delay floor)"), goblin_cave),
+    (i18n.N_("Bots: a skirmish (SensibleBot players and NPCs over the socket)"), skirmish),
 )
 
 
-def run(out: Callable[[str], None] = print) -> None:
-    """Start an embedded daemon, play every scene through it, and print the narrated log."""
+def run(out: Callable[[str], None] = print, locale: str = i18n.DEFAULT) -> None:
+    """Start an embedded daemon, play every scene through it, and print the narrated log in
+    ``locale`` (a BCP 47 tag, negotiated: ``pt`` is told in pt-BR, an unknown one in English)."""
+    locale = i18n.negotiate(locale)
     with tempfile.TemporaryDirectory(prefix="turnkeeper-demo-") as root:
-        session = _Session(out, Path(root))
+        session = _Session(out, Path(root), locale)
         try:
             for title, scene in SCENES:
                 out("")
-                out(f"### {title}")
+                out("### " + i18n.message(locale, title))
                 scene(_Table(session))
         finally:
             session.close()

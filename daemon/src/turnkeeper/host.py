@@ -36,6 +36,7 @@ from turnkeeper_engine import (
 )
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.errors import Arg, TemplatedError
 from turnkeeper_engine.plain import (
     Plain,
     command_to_plain,
@@ -49,6 +50,7 @@ from turnkeeper_sdk import wire
 from turnkeeper_sdk.plugins import Applied, PluginHost, RefusedError
 from turnkeeper_sdk.views import CombatView
 
+from .narrate import narrate
 from .store import Batch, Store, StoreError
 
 log = structlog.get_logger("turnkeeper.host")
@@ -81,20 +83,32 @@ HOOK_QUEUE = 256
 outrun the plugins is slowed down instead of the daemon's memory growing."""
 
 
-class RequestError(Exception):
-    """A refused request, as the protocol reports it."""
+class RequestError(TemplatedError):
+    """A refused request, as the protocol reports it: ``code``, ``message``, ``field``.
 
-    def __init__(self, code: str, message: str, field: str = "") -> None:
-        super().__init__(message)
+    ``template`` is a string literal (the message catalogue is extracted from the source), its
+    pieces passed by name: ``RequestError("unknown_combat", "no combat {id!r}", "combat",
+    id=combat_id)``. ``message`` is the English text; ``turnkeeper.i18n`` translates.
+    """
+
+    def __init__(self, code: str, template: str, field: str = "", **args: Arg) -> None:
+        super().__init__(template, args)
         self.code = code
-        self.message = message
         self.field = field
+
+    @classmethod
+    def relay(cls, error: RuleError | TemplatedError, code: str, field: str = "") -> RequestError:
+        """Another layer's error (the engine's, the store's, a decoding error) as a request's,
+        with its template and arguments, so it is translated like any."""
+        return cls(code, error.template, field, **dict(error.args))
 
 
 class Subscriber(Protocol):
     """A connection's side of a subscription."""
 
     actor: Actor
+    narration: str | None
+    """The locale this subscriber's events are told in (their ``summary``), or None for none."""
 
     def deliver(self, data: bytes) -> bool:
         """Queue one packed ``event`` notification; False when the subscriber cannot keep up
@@ -142,6 +156,18 @@ def _fingerprint(combat_id: str, actor: Actor, command: cmd.Command) -> str:
 def _audience(actor: Actor) -> tuple[str, str | None]:
     """Actors who see exactly the same events and views (R16 depends on role and user only)."""
     return ("narrator", None) if actor.role == "narrator" else (actor.role, actor.user)
+
+
+def _told(shown: list[Plain], state: State, locale: str) -> list[Plain]:
+    """Events with their ``summary``: each told as the narrated log tells it, in ``locale``.
+    Told from what the audience was shown, so a line never names what its events left out
+    (R16)."""
+    told: list[Plain] = []
+    for item in shown:
+        assert isinstance(item, dict)
+        body = {k: v for k, v in item.items() if k not in ("seq", "summary")}
+        told.append({**item, "summary": narrate(event_from_plain(body), state, locale)})
+    return told
 
 
 def _numbered(
@@ -283,11 +309,12 @@ class Hub:
     def combat(self, combat_id: str) -> Combat:
         found = self.combats.get(combat_id)
         if found is None:
-            raise RequestError("unknown_combat", f"no combat {combat_id!r}", "combat")
+            raise RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
         if not found.loaded:
             self._load(found)
         if found.quarantined is not None:
-            raise RequestError("combat_quarantined", found.quarantined, "combat")
+            # The reason is a diagnostic (what failed to decode, and how): told as it is.
+            raise RequestError("combat_quarantined", "{reason}", "combat", reason=found.quarantined)
         return found
 
     async def execute(
@@ -328,10 +355,15 @@ class Hub:
         if isinstance(command, cmd.CreateCombat):
             async with self._creating:
                 if combat_id in self.combats:
-                    raise RequestError("combat_exists", f"combat {combat_id!r} exists", "combat_id")
+                    raise RequestError(
+                        "combat_exists", "combat {id!r} exists", "combat_id", id=combat_id
+                    )
                 if len(self.combats) >= MAX_COMBATS:
                     raise RequestError(
-                        "too_many_combats", f"at most {MAX_COMBATS} combats", "combat_id"
+                        "too_many_combats",
+                        "at most {limit} combats",
+                        "combat_id",
+                        limit=MAX_COMBATS,
                     )
                 combat = Combat(combat_id, State(), 0)
                 # No hook stands for a combat's creation: nothing to prepare or observe.
@@ -464,7 +496,7 @@ class Hub:
             now = self.clock()
             decided = decide(combat.state, command, now, actor=actor, dice=self.dice)
             if isinstance(decided, RuleError):
-                raise RequestError(decided.code, decided.message, decided.field)
+                raise RequestError.relay(decided, decided.code, decided.field)
             if not decided:
                 return {"combat": combat.id, "seq": combat.seq, "events": []}, None
             before = state = combat.state
@@ -499,7 +531,7 @@ class Hub:
             try:
                 await self.store.commit(batch)
             except StoreError as e:
-                raise RequestError(e.code, e.message) from e
+                raise RequestError.relay(e, e.code) from e
             combat.state = state
             combat.seq = last
             if snapshot:
@@ -518,12 +550,14 @@ class Hub:
         plains: list[dict[str, Plain]],
     ) -> None:
         # Filtered and packed once per audience, however many subscribers it has.
-        packed: dict[tuple[str, str | None], list[bytes]] = {}
+        packed: dict[tuple[str, str | None, str | None], list[bytes]] = {}
         for subscriber in [*combat.subscribers, *self.everywhere]:
-            audience = _audience(subscriber.actor)
+            audience = (*_audience(subscriber.actor), subscriber.narration)
             if audience not in packed:
                 try:
                     shown = _numbered(numbered, combat.state, subscriber.actor, plains)
+                    if subscriber.narration is not None:
+                        shown = _told(shown, combat.state, subscriber.narration)
                     packed[audience] = _packed(combat.id, shown)
                 except Exception:
                     # The command is committed; an audience its events cannot be shown to
@@ -565,6 +599,11 @@ class Hub:
             "events": _numbered(events, combat.state, actor),
         }
 
+    def told(self, combat_id: str, events: Plain, locale: str) -> list[Plain]:
+        """``events`` (as a result shows them) with their narrated lines in ``locale``."""
+        assert isinstance(events, list)
+        return _told(events, self.combat(combat_id).state, locale)
+
     def plugin_listing(self) -> Plain:
         """The plugins loaded (with their counters), failed and skipped."""
         if self.plugins is None:
@@ -594,16 +633,22 @@ class Hub:
         combat = self.combat(combat_id)
         async with combat.lock:
             if after < 0 or after > combat.seq:
-                raise RequestError("invalid_params", f"after must be 0..{combat.seq}", "after")
+                raise RequestError(
+                    "invalid_params", "after must be 0..{seq}", "after", seq=combat.seq
+                )
             if combat.seq - after > MAX_CATCH_UP:
                 raise RequestError(
                     "too_far_behind",
-                    f"more than {MAX_CATCH_UP} events behind: read get_combat and history first",
+                    "more than {limit} events behind: read get_combat and history first",
                     "after",
+                    limit=MAX_CATCH_UP,
                 )
             stored = self.store.events_after(combat.id, after, MAX_CATCH_UP)
             events = [(seq, event_from_plain(body)) for seq, body in stored]
-            packed = _packed(combat.id, _numbered(events, combat.state, subscriber.actor))
+            shown = _numbered(events, combat.state, subscriber.actor)
+            if subscriber.narration is not None:
+                shown = _told(shown, combat.state, subscriber.narration)
+            packed = _packed(combat.id, shown)
             if len(packed) > subscriber.room():
                 raise RequestError(
                     "too_far_behind", "the catch-up does not fit the outbox", "after"

@@ -14,15 +14,23 @@ LogFormat = Literal["auto", "console", "json"]
 def configure(fmt: LogFormat = "auto") -> None:
     """Set up structlog for the process (libraries, the SDK included, never do this)."""
     console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
-    renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+    # The console renderer prints a traceback itself; a JSON line needs it turned into data
+    # first, or ``log.exception`` would record only ``"exc_info": true``. Without the frames'
+    # local variables: they hold tokens and whatever a client sent.
+    tracebacks = structlog.processors.ExceptionRenderer(
+        structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+    )
+    renderers: list[structlog.typing.Processor] = (
+        [structlog.dev.ConsoleRenderer()]
+        if console
+        else [tracebacks, structlog.processors.JSONRenderer()]
     )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
+            *renderers,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),

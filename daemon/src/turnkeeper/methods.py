@@ -60,14 +60,18 @@ def text(params: Mapping[str, Any], name: str, *, required: bool = True) -> str 
             raise RequestError("invalid_params", "is required", name)
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
-        raise RequestError("invalid_params", f"a string of 1 to {MAX_ID_CHARS} characters", name)
+        raise RequestError(
+            "invalid_params", "a string of 1 to {limit} characters", name, limit=MAX_ID_CHARS
+        )
     return value
 
 
 def number(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
     value = params.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise RequestError("invalid_params", f"an integer from {low} to {high}", name)
+        raise RequestError(
+            "invalid_params", "an integer from {low} to {high}", name, low=low, high=high
+        )
     return value
 
 
@@ -81,7 +85,7 @@ def command(method: str, params: Mapping[str, Any]) -> tuple[str, cmd.Command]:
     try:
         command_value: cmd.Command = from_plain(cls, fields)
     except PlainError as e:
-        raise RequestError("invalid_params", e.message, e.field) from e
+        raise RequestError.relay(e, "invalid_params", e.field) from e
     if isinstance(command_value, cmd.CreateCombat):
         combat_id = text(params, "combat_id")
     else:

@@ -1,177 +1,375 @@
-"""Events told as sentences a table can read: the narrated log of ``turnkeeper demo``."""
+"""Events told as sentences a table can read: the narrated log of ``turnkeeper demo``, and the
+``summary`` a narrated session gets with each event.
+
+Every sentence is a template in English with named pieces (names, numbers, rule words),
+translated by ``turnkeeper.i18n``; the layout of the log (indentation, ``==`` and ``--`` rules)
+is not text and stays out of the templates. Where a ruleset has its own word for a rule (D&D 3e
+delays a turn and readies an action where Marvel holds and reserves), the sentence uses it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from turnkeeper_engine import State, d616_display
+from turnkeeper_engine import RULESETS, State, d616_display
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.errors import Arg
 from turnkeeper_engine.model import Check, RollOff
 
-
-def _name(state: State, combatant_id: str | None) -> str:
-    if combatant_id is None:
-        return "someone"
-    c = state.get(combatant_id)
-    return c.name if c else combatant_id
+from . import i18n
 
 
-def _names(state: State, ids: tuple[str, ...]) -> str:
-    return ", ".join(_name(state, i) for i in ids) or "nobody"
+class _Teller:
+    """One event's telling: the state for names, the locale for words."""
+
+    def __init__(self, state: State, locale: str) -> None:
+        self.state = state
+        self.locale = locale
+        rules = RULESETS.get(state.ruleset)
+        self.delays = rules is not None and not rules.holds_carry_over
+        """A hold is a D&D 3e delay: it never lasts past the round."""
+        self.readies = rules is not None and rules.reserve_mode == "ready"
+        self.refocuses = rules is not None and rules.refocus
+
+    def say(self, template: str, **args: Arg) -> str:
+        """``template`` (a string literal) in this telling's language, filled in."""
+        return i18n.message(self.locale, template, args)
+
+    def name(self, combatant_id: str | None) -> str:
+        if combatant_id is None:
+            return self.say("someone")
+        c = self.state.get(combatant_id)
+        return c.name if c else combatant_id
+
+    def names(self, ids: tuple[str, ...]) -> str:
+        return ", ".join(self.name(i) for i in ids) or self.say("nobody")
 
 
-def _check(check: Check) -> str:
+def _check(s: _Teller, check: Check) -> str:
     if check.dice == "d20":
         text = f"d20 {check.faces[0]} {check.modifier:+d} = {check.total}"
     else:
         text = f"d616 [{d616_display(check)}] {check.modifier:+d} = {check.total}"
         if check.ultimate:
-            text += ", ULTIMATE FANTASTIC"
+            text += ", " + s.say("ULTIMATE FANTASTIC")
         elif check.fantastic:
-            text += ", FANTASTIC"
+            text += ", " + s.say("FANTASTIC")
     for r in check.rerolls:
-        die = "Marvel die" if check.dice == "d616" and r.die == 2 else f"die {r.die + 1}"
-        text += f"; {r.reason} rerolls {die}: {r.old} -> {r.new}, keeps {r.kept}"
+        moved = {"reroll": r.reason, "old": r.old, "new": r.new, "kept": r.kept}
+        if check.dice == "d616" and r.die == 2:
+            text += "; " + s.say(
+                "{reroll} rerolls Marvel die: {old} -> {new}, keeps {kept}", **moved
+            )
+        else:
+            text += "; " + s.say(
+                "{reroll} rerolls die {die}: {old} -> {new}, keeps {kept}", die=r.die + 1, **moved
+            )
     if check.supplied_by:
-        text += f" (dice supplied by {check.supplied_by})"
+        text += " " + s.say("(dice supplied by {who})", who=check.supplied_by)
     return text
 
 
-def _rolloffs(state: State, rolloffs: tuple[RollOff, ...]) -> str:
+def _rolloffs(s: _Teller, rolloffs: tuple[RollOff, ...]) -> str:
     parts = []
     for r in rolloffs:
         for p in r.passes:
-            rolls = ", ".join(f"{_name(state, i)} {face}" for i, face in p)
-            parts.append(f"roll-off d{r.sides}: {rolls}")
+            rolls = ", ".join(f"{s.name(i)} {face}" for i, face in p)
+            parts.append(s.say("roll-off d{sides}: {rolls}", sides=r.sides, rolls=rolls))
     return "; ".join(parts)
 
 
-def _started(state: State, e: ev.CombatStarted) -> str:
-    text = f"Initiative order: {_names(state, e.order)}."
+def _created(s: _Teller, e: ev.CombatCreated) -> str:
+    return "== " + s.say("Combat {id!r} under {ruleset}", id=e.combat_id, ruleset=e.ruleset) + " =="
+
+
+def _added(s: _Teller, e: ev.CombatantAdded) -> str:
+    if e.combatant.hidden:
+        return s.say("{name} joins (hidden).", name=e.combatant.name)
+    return s.say("{name} joins.", name=e.combatant.name)
+
+
+def _started(s: _Teller, e: ev.CombatStarted) -> str:
+    parts = [s.say("Initiative order: {names}.", names=s.names(e.order))]
     if e.rolloffs:
-        text += f" Ties broken by {_rolloffs(state, e.rolloffs)}."
+        parts.append(s.say("Ties broken by {rolloffs}.", rolloffs=_rolloffs(s, e.rolloffs)))
     if e.bonus:
-        text += f" Bonus round for {_names(state, e.bonus)}."
-    return text
+        parts.append(s.say("Bonus round for {names}.", names=s.names(e.bonus)))
+    return " ".join(parts)
 
 
-def _turn_started(state: State, e: ev.TurnStarted) -> str:
-    label = {"normal": "turn", "held": "held turn", "floor": "turn at the delay floor"}[e.kind]
-    return f"  {_name(state, e.combatant)}'s {label} begins."
+def _slotted(s: _Teller, e: ev.CombatantSlotted) -> str:
+    name, order = s.name(e.combatant), s.names(e.order)
+    if e.passed:
+        return "  " + s.say(
+            "{name} slots into the order: {names} (its place has passed: first turn next round).",
+            name=name,
+            names=order,
+        )
+    return "  " + s.say("{name} slots into the order: {names}.", name=name, names=order)
 
 
-def _sequence(state: State, e: ev.SequenceOrdered) -> str:
-    if not e.checks:
-        return f"  Reactions resolve in order: {_names(state, e.sequence)}."
-    checks = "; ".join(f"{_name(state, i)} {_check(c)}" for i, c in e.checks)
-    return f"  Fresh initiative for this sequence: {checks}. Order: {_names(state, e.sequence)}."
+def _round(s: _Teller, e: ev.RoundStarted) -> str:
+    if e.round == 0:
+        return "-- " + s.say("Bonus round") + " --"
+    return "-- " + s.say("Round {n}", n=e.round) + " --"
 
 
-def _action(state: State, e: ev.ActionDeclared) -> str:
+def _turn_started(s: _Teller, e: ev.TurnStarted) -> str:
+    name = s.name(e.combatant)
+    if e.kind == "floor":
+        return "  " + s.say("{name}'s turn at the delay floor begins.", name=name)
+    if e.kind == "held" and s.delays:
+        return "  " + s.say("{name}'s delayed turn begins.", name=name)
+    if e.kind == "held":
+        return "  " + s.say("{name}'s held turn begins.", name=name)
+    return "  " + s.say("{name}'s turn begins.", name=name)
+
+
+def _turn_ended(s: _Teller, e: ev.TurnEnded) -> str | None:
+    if e.reason == "ended":
+        return None
+    return "  " + s.say("{name}'s turn ends ({reason}).", name=s.name(e.combatant), reason=e.reason)
+
+
+def _held(s: _Teller, e: ev.TurnHeld) -> str:
+    name = s.name(e.combatant)
+    if s.delays and e.number is not None:
+        return "    " + s.say("{name} delays the turn to {number}.", name=name, number=e.number)
+    if s.delays:
+        return "    " + s.say("{name} delays the turn.", name=name)
+    if e.number is not None:
+        return "    " + s.say("{name} holds the turn at {number}.", name=name, number=e.number)
+    return "    " + s.say("{name} holds the turn.", name=name)
+
+
+def _planned(s: _Teller, e: ev.HoldPlanned) -> str | None:
+    name, other = s.name(e.combatant), s.name(e.other)
+    if e.when == "before":
+        return "    " + s.say("{name} will act before {other}.", name=name, other=other)
+    if e.when == "after":
+        return "    " + s.say("{name} will act after {other}.", name=name, other=other)
+    return None
+
+
+def _lapsed(s: _Teller, e: ev.HoldLapsed) -> str:
+    name = s.name(e.combatant)
+    if s.delays:
+        return "  " + s.say("{name}'s delay lapses: the time is lost.", name=name)
+    return "  " + s.say("{name}'s hold lapses: the time is lost.", name=name)
+
+
+def _hold_cancelled(s: _Teller, e: ev.HoldCancelled) -> str:
+    name = s.name(e.combatant)
+    if s.delays:
+        return "  " + s.say("{name}'s delay is cancelled ({reason}).", name=name, reason=e.reason)
+    return "  " + s.say("{name}'s hold is cancelled ({reason}).", name=name, reason=e.reason)
+
+
+def _action(s: _Teller, e: ev.ActionDeclared) -> str:
+    name, kind = s.name(e.combatant), e.action.type or ""
+    if e.action.kind == "refocus" and s.refocuses:
+        return "    " + s.say("{name} refocuses [{action_type}].", name=name, action_type=kind)
     what = e.action.description
-    if not what:
-        targets = f" at {_names(state, e.action.targets)}" if e.action.targets else ""
-        what = f"{e.action.kind}{targets}"
-    edge = " (with an edge: the target is Surprised)" if e.edges else ""
-    return f"    {_name(state, e.combatant)} {what} [{e.action.type}]{edge}."
-
-
-def _reserved(state: State, e: ev.ActionReserved) -> str:
-    r = e.reservation
-    verb = "reserves" if r.mode == "reserve" else "readies"
-    what = r.action.description or r.action.kind
-    return (
-        f"    {_name(state, r.combatant)} {verb} a {r.reserved_type} action "
-        f"({what}) until: {r.trigger.text}"
+    if not what and e.action.targets:
+        targets = s.names(e.action.targets)
+        what = s.say("{kind} at {names}", kind=e.action.kind, names=targets)
+    what = what or e.action.kind
+    if e.edges:
+        return "    " + s.say(
+            "{name} {action} [{action_type}] (with an edge: the target is Surprised).",
+            name=name,
+            action=what,
+            action_type=kind,
+        )
+    return "    " + s.say(
+        "{name} {action} [{action_type}].", name=name, action=what, action_type=kind
     )
 
 
-_TELL: dict[type[ev.Event], Callable[[State, Any], str | None]] = {
-    ev.CombatCreated: lambda s, e: f"== Combat {e.combat_id!r} under {e.ruleset} ==",
-    ev.CombatantAdded: lambda s, e: (
-        f"{e.combatant.name} joins" + (" (hidden)" if e.combatant.hidden else "") + "."
+def _reserved(s: _Teller, e: ev.ActionReserved) -> str:
+    r = e.reservation
+    pieces: dict[str, Arg] = {
+        "name": s.name(r.combatant),
+        "action_type": r.reserved_type,
+        "action": r.action.description or r.action.kind,
+        "trigger": r.trigger.text,
+    }
+    if r.mode == "ready":
+        return "    " + s.say(
+            "{name} readies a {action_type} action ({action}) until: {trigger}", **pieces
+        )
+    return "    " + s.say(
+        "{name} reserves a {action_type} action ({action}) until: {trigger}", **pieces
+    )
+
+
+def _expired(s: _Teller, e: ev.ReservationExpired) -> str:
+    name = s.name(e.combatant)
+    if s.readies:
+        return "  " + s.say("{name}'s readied action expires.", name=name)
+    return "  " + s.say("{name}'s reserved action expires.", name=name)
+
+
+def _reservation_cancelled(s: _Teller, e: ev.ReservationCancelled) -> str:
+    name, reason = s.name(e.combatant), e.reason
+    if s.readies:
+        return "  " + s.say(
+            "{name}'s readied action is cancelled ({reason}).", name=name, reason=reason
+        )
+    return "  " + s.say(
+        "{name}'s reserved action is cancelled ({reason}).", name=name, reason=reason
+    )
+
+
+def _sequence(s: _Teller, e: ev.SequenceOrdered) -> str:
+    order = s.names(e.sequence)
+    if not e.checks:
+        return "  " + s.say("Reactions resolve in order: {names}.", names=order)
+    checks = "; ".join(f"{s.name(i)} {_check(s, c)}" for i, c in e.checks)
+    return "  " + s.say(
+        "Fresh initiative for this sequence: {checks}. Order: {names}.", checks=checks, names=order
+    )
+
+
+def _condition(s: _Teller, e: ev.ConditionApplied) -> str:
+    k = e.condition
+    if k.surprisers:
+        return "  " + s.say(
+            "{name} is {condition} by {names}.",
+            name=s.name(k.target),
+            condition=k.type,
+            names=s.names(k.surprisers),
+        )
+    return "  " + s.say("{name} is {condition}.", name=s.name(k.target), condition=k.type)
+
+
+_TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
+    ev.CombatCreated: _created,
+    ev.CombatantAdded: _added,
+    ev.CombatantRevealed: lambda s, e: s.say("{name} is revealed.", name=e.combatant.name),
+    ev.CombatantRemoved: lambda s, e: (
+        "  " + s.say("{name} leaves the combat.", name=s.name(e.combatant))
     ),
-    ev.CombatantRevealed: lambda s, e: f"{e.combatant.name} is revealed.",
-    ev.CombatantRemoved: lambda s, e: f"  {_name(s, e.combatant)} leaves the combat.",
-    ev.CombatantDefeated: lambda s, e: f"  {_name(s, e.combatant)} is defeated.",
-    ev.CombatantRevived: lambda s, e: f"  {_name(s, e.combatant)} is back in the fight.",
-    ev.SurpriseMarked: lambda s, e: f"{_name(s, e.combatant)} is Surprised (one trouble).",
-    ev.InitiativeRolled: lambda s, e: f"{_names(s, e.members)} initiative: {_check(e.check)}",
-    ev.TiesOrdered: lambda s, e: f"Ties ordered: {_names(s, e.combatants)}.",
-    ev.GroupReordered: lambda s, e: f"Group {e.group} acts as {_names(s, e.combatants)}.",
+    ev.CombatantDefeated: lambda s, e: (
+        "  " + s.say("{name} is defeated.", name=s.name(e.combatant))
+    ),
+    ev.CombatantRevived: lambda s, e: (
+        "  " + s.say("{name} is back in the fight.", name=s.name(e.combatant))
+    ),
+    ev.SurpriseMarked: lambda s, e: s.say(
+        "{name} is Surprised (one trouble).", name=s.name(e.combatant)
+    ),
+    ev.InitiativeRolled: lambda s, e: s.say(
+        "{names} initiative: {check}", names=s.names(e.members), check=_check(s, e.check)
+    ),
+    ev.TiesOrdered: lambda s, e: s.say("Ties ordered: {names}.", names=s.names(e.combatants)),
+    ev.GroupReordered: lambda s, e: s.say(
+        "Group {group} acts as {names}.", group=e.group, names=s.names(e.combatants)
+    ),
     ev.CombatStarted: _started,
-    ev.CombatantSlotted: lambda s, e: (
-        f"  {_name(s, e.combatant)} slots into the order: "
-        + _names(s, e.order)
-        + (" (its place has passed: first turn next round)." if e.passed else ".")
-    ),
-    ev.RoundStarted: lambda s, e: "-- Bonus round --" if e.round == 0 else f"-- Round {e.round} --",
+    ev.CombatantSlotted: _slotted,
+    ev.RoundStarted: _round,
     ev.TurnStarted: _turn_started,
-    ev.TurnEnded: lambda s, e: (
-        None if e.reason == "ended" else f"  {_name(s, e.combatant)}'s turn ends ({e.reason})."
+    ev.TurnEnded: _turn_ended,
+    ev.TurnHeld: _held,
+    ev.HoldPlanned: _planned,
+    ev.HoldLapsed: _lapsed,
+    ev.HoldCancelled: _hold_cancelled,
+    ev.DelayForfeited: lambda s, e: (
+        "  " + s.say("{name} forfeits the round's action.", name=s.name(e.combatant))
     ),
-    ev.TurnHeld: lambda s, e: (
-        f"    {_name(s, e.combatant)} holds the turn"
-        + (f" at {e.number}." if e.number is not None else ".")
-    ),
-    ev.HoldPlanned: lambda s, e: (
-        None
-        if e.when == "open"
-        else f"    {_name(s, e.combatant)} will act {e.when} {_name(s, e.other)}."
-    ),
-    ev.HoldLapsed: lambda s, e: f"  {_name(s, e.combatant)}'s hold lapses: the time is lost.",
-    ev.HoldCancelled: lambda s, e: f"  {_name(s, e.combatant)}'s hold is cancelled ({e.reason}).",
-    ev.DelayForfeited: lambda s, e: f"  {_name(s, e.combatant)} forfeits the round's action.",
     ev.PlaceChanged: lambda s, e: (
-        f"  {_name(s, e.combatant)} now acts at {e.place}: {_names(s, e.order)}."
+        "  "
+        + s.say(
+            "{name} now acts at {place}: {names}.",
+            name=s.name(e.combatant),
+            place=e.place,
+            names=s.names(e.order),
+        )
     ),
-    ev.TurnForgone: lambda s, e: f"  {_name(s, e.combatant)} gets no regular turn this round.",
+    ev.TurnForgone: lambda s, e: (
+        "  " + s.say("{name} gets no regular turn this round.", name=s.name(e.combatant))
+    ),
     ev.ActionDeclared: _action,
     ev.ActionReserved: _reserved,
     ev.ActionCancelled: lambda s, e: (
-        f"    {_name(s, e.combatant)}'s {e.action.kind} never happens ({e.reason})."
+        "    "
+        + s.say(
+            "{name}'s {kind} never happens ({reason}).",
+            name=s.name(e.combatant),
+            kind=e.action.kind,
+            reason=e.reason,
+        )
     ),
-    ev.ReservationExpired: lambda s, e: f"  {_name(s, e.combatant)}'s reserved action expires.",
-    ev.ReservationCancelled: lambda s, e: (
-        f"  {_name(s, e.combatant)}'s reserved action is cancelled ({e.reason})."
-    ),
+    ev.ReservationExpired: _expired,
+    ev.ReservationCancelled: _reservation_cancelled,
     ev.WindowOpened: lambda s, e: (
-        f"    Trigger! Reactions offered to {_names(s, e.window.offered)}."
+        "    " + s.say("Trigger! Reactions offered to {names}.", names=s.names(e.window.offered))
     ),
-    ev.ReactionClaimed: lambda s, e: f"    {_name(s, e.claim.combatant)} reacts.",
-    ev.ReactionPassed: lambda s, e: f"    {_name(s, e.combatant)} lets it pass.",
+    ev.ReactionClaimed: lambda s, e: (
+        "    " + s.say("{name} reacts.", name=s.name(e.claim.combatant))
+    ),
+    ev.ReactionPassed: lambda s, e: (
+        "    " + s.say("{name} lets it pass.", name=s.name(e.combatant))
+    ),
     ev.SequenceOrdered: _sequence,
     ev.ReactionStarted: lambda s, e: (
-        f"    >> {_name(s, e.combatant)} interrupts: {e.action.description or e.action.kind}."
+        "    >> "
+        + s.say(
+            "{name} interrupts: {action}.",
+            name=s.name(e.combatant),
+            action=e.action.description or e.action.kind,
+        )
     ),
     ev.ReactionCancelled: lambda s, e: (
-        f"    {_name(s, e.combatant)}'s reaction is cancelled ({e.reason})."
+        "    "
+        + s.say(
+            "{name}'s reaction is cancelled ({reason}).", name=s.name(e.combatant), reason=e.reason
+        )
     ),
     ev.SequenceEnded: lambda s, e: (
-        "    The interrupted turn resumes." if s.turn is not None else None
+        "    " + s.say("The interrupted turn resumes.") if s.state.turn is not None else None
     ),
-    ev.ConditionApplied: lambda s, e: (
-        f"  {_name(s, e.condition.target)} is {e.condition.type}"
-        + (f" by {_names(s, e.condition.surprisers)}" if e.condition.surprisers else "")
-        + "."
+    ev.ConditionApplied: _condition,
+    ev.ConditionExpired: lambda s, e: (
+        "  " + s.say("{name} is no longer {condition}.", name=s.name(e.combatant), condition=e.type)
     ),
-    ev.ConditionExpired: lambda s, e: f"  {_name(s, e.combatant)} is no longer {e.type}.",
     ev.ConditionRemoved: lambda s, e: (
-        f"  {_name(s, e.combatant)} is no longer {e.type} ({e.reason})."
+        "  "
+        + s.say(
+            "{name} is no longer {condition} ({reason}).",
+            name=s.name(e.combatant),
+            condition=e.type,
+            reason=e.reason,
+        )
     ),
-    ev.TurnTimerWarning: lambda s, e: f"  {_name(s, e.combatant)}: time is nearly up.",
-    ev.TurnTimerExpired: lambda s, e: f"  {_name(s, e.combatant)}: time is up ({e.action}).",
+    ev.TurnTimerWarning: lambda s, e: (
+        "  " + s.say("{name}: time is nearly up.", name=s.name(e.combatant))
+    ),
+    ev.TurnTimerExpired: lambda s, e: (
+        "  "
+        + s.say(
+            "{name}: time is up ({timer_action}).", name=s.name(e.combatant), timer_action=e.action
+        )
+    ),
     ev.OutcomeRecorded: lambda s, e: f"    {e.text}",
-    ev.PluginDisabled: lambda s, e: f"  (plugin {e.plugin} is disabled here: {e.reason})",
-    ev.PluginEnabled: lambda s, e: f"  (plugin {e.plugin} is enabled again)",
-    ev.CombatEnded: lambda s, e: "== The combat is over ==",
-    ev.CommandUndone: lambda s, e: f"  (the narrator undoes {e.command})",
+    ev.PluginDisabled: lambda s, e: (
+        "  "
+        + s.say("(plugin {plugin} is disabled here: {reason})", plugin=e.plugin, reason=e.reason)
+    ),
+    ev.PluginEnabled: lambda s, e: (
+        "  " + s.say("(plugin {plugin} is enabled again)", plugin=e.plugin)
+    ),
+    ev.CombatEnded: lambda s, e: "== " + s.say("The combat is over") + " ==",
+    ev.CommandUndone: lambda s, e: (
+        "  " + s.say("(the narrator undoes {command})", command=e.command)
+    ),
 }
 
 
-def narrate(event: ev.Event, state: State) -> str | None:
-    """One line for ``event``, or None for events a reader does not need (bookkeeping).
-    ``state`` is the state after the event, for names."""
+def narrate(event: ev.Event, state: State, locale: str = i18n.DEFAULT) -> str | None:
+    """One line for ``event`` in ``locale``, or None for events a reader does not need
+    (bookkeeping). ``state`` is the state after the event, for names and the ruleset's words."""
     tell = _TELL.get(type(event))
-    return tell(state, event) if tell else None
+    return tell(_Teller(state, locale), event) if tell else None

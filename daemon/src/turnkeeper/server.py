@@ -1,8 +1,9 @@
-"""The daemon's listeners and connections: MessagePack-RPC over a Unix socket and TCP.
+"""The daemon's listeners and connections: MessagePack-RPC over a Unix socket, TCP and WebSocket.
 
 Each connection has a reader (bytes → messages → one request at a time) and a writer fed by a
 bounded outbox. A request is answered in the order it came; events reach subscribers through
-the same outbox, and a subscriber that falls too far behind is disconnected.
+the same outbox, and a subscriber that falls too far behind is disconnected. A WebSocket carries
+the same messages, one per binary frame (``websocket.py``).
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from turnkeeper_engine import Actor
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
-from . import __version__
+from . import __version__, i18n
 from .auth import AuthError, Principal, Tokens
 from .host import SNAPSHOT_EVERY, Hub, RequestError
 from .loader import PluginChoice, announce, load
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from .store import Store, StoreError
 from .watchdog import Watchdog
+from .websocket import CLOSE_POLICY, Gate, Site, WebSocketStream
 
 log = structlog.get_logger("turnkeeper.server")
 
@@ -73,9 +75,14 @@ class Config:
     """A quota on the database, in SQLite pages; past it commits fail with ``store_full``."""
     plugins: PluginChoice = field(default_factory=PluginChoice)
     """Which plugins to load: every installed one by default."""
+    ws_host: str | None = None
+    ws_port: int | None = None
+    """Where the WebSocket endpoint listens (``/ws``); None leaves it off."""
+    page: bool = False
+    """Whether the WebSocket listener also serves the table view (``--http``)."""
 
 
-def _peer_uid(stream: ByteStream) -> int | None:
+def _peer_uid(stream: ByteStream | WebSocketStream) -> int | None:
     raw = stream.extra(SocketAttribute.raw_socket, None)
     if raw is None or raw.family != socket.AF_UNIX:
         return None
@@ -90,9 +97,12 @@ _ids = count(1)
 class Connection:
     """One client: its identity, its outbox and its subscriptions."""
 
-    def __init__(self, server: Server, stream: ByteStream, transport: str) -> None:
+    def __init__(
+        self, server: Server, stream: ByteStream | WebSocketStream, transport: str
+    ) -> None:
         self.server = server
         self.stream = stream
+        self.framed = isinstance(stream, WebSocketStream)
         self.id = f"c{next(_ids)}"
         self.transport = transport
         self.peer_uid = _peer_uid(stream)
@@ -103,6 +113,9 @@ class Connection:
         self.subscribed: set[str] = set()
         self.hello_scope: anyio.CancelScope | None = None
         self.everywhere = False
+        self.locale = "en"
+        self.narration: str | None = None
+        """The locale events are told in for this session (hello's ``narrate``), or None."""
 
     # Subscriber protocol -------------------------------------------------------------------
 
@@ -110,7 +123,9 @@ class Connection:
         try:
             self.send.send_nowait(data)
         except anyio.WouldBlock:
-            self.close_with("slow_consumer", "the connection fell too far behind its events")
+            self.close_with(
+                wire.WireError("slow_consumer", "the connection fell too far behind its events")
+            )
             return False
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return False
@@ -120,15 +135,16 @@ class Connection:
         stats = self.send.statistics()
         return int(stats.max_buffer_size - stats.current_buffer_used)
 
-    def close_with(self, code: str, message: str) -> None:
+    def close_with(self, error: wire.WireError) -> None:
         """End the connection after a final error notification. What is still queued for it is
         dropped: the final notification must not wait behind a backlog the peer won't read."""
         if self.closing is None:
-            self.closing = code
+            self.closing = error.code
             with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                 while True:
                     self.outbox.receive_nowait()
-            final = wire.error_message(wire.WireError(code, message, fatal=True))
+            error.fatal = True
+            final = wire.error_message(error, self._text(error))
             with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
                 self.send.send_nowait(wire.pack(final))
             self.send.close()
@@ -140,15 +156,29 @@ class Connection:
             data = wire.pack(message)
         except wire.WireError as e:
             assert isinstance(message, wire.Response)
-            error = wire.ErrorBody("result_too_large", e.message)
+            error = wire.ErrorBody("result_too_large", self._text(e))
             data = wire.pack(wire.Response(message.msgid, error, None))
         try:
             with anyio.fail_after(SEND_TIMEOUT):
                 await self.send.send(data)
         except TimeoutError:
-            self.close_with("slow_consumer", f"a reply waited over {SEND_TIMEOUT:g} s to be read")
+            self.close_with(
+                wire.WireError(
+                    "slow_consumer",
+                    "a reply waited over {seconds:g} s to be read",
+                    seconds=SEND_TIMEOUT,
+                )
+            )
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the connection is closing; its final notification is already queued
+
+    def _text(self, error: wire.WireError | RequestError | AuthError | StoreError) -> str:
+        """An error's message in this session's language."""
+        return i18n.localize(error, self.locale)
+
+    def _refusal(self, error: wire.WireError) -> wire.Message:
+        """What to send for a refused message, in this session's language."""
+        return wire.error_message(error, self._text(error))
 
     # Loops ---------------------------------------------------------------------------------
 
@@ -167,14 +197,21 @@ class Connection:
                             break
                         chunks.append(more)
                         size += len(more)
+                    if isinstance(self.stream, WebSocketStream):
+                        data = self.stream.frame(chunks)
+                    else:
+                        data = b"".join(chunks)
                     with anyio.fail_after(WRITE_STALL):
-                        await self.stream.send(b"".join(chunks))
+                        await self.stream.send(data)
         except TimeoutError:
             self.closing = self.closing or "write_stalled"
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self.closing = self.closing or "peer_gone"  # the reader stops at its next receive
         finally:
-            await self.stream.aclose()
+            if isinstance(self.stream, WebSocketStream) and self.closing not in (None, "peer_gone"):
+                await self.stream.aclose(CLOSE_POLICY)
+            else:
+                await self.stream.aclose()
 
     async def reader(self) -> None:
         decoder = wire.Decoder()
@@ -184,7 +221,11 @@ class Connection:
                 if not await self._read_some(decoder):
                     return
         if hello_scope.cancelled_caught and self.principal is None:
-            self.close_with("hello_timeout", f"no hello within {HELLO_TIMEOUT:g} s")
+            self.close_with(
+                wire.WireError(
+                    "hello_timeout", "no hello within {seconds:g} s", seconds=HELLO_TIMEOUT
+                )
+            )
             return
         while self.closing is None:
             if not await self._read_some(decoder):
@@ -192,20 +233,26 @@ class Connection:
 
     async def _read_some(self, decoder: wire.Decoder) -> bool:
         try:
-            chunk = await self.stream.receive(READ_CHUNK)
+            if isinstance(self.stream, WebSocketStream):
+                items = _one_message(await self.stream.receive())
+            else:
+                items = decoder.feed(await self.stream.receive(READ_CHUNK))
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             return False
-        for item in decoder.feed(chunk):
+        except wire.WireError as e:
+            items = [e]
+        for item in items:
             if isinstance(item, wire.WireError):
                 if item.fatal:
-                    self.close_with(item.code, item.message)
+                    self.close_with(item)
                     return False
-                await self.reply(wire.error_message(item))
+                await self.reply(self._refusal(item))
             elif isinstance(item, wire.Request):
                 await self.handle(item)
             elif isinstance(item, wire.Response):
                 # Clients answer nothing in this protocol: a response is a confused peer.
-                await self.reply(_error_note("invalid_message", "clients send no responses"))
+                note = wire.WireError(wire.INVALID_MESSAGE, "clients send no responses")
+                await self.reply(self._refusal(note))
             # Notifications from clients carry nothing in this version and are ignored.
             if self.closing is not None:
                 return False
@@ -221,13 +268,14 @@ class Connection:
                 answer = wire.Response(request.msgid, None, result)
             except (RequestError, AuthError, StoreError) as e:
                 outcome = e.code
-                error = wire.ErrorBody(e.code, e.message, getattr(e, "field", ""))
+                error = wire.ErrorBody(e.code, self._text(e), getattr(e, "field", ""))
                 answer = wire.Response(request.msgid, error, None)
             except Exception:
                 # One request's failure is that request's error, never the daemon's end.
                 outcome = "internal_error"
                 log.exception("request_failed", method=request.method)
-                error = wire.ErrorBody("internal_error", "the daemon failed on this request")
+                failed = i18n.gettext(self.locale, "the daemon failed on this request")
+                error = wire.ErrorBody("internal_error", failed)
                 answer = wire.Response(request.msgid, error, None)
             await self.reply(answer)
         finally:
@@ -243,13 +291,15 @@ class Connection:
     async def dispatch(self, method: str, params: Mapping[str, Any]) -> Plain:
         found = METHODS.get(method)
         if found is None:
-            raise RequestError("unknown_method", f"no method {method!r}", "method")
+            raise RequestError("unknown_method", "no method {method!r}", "method", method=method)
         if method == "hello":
             return self.hello(params)
         if self.principal is None:
             raise RequestError("hello_required", "say hello first", "method")
         if not self.server.tokens.still_valid(self.principal):
-            self.close_with("token_revoked", "the token of this session has been revoked")
+            self.close_with(
+                wire.WireError("token_revoked", "the token of this session has been revoked")
+            )
             raise RequestError("token_revoked", "the token of this session has been revoked")
         hub = self.server.hub
         if found.kind == "command":
@@ -258,9 +308,10 @@ class Connection:
             as_user = text(params, "as", required=False)
             actor = self.principal.actor(as_user)
             combat_id, value = command(method, params)
-            return await self.server.run_command(
+            result = await self.server.run_command(
                 self.principal.key, actor, combat_id, value, request_id
             )
+            return self._told(result)
         if method == "list_combats":
             return hub.summaries()
         if method == "list_plugins":
@@ -282,7 +333,7 @@ class Connection:
         if method == "history":
             after = number(params, "after", 0, 0, 2**53)
             limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-            return hub.history(combat_id, self.actor, after, limit)
+            return self._told(hub.history(combat_id, self.actor, after, limit))
         if method == "subscribe":
             if combat_id in self.subscribed:
                 raise RequestError("already_subscribed", "subscribed to it already", "combat")
@@ -295,16 +346,34 @@ class Connection:
         self.subscribed.discard(combat_id)
         return {"combat": combat_id}
 
+    def _told(self, result: Plain) -> Plain:
+        """A result's events, with their narrated lines if this session asked for them."""
+        if self.narration is None:
+            return result
+        assert isinstance(result, dict)
+        combat = result["combat"]
+        assert isinstance(combat, str)
+        return {**result, "events": self.server.hub.told(combat, result["events"], self.narration)}
+
     def hello(self, params: Mapping[str, Any]) -> Plain:
         if self.principal is not None:
             raise RequestError("hello_repeated", "this connection has said hello already", "method")
+        locale = params.get("locale")
+        if locale is not None and not isinstance(locale, str):
+            raise RequestError("invalid_params", "a string", "locale")
+        narrate = params.get("narrate", False)
+        if not isinstance(narrate, bool):
+            raise RequestError("invalid_params", "a boolean", "narrate")
+        # Chosen before anything can fail, so even a refused hello answers in the language asked.
+        self.locale = i18n.negotiate(locale)
         level = params.get("protocol")
         if not isinstance(level, int) or level < wire.COMPATIBLE_VERSION:
             raise RequestError(
                 "unsupported_protocol",
-                f"this server speaks protocol {wire.PROTOCOL_VERSION} "
-                f"(compatible down to {wire.COMPATIBLE_VERSION})",
+                "this server speaks protocol {level} (compatible down to {compatible})",
                 "protocol",
+                level=wire.PROTOCOL_VERSION,
+                compatible=wire.COMPATIBLE_VERSION,
             )
         token = params.get("token")
         principal: Principal | None = None
@@ -319,6 +388,7 @@ class Connection:
         else:
             raise RequestError("unauthenticated", "a token is required on this connection", "token")
         self.principal = principal
+        self.narration = self.locale if narrate else None
         # The hello deadline is met: requests that came with the hello must not be cut by it.
         if self.hello_scope is not None:
             self.hello_scope.deadline = math.inf
@@ -327,7 +397,12 @@ class Connection:
             "protocol": wire.PROTOCOL_VERSION,
             "compatible": wire.COMPATIBLE_VERSION,
             "server": {"name": "turnkeeper", "version": __version__},
-            "session": {"role": principal.role, "user": principal.user, "connection": self.id},
+            "session": {
+                "role": principal.role,
+                "user": principal.user,
+                "connection": self.id,
+                "locale": self.locale,
+            },
             "methods": [
                 {"name": m.name, "kind": m.kind, "since": m.since, "summary": m.summary}
                 for m in METHODS.values()
@@ -341,10 +416,19 @@ class Connection:
         }
 
 
-def _error_note(code: str, message: str) -> wire.Notification:
-    note = wire.error_message(wire.WireError(code, message))
-    assert isinstance(note, wire.Notification)
-    return note
+def _one_message(data: bytes | str) -> list[wire.Message | wire.WireError]:
+    """What one WebSocket message holds: exactly one protocol message, or the error saying why
+    not. The frame boundary keeps the stream in step, so only errors msgpack itself calls fatal
+    (bad bytes, too deep, too long) end the connection, as on a socket."""
+    if isinstance(data, str):
+        return [wire.WireError(wire.INVALID_MESSAGE, "text frames are not accepted: send binary")]
+    decoder = wire.Decoder()
+    items = decoder.feed(data)
+    if len(items) == 1 and not decoder.pending:
+        return items
+    if any(isinstance(i, wire.WireError) and i.fatal for i in items):
+        return [next(i for i in items if isinstance(i, wire.WireError) and i.fatal)]
+    return [wire.WireError(wire.INVALID_MESSAGE, "a binary frame must hold exactly one message")]
 
 
 def _event_names() -> list[str]:
@@ -381,10 +465,25 @@ class Server:
         finally:
             self.in_flight -= 1
 
-    async def handle(self, stream: ByteStream, transport: str) -> None:
+    async def handle_web(self, gate: Gate, stream: ByteStream) -> None:
+        """An HTTP connection: a file or an error answered, or a WebSocket session."""
+        try:
+            ws = await gate.accept(stream)
+        except Exception:
+            log.exception("http_failed")
+            await stream.aclose()
+            return
+        if ws is not None:
+            await self.handle(ws, "ws")
+
+    async def handle(self, stream: ByteStream | WebSocketStream, transport: str) -> None:
         conn = Connection(self, stream, transport)
         if len(self.connections) >= MAX_CONNECTIONS:
-            conn.close_with("server_busy", f"more than {MAX_CONNECTIONS} connections")
+            conn.close_with(
+                wire.WireError(
+                    "server_busy", "more than {count} connections", count=MAX_CONNECTIONS
+                )
+            )
             await conn.writer()
             return
         self.connections.add(conn)
@@ -463,7 +562,19 @@ async def serve(
                         local_host=config.tcp_host or "127.0.0.1", local_port=config.tcp_port
                     )
                     tg.start_soon(tcp.serve, lambda s: server.handle(s, "tcp"))
-                log.info("serving", socket=str(config.socket_path), tcp_port=config.tcp_port)
+                if config.ws_port is not None:
+                    gate = Gate(Site() if config.page else None)
+                    web = await anyio.create_tcp_listener(
+                        local_host=config.ws_host or "127.0.0.1", local_port=config.ws_port
+                    )
+                    tg.start_soon(web.serve, lambda s: server.handle_web(gate, s))
+                log.info(
+                    "serving",
+                    socket=str(config.socket_path),
+                    tcp_port=config.tcp_port,
+                    ws_port=config.ws_port,
+                    page=config.page,
+                )
                 task_status.started(server)
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     async for signum in signals:

@@ -24,6 +24,8 @@ import msgpack  # type: ignore[import-untyped]
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from turnkeeper_engine.errors import Arg, TemplatedError
+
 DB_FILE = "turnkeeper.db"
 """The one database file inside the data directory."""
 
@@ -105,18 +107,21 @@ CREATE TABLE IF NOT EXISTS summaries (
 """
 
 
-class StoreError(Exception):
+class StoreError(TemplatedError):
     """A store operation that did not happen. ``code`` is stable; ``message`` is for humans.
 
     ``conflict``: the batch does not fit the log (sequence taken or skipped, unknown or duplicate
     combat, request id already stored). ``store_full``: the disk or the configured size limit is
     full. ``store_failed``: anything else (I/O error, unreadable record, store stopped).
+    The message is a string-literal template with named arguments (like every error's).
     """
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+    def __init__(self, code: ErrorCode, template: str, **args: Arg) -> None:
+        super().__init__(template, args)
         self.code: ErrorCode = code
-        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -202,10 +207,10 @@ def _unpack_event(body: object) -> dict[str, Any]:
 
 def _error(e: sqlite3.Error) -> StoreError:
     if isinstance(e, sqlite3.IntegrityError):
-        return StoreError("conflict", str(e))
+        return StoreError("conflict", "{reason}", reason=str(e))
     if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-        return StoreError("store_full", str(e))
-    return StoreError("store_failed", str(e))
+        return StoreError("store_full", "{reason}", reason=str(e))
+    return StoreError("store_failed", "{reason}", reason=str(e))
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -256,7 +261,12 @@ class Store:
             try:
                 mode = writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if mode != "wal":
-                    raise StoreError("store_failed", f"{path}: journal mode {mode}, WAL refused")
+                    raise StoreError(
+                        "store_failed",
+                        "{path}: journal mode {mode}, WAL refused",
+                        path=str(path),
+                        mode=str(mode),
+                    )
                 writer.execute("PRAGMA synchronous=FULL")
                 writer.executescript(_SCHEMA)
                 writer.execute(
@@ -269,7 +279,10 @@ class Store:
                 if version != SCHEMA_VERSION:
                     raise StoreError(
                         "store_failed",
-                        f"{path}: schema version {version}, this daemon reads {SCHEMA_VERSION}",
+                        "{path}: schema version {version}, this daemon reads {expected}",
+                        path=str(path),
+                        version=str(version),
+                        expected=SCHEMA_VERSION,
                     )
                 writer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 if max_pages is not None:
@@ -280,7 +293,12 @@ class Store:
                 writer.close()
                 raise
         except (OSError, sqlite3.Error) as e:
-            raise StoreError("store_failed", f"cannot open the store in {data_dir}: {e}") from e
+            raise StoreError(
+                "store_failed",
+                "cannot open the store in {path}: {reason}",
+                path=str(data_dir),
+                reason=str(e),
+            ) from e
         return cls(writer, reader)
 
     def close(self) -> None:
@@ -379,7 +397,7 @@ class Store:
                     self._write_batch(pending)
                 except (_ConflictError, sqlite3.IntegrityError) as e:
                     db.execute("ROLLBACK TO batch")
-                    pending.error = StoreError("conflict", str(e))
+                    pending.error = StoreError("conflict", "{reason}", reason=str(e))
                 db.execute("RELEASE batch")
             db.execute("COMMIT")
         except sqlite3.Error as e:
@@ -503,7 +521,7 @@ class Store:
             "SELECT combat_id, ruleset, created_at FROM combats WHERE combat_id = ?", (combat_id,)
         ).fetchone()
         if row is None:
-            raise StoreError("store_failed", f"no combat {combat_id!r} in the store")
+            raise StoreError("store_failed", "no combat {id!r} in the store", id=combat_id)
         return self._load_combat(*row)
 
     def _load_combat(self, combat_id: str, ruleset: str, created_at: float) -> LoadedCombat:
@@ -571,7 +589,9 @@ class Store:
         try:
             return decode(body)
         except ValueError as e:
-            raise StoreError("store_failed", f"{what} is unreadable: {e}") from e
+            raise StoreError(
+                "store_failed", "{what} is unreadable: {reason}", what=what, reason=str(e)
+            ) from e
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from . import commands as cmd
 from . import events as ev
 from .dice import DiceSource, SystemDice
-from .errors import Rejected, RuleError
+from .errors import Arg, Rejected, RuleError
 from .evolve import evolve
 from .model import (
     NARRATOR,
@@ -81,8 +81,9 @@ class _Ctx:
         return dict(self.state.options)
 
 
-def _reject(code: str, message: str, field_name: str = "") -> Rejected:
-    return Rejected(code, message, field_name)
+def _reject(code: str, template: str, field_name: str = "", **args: Arg) -> Rejected:
+    """A refusal; ``template`` is a string literal, its pieces passed by name (see Rejected)."""
+    return Rejected(code, template, field_name, **args)
 
 
 def decide(
@@ -113,7 +114,12 @@ def _decide(
         raise _reject("combat_ended", "the combat has ended")
     rules = RULESETS.get(state.ruleset)
     if rules is None:
-        raise _reject("unknown_ruleset", f"ruleset {state.ruleset!r} is not registered", "ruleset")
+        raise _reject(
+            "unknown_ruleset",
+            "ruleset {ruleset!r} is not registered",
+            "ruleset",
+            ruleset=state.ruleset,
+        )
     ctx = _Ctx(state, now, actor, dice, rules)
     _authorize(ctx, command)
     ctx.emit(ev.CommandRecorded(command.name, actor, now))
@@ -167,11 +173,13 @@ def _authorize(ctx: _Ctx, command: cmd.Command) -> None:
     if role == "observer":
         raise _reject("forbidden", "observers may only read", "actor")
     if type(command) in _NARRATOR_ONLY:
-        raise _reject("forbidden", f"only the narrator may {command.name}", "actor")
+        raise _reject("forbidden", "only the narrator may {command}", "actor", command=command.name)
     for combatant_id in _acted_on(command):
         c = ctx.state.get(combatant_id)
         if c is None or c.controller is None or c.controller != ctx.actor.user:
-            raise _reject("forbidden", f"{combatant_id!r} is not yours to act for", "combatant")
+            raise _reject(
+                "forbidden", "{id!r} is not yours to act for", "combatant", id=combatant_id
+            )
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -187,14 +195,14 @@ def _combatant(ctx: _Ctx, combatant_id: str, field_name: str = "combatant") -> C
         and (c.controller is None or c.controller != ctx.actor.user)
     )
     if c is None or c.status == "removed" or unseen:
-        raise _reject("unknown_combatant", f"no combatant {combatant_id!r}", field_name)
+        raise _reject("unknown_combatant", "no combatant {id!r}", field_name, id=combatant_id)
     return c
 
 
 def _active(ctx: _Ctx, combatant_id: str, field_name: str = "combatant") -> Combatant:
     c = _combatant(ctx, combatant_id, field_name)
-    if c.status != "active":
-        raise _reject("combatant_inactive", f"{c.name} is {c.status}", field_name)
+    if c.status != "active":  # a removed one is refused above: this one is defeated
+        raise _reject("combatant_inactive", "{name} is defeated", field_name, name=c.name)
     return c
 
 
@@ -202,25 +210,25 @@ def _text(value: str, field_name: str, *, required: bool = True, limit: int = MA
     if required and not value.strip():
         raise _reject("invalid_value", "must not be empty", field_name)
     if len(value) > limit:
-        raise _reject("invalid_value", f"longer than {limit} characters", field_name)
+        raise _reject("invalid_value", "longer than {limit} characters", field_name, limit=limit)
 
 
 def _names(values: tuple[str, ...], field_name: str) -> None:
     """A short list of short names: tags, zones, targets, predicate terms."""
     if len(values) > MAX_ITEMS:
-        raise _reject("invalid_value", f"at most {MAX_ITEMS} items", field_name)
+        raise _reject("invalid_value", "at most {limit} items", field_name, limit=MAX_ITEMS)
     for value in values:
         _text(value, field_name, limit=MAX_NAME)
 
 
 def _number(value: int, field_name: str) -> None:
     if not -MAX_NUMBER <= value <= MAX_NUMBER:
-        raise _reject("invalid_value", f"between -{MAX_NUMBER} and {MAX_NUMBER}", field_name)
+        raise _reject("invalid_value", "between -{limit} and {limit}", field_name, limit=MAX_NUMBER)
 
 
 def _in_rounds(ctx: _Ctx) -> None:
     if ctx.state.phase not in ("bonus_round", "rounds"):
-        raise _reject("wrong_phase", f"not possible in phase {ctx.state.phase}")
+        raise _reject("wrong_phase", "not possible in phase {phase}", phase=ctx.state.phase)
 
 
 def _current_turn(ctx: _Ctx, ref: Any) -> Turn:
@@ -257,22 +265,29 @@ def _action_type(ctx: _Ctx, action: ActionSpec, field_name: str = "action") -> A
     if known is None and action.type is None:
         raise _reject(
             "unknown_action_kind",
-            f"{action.kind!r} is not in the {ctx.rules.name} catalogue: state its action type",
+            "{kind!r} is not in the {ruleset} catalogue: state its action type",
             f"{field_name}.kind",
+            kind=action.kind,
+            ruleset=ctx.rules.name,
         )
     if known is not None and action.type is not None and action.type != known:
         raise _reject(
             "action_type_mismatch",
-            f"{action.kind!r} needs a {known} action, not {action.type}",
+            "{kind!r} needs a {action_type} action, not {other_action_type}",
             f"{field_name}.type",
+            kind=action.kind,
+            action_type=known,
+            other_action_type=action.type,
         )
     resolved = known or action.type
     assert resolved is not None
     if resolved not in ctx.rules.action_types:
         raise _reject(
             "invalid_action_type",
-            f"{resolved!r} is not an action type of {ctx.rules.name}",
+            "{type!r} is not an action type of {ruleset}",
             f"{field_name}.type",
+            type=resolved,
+            ruleset=ctx.rules.name,
         )
     return replace(action, type=resolved)
 
@@ -285,7 +300,11 @@ def _validate_options(
     for name, value in given:
         if name not in spec:
             raise _reject(
-                "unknown_option", f"{rules.name} has no option {name!r}", f"options.{name}"
+                "unknown_option",
+                "{ruleset} has no option {option!r}",
+                f"options.{name}",
+                ruleset=rules.name,
+                option=name,
             )
         allowed = spec[name][1]
         if isinstance(allowed, tuple):
@@ -299,7 +318,13 @@ def _validate_options(
         else:
             ok = isinstance(value, allowed)
         if not ok:
-            raise _reject("invalid_option", f"{value!r} is not valid for {name}", f"options.{name}")
+            raise _reject(
+                "invalid_option",
+                "{value} is not valid for {option}",
+                f"options.{name}",
+                value=repr(value),  # the option's value may be None or a bool: not an Arg
+                option=name,
+            )
         values[name] = float(value) if isinstance(value, int) and allowed is float else value
     return tuple(sorted(values.items()))
 
@@ -315,7 +340,7 @@ def _create(state: State, c: cmd.CreateCombat, now: float, actor: Actor) -> list
     _text(c.combat_id, "combat_id")
     rules = RULESETS.get(c.ruleset)
     if rules is None:
-        raise _reject("unknown_ruleset", f"no ruleset {c.ruleset!r}", "ruleset")
+        raise _reject("unknown_ruleset", "no ruleset {ruleset!r}", "ruleset", ruleset=c.ruleset)
     options = _validate_options(rules, c.options)
     return [
         ev.CommandRecorded(c.name, actor, now),
@@ -327,9 +352,11 @@ def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
     _text(c.id, "id", limit=MAX_NAME)
     _text(c.display_name, "display_name", limit=MAX_NAME)
     if ctx.state.get(c.id) is not None:
-        raise _reject("duplicate_combatant", f"{c.id!r} is already in this combat", "id")
+        raise _reject("duplicate_combatant", "{id!r} is already in this combat", "id", id=c.id)
     if len(ctx.state.combatants) >= MAX_COMBATANTS:
-        raise _reject("too_many_combatants", f"at most {MAX_COMBATANTS} combatants", "id")
+        raise _reject(
+            "too_many_combatants", "at most {limit} combatants", "id", limit=MAX_COMBATANTS
+        )
     _names(c.tags, "tags")
     _number(c.init_mod, "init_mod")
     _number(c.dexterity, "dexterity")
@@ -353,7 +380,9 @@ def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
     if mates:
         # R4: one check per group; a member joining after the group rolled shares its result.
         if c.faces is not None:
-            raise _reject("already_rolled", f"group {c.group} has rolled already", "faces")
+            raise _reject(
+                "already_rolled", "group {group} has rolled already", "faces", group=str(c.group)
+            )
         check = mates[0].check
         assert check is not None
         ctx.emit(ev.InitiativeRolled(c.id, (c.id,), check))
@@ -444,7 +473,7 @@ def _defeat(ctx: _Ctx, c: cmd.DefeatCombatant) -> None:
 def _revive(ctx: _Ctx, c: cmd.ReviveCombatant) -> None:
     combatant = _combatant(ctx, c.combatant)
     if combatant.status != "defeated":
-        raise _reject("invalid_value", f"{combatant.name} is not defeated", "combatant")
+        raise _reject("invalid_value", "{name} is not defeated", "combatant", name=combatant.name)
     ctx.emit(ev.CombatantRevived(c.combatant))
     if ctx.state.phase in ("bonus_round", "rounds"):
         if c.combatant not in ctx.state.order:
@@ -461,7 +490,7 @@ def _revive(ctx: _Ctx, c: cmd.ReviveCombatant) -> None:
 def _reveal(ctx: _Ctx, c: cmd.RevealCombatant) -> None:
     combatant = _combatant(ctx, c.combatant)
     if not combatant.hidden:
-        raise _reject("invalid_value", f"{combatant.name} is not hidden", "combatant")
+        raise _reject("invalid_value", "{name} is not hidden", "combatant", name=combatant.name)
     ctx.emit(ev.CombatantRevealed(replace(combatant, hidden=False)))
 
 
@@ -501,13 +530,17 @@ def _before_order(ctx: _Ctx) -> None:
 
 def _mark_surprised(ctx: _Ctx, c: cmd.MarkSurprised) -> None:
     if not ctx.rules.surprise:
-        raise _reject("not_in_ruleset", f"{ctx.rules.name} has no surprise at combat start")
+        raise _reject(
+            "not_in_ruleset", "{ruleset} has no surprise at combat start", ruleset=ctx.rules.name
+        )
     _before_order(ctx)
     combatant = _active(ctx, c.combatant)
     if combatant.check is not None:
         raise _reject("already_rolled", "surprise must come before the initiative check")
     if combatant.surprised:
-        raise _reject("invalid_value", f"{combatant.name} is already surprised", "combatant")
+        raise _reject(
+            "invalid_value", "{name} is already surprised", "combatant", name=combatant.name
+        )
     ctx.emit(ev.SurpriseMarked(c.combatant))
 
 
@@ -521,11 +554,18 @@ def _roll(
 ) -> None:
     for name, count in (("edges", edges), ("troubles", troubles)):
         if not 0 <= count <= MAX_REROLLS:
-            raise _reject("invalid_value", f"between 0 and {MAX_REROLLS}", name)
+            raise _reject("invalid_value", "between 0 and {limit}", name, limit=MAX_REROLLS)
     if edges and not ctx.rules.surprise:
-        raise _reject("not_in_ruleset", f"{ctx.rules.name} checks have no edges", "edges")
+        raise _reject(
+            "not_in_ruleset", "{ruleset} checks have no edges", "edges", ruleset=ctx.rules.name
+        )
     if troubles and not ctx.rules.surprise:
-        raise _reject("not_in_ruleset", f"{ctx.rules.name} checks have no troubles", "troubles")
+        raise _reject(
+            "not_in_ruleset",
+            "{ruleset} checks have no troubles",
+            "troubles",
+            ruleset=ctx.rules.name,
+        )
     surprised = any(
         m.surprised for m in ctx.state.combatants if m.id in members
     )  # R3/R8: a Surprised combatant (or group) has one trouble on the check
@@ -546,13 +586,17 @@ def _roll_initiative(ctx: _Ctx, c: cmd.RollInitiative) -> None:
     combatant = _combatant(ctx, c.combatant)
     group = _group(ctx, combatant)
     if any(m.check is not None for m in group):
-        raise _reject("already_rolled", f"{combatant.name} has rolled already", "combatant")
+        raise _reject(
+            "already_rolled", "{name} has rolled already", "combatant", name=combatant.name
+        )
     _roll(ctx, combatant, c.faces, c.edges, c.troubles, tuple(m.id for m in group))
 
 
 def _order_ties(ctx: _Ctx, c: cmd.OrderTies) -> None:
     if not ctx.rules.supplied_tie_order:
-        raise _reject("not_in_ruleset", f"{ctx.rules.name} breaks ties by roll-off only")
+        raise _reject(
+            "not_in_ruleset", "{ruleset} breaks ties by roll-off only", ruleset=ctx.rules.name
+        )
     _before_order(ctx)
     if len(c.combatants) < 2 or len(set(c.combatants)) != len(c.combatants):
         raise _reject("invalid_value", "name two or more distinct combatants", "combatants")
@@ -564,7 +608,7 @@ def _order_ties(ctx: _Ctx, c: cmd.OrderTies) -> None:
 def _reorder_group(ctx: _Ctx, c: cmd.ReorderGroup) -> None:
     members = {m.id for m in ctx.state.combatants if m.group == c.group and m.status != "removed"}
     if not members:
-        raise _reject("unknown_group", f"no group {c.group!r}", "group")
+        raise _reject("unknown_group", "no group {group!r}", "group", group=c.group)
     if set(c.combatants) != members or len(c.combatants) != len(members):
         raise _reject("invalid_value", "name every member of the group once", "combatants")
     ctx.emit(ev.GroupReordered(c.group, c.combatants))
@@ -825,10 +869,21 @@ def _hold_now(ctx: _Ctx, number: int | None) -> None:
     if number is not None:
         _number(number, "number")
         if number >= c.place:
-            raise _reject("invalid_hold_number", f"a held turn goes lower than {c.place}", "number")
+            raise _reject(
+                "invalid_hold_number",
+                "a held turn goes lower than {place}",
+                "number",
+                place=c.place,
+            )
         floor = ctx.rules.delay_floor(c, ctx.opts)
         if floor is not None and number < floor:
-            raise _reject("below_delay_floor", f"{c.name} cannot delay below {floor}", "number")
+            raise _reject(
+                "below_delay_floor",
+                "{name} cannot delay below {floor}",
+                "number",
+                name=c.name,
+                floor=floor,
+            )
     ctx.emit(ev.TurnHeld(turn.combatant, turn.round, number, ctx.state.serial + 1))
     _expire_conditions(ctx)
     _advance(ctx, None)
@@ -902,7 +957,10 @@ def _declare(ctx: _Ctx, c: cmd.DeclareAction) -> None:
     assert action.type is not None
     if turn.refocus or not ctx.rules.can_spend(turn.used, action.type):
         raise _reject(
-            "action_unavailable", f"no {action.type} action left this turn", "action.type"
+            "action_unavailable",
+            "no {action_type} action left this turn",
+            "action.type",
+            action_type=action.type,
         )
     round_no = turn.round
     ctx.emit(
@@ -927,7 +985,7 @@ def _declare(ctx: _Ctx, c: cmd.DeclareAction) -> None:
 
 def _refocus(ctx: _Ctx, c: cmd.Refocus) -> None:
     if not ctx.rules.refocus:
-        raise _reject("not_in_ruleset", f"{ctx.rules.name} has no refocus")
+        raise _reject("not_in_ruleset", "{ruleset} has no refocus", ruleset=ctx.rules.name)
     _declare(ctx, cmd.DeclareAction(c.turn, ActionSpec("refocus", "full", "refocus")))
 
 
@@ -937,18 +995,28 @@ def _reserve(ctx: _Ctx, c: cmd.Reserve) -> None:
     if c.reserved_type not in ctx.rules.reservable_types(ctx.opts):
         raise _reject(
             "invalid_action_type",
-            f"{ctx.rules.name} reserves only {', '.join(ctx.rules.reservable_types(ctx.opts))}",
+            "{ruleset} reserves only {action_types}",
             "reserved_type",
+            ruleset=ctx.rules.name,
+            action_types=", ".join(ctx.rules.reservable_types(ctx.opts)),
         )
     if turn.refocus or not ctx.rules.can_spend(turn.used, c.reserved_type):
-        raise _reject("action_unavailable", f"no {c.reserved_type} action left", "reserved_type")
+        raise _reject(
+            "action_unavailable",
+            "no {action_type} action left",
+            "reserved_type",
+            action_type=c.reserved_type,
+        )
     action = _action_type(ctx, c.action)
     assert action.type is not None
     if not ctx.rules.carries(c.reserved_type, action.type, ctx.opts):
         raise _reject(
             "action_type_mismatch",
-            f"a {c.reserved_type} action cannot carry out {action.kind!r} ({action.type})",
+            "a {action_type} action cannot carry out {kind!r} ({needed_action_type})",
             "action.kind",
+            action_type=c.reserved_type,
+            kind=action.kind,
+            needed_action_type=action.type,
         )
     _text(c.trigger.text, "trigger.text")
     _predicate(c.trigger.predicate, "trigger.predicate")
@@ -1042,7 +1110,7 @@ def _open_window_for(ctx: _Ctx, window_id: str) -> Window:
     _in_rounds(ctx)
     w = ctx.state.window
     if w is None or w.id != window_id:
-        raise _reject("unknown_window", f"no open window {window_id!r}", "window")
+        raise _reject("unknown_window", "no open window {id!r}", "window", id=window_id)
     if w.status != "open":
         raise _reject("window_closed", "that window is closed; its claims are resolving", "window")
     return w
@@ -1067,18 +1135,27 @@ def _claim(ctx: _Ctx, c: cmd.ClaimReaction) -> None:
     w = _open_window_for(ctx, c.window)
     combatant = _active(ctx, c.combatant)
     if c.combatant in {cl.combatant for cl in w.claims} | set(w.passes):
-        raise _reject("already_answered", f"{combatant.name} has answered already", "combatant")
+        raise _reject(
+            "already_answered", "{name} has answered already", "combatant", name=combatant.name
+        )
     reservation: Reservation | None = None
     if c.reservation is not None:
         reservation = next((r for r in ctx.state.reservations if r.id == c.reservation), None)
         if reservation is None or reservation.combatant != c.combatant:
-            raise _reject("unknown_reservation", f"no reservation {c.reservation!r}", "reservation")
+            raise _reject(
+                "unknown_reservation",
+                "no reservation {id!r}",
+                "reservation",
+                id=str(c.reservation),
+            )
     elif ctx.rules.reserve_mode == "ready":
         raise _reject("no_reservation", "only a readied action can be taken here", "reservation")
     elif c.action is None:
         raise _reject("invalid_value", "claim with a reservation or state the action", "action")
     if ctx.rules.claim_costs_reaction and not combatant.reaction:
-        raise _reject("no_reaction", f"{combatant.name} has no reaction available", "combatant")
+        raise _reject(
+            "no_reaction", "{name} has no reaction available", "combatant", name=combatant.name
+        )
     action = reservation.action if reservation is not None else c.action
     assert action is not None
     if reservation is None:
@@ -1086,7 +1163,9 @@ def _claim(ctx: _Ctx, c: cmd.ClaimReaction) -> None:
     supplied_by = None
     if c.faces is not None:
         if not ctx.rules.fresh_sequence_checks:
-            raise _reject("not_in_ruleset", f"{ctx.rules.name} rolls no fresh checks", "faces")
+            raise _reject(
+                "not_in_ruleset", "{ruleset} rolls no fresh checks", "faces", ruleset=ctx.rules.name
+            )
         ctx.rules.roll(combatant, ctx.dice, faces=c.faces)  # validates the faces (R2)
         supplied_by = ctx.actor.user or ctx.actor.role
     claim = Claim(
@@ -1109,7 +1188,9 @@ def _pass(ctx: _Ctx, c: cmd.PassReaction) -> None:
     w = _open_window_for(ctx, c.window)
     combatant = _active(ctx, c.combatant)
     if c.combatant in {cl.combatant for cl in w.claims} | set(w.passes):
-        raise _reject("already_answered", f"{combatant.name} has answered already", "combatant")
+        raise _reject(
+            "already_answered", "{name} has answered already", "combatant", name=combatant.name
+        )
     ctx.emit(ev.ReactionPassed(c.combatant, w.id))
     if ctx.rules.readied_moves_initiative and c.combatant in w.offered:
         # R11: in a later round the trigger alone moves the readier up and costs its regular
@@ -1195,7 +1276,7 @@ def _finish_reaction(ctx: _Ctx, c: cmd.FinishReaction) -> None:
     _in_rounds(ctx)
     w = ctx.state.window
     if w is None or w.id != c.window:
-        raise _reject("unknown_window", f"no window {c.window!r}", "window")
+        raise _reject("unknown_window", "no window {id!r}", "window", id=c.window)
     if w.status != "resolving" or w.sequence[w.index] != c.combatant:
         raise _reject("not_reacting", "that combatant is not the one reacting now", "combatant")
     ctx.emit(ev.ReactionFinished(c.combatant, w.id))
@@ -1235,14 +1316,18 @@ def _expire_conditions(ctx: _Ctx) -> None:
 def _apply_condition(ctx: _Ctx, c: cmd.ApplyCondition) -> None:
     kind = CONDITION_TYPES.get(c.type)
     if kind is None or (kind.rulesets and ctx.rules.name not in kind.rulesets):
-        raise _reject("unknown_condition_type", f"no condition type {c.type!r} here", "type")
+        raise _reject(
+            "unknown_condition_type", "no condition type {type!r} here", "type", type=c.type
+        )
     _combatant(ctx, c.target, "target")
     if c.source is not None:
         _combatant(ctx, c.source, "source")
     anchor = c.anchor or c.source or c.target
     _combatant(ctx, anchor, "anchor")
     if not 1 <= c.rounds <= MAX_CONDITION_ROUNDS:
-        raise _reject("invalid_value", f"between 1 and {MAX_CONDITION_ROUNDS}", "rounds")
+        raise _reject(
+            "invalid_value", "between 1 and {limit}", "rounds", limit=MAX_CONDITION_ROUNDS
+        )
     if c.boundary not in ("start", "end"):
         raise _reject("invalid_value", "'start' or 'end'", "boundary")
     _text(c.note, "note", required=False)
@@ -1262,13 +1347,13 @@ def _apply_condition(ctx: _Ctx, c: cmd.ApplyCondition) -> None:
 def _remove_condition(ctx: _Ctx, c: cmd.RemoveCondition) -> None:
     found = next((k for k in ctx.state.conditions if k.id == c.condition), None)
     if found is None:
-        raise _reject("unknown_condition", f"no condition {c.condition!r}", "condition")
+        raise _reject("unknown_condition", "no condition {id!r}", "condition", id=c.condition)
     ctx.emit(ev.ConditionRemoved(found.target, found.id, found.type, "removed"))
 
 
 def _surprise(ctx: _Ctx, c: cmd.Surprise) -> None:
     if not ctx.rules.surprise:
-        raise _reject("not_in_ruleset", f"{ctx.rules.name} has no surprise")
+        raise _reject("not_in_ruleset", "{ruleset} has no surprise", ruleset=ctx.rules.name)
     _in_rounds(ctx)
     _active(ctx, c.target, "target")
     _names(c.by, "by")
@@ -1326,7 +1411,7 @@ def _record_outcome(ctx: _Ctx, c: cmd.RecordOutcome) -> None:
     if c.combatant is not None:
         _combatant(ctx, c.combatant)
     if len(c.values) > MAX_ITEMS:
-        raise _reject("invalid_value", f"at most {MAX_ITEMS} items", "values")
+        raise _reject("invalid_value", "at most {limit} items", "values", limit=MAX_ITEMS)
     for key, value in c.values:
         _text(key, "values", limit=MAX_NAME)
         if isinstance(value, str):
@@ -1336,7 +1421,7 @@ def _record_outcome(ctx: _Ctx, c: cmd.RecordOutcome) -> None:
             and not isinstance(value, bool)
             and not -MAX_NUMBER <= value <= MAX_NUMBER
         ):
-            raise _reject("invalid_value", f"{key}: out of range", "values")
+            raise _reject("invalid_value", "{key}: out of range", "values", key=key)
     ctx.emit(ev.OutcomeRecorded(c.kind, c.text, c.combatant, c.values))
 
 
@@ -1344,13 +1429,17 @@ def _disable_plugin(ctx: _Ctx, c: cmd.DisablePlugin) -> None:
     _text(c.plugin, "plugin", limit=MAX_NAME)
     _text(c.reason, "reason", required=False)
     if c.plugin in ctx.state.disabled_plugins:
-        raise _reject("invalid_value", f"plugin {c.plugin!r} is already disabled", "plugin")
+        raise _reject(
+            "invalid_value", "plugin {plugin!r} is already disabled", "plugin", plugin=c.plugin
+        )
     ctx.emit(ev.PluginDisabled(c.plugin, c.reason))
 
 
 def _enable_plugin(ctx: _Ctx, c: cmd.EnablePlugin) -> None:
     if c.plugin not in ctx.state.disabled_plugins:
-        raise _reject("invalid_value", f"plugin {c.plugin!r} is not disabled", "plugin")
+        raise _reject(
+            "invalid_value", "plugin {plugin!r} is not disabled", "plugin", plugin=c.plugin
+        )
     ctx.emit(ev.PluginEnabled(c.plugin))
 
 

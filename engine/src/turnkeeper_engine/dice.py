@@ -53,7 +53,11 @@ class _Supplied:
         face = self._faces[self._next]
         if not 1 <= face <= sides:
             raise Rejected(
-                "invalid_faces", f"face {face} is not on a d{sides}", f"faces[{self._next}]"
+                "invalid_faces",
+                "face {face} is not on a d{sides}",
+                f"faces[{self._next}]",
+                face=face,
+                sides=sides,
             )
         self._next += 1
         return face
@@ -62,8 +66,10 @@ class _Supplied:
         if self._next != len(self._faces):
             raise Rejected(
                 "invalid_faces",
-                f"{len(self._faces)} faces supplied, the check uses {self._next}",
+                "{supplied} faces supplied, the check uses {used}",
                 "faces",
+                supplied=len(self._faces),
+                used=self._next,
             )
 
 

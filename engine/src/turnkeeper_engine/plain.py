@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from . import commands as cmd
 from . import events as ev
+from .errors import Arg, TemplatedError
 
 Plain = None | bool | int | float | str | list["Plain"] | dict[str, "Plain"]
 T = TypeVar("T")
@@ -25,13 +26,20 @@ MAX_DEPTH = 32
 """Deepest nesting decoded: the engine's own values nest far less; more is hostile input."""
 
 
-class PlainError(ValueError):
-    """Plain data that does not decode. ``field`` is the path of the offending value."""
+class PlainError(ValueError, TemplatedError):
+    """Plain data that does not decode. ``field`` is the path of the offending value; the
+    message is a template with named arguments, like every error (see ``errors``)."""
 
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.message = message
+    def __init__(self, template: str, field: str, **args: Arg) -> None:
+        TemplatedError.__init__(self, template, args)
         self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+    def within(self, path: str) -> PlainError:
+        """The same error, its field made absolute: it was found in the value at ``path``."""
+        return PlainError(self.template, _within(path, self.field), **dict(self.args))
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -146,7 +154,7 @@ def from_plain(
     if origin is Literal:
         if data not in args:
             allowed = ", ".join(repr(a) for a in args)
-            raise PlainError(f"must be one of {allowed}", field)
+            raise PlainError("must be one of {allowed}", field, allowed=allowed)
         return data
     if origin in (Union, types.UnionType):
         options = args
@@ -171,7 +179,7 @@ def from_plain(
         if len(args) == 2 and args[1] is Ellipsis:
             items = [(args[0], v) for v in data]
         elif len(data) != len(args):
-            raise PlainError(f"must have {len(args)} items", field)
+            raise PlainError("must have {count} items", field, count=len(args))
         else:
             items = list(zip(args, data, strict=True))
         decoded = []
@@ -180,7 +188,7 @@ def from_plain(
                 decoded.append(from_plain(arg, v, "", depth + 1, shared))
             except PlainError as e:
                 # Paths are built only on the way out of a failure, not for every value.
-                raise PlainError(e.message, _within(f"{field}[{i}]", e.field)) from None
+                raise e.within(f"{field}[{i}]") from None
         return tuple(decoded)
     if origin is frozenset:
         if not isinstance(data, list | tuple):
@@ -230,7 +238,7 @@ def _shared_node(tp: Any, data: Any, field: str, depth: int, shared: _Shared) ->
     node = shared.decoded[ref]
     expected = tuple if get_origin(tp) is tuple else tp
     if not isinstance(node, expected):
-        raise PlainError(f"node {ref} is not a {expected.__name__}", field)
+        raise PlainError("node {ref} is not a {type}", field, ref=ref, type=expected.__name__)
     return node
 
 
@@ -265,7 +273,7 @@ def _dataclass(tp: type[T], data: Any, field: str, depth: int, shared: _Shared |
                 values[name] = from_plain(hint, data[name], "", depth + 1, shared)
             except PlainError as e:
                 path = f"{field}.{name}" if field else name
-                raise PlainError(e.message, _within(path, e.field)) from None
+                raise e.within(path) from None
         elif required:
             raise PlainError("is required", f"{field}.{name}" if field else name)
     return tp(**values)
@@ -298,7 +306,9 @@ def _untagged(tag: str, known: Mapping[str, type[T]], data: Mapping[str, Any]) -
     name = data.get(tag)
     cls = known.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise PlainError(f"unknown {tag}", tag)
+        if tag == "command":
+            raise PlainError("unknown command", tag)
+        raise PlainError("unknown event", tag)
     return from_plain(cls, {k: v for k, v in data.items() if k != tag})  # type: ignore[no-any-return]
 
 

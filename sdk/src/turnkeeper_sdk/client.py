@@ -108,12 +108,21 @@ class Client:
             if isinstance(item, wire.Notification):
                 return item
 
-    def hello(self, token: str | None = None, name: str = "script", kind: str = "tool") -> Any:
-        """Open the session at this client's protocol level; returns the hello result."""
+    def hello(
+        self,
+        token: str | None = None,
+        name: str = "script",
+        kind: str = "tool",
+        locale: str | None = None,
+    ) -> Any:
+        """Open the session at this client's protocol level; returns the hello result.
+        ``locale`` asks for the daemon's messages in that language."""
         params: dict[str, Any] = {
             "protocol": wire.PROTOCOL_VERSION,
             "client": {"name": name, "kind": kind},
         }
         if token is not None:
             params["token"] = token
+        if locale is not None:
+            params["locale"] = locale
         return self.call("hello", **params)

@@ -39,10 +39,12 @@ no longer be trusted: the server sends the final notification
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 # msgpack ships no type information; the codec's own signatures are what callers see.
 import msgpack  # type: ignore[import-untyped]
+
+from turnkeeper_engine.errors import Arg, TemplatedError
 
 PROTOCOL_VERSION = 1
 """The protocol level this codebase speaks; a client reads the daemon's in the hello call."""
@@ -133,29 +135,33 @@ class Notification:
 Message = Request | Response | Notification
 
 
-class WireError(Exception):
+class WireError(TemplatedError):
     """A message or byte stream the codec refuses, as data: ``code``, ``message`` and ``field``.
 
     ``fatal`` is true when the byte stream can no longer be trusted and the connection must close.
     ``msgid`` is the id of the refused request when it could be read, so the request can be
-    answered; it is ``None`` otherwise and always for fatal errors.
+    answered; it is ``None`` otherwise and always for fatal errors. The message is ``template``
+    (a string literal) filled in with the named ``args``, so a server can translate it.
     """
 
     def __init__(
         self,
         code: str,
-        message: str,
+        template: str,
         field: str = "",
         *,
         fatal: bool = False,
         msgid: int | None = None,
+        **args: Arg,
     ) -> None:
-        super().__init__(f"{code}: {message}")
+        super().__init__(template, args)
         self.code = code
-        self.message = message
         self.field = field
         self.fatal = fatal
         self.msgid = msgid
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
 
 
 def pack(message: Message) -> bytes:
@@ -167,22 +173,26 @@ def pack(message: Message) -> bytes:
     if len(data) > MAX_MESSAGE_BYTES:
         raise WireError(
             MESSAGE_TOO_LARGE,
-            f"the encoded message is {len(data)} bytes, over the limit of {MAX_MESSAGE_BYTES}",
+            "the encoded message is {size} bytes, over the limit of {limit}",
             msgid=None if isinstance(message, Notification) else message.msgid,
+            size=len(data),
+            limit=MAX_MESSAGE_BYTES,
         )
     return data
 
 
-def error_message(error: WireError) -> Response | Notification:
+def error_message(error: WireError, message: str | None = None) -> Response | Notification:
     """What to send for ``error``: a response to its request if known, else an error notification.
 
-    The notification's params are ``{"code", "message", "field", "fatal"}``.
+    The notification's params are ``{"code", "message", "field", "fatal"}``. ``message``, when
+    given, replaces the error's own (a server sends it in the session's language).
     """
+    text = error.message if message is None else message
     if error.msgid is not None:
-        return Response(error.msgid, ErrorBody(error.code, error.message, error.field), None)
+        return Response(error.msgid, ErrorBody(error.code, text, error.field), None)
     params = {
         "code": error.code,
-        "message": error.message,
+        "message": text,
         "field": error.field,
         "fatal": error.fatal,
     }
@@ -245,6 +255,11 @@ class Decoder:
                     decoded.append(err)
         return decoded
 
+    @property
+    def pending(self) -> bool:
+        """Whether bytes of an incomplete message are held, waiting for the rest."""
+        return self._fed != self._message_start
+
     def _fail(self, error: WireError) -> WireError:
         self._fatal = error
         return error
@@ -252,7 +267,10 @@ class Decoder:
 
 def _too_large() -> WireError:
     return WireError(
-        MESSAGE_TOO_LARGE, f"a message is longer than {MAX_MESSAGE_BYTES} bytes", fatal=True
+        MESSAGE_TOO_LARGE,
+        "a message is longer than {limit} bytes",
+        fatal=True,
+        limit=MAX_MESSAGE_BYTES,
     )
 
 
@@ -262,9 +280,14 @@ def _stream_error(exc: ValueError) -> WireError:
         return WireError(NESTED_TOO_DEEPLY, "the msgpack data nests too deeply", fatal=True)
     # msgpack words its length-limit errors "N exceeds max_<kind>_len(M)" and has no type for them.
     if "exceeds max_" in str(exc):
-        return WireError(MESSAGE_TOO_LARGE, f"a value is too long ({exc})", fatal=True)
-    detail = f" ({exc})" if str(exc) else ""
-    return WireError(MALFORMED_MSGPACK, f"the bytes are not valid msgpack{detail}", fatal=True)
+        return WireError(
+            MESSAGE_TOO_LARGE, "a value is too long ({detail})", fatal=True, detail=str(exc)
+        )
+    if not str(exc):
+        return WireError(MALFORMED_MSGPACK, "the bytes are not valid msgpack", fatal=True)
+    return WireError(
+        MALFORMED_MSGPACK, "the bytes are not valid msgpack ({detail})", fatal=True, detail=str(exc)
+    )
 
 
 def _to_array(message: Message) -> list[Any]:
@@ -312,15 +335,20 @@ def _expect_length(obj: list[Any], length: int, msgid: int | None) -> None:
     if len(obj) != length:
         raise WireError(
             INVALID_MESSAGE,
-            f"a message of type {obj[0]} must have {length} items, not {len(obj)}",
+            "a message of type {type} must have {length} items, not {count}",
             msgid=msgid,
+            type=obj[0],
+            length=length,
+            count=len(obj),
         )
 
 
 def _msgid(obj: list[Any]) -> int:
     value = obj[1] if len(obj) > 1 else None
     if type(value) is not int or not 0 <= value <= MAX_MSGID:
-        raise WireError(INVALID_MESSAGE, f"msgid must be an integer from 0 to {MAX_MSGID}", "msgid")
+        raise WireError(
+            INVALID_MESSAGE, "msgid must be an integer from 0 to {limit}", "msgid", limit=MAX_MSGID
+        )
     return value
 
 
@@ -366,7 +394,9 @@ def _error_body(value: Any) -> ErrorBody | None:
 def _error_string(error: dict[str, Any], name: str, default: str | None = None) -> str:
     item = error.get(name, default)
     if not isinstance(item, str):
-        raise WireError(INVALID_MESSAGE, f"error.{name} must be a string", f"error.{name}")
+        raise WireError(
+            INVALID_MESSAGE, "error.{name} must be a string", f"error.{name}", name=name
+        )
     return item
 
 
@@ -380,34 +410,66 @@ def _check_plain(value: Any, path: str, msgid: int | None) -> None:
         where = path + "".join(
             f"[{key}]" if isinstance(key, int) else f".{key}" for key in reversed(fault.keys)
         )
-        raise WireError(fault.code, f"{where}: {fault.reason}", where, msgid=msgid) from None
+        raise fault.refusal(where, msgid) from None
 
 
 class _NotPlain(Exception):  # noqa: N818 - internal signal, always turned into a WireError
     """Raised by ``_walk``; each level adds its key while unwinding, so paths cost nothing unless
-    something is refused (a 1 MiB message can hold half a million containers)."""
+    something is refused (a 1 MiB message can hold half a million containers).
 
-    def __init__(self, code: str, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
+    ``fault`` is what is wrong: too deep, a key that is not a string, or a value of a type that
+    is not plain (``type_name``).
+    """
+
+    def __init__(self, fault: Literal["depth", "key", "type"], type_name: str = "") -> None:
+        super().__init__(fault)
+        self.fault = fault
+        self.type_name = type_name
         self.keys: list[str | int] = []
+
+    def refusal(self, where: str, msgid: int | None) -> WireError:
+        """The error for the value at ``where``, answering the request ``msgid`` if known."""
+        if self.fault == "depth":
+            return WireError(
+                NESTED_TOO_DEEPLY,
+                "{where}: nests more than {limit} arrays and maps deep",
+                where,
+                msgid=msgid,
+                where=where,
+                limit=MAX_NESTING,
+            )
+        if self.fault == "key":
+            return WireError(
+                INVALID_MESSAGE,
+                "{where}: map keys must be strings",
+                where,
+                msgid=msgid,
+                where=where,
+            )
+        return WireError(
+            INVALID_MESSAGE,
+            "{where}: {type} is not plain data (no bin or ext)",
+            where,
+            msgid=msgid,
+            where=where,
+            type=self.type_name,
+        )
 
 
 def _walk(node: Any, depth: int) -> None:
     # Recursion is safe: it stops one level past MAX_NESTING.
     if depth > MAX_NESTING:
-        raise _NotPlain(NESTED_TOO_DEEPLY, f"nests more than {MAX_NESTING} arrays and maps deep")
+        raise _NotPlain(fault="depth")
     if isinstance(node, dict):
         pairs: Any = node.items()
     elif isinstance(node, list):
         pairs = enumerate(node)
     else:
-        raise _NotPlain(INVALID_MESSAGE, f"{type(node).__name__} is not plain data (no bin or ext)")
+        raise _NotPlain(fault="type", type_name=type(node).__name__)
     is_map = isinstance(node, dict)
     for key, child in pairs:
         if is_map and not isinstance(key, str):
-            raise _NotPlain(INVALID_MESSAGE, "map keys must be strings")
+            raise _NotPlain(fault="key")
         if not isinstance(child, _PLAIN_SCALARS):
             try:
                 _walk(child, depth + 1)
