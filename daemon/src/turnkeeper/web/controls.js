@@ -1,0 +1,178 @@
+// The commands a table uses most, for the narrator and, for their own combatants, players (R16:
+// the daemon refuses the rest anyway; the page only leaves out buttons that could not work).
+// Each control calls run(method, params), which sends the client's camelCase method with the
+// combat filled in and shows the daemon's (localized) message when it is refused.
+
+import { field, h, select } from "./dom.js";
+import { t } from "./i18n.js";
+import { actionType } from "./render.js";
+
+/** The action kinds each ruleset's catalogue knows (protocol.md, ActionSpec). */
+const KINDS = {
+  marvel: ["attack", "power", "grab", "escape", "help", "use_item", "move", "dash", "stand"],
+  dnd3e: ["attack", "cast", "aid_another", "total_defense", "move", "draw_weapon", "stand_up",
+    "charge", "full_attack", "run", "withdraw", "refocus", "speak", "drop_item"],
+};
+const ACTION_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard", "move", "full", "free"] };
+const RESERVED_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard"] };
+
+function button(text, testid, onclick, kind) {
+  return h("button", { type: "button", class: "button " + (kind || ""), "data-testid": testid, onclick }, text);
+}
+
+function group(title, testid, ...body) {
+  return h("div", { class: "control-group", "data-testid": testid, role: "group", "aria-label": title },
+    h("h3", null, title), body);
+}
+
+function turnRef(turn) {
+  return { round: turn.round, combatant: turn.combatant, number: turn.number };
+}
+
+function turnControls(scene, run) {
+  const turn = scene.view.turn;
+  const ref = turnRef(turn);
+  const number = h("input", { type: "number", name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow" });
+  const hold = () => {
+    const value = number.value.trim();
+    return run("hold", { turn: ref, number: value === "" ? null : Number(value) });
+  };
+  return group(t("{name}'s turn", { name: scene.name(turn.combatant) }), "turn-controls",
+    h("div", { class: "row" },
+      button(t("End turn"), "end-turn", () => run("endTurn", { turn: ref }), "primary"),
+      button(scene.marvel ? t("Hold the turn") : t("Delay the turn"), "hold", hold),
+      field(t("At number (optional)"), number)));
+}
+
+function reserveForm(scene, run) {
+  const ruleset = scene.view.ruleset;
+  const turn = scene.view.turn;
+  const reservedType = select({ name: "reserved_type", "data-testid": "reserve-type" },
+    (RESERVED_TYPES[ruleset] || ["standard"]).map((type) => [type, actionType(type)]), "standard");
+  const kind = h("input", { name: "kind", list: "kinds", required: true, autocomplete: "off", value: "attack", "data-testid": "reserve-kind" });
+  const type = select({ name: "type", "data-testid": "reserve-action-type" },
+    [["", t("as the kind says")], ...(ACTION_TYPES[ruleset] || []).map((x) => [x, actionType(x)])], "");
+  const description = h("input", { name: "description", maxlength: 2000, autocomplete: "off", "data-testid": "reserve-description" });
+  const trigger = h("input", { name: "trigger", required: true, maxlength: 2000, autocomplete: "off", "data-testid": "reserve-trigger" });
+  const submit = (event) => {
+    event.preventDefault();
+    const action = { kind: kind.value.trim(), description: description.value.trim() };
+    if (type.value) action.type = type.value;
+    return run("reserve", {
+      turn: turnRef(turn), reserved_type: reservedType.value, action, trigger: { text: trigger.value.trim() },
+    });
+  };
+  const title = scene.marvel ? t("Reserve an action for {name}", { name: scene.name(turn.combatant) })
+    : t("Ready an action for {name}", { name: scene.name(turn.combatant) });
+  return h("form", { class: "control-group reserve", "data-testid": "reserve-form", onsubmit: submit, "aria-label": title },
+    h("h3", null, title),
+    h("div", { class: "grid" },
+      // TRANSLATORS: the action type spent on reserving (marvel standard/movement).
+      field(t("Spend"), reservedType),
+      field(t("Action"), kind),
+      field(t("Action type"), type),
+      field(t("Description"), description),
+      h("div", { class: "wide" }, field(t("Trigger"), trigger, t("What it waits for, as you would say it.")))),
+    h("div", { class: "row" }, h("button", { type: "submit", class: "button primary", "data-testid": "reserve" },
+      scene.marvel ? t("Reserve") : t("Ready"))));
+}
+
+function heldTurnForm(scene, hold, run) {
+  const others = scene.lineup.filter((c) => c.id !== hold.combatant && c.status === "active");
+  const when = select({ name: "when", "data-testid": "held-when" },
+    [["before", t("just before")], ["after", t("just after")]], "after");
+  const other = select({ name: "other", "data-testid": "held-other" }, others.map((c) => [c.id, c.name]),
+    scene.view.turn ? scene.view.turn.combatant : null);
+  const take = () => run("takeHeldTurn", { combatant: hold.combatant, when: when.value, other: other.value });
+  const name = scene.name(hold.combatant);
+  return group(scene.marvel ? t("{name}'s held turn", { name }) : t("{name}'s delayed turn", { name }),
+    "held-" + hold.combatant,
+    h("div", { class: "row" },
+      // TRANSLATORS: a label over "just before" / "just after" (another combatant's turn).
+      field(t("Act"), when),
+      field(t("Combatant"), other),
+      button(scene.marvel ? t("Take held turn") : t("Take delayed turn"), "take-held-" + hold.combatant, take, "primary")));
+}
+
+function answerRow(scene, w, id, run) {
+  const own = scene.view.reservations.filter((r) => r.combatant === id);
+  const options = own.map((r) => [r.id, t("Reserved: {trigger}", { trigger: r.trigger.text })]);
+  if (scene.marvel) options.push(["", t("A stated action")]);
+  const choice = options.length ? select({ name: "reservation", "data-testid": "claim-with-" + id }, options, options[0][0]) : null;
+  const kind = scene.marvel ? h("input", { name: "kind", list: "kinds", value: "attack", class: "narrow", "data-testid": "claim-kind-" + id }) : null;
+  const stated = kind ? field(t("Stated action"), kind) : null;
+  // The action is asked for only when it is stated rather than reserved.
+  const showStated = () => {
+    if (stated) stated.hidden = Boolean(choice && choice.value);
+  };
+  if (choice) choice.addEventListener("change", showStated);
+  showStated();
+  const claim = () => {
+    const params = { window: w.id, combatant: id };
+    if (choice && choice.value) params.reservation = choice.value;
+    else params.action = { kind: kind.value.trim() };
+    return run("claimReaction", params);
+  };
+  return h("li", { class: "answer", "data-testid": "answer-" + id },
+    h("strong", null, scene.name(id)),
+    h("div", { class: "row" },
+      choice ? field(t("Claim with"), choice) : null,
+      stated),
+    h("div", { class: "row" },
+      choice ? button(t("Claim"), "claim-" + id, claim, "primary") : null,
+      button(t("Pass"), "pass-" + id, () => run("passReaction", { window: w.id, combatant: id }))));
+}
+
+function windowControls(scene, run) {
+  const w = scene.view.window;
+  const answered = new Set([...w.passes, ...w.claims.map((claim) => claim.combatant)]);
+  if (w.status === "open") {
+    const rows = w.offered.filter((id) => !answered.has(id) && scene.may(id)).map((id) => answerRow(scene, w, id, run));
+    const close = scene.session.role === "narrator"
+      ? h("div", { class: "row" }, button(t("Close the window"), "close-window", () => run("closeWindow", { window: w.id })))
+      : null;
+    if (!rows.length && !close) return null;
+    return group(t("Reactions"), "window-controls",
+      rows.length ? h("ul", { class: "answers" }, rows) : null, close);
+  }
+  const reacting = w.sequence[w.index];
+  if (reacting === undefined || !scene.may(reacting)) return null;
+  return group(t("Reactions"), "window-controls", h("div", { class: "row" },
+    button(t("{name} is done reacting", { name: scene.name(reacting) }), "finish-" + reacting,
+      () => run("finishReaction", { window: w.id, combatant: reacting }), "primary")));
+}
+
+/** The controls this session may use now, or a line saying there are none. */
+export function controls(scene, run) {
+  const { view, session } = scene;
+  const narrator = session.role === "narrator";
+  const parts = [];
+  if (view.phase !== "ended") {
+    if (narrator && (view.phase === "setup" || view.phase === "initiative")) {
+      parts.push(group(t("Combat"), "combat-controls", h("div", { class: "row" },
+        button(t("Start combat"), "start-combat", () => run("startCombat", {}), "primary"))));
+    }
+    // While a window is open or resolving, turn commands are refused (window_open): resolve it first.
+    if (view.window) parts.push(windowControls(scene, run));
+    else if (view.turn && scene.may(view.turn.combatant)) {
+      parts.push(turnControls(scene, run));
+      parts.push(reserveForm(scene, run));
+    }
+    for (const hold of view.holds) {
+      if (scene.may(hold.combatant)) parts.push(heldTurnForm(scene, hold, run));
+    }
+  }
+  if (narrator) {
+    parts.push(group(t("Table"), "table-controls", h("div", { class: "row" },
+      button(t("Undo the last command"), "undo", () => run("undo", {}), "danger"))));
+  }
+  const shown = parts.filter(Boolean);
+  let body;
+  if (shown.length) body = shown;
+  else if (session.role === "player") body = h("p", { class: "empty" }, t("Nothing for you to do right now."));
+  else body = h("p", { class: "empty" }, t("You are watching: this session gives no commands."));
+  return h("section", { class: "panel controls", "data-testid": "controls", "aria-label": t("Controls") },
+    h("h2", null, narrator ? t("Narrator controls") : t("Your controls")),
+    h("datalist", { id: "kinds" }, (KINDS[view.ruleset] || []).map((k) => h("option", { value: k }))),
+    body);
+}

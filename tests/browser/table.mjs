@@ -1,0 +1,471 @@
+// Drives the daemon's table view in Debian's Chromium, headless, for tests/test_table_view.py:
+//
+//   node --experimental-websocket table.mjs <scenario> <settings.json>
+//
+// The settings name the page (`base`), the WebSocket (`ws`), the browser, the JavaScript client
+// (for the commands another tool at the table sends), the screenshot folder, a profile folder
+// and the scenario's tokens and combat. The scenario checks what the page shows as it goes;
+// on success it prints one JSON line of what it saw (the test asserts on it too), on failure it
+// saves failed.png, says why on stderr and exits 1.
+
+import { mkdirSync, mkdtempSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { chromium } from "playwright-core";
+
+/** Chromium as a test needs it: no sandbox (containers), no GPU, and nothing that phones home. */
+const CHROMIUM_ARGS = [
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+/** Milliseconds a step waits for the page to show what it expects. */
+const WAIT_MS = 15000;
+
+const [scenarioName, settingsFile] = process.argv.slice(2);
+const settings = JSON.parse(await readFile(settingsFile, "utf8"));
+const screenshots = [];
+const problems = [];
+/** Set while the daemon is down on purpose: the browser's failed connections are expected. */
+let outage = false;
+const NETWORK_ERROR = /net::ERR_|WebSocket connection to/;
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+function same(actual, expected, what) {
+  const a = JSON.stringify(actual);
+  const e = JSON.stringify(expected);
+  check(a === e, `${what}: expected ${e}, got ${a}`);
+}
+
+/** One page of the table view, with the few moves the scenarios make. */
+class TablePage {
+  static async open(context, label, fragment) {
+    const page = await context.newPage();
+    // Anything the page logs as an error (a script error, a refused load, a CSP violation)
+    // fails the scenario.
+    page.on("pageerror", (error) => problems.push(`${label}: ${error.message}`));
+    page.on("console", (message) => {
+      if (message.type() !== "error" || (outage && NETWORK_ERROR.test(message.text()))) return;
+      problems.push(`${label} console: ${message.text()}`);
+    });
+    const hash = fragment ? "#" + new URLSearchParams(fragment).toString() : "";
+    await page.goto(settings.base + "/" + hash);
+    return new TablePage(page, label);
+  }
+
+  constructor(page, label) {
+    this.page = page;
+    this.label = label;
+  }
+
+  locator(testid) {
+    return this.page.locator(`[data-testid="${testid}"]`);
+  }
+
+  async text(testid) {
+    return (await this.locator(testid).first().innerText()).trim();
+  }
+
+  async click(testid) {
+    await this.locator(testid).click({ timeout: WAIT_MS });
+  }
+
+  async fill(testid, value) {
+    await this.locator(testid).fill(value, { timeout: WAIT_MS });
+  }
+
+  async choose(testid, value) {
+    await this.locator(testid).selectOption(value, { timeout: WAIT_MS });
+  }
+
+  /** Waits until fn(arg), run in the page, is true; fails naming what was awaited. */
+  async until(what, fn, arg) {
+    try {
+      await this.page.waitForFunction(fn, arg, { timeout: WAIT_MS });
+    } catch (error) {
+      throw new Error(`${this.label} page: waited in vain for ${what}`);
+    }
+  }
+
+  async shot(step) {
+    const file = join(settings.artifacts, `${String(screenshots.length + 1).padStart(2, "0")}-${this.label}-${step}.png`);
+    await this.page.screenshot({ path: file, fullPage: true });
+    screenshots.push(file);
+  }
+
+  /** Whose turn the page shows, or null. */
+  async turn() {
+    return this.page.evaluate(() => document.querySelector('[data-testid="turn"]')?.dataset.combatant ?? null);
+  }
+
+  async untilTurn(combatant) {
+    await this.until(`${combatant}'s turn`, (id) =>
+      document.querySelector('[data-testid="turn"]')?.dataset.combatant === id, combatant);
+  }
+
+  async untilShown(testid) {
+    await this.until(`[data-testid="${testid}"]`, (id) => document.querySelector(`[data-testid="${id}"]`) !== null, testid);
+  }
+
+  async untilGone(testid) {
+    await this.until(`no [data-testid="${testid}"]`, (id) => document.querySelector(`[data-testid="${id}"]`) === null, testid);
+  }
+
+  async untilText(testid, text) {
+    await this.until(`"${text}" in [data-testid="${testid}"]`, ([id, wanted]) =>
+      [...document.querySelectorAll(`[data-testid="${id}"]`)].some((e) => e.innerText.includes(wanted)), [testid, text]);
+  }
+
+  /** What the page shows of the combat, by ids: the tests compare pages with these. */
+  async observe() {
+    return this.page.evaluate(() => {
+      const ids = (prefix, key) => [...document.querySelectorAll(`[data-testid^="${prefix}"]`)]
+        .map((e) => (key ? e.dataset[key] : e.dataset.testid.slice(prefix.length)));
+      const rows = [...document.querySelectorAll('[data-testid^="combatant-"]')];
+      const id = (row) => row.dataset.testid.slice("combatant-".length);
+      return {
+        combatants: rows.map(id),
+        fantastic: rows.filter((row) => row.querySelector('[data-testid="fantastic"]')).map(id),
+        totals: Object.fromEntries(rows.map((row) => [id(row),
+          (row.querySelector('[data-testid="total"]')?.innerText ?? "").replace("=", "").trim()])),
+        reservations: ids("reservation-", "combatant"),
+        offered: ids("offered-"),
+        answers: ids("answer-"),
+        narrator_controls: ["start-combat", "undo", "close-window"]
+          .filter((testid) => document.querySelector(`[data-testid="${testid}"]`)),
+        log: [...document.querySelectorAll('[data-testid="log-lines"] li')].map((li) => li.innerText),
+      };
+    });
+  }
+
+  async seconds(testid) {
+    const [m, s] = (await this.text(testid)).split(":").map(Number);
+    return m * 60 + s;
+  }
+}
+
+/** The JavaScript client, as another narrator tool at the table: the page must follow it live. */
+async function otherTool(token, locale = "en") {
+  const { Client } = await import(settings.client);
+  return Client.connect(settings.ws, { token, locale, name: "table-view-test", kind: "tool", reconnect: false });
+}
+
+let stdinLines = null;
+
+/** Lets the test act in between (restart the daemon): says so on stdout, waits for its line. */
+async function pause(name) {
+  stdinLines ??= createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  console.log(JSON.stringify({ pause: name }));
+  await stdinLines.next();
+}
+
+async function refusalOf(promise) {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("the command was accepted");
+}
+
+// Scenarios ---------------------------------------------------------------------------------
+
+const scenarios = {
+  async narrator(context) {
+    const table = await TablePage.open(context, "narrator", { token: settings.token, combat: settings.combat });
+    await table.untilTurn("spidey");
+    await table.untilText("log-lines", "Bonus round");
+    const seen = await table.observe();
+    const before = await table.seconds("timer-countdown");
+    await table.page.waitForTimeout(1300);
+    const first = {
+      round: await table.text("round"),
+      turn: await table.turn(),
+      order: seen.combatants,
+      fantastic: seen.fantastic,
+      totals: seen.totals,
+      timer: [before, await table.seconds("timer-countdown")],
+      condition: await table.text("left"),
+    };
+    check(await table.locator("hidden").count() === 1, "the narrator sees Mystique marked hidden");
+    await table.shot("bonus-round");
+
+    const steps = [];
+    await table.click("end-turn");
+    await table.untilTurn("docock");
+    steps.push(`end turn: ${await table.text("turn-name")}'s turn`);
+    await table.shot("end-turn");
+
+    await table.fill("reserve-kind", "dance");
+    await table.fill("reserve-trigger", "When Spider-Man lands on the vault");
+    await table.click("reserve");
+    await table.untilShown("error");
+    steps.push(`reserve refused: ${await table.locator("error").getAttribute("data-code")}`);
+    await table.shot("reserve-refused");
+
+    await table.fill("reserve-kind", "attack");
+    await table.fill("reserve-description", "grabs him with a tentacle");
+    await table.click("reserve");
+    await table.untilShown("trigger");
+    await table.untilGone("error");
+    steps.push(`reserve: ${await table.text("trigger")}`);
+    await table.shot("reserve");
+
+    await table.click("end-turn");
+    await table.untilText("round", "Round 1");
+    steps.push(`end turn: ${await table.text("round")}`);
+
+    await table.click("hold");
+    await table.untilShown("hold-spidey");
+    await table.untilTurn("sabretooth");
+    const holding = await table.locator("combatant-spidey").locator('[data-testid="holding"]').innerText();
+    steps.push(`hold: Spider-Man ${holding.toLowerCase()}`);
+    await table.shot("hold");
+
+    await table.choose("held-when", "after");
+    await table.choose("held-other", "sabretooth");
+    await table.click("take-held-spidey");
+    await table.untilText("plan", "Sabretooth");
+    steps.push(`take held turn: ${await table.text("plan")}`);
+    await table.click("end-turn");
+    await table.untilTurn("spidey");
+    steps.push(`held turn: ${await table.text("turn-name")}`);
+    await table.shot("held-turn");
+
+    await table.click("end-turn");
+    await table.untilTurn("wolverine");
+    const tool = await otherTool(settings.token);
+    await tool.announceTrigger({
+      combat: settings.combat,
+      facts: { event: "vault_door", text: "The vault door blows open" },
+      offer: ["docock", "wolverine"],
+    });
+    await table.untilShown("window-countdown");
+    const offered = await table.page.locator('[data-testid^="offered-"] strong').allInnerTexts();
+    steps.push(`window: ${offered.join(", ")}`);
+    check(await table.locator("end-turn").count() === 0, "turn controls wait while the window is open");
+    await table.shot("window");
+
+    await table.click("claim-docock");
+    await table.untilText("offered-docock", "Claims");
+    steps.push(`claim: ${await table.locator("offered-docock").locator("strong").innerText()}`);
+    await table.click("pass-wolverine");
+    await table.untilText("window-status", "Resolving");
+    steps.push(`pass: ${await table.locator("offered-wolverine").locator("strong").innerText()}`);
+    await table.shot("resolving");
+
+    await table.click("finish-docock");
+    await table.untilGone("window-status");
+    steps.push("finish reaction");
+    await table.shot("finished");
+
+    await table.click("undo");
+    await table.untilShown("finish-docock");
+    await table.untilText("window-status", "Resolving");
+    steps.push(`undo: ${await table.locator("offered-docock").locator("strong").innerText()} reacting again`);
+    await table.shot("undo");
+    tool.close();
+    return { first, steps };
+  },
+
+  async r16(context) {
+    const narrator = await TablePage.open(context, "narrator", { token: settings.narrator, combat: settings.combat });
+    const player = await TablePage.open(context, "player", { token: settings.player, combat: settings.combat });
+    for (const table of [narrator, player]) {
+      await table.untilShown("window-status");
+      await table.untilShown("answer-wolverine");
+    }
+    const seen = { narrator: await narrator.observe(), player: await player.observe() };
+    check((await player.text("role")).includes("logan"), "the player's page names its user");
+    await narrator.shot("start");
+    await player.shot("start");
+
+    const steps = [];
+    await player.click("pass-wolverine");
+    await narrator.untilText("offered-wolverine", "Passes");
+    steps.push("player passes: narrator page shows Wolverine passes");
+
+    await narrator.click("pass-docock");
+    await player.untilGone("window-status");
+    steps.push("narrator passes for Doctor Octopus: window closed on the player page");
+    await player.shot("window-closed");
+
+    await player.click("end-turn");
+    await narrator.untilTurn("docock");
+    steps.push(`player ends Wolverine's turn: narrator page shows ${await narrator.text("turn-name")}'s turn`);
+    await narrator.shot("doc-ock-turn");
+
+    await player.untilTurn("docock");
+    check(await player.locator("end-turn").count() === 0, "no end turn for another's combatant");
+    check(await player.locator("reserve-form").count() === 0, "no reserve form for another's combatant");
+    check((await player.text("controls")).includes("Nothing for you to do right now."), "the player is told");
+    steps.push("player page: nothing to do, no turn controls");
+    await player.shot("not-my-turn");
+
+    await narrator.click("end-turn");
+    await narrator.untilTurn("mystique");
+    await player.until("a turn the player cannot see", () => {
+      const turn = document.querySelector('[data-testid="turn"]');
+      return turn !== null && turn.dataset.combatant === undefined;
+    });
+    steps.push("Mystique's turn: the player page sees no turn");
+    await narrator.shot("mystique-turn");
+    await player.shot("mystique-turn");
+    return { ...seen, steps };
+  },
+
+  async reconnect(context) {
+    const table = await TablePage.open(context, "reconnect", { token: settings.token, combat: settings.combat });
+    await table.untilTurn("spidey");
+    const steps = [];
+    outage = true;
+    await pause("kill");
+    await table.until("the page reconnecting", () =>
+      document.querySelector('[data-testid="status"]')?.dataset.state === "reconnecting");
+    steps.push(`daemon killed: ${await table.text("status")}`);
+    await table.shot("reconnecting");
+    await pause("start");
+    await table.until("the page live again", () =>
+      document.querySelector('[data-testid="status"]')?.dataset.state === "open");
+    await table.untilTurn("docock");
+    steps.push(`daemon back: ${await table.text("status")}, ${await table.text("turn-name")}'s turn`);
+    await table.shot("back");
+    await table.click("end-turn");
+    await table.untilText("round", "Round 1");
+    steps.push(`end turn: ${await table.text("round")}`);
+    await table.shot("going-on");
+    return { steps };
+  },
+
+  async "pt-BR"(context) {
+    const table = await TablePage.open(context, "pt-BR", null);
+    await table.untilShown("sign-in");
+    check((await table.text("sign-in")) === "Sign in", "the browser's English comes first");
+    await table.choose("locale", "pt-BR");
+    await table.until("the form in Portuguese", () =>
+      document.querySelector('[data-testid="sign-in"]')?.innerText.trim() !== "Sign in");
+    const signInButton = await table.text("sign-in");
+    await table.shot("sign-in");
+    await table.fill("token", settings.token);
+    await table.click("sign-in");
+    await table.untilShown("open");
+    await table.choose("combat", settings.combat);
+    await table.shot("choose-combat");
+    await table.click("open");
+    await table.untilTurn("spidey");
+    await table.until("the narrated log", () => document.querySelectorAll('[data-testid="log-lines"] li').length > 3);
+
+    await table.fill("reserve-kind", "dance");
+    await table.fill("reserve-trigger", "Quando o Homem-Aranha pousar no cofre");
+    await table.click("reserve");
+    await table.untilShown("error");
+    const error = { code: await table.locator("error").getAttribute("data-code"), text: await table.text("error-message") };
+    await table.shot("combat");
+
+    const tool = await otherTool(settings.token, "en");
+    const view = (await tool.getCombat({ combat: settings.combat })).view;
+    const refused = await refusalOf(tool.reserve({
+      combat: settings.combat,
+      turn: { round: view.turn.round, combatant: view.turn.combatant, number: view.turn.number },
+      reserved_type: "standard",
+      action: { kind: "dance" },
+      trigger: { text: "x" },
+    }));
+    tool.close();
+    const shown = {
+      sign_in_button: signInButton,
+      round: await table.text("round"),
+      fantastic: await table.text("fantastic"),
+      log: (await table.observe()).log,
+      html_lang: await table.page.evaluate(() => document.documentElement.lang),
+      error,
+      error_en: refused.message,
+    };
+
+    // Another combat, then signing out: the form comes back empty, still in Portuguese.
+    await table.click("change-combat");
+    await table.untilShown("open");
+    await table.click("open");
+    await table.untilTurn("spidey");
+    await table.click("sign-out");
+    await table.untilShown("sign-in");
+    same(await table.locator("token").inputValue(), "", "the token is forgotten on signing out");
+    shown.signed_out = await table.text("sign-in");
+    await table.shot("signed-out");
+    return shown;
+  },
+
+  async dnd3e(context) {
+    const table = await TablePage.open(context, "dnd3e", { token: settings.token, combat: settings.combat });
+    await table.untilShown("start-combat");
+    const seen = await table.observe();
+    const steps = [`not started: ${await table.text("round")}`];
+    await table.shot("not-started");
+    await table.click("start-combat");
+    await table.untilTurn("ana");
+    steps.push(`start combat: ${await table.text("round")}, ${await table.text("turn-name")}'s turn`);
+    await table.shot("started");
+    same(await table.text("hold"), "Delay the turn", "dnd3e delays");
+    await table.click("hold");
+    await table.untilShown("hold-ana");
+    await table.untilTurn("orc");
+    const title = await table.locator("holds").locator("h2").innerText();
+    steps.push(`delay: ${await table.text("turn-name")}'s turn, Ana ${title.toLowerCase()}`);
+    await table.shot("delay");
+    await table.fill("reserve-kind", "attack");
+    await table.fill("reserve-trigger", "When Ana steps out of the shadows");
+    await table.click("reserve");
+    await table.untilShown("trigger");
+    steps.push(`ready: ${await table.text("trigger")}`);
+    await table.shot("ready");
+    return { totals: seen.totals, fantastic: seen.fantastic, steps };
+  },
+};
+
+// Running one -------------------------------------------------------------------------------
+
+const scenario = scenarios[scenarioName];
+if (!scenario) {
+  console.error(`no scenario ${scenarioName}; known: ${Object.keys(scenarios).join(", ")}`);
+  process.exit(2);
+}
+mkdirSync(settings.artifacts, { recursive: true });
+mkdirSync(settings.profile, { recursive: true });
+// A fresh profile every run: nothing cached or remembered from an earlier one.
+const profile = mkdtempSync(join(settings.profile, "run-"));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: settings.chromium,
+  headless: true,
+  args: CHROMIUM_ARGS,
+  locale: "en-US",
+  viewport: { width: 1360, height: 900 },
+});
+context.setDefaultTimeout(WAIT_MS);
+let failed = null;
+let result = null;
+try {
+  result = await scenario(context);
+  check(problems.length === 0, `the page reported errors:\n${problems.join("\n")}`);
+} catch (error) {
+  failed = error;
+  for (const page of context.pages()) {
+    await page.screenshot({ path: join(settings.artifacts, "failed.png"), fullPage: true }).catch(() => {});
+  }
+} finally {
+  await context.close();
+}
+if (failed) {
+  console.error(failed.stack || String(failed));
+  if (problems.length) console.error(problems.join("\n"));
+  process.exit(1);
+}
+console.log(JSON.stringify({ scenario: scenarioName, screenshots, ...result }));
+process.exit(0); // stdin may still be open

@@ -1,0 +1,367 @@
+"""The table view end to end: a real daemon serving the page with ``--http``, Debian's Chromium
+driven headless by playwright-core (tests/browser/table.mjs), and the combat set up through the
+Python client over the Unix socket, as a narrator's other tools would.
+
+Each test runs one scenario of tests/browser/table.mjs, which opens the page, clicks through it,
+checks what it shows, and prints what it saw as JSON; the test asserts on that too. Screenshots
+of every step are kept as test artifacts in ``test-artifacts/table-view/<scenario>/`` at the
+repository root (one PNG per step, numbered; a failing step leaves ``failed.png``).
+
+The browser tests need node, ``npm ci`` in tests/browser and in sdk/js, and ``/usr/bin/chromium``
+(``apt-get install chromium``): without them these tests fail, saying what is missing.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import itertools
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon import Client, Daemon, running
+
+REPO = Path(__file__).resolve().parents[1]
+BROWSER_DIR = REPO / "tests" / "browser"
+WEB = REPO / "daemon" / "src" / "turnkeeper" / "web"
+VENDORED = WEB / "vendor" / "msgpack"
+SDK_JS = REPO / "sdk" / "js"
+ARTIFACTS = REPO / "test-artifacts" / "table-view"
+CHROMIUM = Path("/usr/bin/chromium")
+SCENARIO_TIMEOUT = 180.0
+"""Seconds one scenario may take: a few page loads and a few dozen clicks, on a busy machine."""
+
+BANK = (
+    # id, name, initiative modifier, faces (the third is the Marvel die: 1 is its M), fields
+    ("spidey", "Spider-Man", 3, [5, 6, 1], {"controller": "peter", "player_character": True}),
+    ("docock", "Doctor Octopus", 1, [3, 4, 1], {}),
+    ("sabretooth", "Sabretooth", 2, [4, 5, 6], {}),
+    ("wolverine", "Wolverine", 3, [2, 4, 6], {"controller": "logan", "player_character": True}),
+    ("mystique", "Mystique", 0, [2, 3, 4], {"hidden": True}),
+)
+"""The seed's bank robbery: Spider-Man 20 and Doctor Octopus 14 are Fantastic and act in the
+bonus round; Sabretooth 17, Wolverine 15 and the hidden Mystique 9 are not."""
+
+
+class Narrator:
+    """The narrator's Python client on one combat, each command with a fresh request id."""
+
+    def __init__(self, client: Client, combat: str) -> None:
+        self.client = client
+        self.combat = combat
+        self.ids = itertools.count(1)
+
+    def __call__(self, method: str, **fields: Any) -> Any:
+        request_id = f"{self.combat}-{next(self.ids)}"
+        return self.client.call(method, request_id=request_id, combat=self.combat, **fields)
+
+    def create(self, ruleset: str, **options: Any) -> None:
+        self.client.call(
+            "create_combat",
+            request_id=f"{self.combat}-create",
+            combat_id=self.combat,
+            ruleset=ruleset,
+            options=[[name, value] for name, value in options.items()],
+        )
+
+    @property
+    def turn(self) -> dict[str, Any]:
+        turn = self.client.call("get_combat", combat=self.combat)["view"]["turn"]
+        return {"round": turn["round"], "combatant": turn["combatant"], "number": turn["number"]}
+
+    def end_turn(self) -> None:
+        self("end_turn", turn=self.turn)
+
+    def reserve(self, kind: str, trigger: str, description: str = "") -> None:
+        action = {"kind": kind, "description": description}
+        self(
+            "reserve",
+            turn=self.turn,
+            reserved_type="standard",
+            action=action,
+            trigger={"text": trigger},
+        )
+
+
+def bank(d: Daemon, combat: str = "bank") -> Narrator:
+    """The bank robbery under marvel, started: the bonus round, Spider-Man's turn. Sabretooth is
+    webbed for two of his turn ends; turns last ten minutes and windows wait two."""
+    n = Narrator(d.client(), combat)
+    n.create("marvel", turn_time_limit=600.0, window_deadline=120.0)
+    for cid, name, mod, faces, fields in BANK:
+        n("add_combatant", id=cid, display_name=name, init_mod=mod, **fields)
+        n("roll_initiative", combatant=cid, faces=faces)
+    n("apply_condition", target="sabretooth", type="custom", rounds=2, note="Webbed to the wall")
+    n("start_combat")
+    return n
+
+
+def prerequisites() -> str:
+    """The programs the browser tests need; fails the test (never skips it), naming what is
+    missing."""
+    node = shutil.which("node")
+    missing = []
+    if node is None:
+        missing.append("node (apt-get install nodejs)")
+    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
+        missing.append("tests/browser/node_modules (run: npm ci --prefix tests/browser)")
+    if not (SDK_JS / "node_modules" / "@msgpack" / "msgpack").is_dir():
+        missing.append("sdk/js/node_modules (run: npm ci --prefix sdk/js)")
+    if not CHROMIUM.exists():
+        missing.append(f"{CHROMIUM} (apt-get install chromium)")
+    if missing:
+        pytest.fail("the table view's browser tests need: " + "; ".join(missing), pytrace=False)
+    assert node is not None
+    return node
+
+
+def scenario(
+    d: Daemon,
+    name: str,
+    tmp_path: Path,
+    pauses: dict[str, Callable[[], None]] | None = None,
+    **config: Any,
+) -> dict[str, Any]:
+    """Run one scenario of tests/browser/table.mjs against the daemon; returns what it saw.
+
+    A scenario may pause for the test to act in between (restart the daemon): it prints
+    ``{"pause": name}``, the test runs ``pauses[name]`` and answers with a line."""
+    node = prerequisites()
+    shots = ARTIFACTS / name
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    settings = {
+        "base": f"http://127.0.0.1:{d.http_port}",
+        "ws": f"ws://127.0.0.1:{d.http_port}/ws",
+        "chromium": str(CHROMIUM),
+        "client": str(SDK_JS / "src" / "index.js"),
+        "artifacts": str(shots),
+        "profile": str(tmp_path / "chromium-profile"),
+        **config,
+    }
+    settings_file = tmp_path / f"{name}.json"
+    settings_file.write_text(json.dumps(settings))
+    errors = tmp_path / f"{name}.stderr"
+    argv = [node, "--experimental-websocket", "table.mjs", name, str(settings_file)]
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(
+            argv,
+            cwd=BROWSER_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        timed_out = threading.Event()
+        overdue = threading.Timer(SCENARIO_TIMEOUT, lambda: (timed_out.set(), process.kill()))
+        overdue.start()
+        said: dict[str, Any] = {}
+        try:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            for line in process.stdout:
+                said = json.loads(line)
+                if "pause" in said:
+                    (pauses or {})[said["pause"]]()
+                    process.stdin.write("go\n")
+                    process.stdin.flush()
+            process.stdin.close()
+            code = process.wait()
+        finally:
+            overdue.cancel()
+            process.kill()
+    assert not timed_out.is_set(), f"scenario {name} ran past {SCENARIO_TIMEOUT} s"
+    assert code == 0, f"scenario {name} failed (screenshots in {shots}):\n{errors.read_text()}"
+    assert said.get("scenario") == name, said
+    assert said["screenshots"], "every scenario keeps screenshots"
+    return said
+
+
+def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_path: Path) -> None:
+    """The narrator's page: the bonus round with the Fantastic checks marked, the turn timer
+    counting down and a condition with its duration; then, by its own buttons, end turn, a
+    reservation with its trigger (a refused one first, with the daemon's message), a hold and
+    when it is taken, an open reaction window (announced by another tool: the page follows
+    live) with claim and pass, finishing the reaction, and undo."""
+    with running(tmp_path, http=True) as d:
+        bank(d)
+        seen = scenario(d, "narrator", tmp_path, token=d.token("narrator"), combat="bank")
+    first = seen["first"]
+    assert first["round"] == "Bonus round"
+    assert first["turn"] == "spidey"
+    assert first["order"] == ["spidey", "sabretooth", "wolverine", "docock", "mystique"]
+    assert first["fantastic"] == ["spidey", "docock"]
+    assert first["totals"] == {
+        "spidey": "20",
+        "sabretooth": "17",
+        "wolverine": "15",
+        "docock": "14",
+        "mystique": "9",
+    }
+    assert first["timer"][0] > first["timer"][1], "the turn timer counts down"
+    assert first["condition"] == "Rounds left: 2"
+    assert seen["steps"] == [
+        "end turn: Doctor Octopus's turn",
+        "reserve refused: unknown_action_kind",
+        "reserve: When Spider-Man lands on the vault",
+        "end turn: Round 1",
+        "hold: Spider-Man holding",
+        "take held turn: acts just after Sabretooth",
+        "held turn: Spider-Man",
+        "window: Wolverine, Doctor Octopus",
+        "claim: Doctor Octopus",
+        "pass: Wolverine",
+        "finish reaction",
+        "undo: Doctor Octopus reacting again",
+    ]
+
+
+def test_r16_player_page_hides_what_the_narrator_page_shows(tmp_path: Path) -> None:
+    """R16 on the page: beside the narrator's page, Wolverine's player's page shows no hidden
+    Mystique and not Doctor Octopus's reservation (narrator-run), nor offers him the window;
+    it shows Wolverine's own reservation and only Wolverine's controls, which work: its pass
+    and end turn reach the narrator's page live."""
+    with running(tmp_path, http=True) as d:
+        n = bank(d)
+        n.end_turn()  # Spider-Man ends his bonus turn
+        n.reserve("attack", "When Spider-Man lands on the vault", "grabs him with a tentacle")
+        n.end_turn()  # Doctor Octopus: the bonus round is over
+        n.end_turn()  # Spider-Man
+        n.end_turn()  # Sabretooth
+        n.reserve("attack", "When Sabretooth moves")  # Wolverine
+        facts = {"event": "vault_door", "text": "The vault door blows open"}
+        n("announce_trigger", facts=facts, offer=["docock", "wolverine"])
+        seen = scenario(
+            d,
+            "r16",
+            tmp_path,
+            narrator=d.token("narrator"),
+            player=d.token("player", "--user", "logan"),
+            combat="bank",
+        )
+    narrator, player = seen["narrator"], seen["player"]
+    assert "mystique" in narrator["combatants"]
+    assert "mystique" not in player["combatants"]
+    assert sorted(narrator["reservations"]) == ["docock", "wolverine"]
+    assert player["reservations"] == ["wolverine"]
+    assert narrator["offered"] == ["wolverine", "docock"]
+    assert player["offered"] == ["wolverine"]
+    assert player["answers"] == ["wolverine"], "a player answers for its own combatants only"
+    assert player["narrator_controls"] == [], "no undo, no close window for a player"
+    assert narrator["answers"] == ["wolverine", "docock"]
+    assert seen["steps"] == [
+        "player passes: narrator page shows Wolverine passes",
+        "narrator passes for Doctor Octopus: window closed on the player page",
+        "player ends Wolverine's turn: narrator page shows Doctor Octopus's turn",
+        "player page: nothing to do, no turn controls",
+        "Mystique's turn: the player page sees no turn",
+    ]
+
+
+def test_page_follows_the_combat_across_a_daemon_restart(tmp_path: Path) -> None:
+    """The daemon is killed under an open page: the page says it is reconnecting, and once the
+    daemon is back it catches up with a turn ended meanwhile by another tool, and goes on."""
+    with running(tmp_path, http=True) as d:
+        n = bank(d)
+
+        def restart() -> None:
+            d.start()
+            n.client = d.client()
+            n.end_turn()  # Spider-Man's, while the page is away
+
+        pauses = {"kill": d.kill, "start": restart}
+        seen = scenario(d, "reconnect", tmp_path, pauses, token=d.token("narrator"), combat="bank")
+    assert seen["steps"] == [
+        "daemon killed: Reconnecting…",
+        "daemon back: Live, Doctor Octopus's turn",
+        "end turn: Round 1",
+    ]
+
+
+def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> None:
+    """Signing in through the form in Portuguese: the labels, the round (Rodada Bônus), the
+    Fantastic marks, the narrated log and the daemon's refusals are in pt-BR; changing combat
+    and signing out keep the language."""
+    with running(tmp_path, http=True) as d:
+        bank(d)
+        seen = scenario(d, "pt-BR", tmp_path, token=d.token("narrator"), combat="bank")
+    assert seen["sign_in_button"] == "Entrar"
+    assert seen["round"] == "Rodada Bônus"
+    assert seen["fantastic"] == "★ Fantástico"
+    assert any("Rodada Bônus" in line for line in seen["log"]), seen["log"]
+    assert seen["html_lang"] == "pt-BR"
+    assert seen["error"]["code"] == "unknown_action_kind"
+    assert "'dance'" in seen["error"]["text"]
+    assert seen["error"]["text"] != seen["error_en"]
+    assert seen["signed_out"] == "Entrar"
+
+
+def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) -> None:
+    """dnd3e: d20 totals, no Fantastic; the narrator starts the combat from the page, delays a
+    turn (the Delaying list) and readies an action with its trigger."""
+    with running(tmp_path, http=True) as d:
+        n = Narrator(d.client(), "keep")
+        n.create("dnd3e")
+        for cid, name, mod, face in (("ana", "Ana", 2, 15), ("orc", "Orc", 0, 11)):
+            n("add_combatant", id=cid, display_name=name, init_mod=mod)
+            n("roll_initiative", combatant=cid, faces=[face])
+        seen = scenario(d, "dnd3e", tmp_path, token=d.token("narrator"), combat="keep")
+    assert seen["totals"] == {"ana": "17", "orc": "11"}
+    assert seen["fantastic"] == []
+    assert seen["steps"] == [
+        "not started: Rolling initiative",
+        "start combat: Round 1, Ana's turn",
+        "delay: Orc's turn, Ana delaying",
+        "ready: When Ana steps out of the shadows",
+    ]
+
+
+def test_browser_tests_fail_rather_than_skip_without_chromium(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A machine without the browser must not pass these tests by skipping them."""
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", Path("/nonexistent/chromium"))
+    with pytest.raises(pytest.fail.Exception, match="/nonexistent/chromium"):
+        prerequisites()
+
+
+def test_vendored_msgpack_is_the_sdk_s_own_copy() -> None:
+    """web/vendor/msgpack is @msgpack/msgpack's dist.esm, byte for byte, at the version
+    sdk/js's lockfile pins: every .mjs file (utils/ too, no maps or typings) and its LICENSE."""
+    lock = json.loads((SDK_JS / "package-lock.json").read_text())
+    pinned = lock["packages"]["node_modules/@msgpack/msgpack"]["version"]
+    installed = SDK_JS / "node_modules" / "@msgpack" / "msgpack"
+    if not installed.is_dir():
+        pytest.fail("sdk/js/node_modules is missing (run: npm ci --prefix sdk/js)", pytrace=False)
+    assert json.loads((installed / "package.json").read_text())["version"] == pinned == "3.1.3"
+    dist = installed / "dist.esm"
+    wanted = sorted(p.relative_to(dist) for p in dist.rglob("*.mjs"))
+    vendored = sorted(p.relative_to(VENDORED) for p in VENDORED.rglob("*") if p.is_file())
+    assert vendored == sorted([*wanted, Path("LICENSE")])
+    for name in wanted:
+        assert filecmp.cmp(dist / name, VENDORED / name, shallow=False), name
+    assert filecmp.cmp(installed / "LICENSE", VENDORED / "LICENSE", shallow=False)
+
+
+def test_every_page_text_is_a_literal_babel_extracts() -> None:
+    """The catalogue gets the page's words from Babel's JavaScript extractor, so every t() call
+    in web/*.js must take a plain string literal that Babel finds."""
+    from babel.messages.extract import extract_from_file
+
+    first_argument = re.compile(r"""\bt\(\s*("(?:[^"\\]|\\.)*"|'[^']*'|`[^`]*`|[^,)]*)""")
+    for script in sorted(WEB.glob("*.js")):
+        source = re.sub(r"/\*.*?\*/|(^|\s)//[^\n]*", "", script.read_text(), flags=re.S)
+        calls = [c for c in first_argument.findall(source) if c != "text"]  # t()'s definition
+        assert calls or script.name in ("dom.js", "i18n.js"), script.name
+        plain = [c for c in calls if c.startswith('"')]
+        assert plain == calls, f"{script.name}: t() of something else than a string: {calls}"
+        found = {m[1] for m in extract_from_file("javascript", script, keywords={"t": None})}
+        assert {json.loads(c) for c in calls} == found, script.name
