@@ -373,7 +373,7 @@ def test_the_demo_tells_the_seeds_in_pt_br_when_asked() -> None:
         "aparecer no corredor atrás dele",
         "  Novo teste de Iniciativa para esta sequência: Sharon Carter d616 [6, 6, 5] +2 = 19 "
         "(dados rolados por sharon); Capitão América d616 [5, 5, 5] +3 = 18 (dados rolados por "
-        "steve); O Mandarim d616 [4, 4, 4] +3 = 15 (dados rolados por narrator). Ordem: Sharon "
+        "steve); O Mandarim d616 [4, 4, 4] +3 = 15 (dados rolados por narrador). Ordem: Sharon "
         "Carter, Capitão América, O Mandarim.",
         "    Lidda atrasa o turno.",
         "== O combate acabou ==",

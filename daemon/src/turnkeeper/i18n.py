@@ -60,6 +60,7 @@ TERMS: Mapping[str, tuple[str, ...]] = {
     ),
     "condition": ("surprised", "custom"),
     "status": ("active", "defeated", "removed"),
+    "role": ("narrator", "player", "observer", "bridge"),
     "reroll": ("edge", "trouble"),
     "timer_action": ("hold", "end_turn"),
 }

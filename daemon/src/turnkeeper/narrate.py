@@ -66,7 +66,8 @@ def _check(s: _Teller, check: Check) -> str:
                 "{reroll} rerolls die {die}: {old} -> {new}, keeps {kept}", die=r.die + 1, **moved
             )
     if check.supplied_by:
-        text += " " + s.say("(dice supplied by {who})", who=check.supplied_by)
+        # A user id, or the role that rolled ("narrator"): the role is a rule word to translate.
+        text += " " + s.say("(dice supplied by {who_role})", who_role=check.supplied_by)
     return text
 
 
