@@ -1,0 +1,272 @@
+// The example module against a live daemon: Foundry is a stand-in (test-support/foundry.js); the
+// daemon, its WebSocket and the JavaScript client (the copy `node build.mjs` puts in lib/) are
+// real. Run by tests/test_bridge_example.py, which starts the daemon and makes the tokens:
+//   TURNKEEPER_TEST_WS_URL          ws://127.0.0.1:PORT/ws
+//   TURNKEEPER_TEST_BRIDGE_TOKEN    turnkeeper token add bridge --narrator  (the GM's browser)
+//   TURNKEEPER_TEST_OBSERVER_TOKEN  turnkeeper token add observer           (the table's chat)
+//   TURNKEEPER_TEST_NARRATOR_TOKEN  turnkeeper token add narrator           (another table tool)
+//   TURNKEEPER_TEST_FOUNDRY         the Foundry version the stand-in plays: 12 or 13 (the default)
+
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { isDeepStrictEqual } from "node:util";
+import { after, afterEach, before, test } from "node:test";
+import { installFoundry } from "../test-support/foundry.js";
+
+const ID = "foundry-turnkeeper";
+const GM = "gamemasterUser01";
+const ALICE = "aliceUser0000001";
+/** Milliseconds anything may take: far more than it needs, so a hang fails fast. */
+const WAIT = 10_000;
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set: run pytest tests/test_bridge_example.py`);
+  return value;
+};
+const WS_URL = env("TURNKEEPER_TEST_WS_URL");
+
+const foundry = await installFoundry({
+  module: ID,
+  users: [
+    { id: GM, name: "Gamemaster", isGM: true },
+    { id: ALICE, name: "Alice", isGM: false },
+  ],
+  lang: "pt-BR", // the module's language setting is left empty: Turnkeeper speaks Foundry's
+  translations: fileURLToPath(new URL("../lang", import.meta.url)),
+  generation: Number(process.env.TURNKEEPER_TEST_FOUNDRY ?? 13),
+});
+await import("../scripts/bridge.js");
+const { Client } = await import("../lib/turnkeeper/index.js");
+
+/** The narrator at another table tool (the table view, a Discord bot...). */
+let other;
+
+before(async () => {
+  Hooks.callAll("init");
+  await game.settings.set(ID, "url", WS_URL);
+  await game.settings.set(ID, "token", env("TURNKEEPER_TEST_BRIDGE_TOKEN"));
+  await game.settings.set(ID, "tableToken", env("TURNKEEPER_TEST_OBSERVER_TOKEN"));
+  const connected = new Promise((resolve) => Hooks.once(`${ID}.connected`, resolve));
+  Hooks.callAll("ready");
+  await within(connected);
+  const token = env("TURNKEEPER_TEST_NARRATOR_TOKEN");
+  other = await Client.connect(WS_URL, { token, locale: "pt-BR", narrate: true });
+});
+
+after(() => {
+  other?.close();
+  game.modules.get(ID).api.close();
+});
+
+afterEach(() => {
+  assert.deepEqual(foundry.problems, [], "a hook failed");
+  assert.deepEqual(foundry.notices, [], "the module reported an error");
+});
+
+test("Foundry's turn changes become commands; Turnkeeper's events move the tracker", async () => {
+  const combat = await fight();
+  const view = async () => (await other.getCombat({ combat: combat.id })).view;
+
+  // Begin Combat: Foundry's own write is cancelled, the daemon starts the combat.
+  assert.equal(await combat.startCombat(), undefined);
+  assert.equal(combat.round, 0);
+  await eventually(async () => (await view()).phase === "rounds");
+  await showing(combat, 1, "spidey");
+  assert.deepEqual(initiatives(combat), { spidey: 18, ock: 6 });
+
+  // Alice ends Spider-Man's turn in her browser: the command goes as alice, through the GM's.
+  await foundry.asClient(ALICE, () => combat.nextTurn());
+  await eventually(async () => (await view()).turn.combatant === "ock");
+  await showing(combat, 1, "ock");
+  const { events } = await other.history({ combat: combat.id });
+  const ended = events.findLast((e) => e.event === "command_recorded" && e.command === "end_turn");
+  assert.equal(ended.actor.role, "player");
+  assert.equal(ended.actor.user, ALICE);
+  assert.match(ended.actor.via, /^bridge:token:/);
+
+  // The GM's Next Turn on the last turn is Foundry's next round: one end_turn.
+  await combat.nextTurn();
+  await eventually(async () => (await view()).round === 2);
+  await showing(combat, 2, "spidey");
+
+  // Previous Turn undoes it; the tracker is read again from the daemon.
+  await combat.previousTurn();
+  await eventually(async () => (await view()).round === 1);
+  await showing(combat, 1, "ock");
+
+  // The table's chat told all of it, in the table's language, in order.
+  const told = await history(combat);
+  await eventually(() => chat(combat).length === told.length);
+  assert.deepEqual(chat(combat), told);
+  assert.ok(told.some((line) => line.includes("Rodada 2")), told.join("\n"));
+});
+
+test("another table tool's command moves Foundry's tracker and is told in chat", async () => {
+  const combat = await fight();
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+
+  const done = await other.endTurn({ combat: combat.id, turn: { round: 1, combatant: "spidey" } });
+  await showing(combat, 1, "ock");
+  const started = done.events.find((e) => e.event === "turn_started");
+  await eventually(() => chat(combat).includes(started.summary.trim()));
+});
+
+test("the marvel bonus round shows as Foundry's round 1; the turn flag says round 0", async () => {
+  const combat = await fight([6, 6, 1]); // Spider-Man's Marvel die shows M: Fantastic (R7)
+  await combat.startCombat();
+  await showing(combat, 0, "spidey");
+  assert.equal(combat.round, 1);
+  await eventually(() => chat(combat).includes("-- Rodada Bônus --"));
+
+  // Its one turn over, round 1 begins with everyone: Foundry's round stays 1.
+  await combat.nextTurn();
+  await showing(combat, 1, "spidey");
+  await combat.nextTurn();
+  await showing(combat, 1, "ock");
+});
+
+test("a reaction window is a card for the player, whose claim goes as that player", async () => {
+  const combat = await fight();
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+  const spidey = combat.combatants.get("spidey");
+
+  // Alice reserves from a macro in her browser, through the module's api.
+  const predicate = { events: ["action_declared"], actors: ["ock"] };
+  const trigger = { text: "quando o Dr. Octopus atacar", predicate };
+  foundry.asClient(ALICE, () =>
+    game.modules.get(ID).api.ask(spidey, "reserve", {
+      combat: combat.id,
+      turn: combat.getFlag(ID, "turn"),
+      reserved_type: "standard",
+      action: { kind: "attack", targets: ["ock"] },
+      trigger,
+    }),
+  );
+  let reservation;
+  await eventually(async () => {
+    [reservation] = (await other.getCombat({ combat: combat.id })).view.reservations;
+    return reservation;
+  });
+  await combat.nextTurn();
+  await showing(combat, 1, "ock");
+
+  const turn = { round: 1, combatant: "ock" };
+  const action = { kind: "attack", targets: ["spidey"] };
+  await other.declareAction({ combat: combat.id, turn, action });
+  const card = await eventually(() =>
+    game.messages.find((m) => m.getFlag(ID, "answer")?.combat === combat.id),
+  );
+  assert.deepEqual(new Set(card.whisper), new Set([ALICE, GM]));
+  assert.match(card.content, /Spider-Man pode reagir/);
+  assert.match(card.content, /Reagir: quando o Dr. Octopus atacar/);
+
+  foundry.click(ALICE, card, "claim", reservation.id);
+  const claimed = await eventually(async () => {
+    const { events } = await other.history({ combat: combat.id });
+    const at = events.findIndex((e) => e.event === "reaction_claimed");
+    return at >= 0 && [events[at - 1], events[at]];
+  });
+  const [recorded, claim] = claimed;
+  assert.equal(recorded.actor.user, ALICE);
+  assert.equal(claim.claim.combatant, "spidey");
+  assert.equal(claim.claim.reservation, reservation.id);
+});
+
+test("an initiative roll in Foundry is Turnkeeper's; Foundry's own card is dropped", async () => {
+  const combat = await Combat.create();
+  await combat.createEmbeddedDocuments("Combatant", [{ _id: "ock", name: "Doctor Octopus" }]);
+  await eventually(async () => (await other.getCombat({ combat: combat.id })).view.combatants[0]);
+
+  await combat.rollInitiative(["ock"]);
+  assert.equal(combat.combatants.get("ock").initiative, null); // Foundry's own roll is cancelled
+  const { view } = await eventually(async () => {
+    const snapshot = await other.getCombat({ combat: combat.id });
+    return snapshot.view.combatants[0].check && snapshot;
+  });
+  await eventually(() => combat.combatants.get("ock").initiative === view.combatants[0].place);
+  assert.equal(game.messages.find((m) => m.getFlag("core", "initiativeRoll")), undefined);
+});
+
+// -----------------------------------------------------------------------------------------------
+
+/** A Foundry combat the module made a Turnkeeper marvel combat: Spider-Man (Alice's) rolled
+ * `faces` (18) and acts first, Doctor Octopus rolled 6. */
+async function fight(faces = [6, 6, 6]) {
+  const combat = await Combat.create();
+  await combat.createEmbeddedDocuments("Combatant", [
+    { _id: "spidey", name: "Spider-Man", owners: [ALICE] },
+    { _id: "ock", name: "Doctor Octopus" },
+  ]);
+  const { view } = await eventually(async () => {
+    const snapshot = await other.getCombat({ combat: combat.id }).catch(() => null);
+    return snapshot?.view.combatants.length === 2 && snapshot;
+  });
+  assert.equal(view.ruleset, "marvel");
+  const spidey = view.combatants.find((c) => c.id === "spidey");
+  assert.deepEqual([spidey.controller, spidey.player_character], [ALICE, true]);
+  // The dice as if rolled at the table (R2), so the order is known.
+  await other.rollInitiative({ combat: combat.id, combatant: "spidey", faces });
+  await other.rollInitiative({ combat: combat.id, combatant: "ock", faces: [2, 2, 2] });
+  return combat;
+}
+
+/** Wait until Foundry shows Turnkeeper's round `round` (the bonus round 0 as 1) with `combatant`
+ * to act. */
+async function showing(combat, round, combatant) {
+  const shown = Math.max(round, 1);
+  const turn = { round, combatant };
+  await eventually(
+    () =>
+      combat.round === shown &&
+      combat.combatant?.id === combatant &&
+      isDeepStrictEqual(combat.getFlag(ID, "turn"), turn),
+  );
+}
+
+function initiatives(combat) {
+  return Object.fromEntries(combat.combatants.contents.map((c) => [c.id, c.initiative]));
+}
+
+/** The lines the table's chat shows for a combat, unescaped. */
+function chat(combat) {
+  return game.messages
+    .filter((m) => m.getFlag(ID, "combat") === combat.id && m.whisper.length === 0)
+    .sort((a, b) => a.getFlag(ID, "seq") - b.getFlag(ID, "seq"))
+    .map((m) => m.content.replace(/&#(\d+);/g, (_, code) => String.fromCharCode(Number(code))));
+}
+
+/** The narration of a combat, as the other tool reads it, from the first event its chat told. */
+async function history(combat) {
+  await eventually(() => chat(combat).length > 0);
+  const told = game.messages.filter((m) => m.getFlag(ID, "combat") === combat.id);
+  const first = Math.min(...told.map((m) => m.getFlag(ID, "seq")));
+  const { events } = await other.history({ combat: combat.id, after: first - 1 });
+  return events.filter((e) => e.summary).map((e) => e.summary.trim());
+}
+
+/** Poll `check` until it gives something truthy, which is returned. */
+async function eventually(check) {
+  const deadline = Date.now() + WAIT;
+  let last;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value;
+    } catch (error) {
+      last = error;
+    }
+    if (Date.now() > deadline) throw new Error(`not within ${WAIT} ms: ${check}`, { cause: last });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+function within(promise) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`nothing within ${WAIT} ms`)), WAIT);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
