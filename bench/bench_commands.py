@@ -25,7 +25,8 @@ def _worker(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
 
 
 async def _work(spec: dict[str, Any], ready: Any) -> Any:
-    conns = await tk.open_many(Path(spec["socket"]), spec["conns"])
+    ws = tuple(spec["ws"]) if spec.get("ws") else None
+    conns = await tk.open_many(Path(spec["socket"]), spec["conns"], ws=ws)  # type: ignore[arg-type]
     tag = spec["tag"]
     combats = {id(c): f"{tag}-{i}" for i, c in enumerate(conns)}
     conditions: dict[int, str] = {}

@@ -1,8 +1,9 @@
 """What the benchmarks share: server subprocesses, an async protocol connection, worker processes
 and the arithmetic of the figures.
 
-Every load goes to a Unix socket of this machine. Every loop a benchmark runs is bounded both in
-time and in count; the constants below are the bounds that are not per-script options.
+Every load goes to a Unix socket or a loopback port of this machine. Every loop a benchmark runs
+is bounded both in time and in count; the constants below are the bounds that are not per-script
+options.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 
 import anyio
 from anyio.abc import ByteStream
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, Request
 
 from turnkeeper_sdk import wire
 
@@ -195,18 +198,69 @@ class Conn:
                 chunk = await self.stream.receive(RECV_BYTES)
                 self.incoming.extend(self.decoder.feed(chunk))
 
+    @classmethod
+    async def open_ws(cls, port: int, token: str) -> Conn:
+        """A session over the daemon's WebSocket endpoint (``--ws``) on loopback."""
+        with anyio.fail_after(CALL_TIMEOUT):
+            conn = cls(await WebSocketBytes.connect(port))  # type: ignore[arg-type]
+        params = {
+            "protocol": wire.PROTOCOL_VERSION,
+            "client": {"name": "bench", "kind": "tool"},
+            "token": token,
+        }
+        await conn.call("hello", params)
+        return conn
+
     async def aclose(self) -> None:
         await self.stream.aclose()
 
 
-async def open_many(path: Path, n: int, *, hello: bool = True) -> list[Conn]:
-    """``n`` connections, opened a few at a time so the listener's backlog never overflows."""
+class WebSocketBytes:
+    """A WebSocket client with the face of a byte stream, so ``Conn`` runs over it unchanged:
+    each ``send`` is one binary message, ``receive`` gives the bytes of the messages that came."""
+
+    def __init__(self, stream: ByteStream, ws: WSConnection) -> None:
+        self.stream = stream
+        self.ws = ws
+
+    @classmethod
+    async def connect(cls, port: int) -> WebSocketBytes:
+        stream = await anyio.connect_tcp("127.0.0.1", port)
+        ws = WSConnection(ConnectionType.CLIENT)
+        await stream.send(ws.send(Request(host=f"127.0.0.1:{port}", target="/ws")))
+        while True:
+            ws.receive_data(await stream.receive(RECV_BYTES))
+            if any(isinstance(e, AcceptConnection) for e in ws.events()):
+                return cls(stream, ws)
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send(self.ws.send(BytesMessage(data=data)))
+
+    async def receive(self, size: int) -> bytes:
+        while True:
+            self.ws.receive_data(await self.stream.receive(size))
+            data = b"".join(bytes(e.data) for e in self.ws.events() if isinstance(e, BytesMessage))
+            if data:
+                return data
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def open_many(
+    path: Path, n: int, *, hello: bool = True, ws: tuple[int, str] | None = None
+) -> list[Conn]:
+    """``n`` connections, opened a few at a time so the listener's backlog never overflows:
+    on the Unix socket at ``path``, or over WebSocket to ``ws`` (port, token)."""
     conns: list[Conn] = []
     for start in range(0, n, 25):
         batch: list[Conn | None] = [None] * min(25, n - start)
 
         async def one(i: int, slots: list[Conn | None] = batch) -> None:
-            slots[i] = await Conn.open(path, hello=hello)
+            if ws is not None:
+                slots[i] = await Conn.open_ws(*ws)
+            else:
+                slots[i] = await Conn.open(path, hello=hello)
 
         async with anyio.create_task_group() as tg:
             for i in range(len(batch)):

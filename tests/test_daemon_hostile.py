@@ -751,3 +751,64 @@ def test_a_fatal_websocket_error_ends_with_a_close_frame(gm: Client) -> None:
     (final,) = _until_closed(gm, 10.0)
     assert final.params["code"] == "malformed_msgpack"
     assert gm.sock.close_code == 1008  # type: ignore[attr-defined]
+
+
+def _frame(opcode: int, payload: bytes, *, fin: bool = True, masked: bool = True) -> bytes:
+    """One raw WebSocket frame, as RFC 6455 lays it out, for what wsproto would never send."""
+    head = bytes([(0x80 if fin else 0) | opcode])
+    size = len(payload)
+    mask_bit = 0x80 if masked else 0
+    if size < 126:
+        head += bytes([mask_bit | size])
+    else:
+        head += bytes([mask_bit | 126]) + size.to_bytes(2, "big")
+    if not masked:
+        return head + payload
+    key = b"\x01\x02\x03\x04"
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+def test_a_message_in_many_tiny_fragments_is_whole_and_costs_only_its_bytes(gm: Client) -> None:
+    message = msgpack.packb([0, 80, "get_combat", [{"combat": CALM}]])
+    frames = [_frame(0x2, message[:1], fin=False)]
+    frames += [_frame(0x0, b"", fin=False)] * 20_000  # empty continuations: bytes, no payload
+    frames += [_frame(0x0, message[1:])]
+    gm.sock.sock.sendall(b"".join(frames))  # type: ignore[attr-defined]
+    answer = gm.response(80)
+    assert answer.error is None
+    assert answer.result["combat"] == CALM
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+def test_closing_a_websocket_with_answers_still_queued_is_quiet(daemon: Daemon, gm: Client) -> None:
+    # Many requests, then the close frame in the same write: the answers still queued when the
+    # close is answered must be dropped, not sent after it (test_zz checks the log has no error).
+    requests = b"".join(
+        _frame(0x2, msgpack.packb([0, 100 + i, "get_combat", [{"combat": CALM}]]))
+        for i in range(400)
+    )
+    gm.sock.sock.sendall(requests + _frame(0x8, (1000).to_bytes(2, "big")))  # type: ignore[attr-defined]
+    with contextlib.suppress(EOFError, ConnectionResetError, TimeoutError):
+        while True:
+            gm.notification()
+    _still_serving(daemon)
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(_frame(0x2, b"\x90", masked=False), id="unmasked"),
+        pytest.param(bytes([0xC2, 0x81]) + b"\x00\x00\x00\x00\x90", id="reserved_bit"),
+        pytest.param(_frame(0x1, b"\xff\xfe"), id="text_not_utf8"),
+    ],
+)
+def test_a_frame_that_breaks_the_websocket_rules_is_fatal_with_a_reason(
+    daemon: Daemon, gm: Client, frame: bytes
+) -> None:
+    gm.sock.sock.sendall(frame)  # type: ignore[attr-defined]
+    (final,) = _until_closed(gm, 10.0)
+    assert (final.params["code"], final.params["fatal"]) == ("invalid_message", True)
+    assert gm.sock.close_code == 1008  # type: ignore[attr-defined]
+    _still_serving(daemon)

@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from story import NARRATOR, Story, player
+from turnkeeper.host import _told
 from turnkeeper.websocket import HANDSHAKE_TIMEOUT, MAX_HEAD_BYTES
+from turnkeeper_engine import commands as c
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.plain import event_to_plain
 
 
 @pytest.fixture(scope="module")
@@ -332,3 +337,31 @@ def test_a_request_head_that_never_ends_is_dropped_and_others_are_served(
         s.settimeout(HANDSHAKE_TIMEOUT + 10)
         assert s.recv(65536) == b""  # closed unanswered
     assert time.monotonic() - started >= HANDSHAKE_TIMEOUT - 0.5
+
+
+def test_r16_a_hidden_combatants_turn_is_not_told_to_players_as_resuming() -> None:
+    """A sequence ending during a hidden combatant's turn: the narrator's line says the turn
+    resumes; a player's view has no turn, so its line must not hint at one."""
+    s = Story("marvel")
+    s.add("ann", "Ann", controller="u1", player_character=True)
+    s.add("sly", "Sly", hidden=True)
+    s.roll("ann", 2, 2, 2)
+    s.roll("sly", 6, 6, 5)
+    s.do(c.StartCombat())
+    assert s.current == "sly"
+    ended = [{"seq": 99, **event_to_plain(ev.SequenceEnded("w1"))}]
+    (mine,) = _told(ended, s.state, NARRATOR, "en")
+    (theirs,) = _told(ended, s.state, player("u1"), "en")
+    assert isinstance(mine, dict)
+    assert isinstance(theirs, dict)
+    assert "resumes" in str(mine["summary"])
+    assert theirs["summary"] is None
+
+
+def test_sigterm_closes_websocket_sessions_with_going_away(tmp_path: Path) -> None:
+    with running(tmp_path, ws=True) as d:
+        c = _session(d, d.token("narrator"))
+        assert d.stop() == 0
+        with pytest.raises((EOFError, ConnectionResetError)):
+            c.notification()
+        assert c.sock.close_code == 1001  # type: ignore[attr-defined]

@@ -400,11 +400,17 @@ const scenarios = {
     same(await table.locator("token").inputValue(), "", "the token is forgotten on signing out");
     shown.signed_out = await table.text("sign-in");
     await table.shot("signed-out");
+    await table.page.reload();
+    await table.untilShown("sign-in");
+    same(await table.locator("token").inputValue(), "", "a reload after signing out stays out");
     return shown;
   },
 
   async dnd3e(context) {
     const table = await TablePage.open(context, "dnd3e", { token: settings.token, combat: settings.combat });
+    await table.untilShown("start-combat");
+    same(table.page.url().includes("token="), false, "a linked token leaves the address bar");
+    await table.page.reload();
     await table.untilShown("start-combat");
     const seen = await table.observe();
     const steps = [`not started: ${await table.text("round")}`];

@@ -7,6 +7,7 @@ request → plugins' before hooks → validated command → engine → events co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import hashlib
 import json
@@ -158,10 +159,13 @@ def _audience(actor: Actor) -> tuple[str, str | None]:
     return ("narrator", None) if actor.role == "narrator" else (actor.role, actor.user)
 
 
-def _told(shown: list[Plain], state: State, locale: str) -> list[Plain]:
+def _told(shown: list[Plain], state: State, actor: Actor, locale: str) -> list[Plain]:
     """Events with their ``summary``: each told as the narrated log tells it, in ``locale``.
-    Told from what the audience was shown, so a line never names what its events left out
-    (R16)."""
+    Told from what ``actor`` was shown, so a line never names what its events left out (R16).
+    The state lends names and whether a turn is under way: a hidden combatant's turn, which
+    the actor's view shows as none, is none here too."""
+    if state.turn is not None and actor.role != "narrator" and view(state, actor).turn is None:
+        state = dataclasses.replace(state, turn=None)
     told: list[Plain] = []
     for item in shown:
         assert isinstance(item, dict)
@@ -550,24 +554,26 @@ class Hub:
         plains: list[dict[str, Plain]],
     ) -> None:
         # Filtered and packed once per audience, however many subscribers it has.
-        packed: dict[tuple[str, str | None, str | None], list[bytes]] = {}
+        packed: dict[tuple[str, str | None, str | None], list[bytes] | None] = {}
         for subscriber in [*combat.subscribers, *self.everywhere]:
             audience = (*_audience(subscriber.actor), subscriber.narration)
             if audience not in packed:
                 try:
                     shown = _numbered(numbered, combat.state, subscriber.actor, plains)
                     if subscriber.narration is not None:
-                        shown = _told(shown, combat.state, subscriber.narration)
+                        shown = _told(shown, combat.state, subscriber.actor, subscriber.narration)
                     packed[audience] = _packed(combat.id, shown)
                 except Exception:
-                    # The command is committed; an audience its events cannot be shown to
-                    # loses its subscription rather than receive a gap.
                     log.exception("publish_failed", combat=combat.id, audience=audience)
-                    packed[audience] = []
-                    combat.subscribers.discard(subscriber)
-                    self.everywhere.discard(subscriber)
-                    continue
-            for data in packed[audience]:
+                    packed[audience] = None
+            ready = packed[audience]
+            if ready is None:
+                # The command is committed; every subscriber its events cannot be shown to
+                # loses its subscription rather than receive a gap.
+                combat.subscribers.discard(subscriber)
+                self.everywhere.discard(subscriber)
+                continue
+            for data in ready:
                 if not subscriber.deliver(data):
                     combat.subscribers.discard(subscriber)
                     self.everywhere.discard(subscriber)
@@ -599,10 +605,10 @@ class Hub:
             "events": _numbered(events, combat.state, actor),
         }
 
-    def told(self, combat_id: str, events: Plain, locale: str) -> list[Plain]:
-        """``events`` (as a result shows them) with their narrated lines in ``locale``."""
+    def told(self, combat_id: str, events: Plain, actor: Actor, locale: str) -> list[Plain]:
+        """``events`` (as a result shows them to ``actor``) with their narrated lines."""
         assert isinstance(events, list)
-        return _told(events, self.combat(combat_id).state, locale)
+        return _told(events, self.combat(combat_id).state, actor, locale)
 
     def plugin_listing(self) -> Plain:
         """The plugins loaded (with their counters), failed and skipped."""
@@ -647,7 +653,7 @@ class Hub:
             events = [(seq, event_from_plain(body)) for seq, body in stored]
             shown = _numbered(events, combat.state, subscriber.actor)
             if subscriber.narration is not None:
-                shown = _told(shown, combat.state, subscriber.narration)
+                shown = _told(shown, combat.state, subscriber.actor, subscriber.narration)
             packed = _packed(combat.id, shown)
             if len(packed) > subscriber.room():
                 raise RequestError(

@@ -15,13 +15,13 @@ def configure(fmt: LogFormat = "auto") -> None:
     """Set up structlog for the process (libraries, the SDK included, never do this)."""
     console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     # The console renderer prints a traceback itself; a JSON line needs it turned into data
-    # first, or ``log.exception`` would record only ``"exc_info": true``. Without the frames'
-    # local variables: they hold tokens and whatever a client sent.
+    # first, or ``log.exception`` would record only ``"exc_info": true``. Neither shows the
+    # frames' local variables (rich would): they hold tokens and whatever a client sent.
     tracebacks = structlog.processors.ExceptionRenderer(
         structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
     )
     renderers: list[structlog.typing.Processor] = (
-        [structlog.dev.ConsoleRenderer()]
+        [structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)]
         if console
         else [tracebacks, structlog.processors.JSONRenderer()]
     )

@@ -110,6 +110,8 @@ class Connection:
         self.actor = Actor("observer")
         self.send, self.outbox = anyio.create_memory_object_stream[bytes](OUTBOX_MESSAGES)
         self.closing: str | None = None
+        self.refused = False
+        """Whether the connection ends with a fatal error notification (``close_with``)."""
         self.subscribed: set[str] = set()
         self.hello_scope: anyio.CancelScope | None = None
         self.everywhere = False
@@ -140,6 +142,7 @@ class Connection:
         dropped: the final notification must not wait behind a backlog the peer won't read."""
         if self.closing is None:
             self.closing = error.code
+            self.refused = True
             with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                 while True:
                     self.outbox.receive_nowait()
@@ -208,7 +211,7 @@ class Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self.closing = self.closing or "peer_gone"  # the reader stops at its next receive
         finally:
-            if isinstance(self.stream, WebSocketStream) and self.closing not in (None, "peer_gone"):
+            if isinstance(self.stream, WebSocketStream) and self.refused:
                 await self.stream.aclose(CLOSE_POLICY)
             else:
                 await self.stream.aclose()
@@ -311,7 +314,7 @@ class Connection:
             result = await self.server.run_command(
                 self.principal.key, actor, combat_id, value, request_id
             )
-            return self._told(result)
+            return self._told(result, actor)
         if method == "list_combats":
             return hub.summaries()
         if method == "list_plugins":
@@ -333,7 +336,7 @@ class Connection:
         if method == "history":
             after = number(params, "after", 0, 0, 2**53)
             limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-            return self._told(hub.history(combat_id, self.actor, after, limit))
+            return self._told(hub.history(combat_id, self.actor, after, limit), self.actor)
         if method == "subscribe":
             if combat_id in self.subscribed:
                 raise RequestError("already_subscribed", "subscribed to it already", "combat")
@@ -346,14 +349,16 @@ class Connection:
         self.subscribed.discard(combat_id)
         return {"combat": combat_id}
 
-    def _told(self, result: Plain) -> Plain:
-        """A result's events, with their narrated lines if this session asked for them."""
+    def _told(self, result: Plain, actor: Actor) -> Plain:
+        """A result's events, as shown to ``actor``, with their narrated lines if this session
+        asked for them."""
         if self.narration is None:
             return result
         assert isinstance(result, dict)
         combat = result["combat"]
         assert isinstance(combat, str)
-        return {**result, "events": self.server.hub.told(combat, result["events"], self.narration)}
+        events = self.server.hub.told(combat, result["events"], actor, self.narration)
+        return {**result, "events": events}
 
     def hello(self, params: Mapping[str, Any]) -> Plain:
         if self.principal is not None:

@@ -55,6 +55,9 @@ CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 """The WebSocket close code sent with a fatal protocol error (the error notification, sent just
 before, says which)."""
+CONTROL_TIMEOUT = 5.0
+"""Seconds a pong or a close frame may take to be written: a peer that pings and never reads
+must not hold its reader forever."""
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -80,8 +83,9 @@ class WebSocketStream:
         # The reader answers pings and closes while the writer sends messages: one socket
         # write at a time.
         self._sending = anyio.Lock()
-        self._parts: list[bytes] = []
-        self._size = 0
+        # One buffer, not a list of parts: a message split into many empty continuation frames
+        # must cost its bytes, not an entry per frame.
+        self._message = bytearray()
 
     def extra(self, attribute: Any, default: Any = None) -> Any:
         return self.stream.extra(attribute, default)
@@ -92,60 +96,78 @@ class WebSocketStream:
         while True:
             for event in self.ws.events():
                 if isinstance(event, BytesMessage):
-                    self._size += len(event.data)
-                    if self._size > wire.MAX_MESSAGE_BYTES:
+                    if len(self._message) + len(event.data) > wire.MAX_MESSAGE_BYTES:
                         # Checked as the parts arrive, so a huge message is never held whole.
                         raise _too_large()
-                    self._parts.append(bytes(event.data))
+                    self._message += event.data
                     if event.message_finished:
-                        data = b"".join(self._parts)
-                        self._parts, self._size = [], 0
+                        data = bytes(self._message)
+                        self._message.clear()
                         return data
                 elif isinstance(event, TextMessage):
                     if event.message_finished:
                         return "text"
                 elif isinstance(event, Ping):
-                    await self._send_raw(self.ws.send(event.response()))
+                    await self._control(self.ws.send(event.response()))
                 elif isinstance(event, CloseConnection):
+                    if self.ws.state is ConnectionState.OPEN:
+                        # wsproto reports a broken frame as a close it wants to send, and
+                        # stays open: the frame was the peer's fault, and fatal.
+                        raise wire.WireError(
+                            wire.INVALID_MESSAGE,
+                            "not a valid WebSocket frame: {reason}",
+                            fatal=True,
+                            reason=event.reason or str(event.code),
+                        )
                     if self.ws.state is ConnectionState.REMOTE_CLOSING:
-                        await self._send_raw(self.ws.send(event.response()))
+                        await self._control(self.ws.send(event.response()))
                     raise anyio.EndOfStream
             try:
                 data = await self.stream.receive(READ_CHUNK)
             except anyio.EndOfStream:
                 self.ws.receive_data(None)
                 raise
-            try:
-                self.ws.receive_data(data)
-            except RemoteProtocolError as e:
-                raise wire.WireError(
-                    wire.INVALID_MESSAGE,
-                    "not a valid WebSocket frame: {reason}",
-                    fatal=True,
-                    reason=str(e),
-                ) from e
+            self.ws.receive_data(data)
 
     def frame(self, messages: Iterable[bytes]) -> bytes:
-        """Each packed protocol message as its own binary frame, ready for one socket write."""
+        """Each packed protocol message as its own binary frame, ready for one socket write;
+        nothing once the WebSocket is closing, when no message may follow the close frame."""
+        if self.ws.state is not ConnectionState.OPEN:
+            return b""
         return b"".join(self.ws.send(BytesMessage(data=m)) for m in messages)
 
     async def send(self, data: bytes) -> None:
-        await self._send_raw(data)
+        if data:
+            await self._send_raw(data)
 
     async def _send_raw(self, data: bytes) -> None:
         async with self._sending:
             await self.stream.send(data)
 
+    async def _control(self, data: bytes) -> None:
+        """A pong or a close reply, bounded in time: a peer that does not read is gone."""
+        with anyio.move_on_after(CONTROL_TIMEOUT) as scope:
+            await self._send_raw(data)
+        if scope.cancelled_caught:
+            raise anyio.BrokenResourceError
+
     async def aclose(self, code: int = CLOSE_GOING_AWAY) -> None:
-        """Say goodbye with a close frame when the WebSocket is still open, then close."""
-        with contextlib.suppress(
-            LocalProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError
-        ):
-            if self.ws.state is ConnectionState.OPEN:
-                with anyio.fail_after(1):
-                    await self._send_raw(self.ws.send(CloseConnection(code=code)))
-        with contextlib.suppress(TimeoutError):
-            await self.stream.aclose()
+        """Say goodbye with a close frame when the WebSocket is still open, then close. Shielded:
+        this runs as the daemon stops too, when the connection's task is being cancelled."""
+        with anyio.CancelScope(shield=True):
+            try:
+                if self.ws.state is ConnectionState.OPEN:
+                    with anyio.move_on_after(CONTROL_TIMEOUT):
+                        await self._send_raw(self.ws.send(CloseConnection(code=code)))
+            except (
+                LocalProtocolError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                OSError,
+            ):
+                pass  # the peer is gone already: nothing to say goodbye to
+            finally:
+                await self.stream.aclose()
 
 
 def _too_large() -> wire.WireError:
@@ -236,9 +258,9 @@ class Gate:
         path = urlsplit(event.target.decode("ascii", "replace")).path
         headers = {k.lower(): v for k, v in event.headers}
         upgrade = headers.get(b"upgrade", b"").lower() == b"websocket"
-        if path == WS_PATH and upgrade:
-            return await self._upgrade(stream, http, event)
-        if path == WS_PATH:
+        if path == WS_PATH and event.method == b"GET":
+            if upgrade:
+                return await self._upgrade(stream, http, event)
             await _answer(stream, http, 426, b"this path speaks WebSocket only\n")
             return None
         if event.method not in (b"GET", b"HEAD"):
@@ -267,7 +289,7 @@ class Gate:
         try:
             ws.initiate_upgrade_connection(list(request.headers), request.target)
             events = list(ws.events())
-        except RemoteProtocolError:
+        except (RemoteProtocolError, LocalProtocolError):
             await _answer(stream, http, 400, b"not a valid WebSocket handshake\n")
             return None
         if not any(isinstance(e, WsRequest) for e in events):

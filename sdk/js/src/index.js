@@ -168,6 +168,12 @@ export class Client {
     this._requests = new Set();
     /** @type {Map<string, Subscription>} */
     this._subs = new Map();
+    /**
+     * Unsubscribes that could not be sent while the client was reconnecting: sent first on
+     * the next connection. At most one per subscription that was open.
+     * @type {Array<[string, Record<string, unknown>]>}
+     */
+    this._untold = [];
     /** @type {Subscription | null} */
     this._all = null;
     /** @type {TurnkeeperError | null} why the client is closed, once it is */
@@ -701,6 +707,12 @@ export class Client {
       try {
         conn = await this._open(Math.max(Math.min(CONNECT_TIMEOUT_MS, deadline - Date.now()), 1));
         await this._resubscribe(conn);
+        while (this._untold.length > 0) {
+          const [method, params] = /** @type {[string, Record<string, unknown>]} */ (
+            this._untold.shift()
+          );
+          await this._unfollow(conn, method, params);
+        }
         if (this._lost) {
           this._drop(conn, "the client is closed");
           return;
@@ -822,9 +834,12 @@ export class Client {
       request = ["unsubscribe", { combat: sub.combat }];
     }
     const conn = this._conn;
-    // A dropped connection took its subscriptions with it, and the reconnect skips this one.
-    if (tell && conn && !conn.closed && this._status === "open") {
+    if (!tell) return;
+    if (conn && !conn.closed && this._status === "open") {
       await this._unfollow(conn, ...request);
+    } else {
+      // Reconnecting: the new connection may have followed it again already.
+      this._untold.push(request);
     }
   }
 

@@ -17,6 +17,8 @@ const MAX_LOG_LINES = 500;
 const REFRESH_DELAY_MS = 40;
 /** How often countdowns are redrawn. */
 const TICK_MS = 250;
+/** Where this tab keeps its token (sessionStorage: the tab's own, gone when it closes). */
+const TOKEN_KEY = "turnkeeper.token";
 
 const root = document.getElementById("app");
 
@@ -97,9 +99,11 @@ async function signIn(token, wanted) {
       token, locale: wanted, narrate: true, name: "table-view", kind: "page", reconnect: true,
     });
   } catch (error) {
+    sessionStorage.removeItem(TOKEN_KEY);
     showError(error);
     return;
   }
+  sessionStorage.setItem(TOKEN_KEY, token);
   app.client = client;
   app.session = client.session;
   client.onStatus((status) => showStatus(status));
@@ -171,6 +175,7 @@ function signOutButton() {
     app.client.close();
     app.client = null;
     app.session = null;
+    sessionStorage.removeItem(TOKEN_KEY);
     showSignIn("");
   };
   return h("button", { type: "button", class: "button small", "data-testid": "sign-out", onclick: out }, t("Sign out"));
@@ -435,7 +440,15 @@ async function start() {
   } catch {
     await useLocale("en");
   }
-  const token = app.fragment.get("token");
+  // A token that came in the link leaves the address bar and the history at once: it is kept
+  // for this tab only, and signing out forgets it.
+  const linked = app.fragment.get("token");
+  if (linked) {
+    sessionStorage.setItem(TOKEN_KEY, linked);
+    app.fragment.delete("token");
+    history.replaceState(null, "", "#" + app.fragment.toString());
+  }
+  const token = sessionStorage.getItem(TOKEN_KEY);
   showSignIn(token);
   if (token) await signIn(token, locale());
 }
