@@ -120,6 +120,18 @@ async def test_an_error_response_raises_call_error_with_the_protocols_code_and_f
 
 
 @pytest.mark.anyio
+async def test_a_client_that_asks_for_pt_br_gets_the_daemons_messages_in_portuguese(
+    daemon: Daemon,
+) -> None:
+    async with AsyncClient.unix(daemon.socket, locale="pt-BR") as client:
+        assert client.session["locale"] == "pt-BR"
+        with pytest.raises(CallError) as unknown:
+            await client.get_combat("nowhere")
+        assert (unknown.value.code, unknown.value.field) == ("unknown_combat", "combat")
+        assert unknown.value.message == "não há combate 'nowhere'"
+
+
+@pytest.mark.anyio
 async def test_subscribe_yields_events_in_seq_order_from_after_then_live(daemon: Daemon) -> None:
     async with AsyncClient.unix(daemon.socket) as client:
         await client.create_combat(combat_id="bank", ruleset="marvel")

@@ -423,7 +423,8 @@ class AsyncClient:
 
     Build it with :meth:`unix` or :meth:`tcp` and enter it with ``async with``. ``connect`` opens
     a fresh byte stream to the daemon each time it is called (for other transports). ``token``
-    is presented at every hello; ``name`` and ``kind`` tell the daemon what the client is.
+    is presented at every hello; ``name`` and ``kind`` tell the daemon what the client is;
+    ``locale`` (a BCP 47 tag such as ``"pt-BR"``) asks for the daemon's messages in that language.
     """
 
     def __init__(
@@ -433,6 +434,7 @@ class AsyncClient:
         token: str | None = None,
         name: str = "turnkeeper-sdk",
         kind: str = "tool",
+        locale: str | None = None,
         call_timeout: float = CALL_TIMEOUT,
         reconnect_timeout: float = RECONNECT_TIMEOUT,
         event_buffer: int = EVENT_BUFFER,
@@ -449,6 +451,7 @@ class AsyncClient:
         self._token = token
         self._name = name
         self._kind = kind
+        self._locale = locale
         self._hello: dict[str, Any] = {}
         self._conn: _Connection | None = None
         self._changed: anyio.Event
@@ -466,6 +469,7 @@ class AsyncClient:
         token: str | None = None,
         name: str = "turnkeeper-sdk",
         kind: str = "tool",
+        locale: str | None = None,
         call_timeout: float = CALL_TIMEOUT,
         reconnect_timeout: float = RECONNECT_TIMEOUT,
         event_buffer: int = EVENT_BUFFER,
@@ -481,6 +485,7 @@ class AsyncClient:
             token=token,
             name=name,
             kind=kind,
+            locale=locale,
             call_timeout=call_timeout,
             reconnect_timeout=reconnect_timeout,
             event_buffer=event_buffer,
@@ -495,6 +500,7 @@ class AsyncClient:
         token: str | None = None,
         name: str = "turnkeeper-sdk",
         kind: str = "tool",
+        locale: str | None = None,
         call_timeout: float = CALL_TIMEOUT,
         reconnect_timeout: float = RECONNECT_TIMEOUT,
         event_buffer: int = EVENT_BUFFER,
@@ -509,6 +515,7 @@ class AsyncClient:
             token=token,
             name=name,
             kind=kind,
+            locale=locale,
             call_timeout=call_timeout,
             reconnect_timeout=reconnect_timeout,
             event_buffer=event_buffer,
@@ -551,7 +558,7 @@ class AsyncClient:
 
     @property
     def session(self) -> dict[str, Any]:
-        """The current session: ``{"role", "user", "connection"}`` from its hello."""
+        """The current session: ``{"role", "user", "connection", "locale"}`` from its hello."""
         return dict(self._hello.get("session") or {})
 
     # Connections ---------------------------------------------------------------------------
@@ -569,6 +576,8 @@ class AsyncClient:
         }
         if self._token is not None:
             params["token"] = self._token
+        if self._locale is not None:
+            params["locale"] = self._locale
         try:
             self._hello = _result(await conn.request("hello", params, self.call_timeout))
         except BaseException:
