@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from daemon import running
+from node import node, run_node_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "docs" / "examples" / "foundry-turnkeeper"
@@ -67,16 +68,11 @@ def test_the_example_has_a_foundry_v12_module_manifest() -> None:
 @pytest.mark.parametrize("foundry", ["12", "13"])
 def test_the_example_module_drives_and_follows_a_live_daemon(tmp_path: Path, foundry: str) -> None:
     """``foundry``: the Foundry version the stand-in plays (v13 renamed the chat card's hook)."""
-    node = shutil.which("node")
-    setup = "install Node 20 or newer, then run `npm ci --prefix sdk/js`"
-    assert node is not None, f"node is not on PATH: {setup}"
-    assert (JS / "node_modules" / "@msgpack" / "msgpack").is_dir(), (
-        f"sdk/js/node_modules is missing: {setup}"
-    )
+    program = node((JS, "@msgpack/msgpack"))
     module = tmp_path / "modules" / EXAMPLE.name
     shutil.copytree(EXAMPLE, module, ignore=shutil.ignore_patterns("lib", "node_modules"))
     built = subprocess.run(
-        [node, "build.mjs", str(JS)],
+        [program, "build.mjs", str(JS)],
         cwd=module,
         capture_output=True,
         text=True,
@@ -93,11 +89,5 @@ def test_the_example_module_drives_and_follows_a_live_daemon(tmp_path: Path, fou
             "TURNKEEPER_TEST_NARRATOR_TOKEN": d.token("narrator"),
             "TURNKEEPER_TEST_FOUNDRY": foundry,
         }
-        argv = [node, "--experimental-websocket", "--test", "test/"]
-        try:
-            done = subprocess.run(
-                argv, cwd=module, env=env, capture_output=True, text=True, timeout=NODE_TIMEOUT
-            )
-        except subprocess.TimeoutExpired as e:
-            pytest.fail(f"node's test took over {NODE_TIMEOUT:g} s:\n{e.stdout!r}\n{e.stderr!r}")
-    assert done.returncode == 0, f"node's test failed:\n{done.stdout}\n{done.stderr}"
+        argv = [program, "--experimental-websocket", "--test", "test/"]
+        run_node_tests(argv, module, env, NODE_TIMEOUT)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socketserver
 import subprocess
@@ -21,9 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from daemon import CALL_TIMEOUT, Daemon, running
+from node import node, run_node_tests
 
 JS = Path(__file__).resolve().parent.parent / "sdk" / "js"
 NODE_TIMEOUT = 300.0
@@ -106,18 +104,11 @@ def _control(path: Path, daemon: Daemon) -> Iterator[None]:
 
 
 def _node() -> str:
-    """Node, with sdk/js's packages installed; a failure (never a skip) says how to get them."""
-    node = shutil.which("node")
-    setup = "install Node 20 or newer, then run `npm ci --prefix sdk/js`"
-    assert node is not None, f"node is not on PATH: {setup}"
-    for package in ("@msgpack/msgpack", "typescript"):
-        missing = f"sdk/js/node_modules lacks {package}: {setup}"
-        assert (JS / "node_modules" / package).is_dir(), missing
-    return node
+    return node(*((JS, package) for package in ("@msgpack/msgpack", "typescript")))
 
 
 def test_the_js_client_passes_its_node_tests_against_a_live_daemon(tmp_path: Path) -> None:
-    node = _node()
+    program = _node()
     control = tmp_path / "control.sock"
     with running(tmp_path, ws=True) as d, _control(control, d):
         env = {
@@ -128,14 +119,8 @@ def test_the_js_client_passes_its_node_tests_against_a_live_daemon(tmp_path: Pat
             "TURNKEEPER_TEST_CONTROL": str(control),
         }
         # One test file at a time: the reconnect tests kill the daemon the others talk to.
-        argv = [node, "--experimental-websocket", "--test", "--test-concurrency=1", "test/"]
-        try:
-            done = subprocess.run(
-                argv, cwd=JS, env=env, capture_output=True, text=True, timeout=NODE_TIMEOUT
-            )
-        except subprocess.TimeoutExpired as e:
-            pytest.fail(f"node's tests took over {NODE_TIMEOUT:g} s:\n{e.stdout!r}\n{e.stderr!r}")
-    assert done.returncode == 0, f"node's tests failed:\n{done.stdout}\n{done.stderr}"
+        argv = [program, "--experimental-websocket", "--test", "--test-concurrency=1", "test/"]
+        run_node_tests(argv, JS, env, NODE_TIMEOUT)
 
 
 def test_the_js_client_type_checks_against_its_jsdoc_and_declarations() -> None:

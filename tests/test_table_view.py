@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from daemon import Client, Daemon, running
+from node import node
 
 REPO = Path(__file__).resolve().parents[1]
 BROWSER_DIR = REPO / "tests" / "browser"
@@ -105,22 +106,11 @@ def bank(d: Daemon, combat: str = "bank") -> Narrator:
 
 
 def prerequisites() -> str:
-    """The programs the browser tests need; fails the test (never skips it), naming what is
-    missing."""
-    node = shutil.which("node")
-    missing = []
-    if node is None:
-        missing.append("node (apt-get install nodejs)")
-    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
-        missing.append("tests/browser/node_modules (run: npm ci --prefix tests/browser)")
-    if not (SDK_JS / "node_modules" / "@msgpack" / "msgpack").is_dir():
-        missing.append("sdk/js/node_modules (run: npm ci --prefix sdk/js)")
+    """Node with the browser tests' and the client's packages, and Chromium; fails the test
+    (never skips it), naming what is missing."""
     if not CHROMIUM.exists():
-        missing.append(f"{CHROMIUM} (apt-get install chromium)")
-    if missing:
-        pytest.fail("the table view's browser tests need: " + "; ".join(missing), pytrace=False)
-    assert node is not None
-    return node
+        pytest.fail(f"the browser tests need {CHROMIUM} (apt-get install chromium)", pytrace=False)
+    return node((BROWSER_DIR, "playwright-core"), (SDK_JS, "@msgpack/msgpack"))
 
 
 def scenario(
