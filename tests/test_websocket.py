@@ -21,10 +21,12 @@ import pytest
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
 from story import NARRATOR, Story, player
 from turnkeeper.host import _told
+from turnkeeper.server import MAX_WEB_CONNECTIONS
 from turnkeeper.websocket import HANDSHAKE_TIMEOUT, MAX_HEAD_BYTES
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.plain import event_to_plain
+from wsclient import WebSocketSocket
 
 
 @pytest.fixture(scope="module")
@@ -365,3 +367,22 @@ def test_sigterm_closes_websocket_sessions_with_going_away(tmp_path: Path) -> No
         with pytest.raises((EOFError, ConnectionResetError)):
             c.notification()
         assert c.sock.close_code == 1001  # type: ignore[attr-defined]
+
+
+def test_websocket_clients_cannot_take_every_connection_slot(tmp_path: Path) -> None:
+    with running(tmp_path, ws=True) as d:
+        assert d.ws_port is not None
+        opened = [WebSocketSocket("127.0.0.1", d.ws_port) for _ in range(MAX_WEB_CONNECTIONS)]
+        try:
+            one_more = Client.ws(d.ws_port)
+            note = one_more.notification()
+            assert (note.params["code"], note.params["fatal"]) == ("server_busy", True)
+            one_more.close()
+            # The Unix socket still has room: the narrator's own tools get in.
+            with d.client() as c:
+                assert c.call("list_combats") == []
+        finally:
+            for s in opened:
+                s.close()
+        with d.client() as c:
+            c.call("list_combats")

@@ -261,6 +261,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure(args.log_format)
     host, port = args.tcp if args.tcp else (None, None)
+    if args.http and args.ws:
+        # Only possible through the environment: argparse keeps the two flags apart.
+        print(
+            "turnkeeper: give --ws or --http, not both (TURNKEEPER_WS, TURNKEEPER_HTTP)",
+            file=sys.stderr,
+        )
+        return 2
     ws_host, ws_port = args.http or args.ws or (None, None)
     config = Config(
         args.data_dir,

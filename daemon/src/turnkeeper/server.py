@@ -47,6 +47,9 @@ OUTBOX_MESSAGES = 1024
 disconnected (``slow_consumer``) rather than let the daemon's memory grow."""
 MAX_CONNECTIONS = 512
 """Concurrent connections; beyond, a newcomer is told ``server_busy`` and closed."""
+MAX_WEB_CONNECTIONS = 256
+"""Of those, the most that WebSocket may hold: a port open to browsers must not be able to
+take every slot from the narrator's own tools on the Unix socket."""
 HELLO_TIMEOUT = 10.0
 """Seconds a connection may stay without a successful ``hello``: idle sockets cost nothing to
 open and must not pile up."""
@@ -483,11 +486,11 @@ class Server:
 
     async def handle(self, stream: ByteStream | WebSocketStream, transport: str) -> None:
         conn = Connection(self, stream, transport)
-        if len(self.connections) >= MAX_CONNECTIONS:
+        web = sum(c.framed for c in self.connections) if conn.framed else 0
+        if len(self.connections) >= MAX_CONNECTIONS or web >= MAX_WEB_CONNECTIONS:
+            limit = MAX_WEB_CONNECTIONS if conn.framed else MAX_CONNECTIONS
             conn.close_with(
-                wire.WireError(
-                    "server_busy", "more than {count} connections", count=MAX_CONNECTIONS
-                )
+                wire.WireError("server_busy", "more than {count} connections", count=limit)
             )
             await conn.writer()
             return
