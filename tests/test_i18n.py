@@ -14,17 +14,20 @@ from pathlib import Path
 import pytest
 from babel.messages.pofile import read_po
 
-from story import Story, player
+from story import QueueDice, Story, player
 from turnkeeper import i18n
 from turnkeeper.demo import run
 from turnkeeper.host import RequestError
 from turnkeeper.narrate import narrate
+from turnkeeper_dnd3e_ready import Dnd3eReadyPlugin
 from turnkeeper_engine import RULESETS, RuleError, State, decide, evolve
 from turnkeeper_engine import commands as c
+from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Phase, Predicate, Trigger
 from turnkeeper_engine.plain import PlainError, from_plain
 from turnkeeper_engine.registry import CONDITION_TYPES
 from turnkeeper_sdk import wire
+from turnkeeper_sdk.testing import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 PO = ROOT / "daemon/src/turnkeeper/locale/pt_BR/LC_MESSAGES/turnkeeper.po"
@@ -67,6 +70,9 @@ def test_extraction_reaches_every_layer_the_texts_are_written_in() -> None:
     assert found["no combat {id!r}"] == {"daemon/src/turnkeeper/host.py"}
     assert found["{name} holds the turn."] == {"daemon/src/turnkeeper/narrate.py"}
     assert "daemon/src/turnkeeper/web/render.js" in found["Bonus round"]
+    assert found["{name} is unaware: Surprised without a check."] == {
+        "plugins/surprise/src/turnkeeper_surprise/__init__.py"
+    }
     sources = {where for places in found.values() for where in places}
     assert {"daemon/src/turnkeeper/auth.py", "daemon/src/turnkeeper/store.py"} <= sources
 
@@ -355,6 +361,56 @@ def test_narrated_dnd3e_uses_the_srd_words_delay_ready_and_refocus() -> None:
     ) in told
     assert "Mialee usa Reorientar [ação de rodada completa]." in told
     assert {"Lidda delays the turn.", "Mialee refocuses [full]."} <= set(_told(s, "en"))
+
+
+def test_a_dnd3e_ready_counterspell_is_told_in_pt_br_and_in_english_as_the_plugin_wrote_it() -> (
+    None
+):
+    """The bundled plugins' outcomes are templates with their figures as arguments: Mialee's
+    counterspell reads as a Brazilian table says it (Identificar Magia, contramágica, dissipar
+    magia, teste de dissipar, CD), and in English word for word as the plugin's text."""
+    mine = QueueDice()
+    table = Table("dnd3e", {"dnd3e-ready": Dnd3eReadyPlugin(mine)}, dice=QueueDice())
+    tags = ("spellcraft:6", "prepared:Dispel Magic", "caster_level:12")
+    table.add("mialee", display_name="Mialee", init_mod=3, tags=tags)
+    table.add("shaman", display_name="Gruk", tags=("caster_level:5",))
+    table.do(c.RollInitiative("mialee", faces=(12,)))
+    table.do(c.RollInitiative("shaman", faces=(10,)))
+    table.start()
+    spell = Trigger("se Gruk lançar uma magia", Predicate(actors=("shaman",), kinds=("cast",)))
+    counterspell = ActionSpec("cast", tags=("counterspell",))
+    table.do(c.Reserve(table.turn(), "standard", counterspell, spell))
+    table.end_turn()
+    mine.push(18, 6)  # Spellcraft 18 + 6 = 24 against 18; dispel check 6 + 10 against 11 + 5
+    fireball = ActionSpec("cast", tags=("spell:Fireball", "spell_level:3"))
+    table.do(c.DeclareAction(table.turn(), fireball))
+    window = table.state.window
+    assert window is not None
+    table.do(c.ClaimReaction(window.id, "mialee", table.state.reservations[0].id))
+    outcomes = table.of(ev.OutcomeRecorded)
+    assert [narrate(e, table.state, "pt-BR") for e in outcomes] == [
+        "    Teste de Identificar Magia de Mialee para reconhecer a magia: 18 + 6 = 24 contra "
+        "CD 15 + 3 = 18: reconhece fireball.",
+        "    Mialee usa dissipar magia como contramágica: teste de dissipar 6 + 10 = 16 contra "
+        "CD 11 + 5 = 16: a magia fireball de Gruk é anulada.",
+    ]
+    assert [narrate(e, table.state, "en") for e in outcomes] == [
+        "    Mialee's Spellcraft check to identify the spell: 18 + 6 = 24 against DC 15 + 3 = 18: "
+        "identifies fireball.",
+        "    Mialee counterspells with dispel magic: dispel check 6 + 10 = 16 against DC 11 + 5 = "
+        "16: Gruk's fireball is ruined.",
+    ]
+    assert [f"    {e.text}" for e in outcomes] == [narrate(e, table.state) for e in outcomes]
+
+
+def test_an_outcome_whose_template_no_catalogue_has_is_told_in_english() -> None:
+    """A third-party plugin's template is not in the catalogues; an outcome without a template
+    is its text in every language."""
+    state = State()
+    theirs = ev.OutcomeRecorded("glow", "Ann glows.", None, (), "{name} glows.", (("name", "Ann"),))
+    assert narrate(theirs, state, "pt-BR") == "    Ann glows."
+    plain = ev.OutcomeRecorded("note", "Ann glows.", None, ())
+    assert narrate(plain, state, "pt-BR") == "    Ann glows."
 
 
 def test_the_demo_tells_the_seeds_in_pt_br_when_asked() -> None:

@@ -13,6 +13,7 @@ from turnkeeper_engine import NARRATOR, Actor, State, evolve, view, visible
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
+from turnkeeper_engine.plain import event_from_plain, event_to_plain
 
 U1 = player("u1")
 BRIDGE_U1 = Actor("player", "u1", "bridge:discord")
@@ -472,6 +473,22 @@ def test_r16_events_about_hidden_combatants_are_dropped_or_stripped() -> None:
     # The narrator sees it all.
     narrated = seen_events(s, NARRATOR)
     assert narrated == s.log
+
+
+def test_r16_an_outcome_loses_the_pairs_that_name_a_hidden_combatant_and_still_decodes() -> None:
+    s = hidden_table()
+    s.do(
+        c.RecordOutcome(
+            "counterspell",
+            "Ann counters the spell.",
+            "ann",
+            (("readier", "ann"), ("against", "lurker"), ("dc", 15)),
+        )
+    )
+    for actor in READERS:
+        (outcome,) = of(seen_events(s, actor), ev.OutcomeRecorded)
+        assert outcome.values == (("readier", "ann"), ("dc", 15))
+        assert event_from_plain(event_to_plain(outcome)) == outcome
 
 
 def test_r16_hidden_place_change_order_is_stripped() -> None:

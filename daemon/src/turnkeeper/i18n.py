@@ -27,7 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from turnkeeper_engine.errors import Arg, Args, RuleError, TemplatedError
+from turnkeeper_engine.errors import RuleError, TemplatedError
+from turnkeeper_engine.model import OptionValue
 
 if TYPE_CHECKING:
     from babel.messages.catalog import Catalog
@@ -76,6 +77,8 @@ SOURCES: tuple[tuple[str, str], ...] = (
     ("sdk/src/turnkeeper_sdk", "wire.py"),
     ("daemon/src/turnkeeper", "**/*.py"),
     ("daemon/src/turnkeeper/web", "*.js"),
+    # The bundled plugins; a third party's outcomes are not in the catalogues: told in English.
+    ("plugins", "*/src/**/*.py"),
 )
 PYTHON_KEYWORDS: Mapping[str, tuple[int, ...]] = {
     # Errors: the template follows the code (PlainError has no code).
@@ -92,6 +95,8 @@ PYTHON_KEYWORDS: Mapping[str, tuple[int, ...]] = {
     "message": (2,),
     "gettext": (2,),
     "ngettext": (2, 3),
+    # The bundled plugins' outcomes (turnkeeper_sdk.outcome): the kind, then the template.
+    "outcome": (2,),
 }
 JS_KEYWORDS: Mapping[str, tuple[int, ...]] = {"t": (1,)}
 COMMENT_TAG = "TRANSLATORS:"
@@ -171,9 +176,14 @@ def _kind(name: str) -> str | None:
     return None
 
 
-def message(locale: str, template: str, args: Mapping[str, Arg] | Args = ()) -> str:
+def message(
+    locale: str,
+    template: str,
+    args: Mapping[str, OptionValue] | tuple[tuple[str, OptionValue], ...] = (),
+) -> str:
     """``template`` translated into ``locale`` and filled in with ``args`` (rule words among
-    them translated too, see ``TERMS``)."""
+    them translated too, see ``TERMS``): an error's arguments, a narrated sentence's, or a
+    plugin's outcome's (any plain value)."""
     values = dict(args)
     locale = negotiate(locale)
     if locale == DEFAULT:

@@ -245,6 +245,15 @@ def _condition(s: _Teller, e: ev.ConditionApplied) -> str:
     return "  " + s.say("{name} is {condition}.", name=s.name(k.target), condition=k.type)
 
 
+def _outcome(s: _Teller, e: ev.OutcomeRecorded) -> str:
+    # A plugin's template is in the catalogues when the plugin is bundled (i18n.SOURCES); any
+    # other is told in English, which is its text. The engine checked that the template and
+    # its args make the text.
+    if e.template:
+        return "    " + i18n.message(s.locale, e.template, e.args)
+    return "    " + e.text
+
+
 _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
     ev.CombatCreated: _created,
     ev.CombatantAdded: _added,
@@ -354,7 +363,7 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
             "{name}: time is up ({timer_action}).", name=s.name(e.combatant), timer_action=e.action
         )
     ),
-    ev.OutcomeRecorded: lambda s, e: f"    {e.text}",
+    ev.OutcomeRecorded: _outcome,
     ev.PluginDisabled: lambda s, e: (
         "  "
         + s.say("(plugin {plugin} is disabled here: {reason})", plugin=e.plugin, reason=e.reason)

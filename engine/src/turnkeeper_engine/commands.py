@@ -242,13 +242,19 @@ class Surprise(Command):
 
 @dataclass(frozen=True, slots=True)
 class RecordOutcome(Command):
-    """Record an outcome computed outside the engine (a plugin's DC, check or result)."""
+    """Record an outcome computed outside the engine (a plugin's DC, check or result).
+
+    ``template`` and ``args``, when given, are what ``text`` was made of
+    (``template.format(**dict(args)) == text``), so a daemon can tell it in a table's language.
+    """
 
     name: ClassVar[str] = "record_outcome"
     kind: str
     text: str
     combatant: str | None = None
     values: tuple[tuple[str, OptionValue], ...] = ()
+    template: str = ""
+    args: tuple[tuple[str, OptionValue], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

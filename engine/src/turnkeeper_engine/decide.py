@@ -8,6 +8,8 @@ engine reasoned about.
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -1410,19 +1412,65 @@ def _record_outcome(ctx: _Ctx, c: cmd.RecordOutcome) -> None:
     _text(c.text, "text")
     if c.combatant is not None:
         _combatant(ctx, c.combatant)
-    if len(c.values) > MAX_ITEMS:
-        raise _reject("invalid_value", "at most {limit} items", "values", limit=MAX_ITEMS)
-    for key, value in c.values:
-        _text(key, "values", limit=MAX_NAME)
+    _figures(c.values, "values", MAX_NAME)
+    if c.template or c.args:
+        _outcome_template(c.template, c.args, c.text)
+    ctx.emit(ev.OutcomeRecorded(c.kind, c.text, c.combatant, c.values, c.template, c.args))
+
+
+def _figures(pairs: tuple[tuple[str, OptionValue], ...], field_name: str, limit: int) -> None:
+    """Named plain values: short names, strings up to ``limit``, numbers in range."""
+    if len(pairs) > MAX_ITEMS:
+        raise _reject("invalid_value", "at most {limit} items", field_name, limit=MAX_ITEMS)
+    for key, value in pairs:
+        _text(key, field_name, limit=MAX_NAME)
         if isinstance(value, str):
-            _text(value, "values", required=False, limit=MAX_NAME)
+            _text(value, field_name, required=False, limit=limit)
         elif (
             isinstance(value, int | float)
             and not isinstance(value, bool)
             and not -MAX_NUMBER <= value <= MAX_NUMBER
         ):
-            raise _reject("invalid_value", "{key}: out of range", "values", key=key)
-    ctx.emit(ev.OutcomeRecorded(c.kind, c.text, c.combatant, c.values))
+            raise _reject("invalid_value", "{key}: out of range", field_name, key=key)
+
+
+_FORMATTER = string.Formatter()
+_DIGITS = re.compile(r"\d+")
+
+
+def _outcome_template(template: str, args: tuple[tuple[str, OptionValue], ...], text: str) -> None:
+    """``template`` filled in with ``args`` must be ``text``: a daemon tells the outcome from
+    them in another language, and the English must say what the text says. Placeholders name
+    an argument and nothing in it (no ``{a.b}``, ``{a[0]}``), and no format spec may ask for
+    more than ``MAX_TEXT`` characters, so checking a hostile template costs little."""
+    _text(template, "template")
+    _figures(args, "args", MAX_TEXT)
+    names = {key for key, _ in args}
+    try:
+        fields = [
+            (name, spec) for _, name, spec, _ in _FORMATTER.parse(template) if name is not None
+        ]
+    except ValueError:
+        raise _reject("invalid_value", "not a format template", "template") from None
+    for name, spec in fields:
+        if name not in names:
+            raise _reject(
+                "invalid_value", "placeholder {name!r} is not in args", "template", name=name
+            )
+        if "{" in (spec or "") or any(int(n) > MAX_TEXT for n in _DIGITS.findall(spec or "")):
+            raise _reject(
+                "invalid_value",
+                "placeholder {name!r}: a format wider than {limit} characters",
+                "template",
+                name=name,
+                limit=MAX_TEXT,
+            )
+    try:
+        filled = template.format(**dict(args))
+    except (KeyError, IndexError, AttributeError, ValueError, TypeError):
+        raise _reject("invalid_value", "args do not fit the template", "template") from None
+    if filled != text:
+        raise _reject("invalid_value", "filled in with args, the template is not text", "template")
 
 
 def _disable_plugin(ctx: _Ctx, c: cmd.DisablePlugin) -> None:

@@ -415,13 +415,17 @@ class TurnTimerExpired(_About):
 
 @dataclass(frozen=True, slots=True)
 class OutcomeRecorded(Event):
-    """An outcome computed outside the engine, e.g. by a plugin: a DC, a check, a result."""
+    """An outcome computed outside the engine, e.g. by a plugin: a DC, a check, a result.
+    ``template`` filled in with ``args`` is ``text``; both are empty for a text written out in
+    full (and in events recorded before they existed)."""
 
     name: ClassVar[str] = "outcome_recorded"
     kind: str
     text: str
     combatant: str | None
     values: tuple[tuple[str, OptionValue], ...]
+    template: str = ""
+    args: tuple[tuple[str, OptionValue], ...] = ()
 
     def subjects(self) -> tuple[str, ...]:
         return () if self.combatant is None else (self.combatant,)

@@ -153,6 +153,10 @@ def _optional_fields(cls: type) -> frozenset[str]:
     return frozenset(name for name, tp in hints.items() if type(None) in typing.get_args(tp))
 
 
+def _is_pair(value: object) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
+
+
 def _scrub(value: object, hidden: frozenset[str]) -> object:
     """``value`` with every mention of a hidden combatant taken out: items of a sequence (ids,
     ``(id, …)`` pairs, values that belong to them) are dropped, optional references become
@@ -171,7 +175,10 @@ def _scrub(value: object, hidden: frozenset[str]) -> object:
             if owner is not None and getattr(item, owner) in hidden:
                 continue
             scrubbed = _scrub(item, hidden)
-            if scrubbed is not _DROP:
+            # A (name, value) pair that lost its value to the scrub says nothing without it,
+            # and a pair of one item is not a pair: it goes whole.
+            pair_broken = _is_pair(item) and not _is_pair(scrubbed)
+            if scrubbed is not _DROP and not pair_broken:
                 kept.append(scrubbed)
         return tuple(kept)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -381,6 +381,10 @@ export interface RecordOutcomeParams extends CombatEnvelope {
   text: string;
   combatant?: string | null;
   values?: [string, OptionValue][];
+  /** What `text` was made of: `template` filled in with `args` must be `text`. With them the
+   * daemon tells the outcome in each session's locale. */
+  template?: string;
+  args?: [string, OptionValue][];
 }
 export interface DisablePluginParams extends CombatEnvelope {
   plugin: string;

@@ -1,8 +1,9 @@
 """What plugin, bot and client authors import, without the daemon.
 
 - Plugins: :data:`hookimpl`, the hook specifications (:mod:`turnkeeper_sdk.hookspecs`),
-  :class:`CheckAdjustment`, the read-only :class:`CombatView`, and the engine's command and
-  event values they return and receive.
+  :class:`CheckAdjustment`, the read-only :class:`CombatView`, the engine's command and
+  event values they return and receive, and :func:`outcome` for outcomes told in the table's
+  language.
 - Rulesets: the ruleset interface and registry (to add a game system), condition types.
 - Clients: the wire codec (:mod:`turnkeeper_sdk.wire`) and the clients
   (:mod:`turnkeeper_sdk.aio`, :mod:`turnkeeper_sdk.client`).
@@ -32,7 +33,7 @@ from .bot import Bot
 from .errors import CallError, CallTimeoutError, ConnectionLost, TooFarBehindError, TurnkeeperError
 from .hookspecs import CheckAdjustment, hookimpl
 from .policy import SensibleBot
-from .views import CombatView
+from .views import CombatView, outcome
 
 __all__ = [
     "CONDITION_TYPES",
@@ -57,6 +58,7 @@ __all__ = [
     "commands",
     "events",
     "hookimpl",
+    "outcome",
     "view",
     "visible",
 ]

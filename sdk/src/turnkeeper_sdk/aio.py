@@ -1396,18 +1396,29 @@ class AsyncClient:
         text: str,
         combatant: str | None = None,
         values: Mapping[str, OptionValue] | Sequence[tuple[str, OptionValue]] = (),
+        template: str = "",
+        args: Mapping[str, OptionValue] | Sequence[tuple[str, OptionValue]] = (),
         request_id: str | None = None,
         as_user: str | None = None,
     ) -> CommandResult:
         """Records an outcome computed outside the engine, typically by a plugin: a DC, a check,
         a result (the `dnd3e-ready` plugin records Concentration and Spellcraft DCs this way).
-        Who: narrator (plugins act as narrator, recorded as `plugin:<name>`)."""
+        With `template` and `args` (which must fill it in to `text`), the daemon tells it in
+        each session's language. Who: narrator (plugins act as narrator, recorded as
+        `plugin:<name>`)."""
         return await self._command(
             "record_outcome",
             combat,
             request_id,
             as_user,
-            {"kind": kind, "text": text, "combatant": combatant, "values": _pairs(values)},
+            {
+                "kind": kind,
+                "text": text,
+                "combatant": combatant,
+                "values": _pairs(values),
+                "template": template,
+                "args": _pairs(args),
+            },
         )
 
     async def disable_plugin(

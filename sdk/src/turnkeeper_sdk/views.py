@@ -5,6 +5,10 @@ already; a :class:`CombatView` wraps one combat with the questions plugins and b
 so none needs to know how the state is laid out, and none can change it. Plugins get the whole
 engine ``State``; a bot gets the ``View`` its role may see (``get_combat``), which has the same
 questions to answer but no rule options.
+
+Beside it, what plugins read tags with (``side``, ``tag_number``) and record outcomes with:
+``recorded_about`` (whom an outcome is about, R16) and ``outcome`` (an outcome a table can
+read in its own language).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from turnkeeper_engine import State, View
+from turnkeeper_engine.commands import RecordOutcome
 from turnkeeper_engine.model import (
     Combatant,
     Condition,
@@ -168,3 +173,25 @@ def recorded_about(*combatants: Combatant | None) -> str | None:
     if not present:
         return None
     return next((c for c in present if c.hidden), present[0]).id
+
+
+def outcome(
+    kind: str,
+    template: str,
+    combatant: str | None = None,
+    values: tuple[tuple[str, OptionValue], ...] = (),
+    /,
+    **args: OptionValue,
+) -> RecordOutcome:
+    """A ``record_outcome`` whose text a table can read in its own language: ``template``
+    filled in with ``args`` is the English ``text``, and both travel with the outcome, so the
+    daemon tells it from its catalogue (docs/plugins.md).
+
+    Write ``template`` as a string literal at the call, with named placeholders for the
+    pieces (``outcome("dc", "{name} needs {dc}.", about, name=c.name, dc=15)``), never an
+    f-string: catalogues are extracted from the source. ``kind``, ``combatant`` and ``values``
+    are ``RecordOutcome``'s; any other name is a placeholder's.
+    """
+    return RecordOutcome(
+        kind, template.format(**args), combatant, values, template, tuple(args.items())
+    )

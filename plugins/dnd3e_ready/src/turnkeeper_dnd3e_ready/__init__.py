@@ -32,6 +32,9 @@ The figures come from tags, each looked up on the action first, then on its comb
   and hyphens read as ``_``.
 
 A special whose figures are missing is recorded with the tags it needs, and nothing is rolled.
+
+Each outcome's text is a template with its figures as arguments (``turnkeeper_sdk.outcome``), so
+a table hears it in its own language.
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ from dataclasses import dataclass
 
 from turnkeeper_engine import DiceSource, SystemDice
 from turnkeeper_engine.commands import Command, RecordOutcome
-from turnkeeper_engine.model import ActionSpec, Combatant, TriggerFacts, Window
+from turnkeeper_engine.model import ActionSpec, Combatant, OptionValue, TriggerFacts, Window
 from turnkeeper_sdk.hookspecs import hookimpl
-from turnkeeper_sdk.views import MAX_TAG_NUMBER, CombatView, recorded_about, tag_number
+from turnkeeper_sdk.views import MAX_TAG_NUMBER, CombatView, outcome, recorded_about, tag_number
 
 __version__ = "0.1.0"
 
@@ -156,14 +159,14 @@ class Identified:
         return self.total >= self.dc
 
 
-def _missing(kind: str, text: str, about: str | None, needs: Sequence[str]) -> RecordOutcome:
+Values = tuple[tuple[str, OptionValue], ...]
+
+
+def _missing(needs: Sequence[str]) -> tuple[Values, str]:
+    """The values of a special whose figures are missing, and the tags it needs as a table
+    types them (``spell_level:N, spellcraft:N``)."""
     tags = ", ".join(f"{n}:N" if n != "spell" else "spell:<name>" for n in needs)
-    return RecordOutcome(
-        kind,
-        f"{text}: not computed, it needs the tags {tags}.",
-        about,
-        (("missing", ",".join(needs)),),
-    )
+    return (("missing", ",".join(needs)),), tags
 
 
 _WindowKey = tuple[str, str, float, TriggerFacts]
@@ -247,38 +250,73 @@ class Dnd3eReadyPlugin:
         bonus = tag_number("spellcraft", action.tags, _tags(readier))
         name = readier.name if readier is not None else readier_id
         about = recorded_about(readier, caster)
-        identified: Identified | None = None
+        kind = "counterspell_identify"
         if level is None or bonus is None:
             needs = [n for n, v in (("spell_level", level), ("spellcraft", bonus)) if v is None]
+            missing, tags = _missing(needs)
             proposed.append(
-                _missing("counterspell_identify", f"{name}'s Spellcraft check", about, needs)
-            )
-        else:
-            spell = _value("spell", facts.tags, _tags(caster))
-            identified = Identified(
-                self.dice.roll(20), bonus, SPELLCRAFT_DC_BASE + level, spell and spell_name(spell)
-            )
-            shown = identified.spell or "the spell"
-            result = f"identifies {shown}" if identified.identified else "cannot tell the spell"
-            proposed.append(
-                RecordOutcome(
-                    "counterspell_identify",
-                    f"{name}'s Spellcraft check to identify the spell: "
-                    f"{_plus(identified.roll, bonus)} = {identified.total} against DC "
-                    f"{SPELLCRAFT_DC_BASE} + {level} = {identified.dc}: {result}.",
+                outcome(
+                    kind,
+                    "{name}'s Spellcraft check: not computed, it needs the tags {tags}.",
                     about,
-                    (
-                        ("readier", readier_id),
-                        ("spell", identified.spell),
-                        ("spell_level", level),
-                        ("dc", identified.dc),
-                        ("d20", identified.roll),
-                        ("spellcraft", bonus),
-                        ("total", identified.total),
-                        ("identified", identified.identified),
-                    ),
+                    missing,
+                    name=name,
+                    tags=tags,
                 )
             )
+            return None
+        spell = _value("spell", facts.tags, _tags(caster))
+        identified = Identified(
+            self.dice.roll(20), bonus, SPELLCRAFT_DC_BASE + level, spell and spell_name(spell)
+        )
+        values: Values = (
+            ("readier", readier_id),
+            ("spell", identified.spell),
+            ("spell_level", level),
+            ("dc", identified.dc),
+            ("d20", identified.roll),
+            ("spellcraft", bonus),
+            ("total", identified.total),
+            ("identified", identified.identified),
+        )
+        figures: dict[str, OptionValue] = {
+            "name": name,
+            "check": _plus(identified.roll, bonus),
+            "total": identified.total,
+            "base": SPELLCRAFT_DC_BASE,
+            "level": level,
+            "dc": identified.dc,
+        }
+        if not identified.identified:
+            # TRANSLATORS: {check} is a d20 roll and a bonus as a sum, e.g. "13 + 6".
+            told = outcome(
+                kind,
+                "{name}'s Spellcraft check to identify the spell: {check} = {total} against DC "
+                "{base} + {level} = {dc}: cannot tell the spell.",
+                about,
+                values,
+                **figures,
+            )
+        elif identified.spell is None:
+            told = outcome(
+                kind,
+                "{name}'s Spellcraft check to identify the spell: {check} = {total} against DC "
+                "{base} + {level} = {dc}: identifies the spell.",
+                about,
+                values,
+                **figures,
+            )
+        else:
+            told = outcome(
+                kind,
+                "{name}'s Spellcraft check to identify the spell: {check} = {total} against DC "
+                "{base} + {level} = {dc}: identifies {spell}.",
+                about,
+                values,
+                spell=identified.spell,
+                **figures,
+            )
+        proposed.append(told)
         return identified
 
     def _counter(
@@ -292,33 +330,59 @@ class Dnd3eReadyPlugin:
         """A claimed counterspell: the same spell ruins it; dispel magic needs its check."""
         kind = "counterspell"
         about = recorded_about(readier, caster)
-        spell = identified.spell or "the spell"
-        whose = f"{caster.name}'s {spell}" if caster is not None else spell
+        spell = identified.spell
+        # Who and what the sentences name: the spell's caster and the spell, when known.
+        named: dict[str, OptionValue] = {"name": readier.name}
+        if caster is not None:
+            named["caster"] = caster.name
+        if spell is not None:
+            named["spell"] = spell
         if not identified.identified:
-            return RecordOutcome(
+            return outcome(
                 kind,
-                f"{readier.name} did not identify the spell: no counterspell.",
+                "{name} did not identify the spell: no counterspell.",
                 about,
                 (("readier", readier.id), ("countered", False)),
+                name=readier.name,
             )
         prepared = {
             spell_name(t.removeprefix("prepared:"))
             for t in (*action.tags, *readier.tags)
             if t.startswith("prepared:")
         }
-        if identified.spell is not None and identified.spell in prepared:
-            return RecordOutcome(
+        if spell is not None and spell in prepared:
+            values: Values = (("readier", readier.id), ("with", spell), ("countered", True))
+            if caster is None:
+                return outcome(
+                    kind,
+                    "{name} casts {spell} as a counterspell: {spell} is ruined.",
+                    about,
+                    values,
+                    **named,
+                )
+            return outcome(
                 kind,
-                f"{readier.name} casts {spell} as a counterspell: {whose} is ruined.",
+                "{name} casts {spell} as a counterspell: {caster}'s {spell} is ruined.",
                 about,
-                (("readier", readier.id), ("with", identified.spell), ("countered", True)),
+                values,
+                **named,
             )
         if DISPEL_MAGIC not in prepared:
-            return RecordOutcome(
+            values = (("readier", readier.id), ("countered", False))
+            if spell is None:
+                return outcome(
+                    kind,
+                    "{name} has neither the spell nor dispel magic prepared: no counterspell.",
+                    about,
+                    values,
+                    **named,
+                )
+            return outcome(
                 kind,
-                f"{readier.name} has neither {spell} nor dispel magic prepared: no counterspell.",
+                "{name} has neither {spell} nor dispel magic prepared: no counterspell.",
                 about,
-                (("readier", readier.id), ("countered", False)),
+                values,
+                **named,
             )
         level = tag_number("caster_level", action.tags, readier.tags)
         target_level = tag_number("caster_level", facts.tags, _tags(caster))
@@ -326,27 +390,143 @@ class Dnd3eReadyPlugin:
             needs = [
                 n for n, v in (("caster_level", level), ("caster_level", target_level)) if v is None
             ]
-            text = f"{readier.name}'s dispel magic against {whose}"
-            return _missing(kind, text, about, list(dict.fromkeys(needs)))
+            return self._dispel_missing(kind, about, list(dict.fromkeys(needs)), named)
         roll = self.dice.roll(20)
         bonus = min(level, DISPEL_LEVEL_CAP)
         dc = DISPEL_DC_BASE + target_level
         countered = roll + bonus >= dc
-        result = f"{whose} is ruined" if countered else f"{whose} goes on"
-        return RecordOutcome(
+        values = (
+            ("readier", readier.id),
+            ("with", DISPEL_MAGIC),
+            ("dc", dc),
+            ("d20", roll),
+            ("caster_level", bonus),
+            ("total", roll + bonus),
+            ("countered", countered),
+        )
+        figures: dict[str, OptionValue] = {
+            **named,
+            "check": _plus(roll, bonus),
+            "total": roll + bonus,
+            "base": DISPEL_DC_BASE,
+            "level": target_level,
+            "dc": dc,
+        }
+        # One sentence for each way the spell is named (whose, which) and each result.
+        if "caster" in named and "spell" in named:
+            if countered:
+                return outcome(
+                    kind,
+                    "{name} counterspells with dispel magic: dispel check {check} = {total} "
+                    "against DC {base} + {level} = {dc}: {caster}'s {spell} is ruined.",
+                    about,
+                    values,
+                    **figures,
+                )
+            return outcome(
+                kind,
+                "{name} counterspells with dispel magic: dispel check {check} = {total} "
+                "against DC {base} + {level} = {dc}: {caster}'s {spell} goes on.",
+                about,
+                values,
+                **figures,
+            )
+        if "caster" in named:
+            if countered:
+                return outcome(
+                    kind,
+                    "{name} counterspells with dispel magic: dispel check {check} = {total} "
+                    "against DC {base} + {level} = {dc}: {caster}'s spell is ruined.",
+                    about,
+                    values,
+                    **figures,
+                )
+            return outcome(
+                kind,
+                "{name} counterspells with dispel magic: dispel check {check} = {total} "
+                "against DC {base} + {level} = {dc}: {caster}'s spell goes on.",
+                about,
+                values,
+                **figures,
+            )
+        if "spell" in named:
+            if countered:
+                return outcome(
+                    kind,
+                    "{name} counterspells with dispel magic: dispel check {check} = {total} "
+                    "against DC {base} + {level} = {dc}: {spell} is ruined.",
+                    about,
+                    values,
+                    **figures,
+                )
+            return outcome(
+                kind,
+                "{name} counterspells with dispel magic: dispel check {check} = {total} "
+                "against DC {base} + {level} = {dc}: {spell} goes on.",
+                about,
+                values,
+                **figures,
+            )
+        if countered:
+            return outcome(
+                kind,
+                "{name} counterspells with dispel magic: dispel check {check} = {total} "
+                "against DC {base} + {level} = {dc}: the spell is ruined.",
+                about,
+                values,
+                **figures,
+            )
+        return outcome(
             kind,
-            f"{readier.name} counterspells with dispel magic: dispel check {_plus(roll, bonus)} = "
-            f"{roll + bonus} against DC {DISPEL_DC_BASE} + {target_level} = {dc}: {result}.",
+            "{name} counterspells with dispel magic: dispel check {check} = {total} "
+            "against DC {base} + {level} = {dc}: the spell goes on.",
             about,
-            (
-                ("readier", readier.id),
-                ("with", DISPEL_MAGIC),
-                ("dc", dc),
-                ("d20", roll),
-                ("caster_level", bonus),
-                ("total", roll + bonus),
-                ("countered", countered),
-            ),
+            values,
+            **figures,
+        )
+
+    @staticmethod
+    def _dispel_missing(
+        kind: str, about: str | None, needs: Sequence[str], named: dict[str, OptionValue]
+    ) -> RecordOutcome:
+        """Dispel magic without the caster levels it needs, naming the spell as it is known."""
+        missing, tags = _missing(needs)
+        if "caster" in named and "spell" in named:
+            return outcome(
+                kind,
+                "{name}'s dispel magic against {caster}'s {spell}: not computed, it needs the "
+                "tags {tags}.",
+                about,
+                missing,
+                tags=tags,
+                **named,
+            )
+        if "caster" in named:
+            return outcome(
+                kind,
+                "{name}'s dispel magic against {caster}'s spell: not computed, it needs the "
+                "tags {tags}.",
+                about,
+                missing,
+                tags=tags,
+                **named,
+            )
+        if "spell" in named:
+            return outcome(
+                kind,
+                "{name}'s dispel magic against {spell}: not computed, it needs the tags {tags}.",
+                about,
+                missing,
+                tags=tags,
+                **named,
+            )
+        return outcome(
+            kind,
+            "{name}'s dispel magic against the spell: not computed, it needs the tags {tags}.",
+            about,
+            missing,
+            tags=tags,
+            **named,
         )
 
     def _distract(
@@ -359,42 +539,95 @@ class Dnd3eReadyPlugin:
         bonus = tag_number("concentration", facts.tags, caster.tags)
         damage_tag = _value("damage", action.tags, readier.tags)
         damage = Damage.parse(damage_tag) if damage_tag is not None else None
-        text = f"{readier.name}'s readied attack on {caster.name}"
         needs = [
             n
             for n, v in (("spell_level", level), ("concentration", bonus), ("damage", damage))
             if v is None
         ]
         if level is None or bonus is None or damage is None:
-            return _missing(kind, text, about, needs)
+            missing, tags = _missing(needs)
+            return outcome(
+                kind,
+                "{name}'s readied attack on {caster}: not computed, it needs the tags {tags}.",
+                about,
+                missing,
+                name=readier.name,
+                caster=caster.name,
+                tags=tags,
+            )
         dealt, faces = damage.roll(self.dice)
         dc = CONCENTRATION_DC_BASE + dealt + level
         roll = self.dice.roll(20)
         lost = roll + bonus < dc
         spell = _value("spell", facts.tags, caster.tags)
-        shown = spell_name(spell) if spell is not None else "the spell"
-        rolled = f" ({damage}: {', '.join(map(str, faces))})" if faces else ""
-        result = f"{shown} is lost" if lost else f"{caster.name} keeps {shown}"
-        return RecordOutcome(
+        values: Values = (
+            ("readier", readier.id),
+            ("caster", caster.id),
+            ("spell", spell and spell_name(spell)),
+            ("spell_level", level),
+            ("damage", dealt),
+            ("damage_dice", str(damage)),
+            ("damage_rolls", ",".join(map(str, faces))),
+            ("dc", dc),
+            ("d20", roll),
+            ("concentration", bonus),
+            ("total", roll + bonus),
+            ("spell_lost", lost),
+        )
+        figures: dict[str, OptionValue] = {
+            "name": readier.name,
+            "caster": caster.name,
+            "damage": dealt,
+            # Dice and faces are the same in every language: " (1d8+3: 4)", or nothing.
+            "rolled": f" ({damage}: {', '.join(map(str, faces))})" if faces else "",
+            "base": CONCENTRATION_DC_BASE,
+            "level": level,
+            "dc": dc,
+            "check": _plus(roll, bonus),
+            "total": roll + bonus,
+        }
+        if spell is None and lost:
+            return outcome(
+                kind,
+                "{name}'s readied attack on {caster}, if it hits for {damage} damage{rolled}: "
+                "Concentration DC {base} + {damage} + {level} = {dc}; {caster} rolls {check} = "
+                "{total}: the spell is lost.",
+                about,
+                values,
+                **figures,
+            )
+        if spell is None:
+            return outcome(
+                kind,
+                "{name}'s readied attack on {caster}, if it hits for {damage} damage{rolled}: "
+                "Concentration DC {base} + {damage} + {level} = {dc}; {caster} rolls {check} = "
+                "{total}: {caster} keeps the spell.",
+                about,
+                values,
+                **figures,
+            )
+        if lost:
+            # TRANSLATORS: {rolled} is empty, or the damage dice and their faces after a
+            # space, e.g. " (1d8+3: 4)"; {check} is a d20 roll and a bonus, e.g. "12 + 5".
+            return outcome(
+                kind,
+                "{name}'s readied attack on {caster}, if it hits for {damage} damage{rolled}: "
+                "Concentration DC {base} + {damage} + {level} = {dc}; {caster} rolls {check} = "
+                "{total}: {spell} is lost.",
+                about,
+                values,
+                spell=spell_name(spell),
+                **figures,
+            )
+        return outcome(
             kind,
-            f"{text}, if it hits for {dealt} damage{rolled}: Concentration DC "
-            f"{CONCENTRATION_DC_BASE} + {dealt} + {level} = {dc}; {caster.name} rolls "
-            f"{_plus(roll, bonus)} = {roll + bonus}: {result}.",
+            "{name}'s readied attack on {caster}, if it hits for {damage} damage{rolled}: "
+            "Concentration DC {base} + {damage} + {level} = {dc}; {caster} rolls {check} = "
+            "{total}: {caster} keeps {spell}.",
             about,
-            (
-                ("readier", readier.id),
-                ("caster", caster.id),
-                ("spell", spell and spell_name(spell)),
-                ("spell_level", level),
-                ("damage", dealt),
-                ("damage_dice", str(damage)),
-                ("damage_rolls", ",".join(map(str, faces))),
-                ("dc", dc),
-                ("d20", roll),
-                ("concentration", bonus),
-                ("total", roll + bonus),
-                ("spell_lost", lost),
-            ),
+            values,
+            spell=spell_name(spell),
+            **figures,
         )
 
     def _set(
@@ -403,40 +636,87 @@ class Dnd3eReadyPlugin:
         """A weapon set against a charge deals double damage (SRD)."""
         kind = "set_against_charge"
         about = recorded_about(readier, charger)
-        whose = f"{charger.name}'s charge" if charger is not None else "the charge"
-        text = f"{readier.name}'s weapon set against {whose}"
+        named: dict[str, OptionValue] = {"name": readier.name}
+        if charger is not None:
+            named["charger"] = charger.name
         damage_tag = _value("damage", action.tags, readier.tags)
         damage = Damage.parse(damage_tag) if damage_tag is not None else None
         if damage is None:
-            return RecordOutcome(
+            values: Values = (("readier", readier.id), ("multiplier", SET_MULTIPLIER))
+            if charger is None:
+                return outcome(
+                    kind,
+                    "{name}'s weapon set against the charge: double damage if it hits.",
+                    about,
+                    values,
+                    **named,
+                )
+            return outcome(
                 kind,
-                f"{text}: double damage if it hits.",
+                "{name}'s weapon set against {charger}'s charge: double damage if it hits.",
                 about,
-                (("readier", readier.id), ("multiplier", SET_MULTIPLIER)),
+                values,
+                **named,
             )
         # 3e multiplies rolled damage by rolling it again, modifiers and all.
         rolls = [damage.roll(self.dice) for _ in range(SET_MULTIPLIER)]
         dealt = sum(total for total, _ in rolls)
-        if damage.count:
-            shown = " + ".join(f"({', '.join(map(str, faces))})" for _, faces in rolls)
-            how = f"{damage} rolled {SET_MULTIPLIER} times: {shown}"
-        else:
-            how = f"{SET_MULTIPLIER} x {damage}"
-        return RecordOutcome(
-            kind,
-            f"{text}: double damage if it hits, {how} = {dealt}.",
-            about,
-            (
-                ("readier", readier.id),
-                ("multiplier", SET_MULTIPLIER),
-                ("damage_dice", str(damage)),
-                *(
-                    (f"damage_rolls_{n + 1}", ",".join(map(str, f)))
-                    for n, (_, f) in enumerate(rolls)
-                ),
-                ("damage", dealt),
-            ),
+        values = (
+            ("readier", readier.id),
+            ("multiplier", SET_MULTIPLIER),
+            ("damage_dice", str(damage)),
+            *((f"damage_rolls_{n + 1}", ",".join(map(str, f))) for n, (_, f) in enumerate(rolls)),
+            ("damage", dealt),
         )
+        figures: dict[str, OptionValue] = {
+            **named,
+            "dice": str(damage),
+            "times": SET_MULTIPLIER,
+            "dealt": dealt,
+        }
+        if damage.count and charger is None:
+            return outcome(
+                kind,
+                "{name}'s weapon set against the charge: double damage if it hits, {dice} rolled "
+                "{times} times: {rolls} = {dealt}.",
+                about,
+                values,
+                rolls=_faces(rolls),
+                **figures,
+            )
+        if damage.count:
+            # TRANSLATORS: {rolls} are the faces of each roll, e.g. "(3, 5) + (2, 6)".
+            return outcome(
+                kind,
+                "{name}'s weapon set against {charger}'s charge: double damage if it hits, "
+                "{dice} rolled {times} times: {rolls} = {dealt}.",
+                about,
+                values,
+                rolls=_faces(rolls),
+                **figures,
+            )
+        if charger is None:
+            return outcome(
+                kind,
+                "{name}'s weapon set against the charge: double damage if it hits, {times} x "
+                "{dice} = {dealt}.",
+                about,
+                values,
+                **figures,
+            )
+        return outcome(
+            kind,
+            "{name}'s weapon set against {charger}'s charge: double damage if it hits, "
+            "{times} x {dice} = {dealt}.",
+            about,
+            values,
+            **figures,
+        )
+
+
+def _faces(rolls: Sequence[tuple[int, tuple[int, ...]]]) -> str:
+    """Each roll's faces, as ``(3, 5) + (2, 6)``."""
+    return " + ".join(f"({', '.join(map(str, faces))})" for _, faces in rolls)
 
 
 def _counterspell(action: ActionSpec) -> bool:

@@ -24,6 +24,9 @@ Tags (free-form combatant tags set by the narrator or the bridge):
 - ``vigilance:<N>``: added to this combatant's checks to notice sneakers.
 - ``unaware``: Surprised at the start without a check (asleep, distracted: the narrator's call).
 
+Each outcome's text is a template with the names and numbers as arguments
+(``turnkeeper_sdk.outcome``), so a table hears it in its own language.
+
 Anything a check says about a hidden combatant is recorded about that combatant, so players and
 observers see it only once it is revealed.
 
@@ -37,11 +40,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from turnkeeper_engine import DiceSource, SystemDice
-from turnkeeper_engine.commands import Command, MarkSurprised, RecordOutcome, Surprise
+from turnkeeper_engine.commands import Command, MarkSurprised, Surprise
 from turnkeeper_engine.dice import d616_display, roll_d616
 from turnkeeper_engine.model import ActionSpec, Check, Combatant, OptionValue
 from turnkeeper_sdk.hookspecs import hookimpl
-from turnkeeper_sdk.views import CombatView, recorded_about, side, tag_number
+from turnkeeper_sdk.views import CombatView, outcome, recorded_about, side, tag_number
 
 __version__ = "0.1.0"
 
@@ -145,10 +148,11 @@ class SurprisePlugin:
             if any("unaware" in m.tags for m in unit):
                 surprised = True
                 proposed.append(
-                    RecordOutcome(
+                    outcome(
                         UNAWARE_KIND,
-                        f"{leader.name} is unaware: Surprised without a check.",
+                        "{name} is unaware: Surprised without a check.",
                         leader.id,
+                        name=leader.name,
                     )
                 )
             else:
@@ -157,16 +161,34 @@ class SurprisePlugin:
                         continue
                     found = self._detect(leader, sneakers)
                     surprised = surprised or not found.noticed
-                    result = "notices them" if found.noticed else "fails: Surprised"
-                    proposed.append(
-                        RecordOutcome(
+                    about = recorded_about(*sneakers, leader)
+                    values = found.values(f"side:{name}")
+                    figures: dict[str, OptionValue] = {
+                        "name": leader.name,
+                        "side": name,
+                        "check": found.sum(),
+                        "number": found.target_number,
+                    }
+                    if found.noticed:
+                        # TRANSLATORS: {check} is a d616 check as a sum, e.g. "2, 3, M + 2 = 13".
+                        told = outcome(
                             CHECK_KIND,
-                            f"{leader.name}'s Vigilance check against the ambush of side "
-                            f"{name}: {found.sum()} against {found.target_number}: {result}.",
-                            recorded_about(*sneakers, leader),
-                            found.values(f"side:{name}"),
+                            "{name}'s Vigilance check against the ambush of side {side}: "
+                            "{check} against {number}: notices them.",
+                            about,
+                            values,
+                            **figures,
                         )
-                    )
+                    else:
+                        told = outcome(
+                            CHECK_KIND,
+                            "{name}'s Vigilance check against the ambush of side {side}: "
+                            "{check} against {number}: fails: Surprised.",
+                            about,
+                            values,
+                            **figures,
+                        )
+                    proposed.append(told)
             if surprised:
                 proposed.extend(MarkSurprised(m.id) for m in unit if not m.surprised)
         return proposed
@@ -194,24 +216,38 @@ class SurprisePlugin:
             ):
                 continue  # already Surprised by this attacker: its edge stands
             found = self._detect(target, (combatant,))
+            about = recorded_about(combatant, target)
+            values = (*found.values(combatant.id), ("edge", not found.noticed))
+            figures: dict[str, OptionValue] = {
+                "name": target.name,
+                "attacker": combatant.name,
+                "check": found.sum(),
+                "number": found.target_number,
+            }
             if found.noticed:
-                result = "notices the attack coming"
-            else:
-                result = (
-                    f"fails: Surprised; {combatant.name} has an edge on this attack and on "
-                    f"attacks against {target.name} until {combatant.name}'s next turn starts"
+                proposed.append(
+                    outcome(
+                        CHECK_KIND,
+                        "{name}'s Vigilance check to notice {attacker}: {check} against "
+                        "{number}: notices the attack coming.",
+                        about,
+                        values,
+                        **figures,
+                    )
                 )
+                continue
             proposed.append(
-                RecordOutcome(
+                outcome(
                     CHECK_KIND,
-                    f"{target.name}'s Vigilance check to notice {combatant.name}: "
-                    f"{found.sum()} against {found.target_number}: {result}.",
-                    recorded_about(combatant, target),
-                    (*found.values(combatant.id), ("edge", not found.noticed)),
+                    "{name}'s Vigilance check to notice {attacker}: {check} against {number}: "
+                    "fails: Surprised; {attacker} has an edge on this attack and on attacks "
+                    "against {name} until {attacker}'s next turn starts.",
+                    about,
+                    values,
+                    **figures,
                 )
             )
-            if not found.noticed:
-                proposed.append(Surprise(target.id, (combatant.id,)))
+            proposed.append(Surprise(target.id, (combatant.id,)))
         return proposed
 
 
