@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from story import OBSERVER, Story, faces, names, of, player
+from turnkeeper_engine import State, evolve
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Trigger, TurnRef
@@ -239,3 +242,17 @@ def test_r5_no_transition_events_on_unrelated_commands(ruleset: str) -> None:
     assert s.state.turn is not None
     assert (s.state.turn.round, s.state.turn.combatant) == (turn.round, turn.combatant)
     assert names(s.log).count("turn_started") == 1
+
+
+def test_r5_turn_started_names_the_turns_number_and_old_events_without_it_fold_the_same() -> None:
+    s = combat("marvel")
+    s.end_turn()
+    started = [e for e in s.log if isinstance(e, ev.TurnStarted)]
+    assert [e.number for e in started] == [1, 2]
+    assert started[-1].number == s.state.turn.number  # type: ignore[union-attr]
+    # Events recorded before turn_started carried its number fold to the same state.
+    old = State()
+    for event in s.log:
+        as_recorded = replace(event, number=None) if isinstance(event, ev.TurnStarted) else event
+        old = evolve(old, as_recorded)
+    assert old == s.state

@@ -422,6 +422,16 @@ def test_r16_view_strips_hidden_from_window(actor: Actor) -> None:
     assert seen is not None
     assert seen.sequence == ("ann",)
     assert not mentions(seen, "lurker")
+    # The lurker reacts first: nobody the reader can see is reacting, not ann.
+    assert (resolving.index, seen.index) == (0, -1)
+    s.do(c.FinishReaction(w.id, "lurker"))
+    after = s.state.window
+    assert after is not None
+    assert after.index == 1
+    seen = view(s.state, actor).window
+    assert seen is not None
+    assert seen.index == 0
+    assert seen.sequence[seen.index] == "ann"
 
 
 def test_r16_hidden_actor_never_fires_a_players_reservation() -> None:

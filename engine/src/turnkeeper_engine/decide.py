@@ -831,7 +831,8 @@ def _start_turn(ctx: _Ctx, combatant_id: str, kind: TurnKind) -> None:
         if isinstance(warning, float) and 0 < warning < limit:
             warn_at = deadline - warning
     round_no = ctx.state.round or 0
-    ctx.emit(ev.TurnStarted(combatant_id, round_no, kind, ctx.now, deadline, warn_at))
+    number = ctx.state.turns + 1
+    ctx.emit(ev.TurnStarted(combatant_id, round_no, kind, ctx.now, deadline, warn_at, number))
     _expire_conditions(ctx)
     _open_window(ctx, TriggerFacts("turn_started", combatant_id), None, (), only_if_matched=True)
 

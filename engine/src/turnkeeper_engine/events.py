@@ -170,6 +170,9 @@ class TurnStarted(_About):
     at: float
     deadline: float | None = None
     warn_at: float | None = None
+    number: int | None = None
+    """The turn's ``Turn.number``, so a client following events can name it in a ``TurnRef``;
+    None in events recorded before it was added (the fold then counts, as it always did)."""
 
 
 @dataclass(frozen=True, slots=True)

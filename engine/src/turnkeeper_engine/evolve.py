@@ -75,7 +75,7 @@ def _turn_started(state: State, e: ev.TurnStarted) -> State:
             e.at,
             deadline=e.deadline,
             warn_at=e.warn_at,
-            number=state.turns + 1,
+            number=state.turns + 1 if e.number is None else e.number,
         ),
         turns=state.turns + 1,
         reached=state.reached | {e.combatant},

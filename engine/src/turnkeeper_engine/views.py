@@ -81,11 +81,15 @@ def view(state: State, actor: Actor) -> View:
     if window is not None and window.facts.actor in hidden:
         window = None
     elif window is not None:
-        window = replace(
-            window,
-            offered=_not_secret(state, window.offered),
-            index=len([i for i in window.sequence[: window.index] if i not in hidden]),
+        now = window.sequence[window.index] if window.index < len(window.sequence) else None
+        # A hidden reactor's entry leaves the sequence: pointing at the entry after it would
+        # name the wrong combatant as reacting, so the index points at no one.
+        index = (
+            -1
+            if now in hidden
+            else len([i for i in window.sequence[: window.index] if i not in hidden])
         )
+        window = replace(window, offered=_not_secret(state, window.offered), index=index)
     shown = replace(
         full,
         turn=None if state.turn and state.turn.combatant in hidden else state.turn,

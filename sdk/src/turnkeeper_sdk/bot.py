@@ -310,7 +310,8 @@ class Bot:
         play.mine = frozenset(c.id for c in combat.combatants if self._controls(c))
         play.my_turn = combat.turn is not None and combat.turn.combatant in play.mine
         if window is not None and window.status == "resolving":
-            if window.index < len(window.sequence):
+            # -1: a combatant this bot may not see is reacting (R16).
+            if 0 <= window.index < len(window.sequence):
                 reacting = combat.combatant(window.sequence[window.index])
                 if reacting is not None and self.plays(reacting):
                     await self._once(

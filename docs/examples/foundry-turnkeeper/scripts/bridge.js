@@ -136,7 +136,9 @@ async function apply(event) {
     case "round_started":
       return combat.update({ round: Math.max(event.round, 1) }, mirrored());
     case "turn_started":
-      return showTurn(combat, { round: event.round, combatant: event.combatant });
+      return showTurn(combat, {
+        round: event.round, combatant: event.combatant, number: event.number ?? null,
+      });
     case "combatant_defeated":
     case "combatant_revived": {
       const defeated = event.event === "combatant_defeated";
@@ -176,7 +178,9 @@ async function resync(combat, view) {
     }));
   await combat.updateEmbeddedDocuments("Combatant", updates, mirrored());
   const { turn } = view;
-  if (turn) return showTurn(combat, { round: turn.round, combatant: turn.combatant });
+  if (turn) {
+    return showTurn(combat, { round: turn.round, combatant: turn.combatant, number: turn.number });
+  }
   const round = view.round === null ? 0 : Math.max(view.round, 1);
   return combat.update({ round, turn: null, flags: { [ID]: { turn: null } } }, mirrored());
 }

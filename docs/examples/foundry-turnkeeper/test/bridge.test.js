@@ -113,6 +113,24 @@ test("another table tool's command moves Foundry's tracker and is told in chat",
   await eventually(() => chat(combat).includes(started.summary.trim()));
 });
 
+test("the turn flag names its turn by number: a stale click cannot end a held turn (R5)", async () => {
+  const combat = await fight();
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+  const first = { ...combat.getFlag(ID, "turn") }; // a copy: Foundry merges flag updates in place
+  // Spider-Man holds and will act right after Doctor Octopus, in the same round (R9).
+  await other.hold({ combat: combat.id, turn: first });
+  await showing(combat, 1, "ock");
+  await other.takeHeldTurn({ combat: combat.id, combatant: "spidey", when: "after", other: "ock" });
+  await combat.nextTurn();
+  await showing(combat, 1, "spidey");
+  const held = combat.getFlag(ID, "turn");
+  assert.notEqual(held.number, first.number);
+  // A click from a browser still showing the first turn names it, not the held one.
+  await assert.rejects(other.endTurn({ combat: combat.id, turn: first }), { code: "stale_turn" });
+  await other.endTurn({ combat: combat.id, turn: held });
+});
+
 test("the marvel bonus round shows as Foundry's round 1; the turn flag says round 0", async () => {
   const combat = await fight([6, 6, 1]); // Spider-Man's Marvel die shows M: Fantastic (R7)
   await combat.startCombat();
@@ -217,13 +235,15 @@ async function fight(faces = [6, 6, 6]) {
  * to act. */
 async function showing(combat, round, combatant) {
   const shown = Math.max(round, 1);
-  const turn = { round, combatant };
-  await eventually(
-    () =>
+  await eventually(() => {
+    const flag = combat.getFlag(ID, "turn");
+    return (
       combat.round === shown &&
       combat.combatant?.id === combatant &&
-      isDeepStrictEqual(combat.getFlag(ID, "turn"), turn),
-  );
+      isDeepStrictEqual([flag?.round, flag?.combatant], [round, combatant]) &&
+      Number.isInteger(flag?.number)
+    );
+  });
 }
 
 function initiatives(combat) {
