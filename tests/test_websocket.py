@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -386,3 +389,36 @@ def test_websocket_clients_cannot_take_every_connection_slot(tmp_path: Path) -> 
                 s.close()
         with d.client() as c:
             c.call("list_combats")
+
+
+def test_the_daemons_wheel_carries_the_page_the_client_and_the_catalogues(tmp_path: Path) -> None:
+    """web/client is a link to sdk/js/src: a built wheel must hold the files, not the link."""
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path),
+            str(root / "daemon"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("turnkeeper-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in (
+        "turnkeeper/web/index.html",
+        "turnkeeper/web/client/index.js",
+        "turnkeeper/web/vendor/msgpack/index.mjs",
+        "turnkeeper/locale/pt_BR/LC_MESSAGES/turnkeeper.po",
+    ):
+        assert name in names, name
+    shipped = zipfile.ZipFile(wheel).read("turnkeeper/web/client/index.js")
+    assert shipped == (root / "sdk" / "js" / "src" / "index.js").read_bytes()
