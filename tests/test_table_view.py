@@ -178,9 +178,11 @@ def scenario(
 def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_path: Path) -> None:
     """The narrator's page: the bonus round with the Fantastic checks marked, the turn timer
     counting down and a condition with its duration; then, by its own buttons, end turn, a
-    reservation with its trigger (a refused one first, with the daemon's message), a hold and
-    when it is taken, an open reaction window (announced by another tool: the page follows
-    live) with claim and pass, finishing the reaction, and undo."""
+    reservation with its trigger (a refused one first, with the daemon's message; the form keeps
+    what was typed when another tool's change redraws the controls), no hold and only movement
+    left to reserve once it is made (R9, R10), a hold (a fraction refused by the page) and when
+    it is taken, an open reaction window (announced by another tool: the page follows live)
+    with claim and pass, finishing the reaction, and undo."""
     with running(tmp_path, http=True) as d:
         bank(d)
         seen = scenario(d, "narrator", tmp_path, token=d.token("narrator"), combat="bank")
@@ -201,11 +203,14 @@ def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_pa
     assert seen["steps"] == [
         "end turn: Doctor Octopus's turn",
         "reserve refused: unknown_action_kind",
+        "Mystique defeated meanwhile: the form keeps what was typed",
         "reserve: When Spider-Man lands on the vault",
+        "after reserving: hold 0, reservable movement",
         "end turn: Round 1",
+        "hold at 12.5: The number to act at is a whole number, or leave it empty.",
         "hold: Spider-Man holding",
         "take held turn: acts just after Sabretooth",
-        "held turn: Spider-Man",
+        "held turn: Spider-Man, held turn",
         "window: Wolverine, Doctor Octopus",
         "claim: Doctor Octopus",
         "pass: Wolverine",
@@ -218,7 +223,8 @@ def test_r16_player_page_hides_what_the_narrator_page_shows(tmp_path: Path) -> N
     """R16 on the page: beside the narrator's page, Wolverine's player's page shows no hidden
     Mystique and not Doctor Octopus's reservation (narrator-run), nor offers him the window;
     it shows Wolverine's own reservation and only Wolverine's controls, which work: its pass
-    and end turn reach the narrator's page live."""
+    and end turn reach the narrator's page live. While the hidden Mystique's claim resolves, the
+    player's page shows someone unseen reacting, names nobody and offers no finish button."""
     with running(tmp_path, http=True) as d:
         n = bank(d)
         n.end_turn()  # Spider-Man ends his bonus turn
@@ -228,7 +234,9 @@ def test_r16_player_page_hides_what_the_narrator_page_shows(tmp_path: Path) -> N
         n.end_turn()  # Sabretooth
         n.reserve("attack", "When Sabretooth moves")  # Wolverine
         facts = {"event": "vault_door", "text": "The vault door blows open"}
-        n("announce_trigger", facts=facts, offer=["docock", "wolverine"])
+        n("announce_trigger", facts=facts, offer=["docock", "wolverine", "mystique"])
+        window = n.client.call("get_combat", combat="bank")["view"]["window"]["id"]
+        n("claim_reaction", window=window, combatant="mystique", action={"kind": "grab"})
         seen = scenario(
             d,
             "r16",
@@ -242,14 +250,15 @@ def test_r16_player_page_hides_what_the_narrator_page_shows(tmp_path: Path) -> N
     assert "mystique" not in player["combatants"]
     assert sorted(narrator["reservations"]) == ["docock", "wolverine"]
     assert player["reservations"] == ["wolverine"]
-    assert narrator["offered"] == ["wolverine", "docock"]
+    assert narrator["offered"] == ["wolverine", "docock", "mystique"]
     assert player["offered"] == ["wolverine"]
     assert player["answers"] == ["wolverine"], "a player answers for its own combatants only"
     assert player["narrator_controls"] == [], "no undo, no close window for a player"
     assert narrator["answers"] == ["wolverine", "docock"]
     assert seen["steps"] == [
         "player passes: narrator page shows Wolverine passes",
-        "narrator passes for Doctor Octopus: window closed on the player page",
+        "narrator passes for Doctor Octopus: the player page shows someone unseen reacting",
+        "narrator finishes Mystique's reaction: window closed on the player page",
         "player ends Wolverine's turn: narrator page shows Doctor Octopus's turn",
         "player page: nothing to do, no turn controls",
         "Mystique's turn: the player page sees no turn",
@@ -258,27 +267,46 @@ def test_r16_player_page_hides_what_the_narrator_page_shows(tmp_path: Path) -> N
 
 def test_page_follows_the_combat_across_a_daemon_restart(tmp_path: Path) -> None:
     """The daemon is killed under an open page: the page says it is reconnecting, and once the
-    daemon is back it catches up with a turn ended meanwhile by another tool, and goes on."""
+    daemon is back it catches up with a turn ended meanwhile by another tool, and goes on. When
+    the page's client gives up (its token refused on reconnecting, the token file moved away),
+    the page says so, disables its commands and offers Reconnect, which (the file back) signs in
+    again with the tab's token and shows the combat live again."""
     with running(tmp_path, http=True) as d:
         n = bank(d)
+        tokens = d.data_dir / "tokens.json"
+        away = d.data_dir / "tokens.json.away"
 
         def restart() -> None:
             d.start()
             n.client = d.client()
             n.end_turn()  # Spider-Man's, while the page is away
 
-        pauses = {"kill": d.kill, "start": restart}
+        def revoke() -> None:
+            # Every token gone: the page's next call is refused (token_revoked) and so is its
+            # hello on reconnecting. The Unix socket's narrator is its uid, not a token.
+            tokens.rename(away)
+            n.end_turn()  # Spider-Man's round 1 turn: the page reads the combat again
+
+        def restore() -> None:
+            away.rename(tokens)
+
+        pauses = {"kill": d.kill, "start": restart, "revoke": revoke, "restore": restore}
         seen = scenario(d, "reconnect", tmp_path, pauses, token=d.token("narrator"), combat="bank")
     assert seen["steps"] == [
         "daemon killed: Reconnecting…",
         "daemon back: Live, Doctor Octopus's turn",
         "end turn: Round 1",
+        "token refused on reconnecting: Disconnected, Reconnect",
+        "reconnect: Live, Sabretooth's turn",
+        "end turn: Wolverine's turn",
     ]
 
 
 def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> None:
-    """Signing in through the form in Portuguese: the labels, the round (Rodada Bônus), the
-    Fantastic marks, the narrated log and the daemon's refusals are in pt-BR; changing combat
+    """Signing in through the form in Portuguese: the JavaScript client's own failure (the
+    daemon out of reach) is told in Portuguese too, its English kept in the title; the labels,
+    the round (Rodada Bônus), the Fantastic marks, the narrated log and the daemon's refusals
+    are in pt-BR; a double click on Show combat opens it once, with no error; changing combat
     and signing out keep the language."""
     with running(tmp_path, http=True) as d:
         bank(d)
@@ -292,11 +320,19 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
     assert "'dance'" in seen["error"]["text"]
     assert seen["error"]["text"] != seen["error_en"]
     assert seen["signed_out"] == "Entrar"
+    assert seen["unreachable"]["code"] == "connection_lost"
+    assert seen["unreachable"]["text"] == (
+        "A conexão com o Turnkeeper caiu ou não pôde ser feita."
+    ), seen["unreachable"]
+    assert seen["unreachable"]["detail"], "the client's own message stays in the title"
 
 
 def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) -> None:
-    """dnd3e: d20 totals, no Fantastic; the narrator starts the combat from the page, delays a
-    turn (the Delaying list) and readies an action with its trigger."""
+    """dnd3e: a linked combat that cannot be read, then cannot be followed, leaves the picker
+    saying why; then d20 totals, no Fantastic; the narrator starts the combat from the page,
+    delays a turn (the Delaying list) and readies an action with its trigger, after which
+    neither Delay nor Ready is offered (R9, R11); the delayed turn is labelled so; at the delay
+    floor there is no Delay (must_act), and once refocused no Ready (R14)."""
     with running(tmp_path, http=True) as d:
         n = Narrator(d.client(), "keep")
         n.create("dnd3e")
@@ -304,6 +340,10 @@ def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) 
             n("add_combatant", id=cid, display_name=name, init_mod=mod)
             n("roll_initiative", combatant=cid, faces=[face])
         seen = scenario(d, "dnd3e", tmp_path, token=d.token("narrator"), combat="keep")
+    assert seen["opening"] == [
+        {"code": "internal_error", "text": "the combat could not be read"},
+        {"code": "internal_error", "text": "the combat could not be followed"},
+    ]
     assert seen["totals"] == {"ana": "17", "orc": "11"}
     assert seen["fantastic"] == []
     assert seen["steps"] == [
@@ -311,6 +351,10 @@ def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) 
         "start combat: Round 1, Ana's turn",
         "delay: Orc's turn, Ana delaying",
         "ready: When Ana steps out of the shadows",
+        "after readying: no delay, no ready form, End turn",
+        "Ana's delayed turn: delayed turn",
+        "Orc's turn at the delay floor: no delay, a ready form",
+        "refocused: no ready form, End turn",
     ]
 
 

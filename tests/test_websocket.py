@@ -361,6 +361,11 @@ def test_r16_a_hidden_combatants_turn_is_not_told_to_players_as_resuming() -> No
     assert isinstance(theirs, dict)
     assert "resumes" in str(mine["summary"])
     assert theirs["summary"] is None
+    # Only the hidden one claimed: the player's sequence is empty, and nothing is told of it.
+    ordered = [{"seq": 98, **event_to_plain(ev.SequenceOrdered("w1", (), (), ()))}]
+    (line,) = _told(ordered, s.state, player("u1"), "en")
+    assert isinstance(line, dict)
+    assert line["summary"] is None
 
 
 def test_sigterm_closes_websocket_sessions_with_going_away(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ const CHROMIUM_ARGS = [
 ];
 /** Milliseconds a step waits for the page to show what it expects. */
 const WAIT_MS = 15000;
+/** The page's own copy of the wire format's codec, for the test standing between page and daemon. */
+const MSGPACK = new URL("../../daemon/src/turnkeeper/web/vendor/msgpack/index.mjs", import.meta.url);
 
 const [scenarioName, settingsFile] = process.argv.slice(2);
 const settings = JSON.parse(await readFile(settingsFile, "utf8"));
@@ -47,8 +49,10 @@ function same(actual, expected, what) {
 
 /** One page of the table view, with the few moves the scenarios make. */
 class TablePage {
-  static async open(context, label, fragment) {
+  /** A new page at the table view; `prepare(page)` runs before it loads (to route it). */
+  static async open(context, label, fragment, prepare) {
     const page = await context.newPage();
+    if (prepare) await prepare(page);
     // Anything the page logs as an error (a script error, a refused load, a CSP violation)
     // fails the scenario.
     page.on("pageerror", (error) => problems.push(`${label}: ${error.message}`));
@@ -150,6 +154,56 @@ class TablePage {
     const [m, s] = (await this.text(testid)).split(":").map(Number);
     return m * 60 + s;
   }
+
+  /** The error the page shows: its code and its text. */
+  async error() {
+    await this.untilShown("error");
+    return { code: await this.locator("error").getAttribute("data-code"), text: await this.text("error-message") };
+  }
+
+  /** Remembers the element of a test id, to see later that the page drew it anew. */
+  async mark(testid) {
+    await this.page.evaluate((id) => {
+      window.marked = document.querySelector(`[data-testid="${id}"]`);
+    }, testid);
+  }
+
+  async untilRedrawn(testid) {
+    await this.until(`[data-testid="${testid}"] drawn anew`, (id) => {
+      const now = document.querySelector(`[data-testid="${id}"]`);
+      return now !== null && now !== window.marked;
+    }, testid);
+  }
+}
+
+/**
+ * Stands between a page and the daemon: the page's WebSockets go through the test, which passes
+ * every message on unless told otherwise. `gate.close = true` closes the next connection at once
+ * (the daemon out of reach); `gate.refuse.set(method, error)` answers that method's next request
+ * with the error instead of the daemon.
+ */
+async function interpose(page) {
+  const { decode, encode } = await import(MSGPACK);
+  const gate = { close: false, refuse: new Map() };
+  await page.routeWebSocket(/\/ws$/, (ws) => {
+    if (gate.close) {
+      gate.close = false;
+      ws.close();
+      return;
+    }
+    const daemon = ws.connectToServer();
+    ws.onMessage((message) => {
+      const [kind, msgid, method] = decode(message);
+      const error = kind === 0 ? gate.refuse.get(method) : undefined;
+      if (error === undefined) {
+        daemon.send(message);
+        return;
+      }
+      gate.refuse.delete(method);
+      ws.send(Buffer.from(encode([1, msgid, { field: "", ...error }, null])));
+    });
+  });
+  return gate;
 }
 
 /** The JavaScript client, as another narrator tool at the table: the page must follow it live. */
@@ -197,6 +251,7 @@ const scenarios = {
     };
     check(await table.locator("hidden").count() === 1, "the narrator sees Mystique marked hidden");
     await table.shot("bonus-round");
+    const tool = await otherTool(settings.token);
 
     const steps = [];
     await table.click("end-turn");
@@ -211,18 +266,45 @@ const scenarios = {
     steps.push(`reserve refused: ${await table.locator("error").getAttribute("data-code")}`);
     await table.shot("reserve-refused");
 
+    // Another tool changes what the controls depend on while the form is being filled in: they
+    // are drawn anew, with what was typed still there and the focus where it was.
     await table.fill("reserve-kind", "attack");
     await table.fill("reserve-description", "grabs him with a tentacle");
+    await table.mark("reserve-form");
+    await tool.defeatCombatant({ combat: settings.combat, combatant: "mystique" });
+    await table.untilRedrawn("reserve-form");
+    const kept = await table.page.evaluate(() => ({
+      values: ["reserve-kind", "reserve-description", "reserve-trigger"]
+        .map((id) => document.querySelector(`[data-testid="${id}"]`).value),
+      focus: document.activeElement?.dataset.testid,
+    }));
+    same(kept.values, ["attack", "grabs him with a tentacle", "When Spider-Man lands on the vault"], "typing kept");
+    same(kept.focus, "reserve-description", "the focus kept");
+    steps.push("Mystique defeated meanwhile: the form keeps what was typed");
+    await table.shot("typing-kept");
+
     await table.click("reserve");
     await table.untilShown("trigger");
     await table.untilGone("error");
     steps.push(`reserve: ${await table.text("trigger")}`);
     await table.shot("reserve");
+    // R9, R10: acted, so no hold; the standard action is spent, movement is left to reserve.
+    check(await table.locator("hold").count() === 0, "no hold once the turn has acted");
+    const left = await table.locator("reserve-type").locator("option").evaluateAll((options) => options.map((o) => o.value));
+    steps.push(`after reserving: hold ${await table.locator("hold").count()}, reservable ${left.join(", ")}`);
 
     await table.click("end-turn");
     await table.untilText("round", "Round 1");
     steps.push(`end turn: ${await table.text("round")}`);
 
+    same(await table.locator("hold-number").getAttribute("step"), "1", "the hold number's step");
+    await table.fill("hold-number", "12.5");
+    await table.click("hold");
+    const fraction = await table.error();
+    same(await table.turn(), "spidey", "no hold sent for 12.5");
+    steps.push(`hold at 12.5: ${fraction.text}`);
+    await table.shot("hold-fraction");
+    await table.fill("hold-number", "");
     await table.click("hold");
     await table.untilShown("hold-spidey");
     await table.untilTurn("sabretooth");
@@ -237,12 +319,11 @@ const scenarios = {
     steps.push(`take held turn: ${await table.text("plan")}`);
     await table.click("end-turn");
     await table.untilTurn("spidey");
-    steps.push(`held turn: ${await table.text("turn-name")}`);
+    steps.push(`held turn: ${await table.text("turn-name")}, ${await table.text("turn-kind")}`);
     await table.shot("held-turn");
 
     await table.click("end-turn");
     await table.untilTurn("wolverine");
-    const tool = await otherTool(settings.token);
     await tool.announceTrigger({
       combat: settings.combat,
       facts: { event: "vault_door", text: "The vault door blows open" },
@@ -293,9 +374,19 @@ const scenarios = {
     await narrator.untilText("offered-wolverine", "Passes");
     steps.push("player passes: narrator page shows Wolverine passes");
 
+    // Mystique, hidden, claimed: she reacts alone, and the player sees someone unseen reacting.
     await narrator.click("pass-docock");
+    await player.untilText("window-status", "Resolving");
+    await player.untilShown("unseen-reactor");
+    check(await player.page.locator(".badge-reacting").count() === 0, "nobody shown reacting to the player");
+    check(await player.page.locator('[data-testid^="finish-"]').count() === 0, "no finish button for the player");
+    steps.push("narrator passes for Doctor Octopus: the player page shows someone unseen reacting");
+    await player.shot("unseen-reacting");
+    await narrator.shot("mystique-reacting");
+
+    await narrator.click("finish-mystique");
     await player.untilGone("window-status");
-    steps.push("narrator passes for Doctor Octopus: window closed on the player page");
+    steps.push("narrator finishes Mystique's reaction: window closed on the player page");
     await player.shot("window-closed");
 
     await player.click("end-turn");
@@ -342,11 +433,36 @@ const scenarios = {
     await table.untilText("round", "Round 1");
     steps.push(`end turn: ${await table.text("round")}`);
     await table.shot("going-on");
+
+    // The token is refused when the page reconnects: its client gives up, the page offers to
+    // sign in again with the tab's token, and that brings the combat back.
+    await pause("revoke");
+    await table.until("the page disconnected", () =>
+      document.querySelector('[data-testid="status"]')?.dataset.state === "closed");
+    await table.untilShown("reconnect");
+    check(await table.locator("reconnect").isVisible(), "the Reconnect button shows");
+    check(await table.page.locator("fieldset.bare").evaluate((f) => f.disabled), "no commands on a closed client");
+    steps.push(`token refused on reconnecting: ${await table.text("status")}, ${await table.text("reconnect")}`);
+    await table.shot("disconnected");
+    await pause("restore");
+    await table.click("reconnect");
+    await table.until("the page live again", () =>
+      document.querySelector('[data-testid="status"]')?.dataset.state === "open");
+    await table.untilTurn("sabretooth");
+    check(!(await table.locator("reconnect").isVisible()), "no Reconnect button once live");
+    steps.push(`reconnect: ${await table.text("status")}, ${await table.text("turn-name")}'s turn`);
+    await table.click("end-turn");
+    await table.untilTurn("wolverine");
+    steps.push(`end turn: ${await table.text("turn-name")}'s turn`);
+    await table.shot("reconnected");
     return { steps };
   },
 
   async "pt-BR"(context) {
-    const table = await TablePage.open(context, "pt-BR", null);
+    let gate;
+    const table = await TablePage.open(context, "pt-BR", null, async (page) => {
+      gate = await interpose(page);
+    });
     await table.untilShown("sign-in");
     check((await table.text("sign-in")) === "Sign in", "the browser's English comes first");
     await table.choose("locale", "pt-BR");
@@ -355,13 +471,21 @@ const scenarios = {
     const signInButton = await table.text("sign-in");
     await table.shot("sign-in");
     await table.fill("token", settings.token);
+    // The daemon out of reach: the client's own failure, told in Portuguese too.
+    gate.close = true;
+    await table.click("sign-in");
+    const unreachable = await table.error();
+    const unreachableDetail = await table.locator("error-message").getAttribute("title");
+    await table.shot("unreachable");
     await table.click("sign-in");
     await table.untilShown("open");
     await table.choose("combat", settings.combat);
     await table.shot("choose-combat");
-    await table.click("open");
+    // A double click opens the combat once: the second would be refused as already_subscribed.
+    await table.locator("open").dblclick();
     await table.untilTurn("spidey");
     await table.until("the narrated log", () => document.querySelectorAll('[data-testid="log-lines"] li').length > 3);
+    same(await table.locator("error").count(), 0, "errors after a double click on Show combat");
 
     await table.fill("reserve-kind", "dance");
     await table.fill("reserve-trigger", "Quando o Homem-Aranha pousar no cofre");
@@ -388,6 +512,7 @@ const scenarios = {
       html_lang: await table.page.evaluate(() => document.documentElement.lang),
       error,
       error_en: refused.message,
+      unreachable: { ...unreachable, detail: unreachableDetail },
     };
 
     // Another combat, then signing out: the form comes back empty, still in Portuguese.
@@ -407,7 +532,24 @@ const scenarios = {
   },
 
   async dnd3e(context) {
-    const table = await TablePage.open(context, "dnd3e", { token: settings.token, combat: settings.combat });
+    // The linked combat cannot be read: the picker says why instead of a blank page; then it
+    // cannot be followed: the picker again, saying why; the third time it opens.
+    let gate;
+    const table = await TablePage.open(context, "dnd3e", { token: settings.token, combat: settings.combat }, async (page) => {
+      gate = await interpose(page);
+      gate.refuse.set("get_combat", { code: "internal_error", message: "the combat could not be read" });
+    });
+    await table.untilShown("pick");
+    const opening = [await table.error()];
+    same(await table.locator("combat").inputValue(), settings.combat, "the picker offers the linked combat");
+    await table.shot("open-refused");
+    gate.refuse.set("subscribe", { code: "internal_error", message: "the combat could not be followed" });
+    await table.click("open");
+    await table.untilText("error-message", "followed");
+    await table.untilShown("pick");
+    opening.push(await table.error());
+    await table.shot("follow-refused");
+    await table.click("open");
     await table.untilShown("start-combat");
     same(table.page.url().includes("token="), false, "a linked token leaves the address bar");
     await table.page.reload();
@@ -431,8 +573,44 @@ const scenarios = {
     await table.click("reserve");
     await table.untilShown("trigger");
     steps.push(`ready: ${await table.text("trigger")}`);
+    // R9, R11: readying spent the standard action, the only one dnd3e readies, and is acting.
+    await table.untilGone("reserve-form");
+    check(await table.locator("hold").count() === 0, "no delay once the turn has acted");
+    steps.push(`after readying: no delay, no ready form, ${await table.text("end-turn")}`);
     await table.shot("ready");
-    return { totals: seen.totals, fantastic: seen.fantastic, steps };
+
+    await table.choose("held-when", "after");
+    await table.choose("held-other", "orc");
+    await table.click("take-held-ana");
+    await table.untilText("plan", "Orc");
+    await table.click("end-turn");
+    await table.untilTurn("ana");
+    steps.push(`Ana's delayed turn: ${await table.text("turn-kind")}`);
+    await table.shot("delayed-turn");
+
+    // Round 2: the Orc delays and reaches its floor once Ana has acted (R9).
+    await table.click("end-turn");
+    await table.untilText("round", "Round 2");
+    await table.untilTurn("orc");
+    await table.click("hold");
+    await table.untilTurn("ana");
+    await table.click("end-turn");
+    await table.until("the Orc at its delay floor", () =>
+      document.querySelector('[data-testid="turn"][data-combatant="orc"] [data-testid="turn-kind"]') !== null);
+    await table.untilShown("reserve-form");
+    check(await table.locator("hold").count() === 0, "no delay at the delay floor");
+    steps.push(`Orc's turn ${await table.text("turn-kind")}: no delay, a ready form`);
+    await table.shot("delay-floor");
+
+    // Refocus (R14) spends the whole turn: nothing left to ready.
+    const tool = await otherTool(settings.token);
+    const turn = (await tool.getCombat({ combat: settings.combat })).view.turn;
+    await tool.refocus({ combat: settings.combat, turn: { round: turn.round, combatant: turn.combatant, number: turn.number } });
+    tool.close();
+    await table.untilGone("reserve-form");
+    steps.push(`refocused: no ready form, ${await table.text("end-turn")}`);
+    await table.shot("refocused");
+    return { totals: seen.totals, fantastic: seen.fantastic, opening, steps };
   },
 };
 

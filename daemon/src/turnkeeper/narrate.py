@@ -223,7 +223,10 @@ def _reservation_cancelled(s: _Teller, e: ev.ReservationCancelled) -> str:
     )
 
 
-def _sequence(s: _Teller, e: ev.SequenceOrdered) -> str:
+def _sequence(s: _Teller, e: ev.SequenceOrdered) -> str | None:
+    if not e.sequence:
+        # Only combatants this reader may not see claimed (R16): nothing to tell it.
+        return None
     order = s.names(e.sequence)
     if not e.checks:
         return "  " + s.say("Reactions resolve in order: {names}.", names=order)

@@ -412,7 +412,8 @@ export interface ClientOptions {
   kind?: string;
   /** Reconnect after a drop (default true); false: a drop closes the client. */
   reconnect?: boolean;
-  /** Milliseconds to keep trying to reconnect (default `RECONNECT_TIMEOUT_MS`, 30 s). */
+  /** Milliseconds to keep trying to reconnect (default `RECONNECT_TIMEOUT_MS`, 30 s);
+   * `Infinity` keeps trying for as long as the client is open (a page left on a table). */
   reconnectTimeout?: number;
   /** Milliseconds a request waits for its answer (default `CALL_TIMEOUT_MS`, 30 s). */
   callTimeout?: number;

@@ -1,7 +1,11 @@
 // The commands a table uses most, for the narrator and, for their own combatants, players (R16:
 // the daemon refuses the rest anyway; the page only leaves out buttons that could not work).
 // Each control calls run(method, params), which sends the client's camelCase method with the
-// combat filled in and shows the daemon's (localized) message when it is refused.
+// combat filled in and shows the daemon's (localized) message when it is refused; refuse(text)
+// shows why the page itself will not send what was filled in.
+//
+// Every form and group of fields carries a data-scope naming what it is about (a turn, a hold,
+// a window): the page puts typed values back into the same scope after it draws them again.
 
 import { field, h, select } from "./dom.js";
 import { t } from "./i18n.js";
@@ -16,12 +20,25 @@ const KINDS = {
 const ACTION_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard", "move", "full", "free"] };
 const RESERVED_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard"] };
 
+/** Whether a turn that has spent `used` can still take an action of `type`: the engine's
+ * budget (R6), so the page offers no reservation the daemon would refuse (action_unavailable). */
+function canSpend(ruleset, used, type) {
+  if (ruleset === "marvel") return !used.includes(type);
+  if (ruleset !== "dnd3e") return true;
+  if (used.includes("full")) return false;
+  const moves = used.filter((u) => u === "move").length;
+  const standardSpent = used.includes("standard") || moves >= 2;
+  if (type === "standard") return !standardSpent;
+  if (type === "move") return moves === 0 || !standardSpent;
+  return true;
+}
+
 function button(text, testid, onclick, kind) {
   return h("button", { type: "button", class: "button " + (kind || ""), "data-testid": testid, onclick }, text);
 }
 
-function group(title, testid, ...body) {
-  return h("div", { class: "control-group", "data-testid": testid, role: "group", "aria-label": title },
+function group(title, testid, scope, ...body) {
+  return h("div", { class: "control-group", "data-testid": testid, "data-scope": scope, role: "group", "aria-label": title },
     h("h3", null, title), body);
 }
 
@@ -29,26 +46,43 @@ function turnRef(turn) {
   return { round: turn.round, combatant: turn.combatant, number: turn.number };
 }
 
-function turnControls(scene, run) {
+function turnControls(scene, run, refuse) {
   const turn = scene.view.turn;
   const ref = turnRef(turn);
-  const number = h("input", { type: "number", name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow" });
+  // R9: a turn is held only before anything is done in it (action_taken), and a dnd3e delayer
+  // at its floor acts or forfeits (must_act).
+  const mayHold = turn.used.length === 0 && turn.kind !== "floor";
+  const number = h("input", {
+    type: "number", step: 1, name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow",
+  });
   const hold = () => {
     const value = number.value.trim();
+    // Initiative numbers are whole: the daemon would refuse 12.5 as no integer.
+    if (number.validity.badInput || (value !== "" && !Number.isInteger(Number(value)))) {
+      return refuse(t("The number to act at is a whole number, or leave it empty."));
+    }
     return run("hold", { turn: ref, number: value === "" ? null : Number(value) });
   };
-  return group(t("{name}'s turn", { name: scene.name(turn.combatant) }), "turn-controls",
+  return group(t("{name}'s turn", { name: scene.name(turn.combatant) }), "turn-controls", "turn:" + turn.number,
     h("div", { class: "row" },
       button(t("End turn"), "end-turn", () => run("endTurn", { turn: ref }), "primary"),
-      button(scene.marvel ? t("Hold the turn") : t("Delay the turn"), "hold", hold),
-      field(t("At number (optional)"), number)));
+      mayHold ? button(scene.marvel ? t("Hold the turn") : t("Delay the turn"), "hold", hold) : null,
+      mayHold ? field(t("At number (optional)"), number) : null));
 }
 
-function reserveForm(scene, run) {
+/** The action types the current turn could still reserve (R10) or ready (R11): none once it
+ * was spent refocusing (R14) or its budget is. */
+function reservableTypes(scene) {
+  const { ruleset, turn } = scene.view;
+  if (turn.refocus) return [];
+  return (RESERVED_TYPES[ruleset] || ["standard"]).filter((type) => canSpend(ruleset, turn.used, type));
+}
+
+function reserveForm(scene, run, types) {
   const ruleset = scene.view.ruleset;
   const turn = scene.view.turn;
   const reservedType = select({ name: "reserved_type", "data-testid": "reserve-type" },
-    (RESERVED_TYPES[ruleset] || ["standard"]).map((type) => [type, actionType(type)]), "standard");
+    types.map((type) => [type, actionType(type)]), types[0]);
   const kind = h("input", { name: "kind", list: "kinds", required: true, autocomplete: "off", value: "attack", "data-testid": "reserve-kind" });
   const type = select({ name: "type", "data-testid": "reserve-action-type" },
     [["", t("as the kind says")], ...(ACTION_TYPES[ruleset] || []).map((x) => [x, actionType(x)])], "");
@@ -64,7 +98,10 @@ function reserveForm(scene, run) {
   };
   const title = scene.marvel ? t("Reserve an action for {name}", { name: scene.name(turn.combatant) })
     : t("Ready an action for {name}", { name: scene.name(turn.combatant) });
-  return h("form", { class: "control-group reserve", "data-testid": "reserve-form", onsubmit: submit, "aria-label": title },
+  return h("form", {
+    class: "control-group reserve", "data-testid": "reserve-form", "data-scope": "turn:" + turn.number,
+    onsubmit: submit, "aria-label": title,
+  },
     h("h3", null, title),
     h("div", { class: "grid" },
       // TRANSLATORS: the action type spent on reserving (marvel standard/movement).
@@ -86,7 +123,7 @@ function heldTurnForm(scene, hold, run) {
   const take = () => run("takeHeldTurn", { combatant: hold.combatant, when: when.value, other: other.value });
   const name = scene.name(hold.combatant);
   return group(scene.marvel ? t("{name}'s held turn", { name }) : t("{name}'s delayed turn", { name }),
-    "held-" + hold.combatant,
+    "held-" + hold.combatant, "hold:" + hold.combatant + ":" + hold.seq,
     h("div", { class: "row" },
       // TRANSLATORS: a label over "just before" / "just after" (another combatant's turn).
       field(t("Act"), when),
@@ -132,38 +169,40 @@ function windowControls(scene, run) {
       ? h("div", { class: "row" }, button(t("Close the window"), "close-window", () => run("closeWindow", { window: w.id })))
       : null;
     if (!rows.length && !close) return null;
-    return group(t("Reactions"), "window-controls",
+    return group(t("Reactions"), "window-controls", "window:" + w.id,
       rows.length ? h("ul", { class: "answers" }, rows) : null, close);
   }
-  const reacting = w.sequence[w.index];
+  // A player's index is -1 while someone hidden from them reacts: nobody there to finish for.
+  const reacting = w.index >= 0 ? w.sequence[w.index] : undefined;
   if (reacting === undefined || !scene.may(reacting)) return null;
-  return group(t("Reactions"), "window-controls", h("div", { class: "row" },
+  return group(t("Reactions"), "window-controls", "window:" + w.id, h("div", { class: "row" },
     button(t("{name} is done reacting", { name: scene.name(reacting) }), "finish-" + reacting,
       () => run("finishReaction", { window: w.id, combatant: reacting }), "primary")));
 }
 
 /** The controls this session may use now, or a line saying there are none. */
-export function controls(scene, run) {
+export function controls(scene, run, refuse) {
   const { view, session } = scene;
   const narrator = session.role === "narrator";
   const parts = [];
   if (view.phase !== "ended") {
     if (narrator && (view.phase === "setup" || view.phase === "initiative")) {
-      parts.push(group(t("Combat"), "combat-controls", h("div", { class: "row" },
+      parts.push(group(t("Combat"), "combat-controls", null, h("div", { class: "row" },
         button(t("Start combat"), "start-combat", () => run("startCombat", {}), "primary"))));
     }
     // While a window is open or resolving, turn commands are refused (window_open): resolve it first.
     if (view.window) parts.push(windowControls(scene, run));
     else if (view.turn && scene.may(view.turn.combatant)) {
-      parts.push(turnControls(scene, run));
-      parts.push(reserveForm(scene, run));
+      parts.push(turnControls(scene, run, refuse));
+      const types = reservableTypes(scene);
+      if (types.length) parts.push(reserveForm(scene, run, types));
     }
     for (const hold of view.holds) {
       if (scene.may(hold.combatant)) parts.push(heldTurnForm(scene, hold, run));
     }
   }
   if (narrator) {
-    parts.push(group(t("Table"), "table-controls", h("div", { class: "row" },
+    parts.push(group(t("Table"), "table-controls", null, h("div", { class: "row" },
       button(t("Undo the last command"), "undo", () => run("undo", {}), "danger"))));
   }
   const shown = parts.filter(Boolean);

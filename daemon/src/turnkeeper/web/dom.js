@@ -41,6 +41,62 @@ export function select(attributes, options, chosen) {
     h("option", { value, selected: value === chosen }, text)));
 }
 
+/** What each field held when it was drawn: a field whose value differs was typed into. */
+const drawnWith = new WeakMap();
+
+/**
+ * Replaces what `container` holds with `build()`, keeping what the person typed: each field they
+ * changed gets its value back in the new drawing if a field of the same data-testid is there in
+ * an element of the same data-scope (the form is still about the same thing), and the field they
+ * were typing in keeps the focus and the caret.
+ */
+export function rebuildKeepingInput(container, build) {
+  const fields = (root) => [...root.querySelectorAll("input, select, textarea")]
+    .map((element) => [keyOf(element), element])
+    .filter(([key]) => key !== null);
+  const typed = new Map(fields(container).filter(([, e]) => drawnWith.has(e) && drawnWith.get(e) !== e.value)
+    .map(([key, e]) => [key, e.value]));
+  const focused = container.contains(document.activeElement) ? document.activeElement : null;
+  const focusKey = focused ? keyOf(focused) : null;
+  const caret = focused ? selection(focused) : null;
+  container.replaceChildren(build());
+  for (const [key, element] of fields(container)) {
+    drawnWith.set(element, element.value);
+    const value = typed.get(key);
+    const select = element.tagName === "SELECT";
+    // A choice no longer offered (a combatant gone) is not put back.
+    if (value !== undefined && (!select || [...element.options].some((option) => option.value === value))) {
+      element.value = value;
+      // A select changed back may show or hide other fields (a stated action, say).
+      if (select) element.dispatchEvent(new Event("change"));
+    }
+    if (key === focusKey) {
+      element.focus();
+      if (caret) {
+        try {
+          element.setSelectionRange(...caret);
+        } catch {
+          // Number inputs have no caret to set.
+        }
+      }
+    }
+  }
+}
+
+function keyOf(element) {
+  const scope = element.closest("[data-scope]");
+  if (!scope || !element.dataset.testid) return null;
+  return scope.dataset.scope + " " + element.dataset.testid;
+}
+
+function selection(element) {
+  try {
+    return element.selectionStart === null ? null : [element.selectionStart, element.selectionEnd];
+  } catch {
+    return null;
+  }
+}
+
 /** Seconds as m:ss (or h:mm:ss), never negative. */
 export function clock(seconds) {
   const s = Math.max(0, Math.ceil(seconds));

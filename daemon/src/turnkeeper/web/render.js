@@ -105,11 +105,12 @@ export function summary(scene) {
   const turn = view.turn;
   let current;
   if (turn) {
-    const kinds = { normal: null, held: t("held turn"), floor: t("at the delay floor") };
+    // A held turn being taken: marvel holds (R9), dnd3e delays.
+    const kinds = { normal: null, held: scene.marvel ? t("held turn") : t("delayed turn"), floor: t("at the delay floor") };
     current = h("div", { class: "turn", "data-testid": "turn", "data-combatant": turn.combatant },
       h("span", { class: "turn-label" }, t("Now acting")),
       h("strong", { class: "turn-name", "data-testid": "turn-name" }, scene.name(turn.combatant)),
-      kinds[turn.kind] ? badge(kinds[turn.kind], "held") : null,
+      kinds[turn.kind] ? badge(kinds[turn.kind], "held", "turn-kind") : null,
       turn.used.length
         ? h("span", { class: "spent" }, t("Spent: {types}", { types: turn.used.map(actionType).join(", ") }))
         : null);
@@ -241,7 +242,9 @@ export function reactionWindow(scene) {
   const claims = new Map(w.claims.map((claim) => [claim.combatant, claim]));
   const passes = new Set(w.passes);
   const everyone = [...w.offered, ...w.claims.map((claim) => claim.combatant).filter((id) => !w.offered.includes(id))];
-  const reacting = w.status === "resolving" ? w.sequence[w.index] : null;
+  // For a player, index -1 while someone hidden from them reacts (R16): nobody shown reacting.
+  const unseen = w.status === "resolving" && w.index < 0;
+  const reacting = w.status === "resolving" && !unseen ? w.sequence[w.index] : null;
   const answers = everyone.map((id) => {
     const claim = claims.get(id);
     let answer;
@@ -266,6 +269,7 @@ export function reactionWindow(scene) {
     w.action ? h("p", null, t("Waiting to resolve:"), " ", action(scene, w.action)) : null,
     waits ? h("p", { class: "deadline" }, t("Closes in"), " ", countdown("window-countdown", w.deadline, w.opened_at, 10)) : null,
     answers.length ? h("ul", { class: "items" }, answers) : empty(t("Offered to nobody you can see.")),
+    unseen ? h("p", { class: "muted", "data-testid": "unseen-reactor" }, t("Someone you cannot see is reacting now.")) : null,
     w.status === "resolving" && w.sequence.length
       ? h("p", { class: "muted" }, t("Resolving in order: {names}", { names: scene.names(w.sequence) }))
       : null));

@@ -3,9 +3,9 @@
 // each command's events (the daemon folds and filters it, R16); the log is the events' own
 // narration (their `summary`) in the session's language (hello's narrate and locale).
 
-import { Client } from "/client/index.js";
+import { Client, LOCAL_CODES } from "/client/index.js";
 import { controls } from "./controls.js";
-import { clock, field, h, select } from "./dom.js";
+import { clock, field, h, rebuildKeepingInput, select } from "./dom.js";
 import { LOCALES, locale, t, useLocale } from "./i18n.js";
 import { Scene, conditions, holds, order, reactionWindow, reservations, summary } from "./render.js";
 
@@ -19,6 +19,13 @@ const REFRESH_DELAY_MS = 40;
 const TICK_MS = 250;
 /** Where this tab keeps its token (sessionStorage: the tab's own, gone when it closes). */
 const TOKEN_KEY = "turnkeeper.token";
+/** How long the page's client keeps trying to reconnect: for ever. A page left open at the table
+ * should come back by itself whenever the daemon does, however long it was away; a client that
+ * still ends up closed (its token refused) leaves the Reconnect button. */
+const RECONNECT_TIMEOUT_MS = Infinity;
+/** The codes the JavaScript client gives failures it raises itself (errors.js): their messages
+ * are the client's English, so the page says them in its own words. */
+const OWN_CODES = new Set([...Object.values(LOCAL_CODES), "already_subscribed", "message_too_large"]);
 
 const root = document.getElementById("app");
 
@@ -37,6 +44,7 @@ const app = {
   refreshTimer: null,
   controlsKey: null,
   busy: false,
+  opening: false,
   // The daemon's clock minus the page's, in seconds, learnt from live events' times: the turn
   // timer and window deadlines are the daemon's epoch seconds (protocol.md, Time).
   offset: null,
@@ -90,26 +98,79 @@ function showSignIn(token) {
   if (!token) tokenInput.focus();
 }
 
+function connect(token, wanted) {
+  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
+  return Client.connect(url, {
+    token, locale: wanted, narrate: true, name: "table-view", kind: "page", reconnect: true,
+    reconnectTimeout: RECONNECT_TIMEOUT_MS,
+  });
+}
+
 async function signIn(token, wanted) {
   clearError();
-  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
+  // Signing in again: the session before is over, its combat no longer followed.
+  await dropClient();
   let client;
   try {
-    client = await Client.connect(url, {
-      token, locale: wanted, narrate: true, name: "table-view", kind: "page", reconnect: true,
-    });
+    client = await connect(token, wanted);
   } catch (error) {
     sessionStorage.removeItem(TOKEN_KEY);
     showError(error);
     return;
   }
-  sessionStorage.setItem(TOKEN_KEY, token);
+  await adopt(client, token);
+  await showCombats(app.fragment.get("combat"));
+}
+
+/** Closes the page's client, if any, and forgets its session. */
+async function dropClient() {
+  await closeCombat();
+  const client = app.client;
+  app.client = null;
+  app.session = null;
+  client?.close();
+}
+
+/** Makes a newly signed-in client the page's, closing the one before it (a sign-in that
+ * finished meanwhile, or the client that gave up). */
+async function adopt(client, token) {
+  await dropClient();
   app.client = client;
+  sessionStorage.setItem(TOKEN_KEY, token);
   app.session = client.session;
-  client.onStatus((status) => showStatus(status));
+  // Only the page's current client speaks for the connection: a closed one has nothing to say.
+  client.onStatus((status) => {
+    if (app.client === client) showStatus(status);
+  });
   // The daemon negotiated the session's language; the page speaks the same one.
   if (app.session.locale && app.session.locale !== locale()) await useLocale(app.session.locale);
-  await showCombats(app.fragment.get("combat"));
+}
+
+/** The Reconnect button: signs in again with the tab's token and goes back to the combat shown.
+ * A token the daemon now refuses is forgotten, back to the sign-in form; a daemon still away
+ * leaves the page as it is, to try again. */
+async function reconnect(button) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token) {
+    await signOut();
+    return;
+  }
+  const combat = app.combat;
+  clearError();
+  button.disabled = true;
+  let client;
+  try {
+    client = await connect(token, locale());
+  } catch (error) {
+    button.disabled = false;
+    if (!OWN_CODES.has(error.code)) {
+      await signOut();
+    }
+    showError(error);
+    return;
+  }
+  await adopt(client, token);
+  await showCombats(combat);
 }
 
 function roleText(session) {
@@ -129,25 +190,47 @@ function combatText(row) {
   return row.combat + " · " + row.ruleset + " · " + where;
 }
 
+/** Lists the combats, then opens the one wanted (the link's) if there is one, else shows the
+ * picker. */
 async function showCombats(wanted) {
   await closeCombat();
   app.parts = {};
+  const client = app.client;
+  let combats;
   try {
-    app.combats = await app.client.listCombats();
+    combats = await client.listCombats();
   } catch (error) {
+    if (app.client !== client) return; // signed in again meanwhile
     app.combats = [];
-    showError(error);
+    showPicker({ error });
+    return;
   }
-  const usable = app.combats.filter((row) => !row.quarantined);
-  if (wanted && usable.some((row) => row.combat === wanted)) {
+  if (app.client !== client) return;
+  app.combats = combats;
+  if (wanted && app.combats.some((row) => row.combat === wanted && !row.quarantined)) {
     await openCombat(wanted);
     return;
   }
+  showPicker({ missing: wanted });
+}
+
+/** The picker of the combats listed last; `missing` is a combat asked for that is not there,
+ * `chosen` the one to preselect, `error` what went wrong (opening one, say). */
+function showPicker({ missing = null, chosen = null, error = null } = {}) {
+  app.parts = {};
+  const usable = app.combats.filter((row) => !row.quarantined);
+  const preselected = usable.some((row) => row.combat === chosen) ? chosen : usable[0]?.combat ?? null;
   const choice = select({ name: "combat", "data-testid": "combat" },
-    app.combats.map((row) => [row.combat, combatText(row)]), usable.length ? usable[0].combat : null);
-  const submit = (event) => {
+    app.combats.map((row) => [row.combat, combatText(row)]), preselected);
+  const open = h("button", { type: "submit", class: "button primary", "data-testid": "open", disabled: !usable.length },
+    t("Show combat"));
+  const submit = async (event) => {
     event.preventDefault();
-    if (choice.value) openCombat(choice.value);
+    if (!choice.value || open.disabled) return;
+    // Opening takes a few calls: a second click meanwhile would open the combat twice.
+    open.disabled = true;
+    await openCombat(choice.value);
+    open.disabled = false;
   };
   document.title = t("Turnkeeper table view");
   root.replaceChildren(header(sessionBadge(), signOutButton()),
@@ -155,30 +238,33 @@ async function showCombats(wanted) {
       h("form", { class: "card", "data-testid": "pick", onsubmit: submit },
         h("h1", null, t("Choose a combat")),
         errorBox(),
-        wanted ? h("p", { class: "notice" }, t("There is no combat {id} here.", { id: wanted })) : null,
+        missing ? h("p", { class: "notice" }, t("There is no combat {id} here.", { id: missing })) : null,
         app.combats.length ? field(t("Combat"), choice) : h("p", { class: "empty" }, t("No combats yet.")),
         h("div", { class: "row end" },
           h("button", { type: "button", class: "button", onclick: () => showCombats(null) }, t("Refresh")),
-          h("button", { type: "submit", class: "button primary", "data-testid": "open", disabled: !usable.length },
-            t("Show combat"))))));
+          open))));
+  if (error) showError(error);
 }
 
 function sessionBadge() {
   app.parts.status = h("span", { class: "status", role: "status", "data-testid": "status" });
-  showStatus("open");
-  return [app.parts.status, h("span", { class: "who", "data-testid": "role" }, roleText(app.session))];
+  const again = h("button", {
+    type: "button", class: "button small primary", "data-testid": "reconnect", hidden: true,
+    onclick: () => reconnect(again),
+  }, t("Reconnect"));
+  app.parts.reconnect = again;
+  showStatus(app.client.status);
+  return [app.parts.status, again, h("span", { class: "who", "data-testid": "role" }, roleText(app.session))];
+}
+
+async function signOut() {
+  await dropClient();
+  sessionStorage.removeItem(TOKEN_KEY);
+  showSignIn("");
 }
 
 function signOutButton() {
-  const out = async () => {
-    await closeCombat();
-    app.client.close();
-    app.client = null;
-    app.session = null;
-    sessionStorage.removeItem(TOKEN_KEY);
-    showSignIn("");
-  };
-  return h("button", { type: "button", class: "button small", "data-testid": "sign-out", onclick: out }, t("Sign out"));
+  return h("button", { type: "button", class: "button small", "data-testid": "sign-out", onclick: signOut }, t("Sign out"));
 }
 
 function showStatus(status) {
@@ -188,20 +274,39 @@ function showStatus(status) {
   if (!element) return;
   element.textContent = words[status] || status;
   element.dataset.state = status;
+  // The client gave up (its token refused on reconnecting): only signing in again helps.
+  app.parts.reconnect.hidden = status !== "closed";
+  if (app.parts.controls) app.parts.controls.disabled = !mayCommand();
   if (status === "open" && app.combat) scheduleRefresh();
+}
+
+/** Whether the controls may be used: connected, and no command of theirs still going. While
+ * reconnecting a command would wait for the daemon, and the turn it names may be over by then. */
+function mayCommand() {
+  return !app.busy && app.client !== null && app.client.status === "open";
 }
 
 // The combat -----------------------------------------------------------------------------------
 
+/** Shows a combat and follows it; if that fails, the picker says why. */
 async function openCombat(combat) {
-  clearError();
-  let got;
+  if (app.opening) return;
+  app.opening = true;
+  const client = app.client;
   try {
-    got = await app.client.getCombat({ combat });
+    await openAndFollow(combat);
   } catch (error) {
-    showError(error);
-    return;
+    if (app.client !== client) return; // signed in again, or out, meanwhile
+    await closeCombat();
+    showPicker({ chosen: combat, error });
+  } finally {
+    app.opening = false;
   }
+}
+
+async function openAndFollow(combat) {
+  clearError();
+  const got = await app.client.getCombat({ combat });
   app.combat = combat;
   app.view = got.view;
   app.seq = got.seq;
@@ -215,13 +320,14 @@ async function openCombat(combat) {
   app.parts.log.setAttribute("aria-busy", "true");
   await readBacklog(combat, got.seq);
   app.parts.log.removeAttribute("aria-busy");
-  try {
-    app.subscription = await app.client.subscribe({ combat, after: got.seq });
-  } catch (error) {
-    showError(error);
+  const subscription = await app.client.subscribe({ combat, after: got.seq });
+  if (app.combat !== combat) {
+    // Left for another combat, or signed out, while this one was being opened.
+    await subscription.close().catch(() => {});
     return;
   }
-  follow(app.subscription);
+  app.subscription = subscription;
+  follow(subscription);
 }
 
 async function closeCombat() {
@@ -339,15 +445,19 @@ function layout() {
           app.parts.window, app.parts.controls, app.parts.holds, app.parts.reservations, app.parts.conditions))));
 }
 
-/** What the controls depend on: while it is unchanged they are left alone, so a form being
- * filled in is not wiped by an unrelated event. */
+/** What the controls depend on: while it is unchanged they are left alone. When it changes
+ * they are drawn again, and what was typed into a form still about the same turn, hold or
+ * window is put back (rebuildKeepingInput). */
 function controlsKey(view) {
   const w = view.window;
+  const turn = view.turn;
   return JSON.stringify([
-    locale(), view.phase, view.turn && [view.turn.number, view.turn.combatant], view.holds,
+    locale(), view.phase,
+    turn && [turn.number, turn.combatant, turn.kind, turn.used, turn.refocus],
+    view.holds,
     view.reservations.map((r) => r.id),
-    w && [w.id, w.status, w.offered, w.claims.map((c) => c.combatant), w.passes, w.index],
-    view.combatants.map((c) => [c.id, c.status]), view.order,
+    w && [w.id, w.status, w.offered, w.claims.map((c) => c.combatant), w.passes, w.sequence, w.index],
+    view.combatants.map((c) => [c.id, c.status, c.controller]), view.order,
   ]);
 }
 
@@ -362,9 +472,9 @@ function draw() {
   const key = controlsKey(app.view);
   if (key !== app.controlsKey) {
     app.controlsKey = key;
-    app.parts.controls.replaceChildren(controls(scene, run));
+    rebuildKeepingInput(app.parts.controls, () => controls(scene, run, refuse));
   }
-  app.parts.controls.disabled = app.busy;
+  app.parts.controls.disabled = !mayCommand();
   document.body.dataset.seq = String(app.seq);
   tick();
 }
@@ -396,18 +506,40 @@ async function run(method, params) {
     showError(error);
   } finally {
     app.busy = false;
-    if (app.parts.controls) app.parts.controls.disabled = false;
+    if (app.parts.controls) app.parts.controls.disabled = !mayCommand();
     delete document.body.dataset.busy;
     scheduleRefresh();
   }
 }
 
+/** Why the page will not send what a control was given (not the daemon's refusal). */
+function refuse(text) {
+  showError({ code: "", message: text });
+}
+
+/** An error in the page's language: the daemon's come localized by the session; the client's
+ * own failures come in its English, so the page words those itself (their message stays in the
+ * title, for whoever debugs). */
+function errorText(error) {
+  if (!error || !error.message) return String(error);
+  const own = {
+    connection_lost: t("The connection to Turnkeeper was lost, or could not be made."),
+    client_closed: t("The connection to Turnkeeper was closed."),
+    call_timeout: t("Turnkeeper did not answer in time. Try again."),
+    too_many_requests: t("Too many requests are waiting for Turnkeeper's answer. Wait a moment."),
+    too_far_behind: t("The page fell too far behind the combat. Show it again."),
+    already_subscribed: t("This page follows that combat already."),
+    message_too_large: t("That is too long to send."),
+  };
+  return OWN_CODES.has(error.code) ? own[error.code] : error.message;
+}
+
 function showError(error) {
   const slot = app.parts.error;
   if (!slot) return;
-  const message = error && error.message ? error.message : String(error);
-  const box = h("div", { class: "error", role: "alert", "data-testid": "error", "data-code": (error && error.code) || "" },
-    h("span", { "data-testid": "error-message" }, message),
+  const code = (error && error.code) || "";
+  const box = h("div", { class: "error", role: "alert", "data-testid": "error", "data-code": code },
+    h("span", { "data-testid": "error-message", title: OWN_CODES.has(code) ? error.message : null }, errorText(error)),
     h("button", { type: "button", class: "button small", onclick: clearError }, t("Dismiss")));
   slot.replaceChildren(box);
 }
