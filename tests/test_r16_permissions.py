@@ -407,11 +407,13 @@ def test_r16_view_strips_hidden_from_window(actor: Actor) -> None:
     # The ogre is narrator-run: that a reservation of its matched is the narrator's secret.
     assert view(s.state, actor).window.offered == ("ann",)  # type: ignore[union-attr]
     s.do(c.ClaimReaction(w.id, "lurker", action=ActionSpec("attack")))
-    s.do(c.PassReaction(w.id, "ogre"))
+    passed = s.do(c.PassReaction(w.id, "ogre"))
     seen = view(s.state, actor).window
     assert seen is not None
     assert seen.claims == ()
-    assert seen.passes == ("ogre",)
+    # The ogre's pass would tell that it was offered the window: the narrator's secret.
+    assert seen.passes == ()
+    assert [visible(e, s.state, actor) for e in of(passed, ev.ReactionPassed)] == [None]
     assert not mentions(seen, "lurker")
     s.dice.push(6, 6, 6, 2, 2, 2)  # fresh checks for lurker and ann (R12)
     s.do(c.ClaimReaction(w.id, "ann", action=ActionSpec("attack")), U1)

@@ -89,7 +89,12 @@ def view(state: State, actor: Actor) -> View:
             if now in hidden
             else len([i for i in window.sequence[: window.index] if i not in hidden])
         )
-        window = replace(window, offered=_not_secret(state, window.offered), index=index)
+        window = replace(
+            window,
+            offered=_not_secret(state, window.offered),
+            passes=_not_secret(state, window.passes),
+            index=index,
+        )
     shown = replace(
         full,
         turn=None if state.turn and state.turn.combatant in hidden else state.turn,
@@ -109,6 +114,8 @@ _SECRET_FOR_PLAYERS = (
     ev.ReservationExpired,
     ev.ReservationUsed,
     ev.ReservationCancelled,
+    # Passing tells that a window was offered, which for a narrator-run combatant is secret.
+    ev.ReactionPassed,
 )
 
 
