@@ -89,6 +89,13 @@ def _lower(headers: Any) -> dict[str, str]:
     return {k.lower(): v for k, v in headers}
 
 
+def _raw_http(port: int, request: bytes) -> bytes:
+    """What the listener answers to ``request`` sent as it is (urllib would tidy it up)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=CALL_TIMEOUT) as s:
+        s.sendall(request)
+        return s.recv(65536)
+
+
 # --------------------------------------------------------------------------- the protocol
 
 
@@ -302,30 +309,26 @@ def test_http_answers_only_the_pages_files(
     web: tuple[Daemon, dict[str, str]], path: str, method: str, status: int
 ) -> None:
     d, _ = web
-    with socket.create_connection(("127.0.0.1", d.http_port), timeout=CALL_TIMEOUT) as s:
-        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        head = s.recv(65536).split(b"\r\n", 1)[0]
-    assert head.split()[1] == str(status).encode()
+    answer = _raw_http(d.http_port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert answer.split(b"\r\n", 1)[0].split()[1] == str(status).encode()
 
 
 def test_ws_without_the_page_serves_no_files(tmp_path: Path) -> None:
     with running(tmp_path, ws=True) as d:
         assert d.ws_port is not None
-        with socket.create_connection(("127.0.0.1", d.ws_port), timeout=CALL_TIMEOUT) as s:
-            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert s.recv(65536).startswith(b"HTTP/1.1 404")
+        answer = _raw_http(d.ws_port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 404")
 
 
 def test_an_oversized_or_garbled_request_head_is_refused(
     web: tuple[Daemon, dict[str, str]],
 ) -> None:
     d, _ = web
-    with socket.create_connection(("127.0.0.1", d.http_port), timeout=CALL_TIMEOUT) as s:
-        s.sendall(b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * (MAX_HEAD_BYTES + 10) + b"\r\n\r\n")
-        assert s.recv(65536).split(b"\r\n", 1)[0].split()[1][:1] == b"4"
-    with socket.create_connection(("127.0.0.1", d.http_port), timeout=CALL_TIMEOUT) as s:
-        s.sendall(b"\x16\x03\x01 not http at all\r\n\r\n")
-        assert s.recv(65536).startswith(b"HTTP/1.1 400")
+    pad = b"a" * (MAX_HEAD_BYTES + 10)
+    answer = _raw_http(d.http_port, b"GET / HTTP/1.1\r\nX-Pad: " + pad + b"\r\n\r\n")
+    assert answer.split(b"\r\n", 1)[0].split()[1][:1] == b"4"
+    answer = _raw_http(d.http_port, b"\x16\x03\x01 not http at all\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400")
 
 
 def test_a_request_head_that_never_ends_is_dropped_and_others_are_served(
