@@ -436,6 +436,24 @@ def test_r16_view_strips_hidden_from_window(actor: Actor) -> None:
     assert seen.sequence[seen.index] == "ann"
 
 
+@pytest.mark.parametrize("actor", READERS, ids=READER_IDS)
+def test_r16_a_narrator_run_claim_is_secret_until_its_reaction_resolves(actor: Actor) -> None:
+    s = hidden_table()
+    s.do(c.AnnounceTrigger(TriggerFacts("explosion"), offer=("ann", "ogre")))
+    w = s.state.window
+    assert w is not None
+    claimed = s.do(c.ClaimReaction(w.id, "ogre", action=ActionSpec("attack")))
+    assert [visible(e, s.state, actor) for e in of(claimed, ev.ReactionClaimed)] == [None]
+    seen = view(s.state, actor).window
+    assert seen is not None
+    assert seen.claims == ()
+    s.do(c.PassReaction(w.id, "ann"), U1)
+    # The window closes: the ogre's reaction resolves in the open.
+    resolving = view(s.state, actor).window
+    assert resolving is not None
+    assert resolving.sequence == ("ogre",)
+
+
 def test_r16_hidden_actor_never_fires_a_players_reservation() -> None:
     """The player could not see the window (its actor is hidden), so it is never offered one;
     a visible actor's same move fires the same reservation."""

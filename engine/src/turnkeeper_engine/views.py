@@ -93,6 +93,7 @@ def view(state: State, actor: Actor) -> View:
             window,
             offered=_not_secret(state, window.offered),
             passes=_not_secret(state, window.passes),
+            claims=tuple(k for k in window.claims if not _secret_reservation(state, k.combatant)),
             index=index,
         )
     shown = replace(
@@ -114,7 +115,9 @@ _SECRET_FOR_PLAYERS = (
     ev.ReservationExpired,
     ev.ReservationUsed,
     ev.ReservationCancelled,
-    # Passing tells that a window was offered, which for a narrator-run combatant is secret.
+    # Claiming or passing tells that a window was offered, which for a narrator-run combatant is
+    # secret until its reaction resolves in the open (sequence_ordered, reaction_started).
+    ev.ReactionClaimed,
     ev.ReactionPassed,
 )
 
