@@ -495,3 +495,30 @@ def test_the_catalogue_has_every_action_type_phase_and_condition_of_the_engine()
         assert set(rules.action_types) <= set(i18n.TERMS["action_type"]), name
     assert set(typing.get_args(Phase)) == set(i18n.TERMS["phase"])
     assert set(CONDITION_TYPES) == set(i18n.TERMS["condition"])
+
+
+@pytest.mark.parametrize(
+    ("locale", "noted", "plain"),
+    [
+        ("en", "  Sabretooth: Webbed to the wall.", "  Sabretooth is custom."),
+        (
+            "pt-BR",
+            "  Sabretooth: Webbed to the wall.",
+            "  Sabretooth fica com a condição personalizada.",
+        ),
+    ],
+)
+def test_a_narrators_condition_is_told_by_its_note(locale: str, noted: str, plain: str) -> None:
+    s = Story("marvel")
+    s.add("sabretooth", "Sabretooth")
+    (with_note,) = of_kind(
+        s.do(c.ApplyCondition("sabretooth", "custom", note="Webbed to the wall.")),
+        ev.ConditionApplied,
+    )
+    (without,) = of_kind(s.do(c.ApplyCondition("sabretooth", "custom")), ev.ConditionApplied)
+    assert narrate(with_note, s.state, locale) == noted
+    assert narrate(without, s.state, locale) == plain
+
+
+def of_kind(events: list[ev.Event], kind: type[ev.Event]) -> list[ev.Event]:
+    return [e for e in events if isinstance(e, kind)]

@@ -245,6 +245,9 @@ def _condition(s: _Teller, e: ev.ConditionApplied) -> str:
             condition=k.type,
             names=s.names(k.surprisers),
         )
+    if k.note:
+        # A narrator's own condition reads by its note ("Webbed to the wall"), not its type.
+        return "  " + s.say("{name}: {note}.", name=s.name(k.target), note=k.note.rstrip("."))
     return "  " + s.say("{name} is {condition}.", name=s.name(k.target), condition=k.type)
 
 
