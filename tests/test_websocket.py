@@ -23,12 +23,11 @@ import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
 from story import NARRATOR, Story, player
-from turnkeeper.host import _told
+from turnkeeper.host import _numbered
 from turnkeeper.server import MAX_WEB_CONNECTIONS
 from turnkeeper.websocket import HANDSHAKE_TIMEOUT, MAX_HEAD_BYTES
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.plain import event_to_plain
 from wsclient import WebSocketSocket
 
 
@@ -240,6 +239,13 @@ def test_narrated_sessions_get_a_summary_on_every_event_and_others_none(
         told.call("subscribe", combat="bank", after=0)
         first = told.notification().params
         assert "summary" in first
+        # A command's own result is told too (and its retry, remembered encoded, the same way).
+        params = {"target": "ann", "type": "custom", "note": "Atordoada"}
+        done = told.call("apply_condition", combat="bank", request_id="told-c", **params)
+        assert done["events"][-1]["summary"] == "  Ann: Atordoada."
+        again = told.call("apply_condition", combat="bank", request_id="told-c", **params)
+        assert again == done
+        told.call("undo", combat="bank", request_id="told-undo")
     finally:
         plain.close()
         told.close()
@@ -357,16 +363,16 @@ def test_r16_a_hidden_combatants_turn_is_not_told_to_players_as_resuming() -> No
     s.roll("sly", 6, 6, 5)
     s.do(c.StartCombat())
     assert s.current == "sly"
-    ended = [{"seq": 99, **event_to_plain(ev.SequenceEnded("w1"))}]
-    (mine,) = _told(ended, s.state, NARRATOR, "en")
-    (theirs,) = _told(ended, s.state, player("u1"), "en")
+    ended = [(99, ev.SequenceEnded("w1"))]
+    (mine,) = _numbered(ended, s.state, NARRATOR, locale="en")
+    (theirs,) = _numbered(ended, s.state, player("u1"), locale="en")
     assert isinstance(mine, dict)
     assert isinstance(theirs, dict)
     assert "resumes" in str(mine["summary"])
     assert theirs["summary"] is None
     # Only the hidden one claimed: the player's sequence is empty, and nothing is told of it.
-    ordered = [{"seq": 98, **event_to_plain(ev.SequenceOrdered("w1", (), (), ()))}]
-    (line,) = _told(ordered, s.state, player("u1"), "en")
+    ordered = [(98, ev.SequenceOrdered("w1", (), (), ()))]
+    (line,) = _numbered(ordered, s.state, player("u1"), locale="en")
     assert isinstance(line, dict)
     assert line["summary"] is None
 

@@ -159,19 +159,13 @@ def _audience(actor: Actor) -> tuple[str, str | None]:
     return ("narrator", None) if actor.role == "narrator" else (actor.role, actor.user)
 
 
-def _told(shown: list[Plain], state: State, actor: Actor, locale: str) -> list[Plain]:
-    """Events with their ``summary``: each told as the narrated log tells it, in ``locale``.
-    Told from what ``actor`` was shown, so a line never names what its events left out (R16).
-    The state lends names and whether a turn is under way: a hidden combatant's turn, which
-    the actor's view shows as none, is none here too."""
+def _telling(state: State, actor: Actor) -> State:
+    """The state a line for ``actor`` is told against: it lends names, and whether a turn is
+    under way; a hidden combatant's turn, which the actor's view shows as none, is none here
+    too (R16)."""
     if state.turn is not None and actor.role != "narrator" and view(state, actor).turn is None:
-        state = dataclasses.replace(state, turn=None)
-    told: list[Plain] = []
-    for item in shown:
-        assert isinstance(item, dict)
-        body = {k: v for k, v in item.items() if k not in ("seq", "summary")}
-        told.append({**item, "summary": narrate(event_from_plain(body), state, locale)})
-    return told
+        return dataclasses.replace(state, turn=None)
+    return state
 
 
 def _numbered(
@@ -179,15 +173,22 @@ def _numbered(
     state: State,
     actor: Actor,
     plains: list[dict[str, Plain]] | None = None,
+    locale: str | None = None,
 ) -> list[Plain]:
     """Events as ``actor`` may see them, each with its sequence number (R16). ``plains`` are
-    the events already encoded, reused wherever the actor sees an event unchanged."""
+    the events already encoded, reused wherever the actor sees an event unchanged. With a
+    ``locale``, each carries its ``summary``, told from the event as the actor sees it, so a
+    line never names what the event left out."""
+    told = _telling(state, actor) if locale is not None else state
     shown: list[Plain] = []
     for i, (seq, event) in enumerate(events):
         seen = visible(event, state, actor)
         if seen is not None:
             body = plains[i] if plains is not None and seen is event else event_to_plain(seen)
-            shown.append({"seq": seq, **body})
+            item: dict[str, Plain] = {"seq": seq, **body}
+            if locale is not None:
+                item["summary"] = narrate(seen, told, locale)
+            shown.append(item)
     return shown
 
 
@@ -559,9 +560,9 @@ class Hub:
             audience = (*_audience(subscriber.actor), subscriber.narration)
             if audience not in packed:
                 try:
-                    shown = _numbered(numbered, combat.state, subscriber.actor, plains)
-                    if subscriber.narration is not None:
-                        shown = _told(shown, combat.state, subscriber.actor, subscriber.narration)
+                    shown = _numbered(
+                        numbered, combat.state, subscriber.actor, plains, subscriber.narration
+                    )
                     packed[audience] = _packed(combat.id, shown)
                 except Exception:
                     log.exception("publish_failed", combat=combat.id, audience=audience)
@@ -592,7 +593,9 @@ class Hub:
             combat.views[audience] = {"combat": combat.id, "seq": combat.seq, "view": seen}
         return combat.views[audience]
 
-    def history(self, combat_id: str, actor: Actor, after: int, limit: int) -> Plain:
+    def history(
+        self, combat_id: str, actor: Actor, after: int, limit: int, locale: str | None = None
+    ) -> Plain:
         combat = self.combat(combat_id)
         stored = self.store.events_after(combat.id, after, limit)
         events = [(seq, event_from_plain(body)) for seq, body in stored]
@@ -602,13 +605,20 @@ class Hub:
             # The last seq this page read: a page can show fewer events than it read (R16),
             # so the next page starts after ``until``, not after the last event shown.
             "until": stored[-1][0] if stored else after,
-            "events": _numbered(events, combat.state, actor),
+            "events": _numbered(events, combat.state, actor, locale=locale),
         }
 
     def told(self, combat_id: str, events: Plain, actor: Actor, locale: str) -> list[Plain]:
-        """``events`` (as a result shows them to ``actor``) with their narrated lines."""
+        """A command result's ``events`` (as shown to ``actor``) with their narrated lines:
+        results are kept encoded for retries, so these are decoded to be told."""
         assert isinstance(events, list)
-        return _told(events, self.combat(combat_id).state, actor, locale)
+        state = _telling(self.combat(combat_id).state, actor)
+        told: list[Plain] = []
+        for item in events:
+            assert isinstance(item, dict)
+            body = {k: v for k, v in item.items() if k != "seq"}
+            told.append({**item, "summary": narrate(event_from_plain(body), state, locale)})
+        return told
 
     def plugin_listing(self) -> Plain:
         """The plugins loaded (with their counters), failed and skipped."""
@@ -651,9 +661,7 @@ class Hub:
                 )
             stored = self.store.events_after(combat.id, after, MAX_CATCH_UP)
             events = [(seq, event_from_plain(body)) for seq, body in stored]
-            shown = _numbered(events, combat.state, subscriber.actor)
-            if subscriber.narration is not None:
-                shown = _told(shown, combat.state, subscriber.actor, subscriber.narration)
+            shown = _numbered(events, combat.state, subscriber.actor, locale=subscriber.narration)
             packed = _packed(combat.id, shown)
             if len(packed) > subscriber.room():
                 raise RequestError(

@@ -105,7 +105,6 @@ class Connection:
     ) -> None:
         self.server = server
         self.stream = stream
-        self.framed = isinstance(stream, WebSocketStream)
         self.id = f"c{next(_ids)}"
         self.transport = transport
         self.peer_uid = _peer_uid(stream)
@@ -339,7 +338,7 @@ class Connection:
         if method == "history":
             after = number(params, "after", 0, 0, 2**53)
             limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-            return self._told(hub.history(combat_id, self.actor, after, limit), self.actor)
+            return hub.history(combat_id, self.actor, after, limit, self.narration)
         if method == "subscribe":
             if combat_id in self.subscribed:
                 raise RequestError("already_subscribed", "subscribed to it already", "combat")
@@ -353,8 +352,8 @@ class Connection:
         return {"combat": combat_id}
 
     def _told(self, result: Plain, actor: Actor) -> Plain:
-        """A result's events, as shown to ``actor``, with their narrated lines if this session
-        asked for them."""
+        """A command result's events, as shown to ``actor``, with their narrated lines if this
+        session asked for them."""
         if self.narration is None:
             return result
         assert isinstance(result, dict)
@@ -486,9 +485,10 @@ class Server:
 
     async def handle(self, stream: ByteStream | WebSocketStream, transport: str) -> None:
         conn = Connection(self, stream, transport)
-        web = sum(c.framed for c in self.connections) if conn.framed else 0
+        framed = transport == "ws"
+        web = sum(c.transport == "ws" for c in self.connections) if framed else 0
         if len(self.connections) >= MAX_CONNECTIONS or web >= MAX_WEB_CONNECTIONS:
-            limit = MAX_WEB_CONNECTIONS if conn.framed else MAX_CONNECTIONS
+            limit = MAX_WEB_CONNECTIONS if framed else MAX_CONNECTIONS
             conn.close_with(
                 wire.WireError("server_busy", "more than {count} connections", count=limit)
             )
