@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
+from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
@@ -98,7 +99,7 @@ class WebSocketStream:
                 if isinstance(event, BytesMessage):
                     if len(self._message) + len(event.data) > wire.MAX_MESSAGE_BYTES:
                         # Checked as the parts arrive, so a huge message is never held whole.
-                        raise _too_large()
+                        raise wire.too_large()
                     self._message += event.data
                     if event.message_finished:
                         data = bytes(self._message)
@@ -170,15 +171,6 @@ class WebSocketStream:
                 await self.stream.aclose()
 
 
-def _too_large() -> wire.WireError:
-    return wire.WireError(
-        wire.MESSAGE_TOO_LARGE,
-        "a message is longer than {limit} bytes",
-        fatal=True,
-        limit=wire.MAX_MESSAGE_BYTES,
-    )
-
-
 class Site:
     """The table view's files, read once: there is nothing to look up on disk per request, and
     no request path can name a file outside them."""
@@ -216,10 +208,15 @@ class Site:
             return found
         match = _CATALOGUE.match(path)
         if match is not None:
-            locale = i18n.negotiate(match.group(1))
-            body = {"locale": locale, "messages": i18n.catalogue(locale)}
-            return json.dumps(body, ensure_ascii=False).encode(), _TYPES[".json"]
+            return _catalogue(i18n.negotiate(match.group(1))), _TYPES[".json"]
         return None
+
+
+@cache
+def _catalogue(locale: str) -> bytes:
+    """A supported locale's catalogue as the page loads it; one per locale, built once."""
+    body = {"locale": locale, "messages": i18n.catalogue(locale)}
+    return json.dumps(body, ensure_ascii=False).encode()
 
 
 class Gate:

@@ -234,7 +234,7 @@ class Decoder:
             # is refused at its first excess byte and the unpacker never holds more than one.
             room = MAX_MESSAGE_BYTES - (self._fed - self._message_start)
             if room == 0:
-                decoded.append(self._fail(_too_large()))
+                decoded.append(self._fail(too_large()))
                 return decoded
             chunk, rest = rest[:room], rest[room:]
             self._unpacker.feed(chunk)
@@ -265,7 +265,8 @@ class Decoder:
         return error
 
 
-def _too_large() -> WireError:
+def too_large() -> WireError:
+    """The fatal error for a message over ``MAX_MESSAGE_BYTES``, however it is framed."""
     return WireError(
         MESSAGE_TOO_LARGE,
         "a message is longer than {limit} bytes",
