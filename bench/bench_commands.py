@@ -9,7 +9,6 @@ Target: at least 5,000 commands/s with p99 at most 10 ms.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +73,7 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="durable commands/s and p99 at 50 connections")
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=50)
+    parser = tk.command_load_parser("durable commands/s and p99 at 50 connections")
     parser.add_argument("--procs", type=int, default=1, help="client processes")
     args = parser.parse_args()
     print(tk.machine())

@@ -10,8 +10,6 @@ No target: the figure to watch is the ratio of the two daemons.
 
 from __future__ import annotations
 
-import argparse
-
 import tkbench as tk
 from bench_commands import _worker
 
@@ -23,11 +21,7 @@ SERVERS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="durable commands/s with and without plugins")
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=50)
+    parser = tk.command_load_parser("durable commands/s with and without plugins")
     args = parser.parse_args()
     print(tk.machine())
     runs: dict[str, list[tk.LoopFigures]] = {name: [] for name in SERVERS}

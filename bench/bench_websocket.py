@@ -10,7 +10,6 @@ No target: the figure to watch is the WebSocket rate as a share of the Unix sock
 
 from __future__ import annotations
 
-import argparse
 import socket
 import subprocess
 import sys
@@ -49,11 +48,7 @@ def _token(data_dir: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="durable commands/s over WebSocket vs Unix")
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=50)
+    parser = tk.command_load_parser("durable commands/s over WebSocket vs Unix")
     args = parser.parse_args()
     print(tk.machine())
     runs: dict[str, list[tk.LoopFigures]] = {name: [] for name in TRANSPORTS}

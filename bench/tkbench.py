@@ -8,6 +8,7 @@ options.
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import platform
@@ -152,6 +153,16 @@ def echo(root: Path) -> Server:
     sock = root / "run" / "echo.sock"
     argv = [sys.executable, str(BENCH / "echo_server.py"), "--socket", str(sock)]
     return Server(argv, sock, root / "echo.log")
+
+
+def command_load_parser(description: str) -> argparse.ArgumentParser:
+    """The options of the durable-commands workload, shared by the scripts that run it."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=50)
+    return parser
 
 
 # ------------------------------------------------------------------------------ connection
