@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
+import pytest
+
 from turnkeeper.demo import run
 
+SKIRMISH = "### Bots: a skirmish (SensibleBot players and NPCs over the socket)"
+CODE = re.compile(r"\b[a-z]+_[a-z_]+\b")
+"""A protocol value such as ``combat_ended`` or ``bonus_round``: no English word has ``_``."""
 
-def _log() -> list[str]:
+
+def _log(locale: str = "en") -> list[str]:
     lines: list[str] = []
-    run(lines.append)
+    run(lines.append, locale=locale)
     return lines
+
+
+def _seed_scenes(log: list[str]) -> list[str]:
+    """The scripted scenes: every line before the bots' skirmish, whose interleaving (and the
+    daemon's dice) vary from run to run by design."""
+    starts = [i for i, line in enumerate(log) if line.startswith("### Bots: ")]
+    assert len(starts) == 1, starts
+    return log[: starts[0]]
 
 
 def test_demo_narrates_bank_robbery_order_and_bonus_round() -> None:
@@ -29,7 +44,8 @@ def test_demo_narrates_mandarin_sequence_and_cancelled_attack() -> None:
     log = "\n".join(_log())
     assert "Order: Sharon Carter, Captain America, The Mandarin." in log
     assert "Sharon Carter d616 [6, 6, 5] +2 = 19" in log
-    assert "The Mandarin's reaction is cancelled (defeated)." in log
+    # The defeat first, then what it cancels.
+    assert "The Mandarin is defeated.\n    The Mandarin's reaction is cancelled (defeated)." in log
     assert ">> The Mandarin interrupts" not in log
 
 
@@ -44,7 +60,7 @@ def test_demo_narrates_dnd3e_ready_delay_refocus_and_floor() -> None:
 
 def test_demo_ends_with_a_skirmish_bots_play_until_the_narrator_ends_it() -> None:
     log = _log()
-    scene = log[log.index("### Bots: a skirmish (SensibleBot players and NPCs over the socket)") :]
+    scene = log[log.index(SKIRMISH) :]
     # Each player's bot acts for its own character, the narrator's for Hydra (lines of their
     # own actions: attacks, moves, holds, reservations).
     for name in ("Spider-Man", "Hawkeye", "Crossbones"):
@@ -65,3 +81,27 @@ def test_demo_command_runs_from_the_console_entry_point() -> None:
     assert done.returncode == 0, done.stderr
     assert "== The combat is over ==" in done.stdout
     assert "with an edge: the target is Surprised" in done.stdout
+
+
+@pytest.mark.parametrize("locale", ["en", "pt-BR"])
+def test_the_seed_scenes_log_is_the_same_on_every_run(locale: str) -> None:
+    """Every die of the scripted scenes is supplied, the dnd3e-ready plugin's (the goblin
+    shaman's Concentration check) included."""
+    first, second = _seed_scenes(_log(locale)), _seed_scenes(_log(locale))
+    assert first == second
+    assert any("Concentration" in line or "Concentração" in line for line in first)
+
+
+def test_the_english_log_shows_no_protocol_code_nor_internal_id() -> None:
+    log = _log()
+    assert not [line for line in log if CODE.search(line)]
+    assert "  Order unchanged: Captain America, Hydra agent." in log
+    assert "  Order now: Mialee, Tordek, Goblin shaman, Lidda." in log
+    assert "  Spider-Man's turn ends (end of combat)." in log
+    assert "    Mialee refocuses [full-round action]." in log
+    assert "Sabretooth initiative: d616 [5, 4, 6] +2 = 17 (dice supplied by the narrator)" in log
+    assert "== Combat 'cave' (D&D 3e SRD) ==" in log
+    assert (
+        "  (Bots play from here: one for each player (Spider-Man, Hawkeye) and one for the "
+        "narrator (Crossbones, the Hydra agents); the narrator ends the fight after round 3.)"
+    ) in log

@@ -360,7 +360,9 @@ def test_narrated_dnd3e_uses_the_srd_words_delay_ready_and_refocus() -> None:
         "uma magia"
     ) in told
     assert "Mialee usa Reorientar [ação de rodada completa]." in told
-    assert {"Lidda delays the turn.", "Mialee refocuses [full]."} <= set(_told(s, "en"))
+    assert {"Lidda delays the turn.", "Mialee refocuses [full-round action]."} <= set(
+        _told(s, "en")
+    )
 
 
 def test_a_dnd3e_ready_counterspell_is_told_in_pt_br_and_in_english_as_the_plugin_wrote_it() -> (
@@ -429,12 +431,26 @@ def test_the_demo_tells_the_seeds_in_pt_br_when_asked() -> None:
         "aparecer no corredor atrás dele",
         "  Novo teste de Iniciativa para esta sequência: Sharon Carter d616 [6, 6, 5] +2 = 19 "
         "(dados rolados por sharon); Capitão América d616 [5, 5, 5] +3 = 18 (dados rolados por "
-        "steve); O Mandarim d616 [4, 4, 4] +3 = 15 (dados rolados por narrador). Ordem: Sharon "
+        "steve); O Mandarim d616 [4, 4, 4] +3 = 15 (dados rolados pelo narrador). Ordem: Sharon "
         "Carter, Capitão América, O Mandarim.",
         "    Lidda atrasa o turno.",
+        "  Ordem agora: Mialee, Tordek, Xamã goblin, Lidda.",
         "== O combate acabou ==",
     ):
         assert line in lines, line
+
+
+def test_the_demo_s_bots_type_in_pt_br_when_asked() -> None:
+    """The skirmish's bots describe their actions and triggers as a Brazilian table would."""
+    lines: list[str] = []
+    run(lines.append, locale="pt-BR")
+    scene = lines[
+        lines.index("### Bots: uma escaramuça (jogadores e PdMs SensibleBot pelo socket)") :
+    ]
+    english = ("attacks", "moves", "uses a power", "strike", "casts a spell", "jumps in", "reacts")
+    portuguese = ("ataca [", "se move [", "usa um poder [", "(golpear)", "lança uma magia [")
+    assert not [line for line in scene if any(f" {word}" in line for word in english)]
+    assert any(any(words in line for words in portuguese) for line in scene), scene
 
 
 # (f) Errors from the engine reach people in their language -------------------------------------
@@ -500,11 +516,11 @@ def test_the_catalogue_has_every_action_type_phase_and_condition_of_the_engine()
 @pytest.mark.parametrize(
     ("locale", "noted", "plain"),
     [
-        ("en", "  Sabretooth: Webbed to the wall.", "  Sabretooth is custom."),
+        ("en", "  Sabretooth: Webbed to the wall.", "  Sabretooth gets a custom condition."),
         (
             "pt-BR",
             "  Sabretooth: Webbed to the wall.",
-            "  Sabretooth fica com a condição personalizada.",
+            "  Sabretooth fica com uma condição personalizada.",
         ),
     ],
 )

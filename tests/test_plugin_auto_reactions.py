@@ -261,7 +261,7 @@ def test_r10_standing_interpose_comes_right_after_an_attack_that_opened_no_windo
     assert started.action == ActionSpec(
         "interpose",
         "standard",
-        "standing reaction (react:interpose:attack:ally)",
+        "",
         ("crossbones",),
         ("auto", "standing"),
     )

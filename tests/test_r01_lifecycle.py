@@ -194,6 +194,22 @@ def test_r1_defeat_or_removal_cancels_holds_and_reservations(ruleset: str, how: 
     assert s.run_round() == ["c"]
 
 
+@pytest.mark.parametrize("ruleset", RULESETS)
+@pytest.mark.parametrize("how", ["defeat", "remove"])
+def test_r1_a_defeat_or_removal_comes_before_what_it_cancels(ruleset: str, how: str) -> None:
+    # A log reads "b is defeated." then "b's reserved action is cancelled (defeated).": the
+    # cause first, then its consequences.
+    s = combat(ruleset, a=15, b=10, c=5)
+    s.do(c.Hold(s.turn))
+    s.do(c.Reserve(s.turn, "standard", ActionSpec("attack"), Trigger("c comes close")))
+    s.end_turn()
+    out = ev.CombatantDefeated if how == "defeat" else ev.CombatantRemoved
+    for gone_id, cancelled in (("a", ev.HoldCancelled), ("b", ev.ReservationCancelled)):
+        command = c.DefeatCombatant(gone_id) if how == "defeat" else c.RemoveCombatant(gone_id)
+        kinds = [type(e) for e in s.do(command)]
+        assert kinds.index(out) < kinds.index(cancelled), kinds
+
+
 def _pending_everything(ruleset: str) -> Story:
     """a holds, b's reservation was claimed and is resolving, d's reservation still waits, and
     c's attack is interrupted."""

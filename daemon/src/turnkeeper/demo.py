@@ -3,19 +3,24 @@
 The demo starts a daemon on a temporary socket and data directory, then plays each scene with
 scripted clients: the narrator's connection, one per player (each with its own player token),
 and a watcher subscribed to the combat, whose event stream is what gets narrated. Every die is
-supplied by whoever rolls it, with the faces that give the seeds' own numbers, so the log is the
-same on every run. The log is told in the language asked for (``locale``): the narrated
-events, and the scenes' own words too (names, actions, triggers), as a table would type them.
+supplied by whoever rolls it, with the faces that give the seeds' own numbers, and the
+``dnd3e-ready`` plugin rolls on seeded dice (``turnkeeper.demo_plugins``), so the log of those
+scenes is the same on every run. The log is told in the language asked for (``locale``): the
+narrated events, and the scenes' own words too (names, actions, triggers), as a table would
+type them.
 
 The last scene is played by bots (:class:`turnkeeper_sdk.policy.SensibleBot`): each player's
 bot over its own connection with its own token, and one for the narrator's NPCs, while the
-narrator's script ends the fight after a few rounds. Bots choose with seeded randomness, but
+narrator's script ends the fight after a few rounds. The bots type in the log's language too.
+They choose with seeded randomness, but
 their commands interleave as the machine schedules them and the daemon rolls the dice, so
 that scene's log differs from run to run.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import signal
 import tempfile
 from collections.abc import Callable
@@ -39,6 +44,14 @@ from .auth import Tokens
 from .embedded import START_TIMEOUT, connect, spawn
 from .narrate import narrate
 
+_SEEDED_PLUGINS = (
+    ("--no-plugins", "dnd3e-ready", "--plugin", "dnd3e-ready=turnkeeper.demo_plugins:dnd3e_ready")
+    if importlib.util.find_spec("turnkeeper_dnd3e_ready") is not None
+    else ()
+)
+"""The daemon's flags that run the installed dnd3e-ready plugin on seeded dice, so that the
+rolls it makes are the same every run (see ``turnkeeper.demo_plugins``)."""
+
 
 class _Session:
     """The embedded daemon and the demo's connections to it."""
@@ -49,7 +62,7 @@ class _Session:
         self.data_dir = root / "data"
         self.socket = root / "run" / "turnkeeper.sock"
         self.log = (root / "daemon.log").open("wb")
-        self.process = spawn(self.data_dir, self.socket, self.log)
+        self.process = spawn(self.data_dir, self.socket, self.log, *_SEEDED_PLUGINS)
         self.narrator = self._connect()
         self.narrator.hello(name="demo narrator")
         self.watcher = self._connect()
@@ -130,6 +143,11 @@ class _Table:
         """The scene's own words (a string literal) in the log's language."""
         return i18n.message(self.locale, template, args)
 
+    def order(self) -> str:
+        """The initiative order as the table reads it: by name."""
+        found = (self.state.get(i) for i in self.state.order)
+        return ", ".join(c.name for c in found if c is not None)
+
     @property
     def turn(self) -> Any:
         assert self.state.turn is not None
@@ -197,7 +215,7 @@ def hydra_corner(t: _Table) -> None:
     t(c.FinishReaction(window.id, "cap"))
     t.act("attack", t.say("fires at Captain America"), "cap")
     t.end_turn()
-    t.out("  " + t.say("Order unchanged: {order}.", order=", ".join(t.state.order)))
+    t.out("  " + t.say("Order unchanged: {order}.", order=t.order()))
     t(c.EndCombat())
 
 
@@ -284,7 +302,7 @@ def goblin_cave(t: _Table) -> None:
             t.turn,
             "standard",
             ActionSpec("attack", None, t.say("strike to distract"), ("shaman",), ("damage:7",)),
-            Trigger(t.say("if the shaman starts casting a spell"), casting),
+            Trigger(t.say("the shaman starts casting a spell"), casting),
         )
     )
     t.act("move", t.say("steps up to the shaman"))
@@ -300,7 +318,7 @@ def goblin_cave(t: _Table) -> None:
     t.end_turn()
     t(c.Refocus(t.turn))
     t.end_turn()
-    t.out("  " + t.say("Order now: {order}.", order=", ".join(t.state.order)))
+    t.out("  " + t.say("Order now: {order}.", order=t.order()))
     t.end_turn()
     t(c.Hold(t.turn))
     t.end_turn()
@@ -352,14 +370,18 @@ async def _skirmish(t: _Table) -> None:
             t.out(
                 "  "
                 + t.say(
-                    "(Bots play from here: peter's plays Spider-Man, clint's Hawkeye, the "
-                    "narrator's Hydra; the narrator ends the fight after round {rounds}.)",
+                    "(Bots play from here: one for each player (Spider-Man, Hawkeye) and one "
+                    "for the narrator (Crossbones, the Hydra agents); the narrator ends the "
+                    "fight after round {rounds}.)",
                     rounds=SKIRMISH_ROUNDS,
                 )
             )
+            # The bots type in the table's language, as the players would.
+            words = functools.partial(i18n.message, t.locale)
             async with watcher.subscribe(combat, after=0) as events:
                 for seed, client in enumerate((narrator, peter, clint), 1):
-                    bots.start_soon(SensibleBot(client, seed=seed).play, combat)
+                    bot = SensibleBot(client, seed=seed, words=words)
+                    bots.start_soon(bot.play, combat)
                 await narrator.start_combat(combat)
                 ending = False
                 async for plain in events:

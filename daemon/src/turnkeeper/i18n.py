@@ -40,33 +40,110 @@ DOMAIN = "turnkeeper"
 LOCALE_DIR = Path(__file__).parent / "locale"
 TEMPLATE = LOCALE_DIR / "messages.pot"
 
-TERMS: Mapping[str, tuple[str, ...]] = {
-    "action_type": ("standard", "movement", "move", "full", "free", "reaction"),
-    "phase": ("none", "setup", "initiative", "bonus_round", "rounds", "ended"),
-    "reason": (
-        "ended",
-        "timer",
-        "defeated",
-        "removed",
-        "combat_ended",
-        "held_turn",
-        "delay_floor",
-        "readied_action",
-        "refocus",
-        "actor_out",
-        "answered",
-        "deadline",
-        "narrator",
-        "inactive",
-    ),
-    "condition": ("surprised", "custom"),
-    "status": ("active", "defeated", "removed"),
-    "role": ("narrator", "player", "observer", "bridge"),
-    "reroll": ("edge", "trouble"),
-    "timer_action": ("hold", "end_turn"),
+TERMS: Mapping[str, Mapping[str, str]] = {
+    "action_type": {
+        "standard": "standard",
+        "movement": "movement",
+        "move": "move",
+        "full": "full-round",
+        "free": "free",
+        "reaction": "reaction",
+    },
+    # The kinds of action the bundled rulesets know (their catalogues); a kind of another's
+    # is shown as it is.
+    "action_kind": {
+        "attack": "attack",
+        "power": "power",
+        "grab": "grab",
+        "escape": "escape",
+        "help": "help",
+        "use_item": "use an item",
+        "move": "move",
+        "dash": "dash",
+        "stand": "stand up",
+        "cast": "cast a spell",
+        "aid_another": "aid another",
+        "total_defense": "total defense",
+        "draw_weapon": "draw a weapon",
+        "stand_up": "stand up",
+        "charge": "charge",
+        "full_attack": "full attack",
+        "run": "run",
+        "withdraw": "withdraw",
+        "refocus": "refocus",
+        "speak": "speak",
+        "drop_item": "drop an item",
+    },
+    "phase": {
+        "none": "no combat",
+        "setup": "setup",
+        "initiative": "initiative",
+        "bonus_round": "bonus round",
+        "rounds": "rounds",
+        "ended": "over",
+    },
+    "reason": {
+        "ended": "end of turn",
+        "timer": "time's up",
+        "defeated": "defeated",
+        "removed": "left the combat",
+        "combat_ended": "end of combat",
+        "held_turn": "held turn",
+        "delay_floor": "delay floor",
+        "readied_action": "readied action",
+        "refocus": "Refocus",
+        "actor_out": "the actor is out",
+        "answered": "all answered",
+        "deadline": "deadline passed",
+        "narrator": "narrator's decision",
+        "inactive": "out of action",
+    },
+    "condition": {"surprised": "surprised", "custom": "custom"},
+    "status": {"active": "active", "defeated": "defeated", "removed": "removed"},
+    "role": {
+        "narrator": "narrator",
+        "player": "player",
+        "observer": "observer",
+        "bridge": "bridge",
+    },
+    "reroll": {"edge": "edge", "trouble": "trouble"},
+    "timer_action": {"hold": "hold the turn", "end_turn": "end the turn"},
+    # What an undo takes back: a command, by its method name.
+    "undone": {
+        "create_combat": "the combat's creation",
+        "add_combatant": "the combatant's arrival",
+        "remove_combatant": "the combatant's removal",
+        "defeat_combatant": "the defeat",
+        "revive_combatant": "the revival",
+        "reveal_combatant": "the reveal",
+        "mark_surprised": "the Surprised mark",
+        "roll_initiative": "the initiative roll",
+        "order_ties": "the order of the ties",
+        "reorder_group": "the group's order",
+        "start_combat": "the start of the combat",
+        "end_turn": "the end of the turn",
+        "declare_action": "the action",
+        "hold": "the hold",
+        "take_held_turn": "the held turn's timing",
+        "reserve": "the reserved action",
+        "refocus": "the Refocus",
+        "announce_trigger": "the trigger",
+        "claim_reaction": "the reaction",
+        "pass_reaction": "the passed reaction",
+        "close_window": "the closing of the reaction window",
+        "finish_reaction": "the end of the reaction",
+        "apply_condition": "the condition",
+        "remove_condition": "the condition's removal",
+        "surprise": "the surprise",
+        "record_outcome": "the recorded outcome",
+        "disable_plugin": "the plugin's disabling",
+        "enable_plugin": "the plugin's enabling",
+        "tick": "the passing of time",
+    },
 }
-"""Rule words the engine puts in its events and errors as protocol values, by kind. Each is
-in the catalogues with its kind as the message context. A template argument named after a kind
+"""Rule words the engine puts in its events and errors as protocol values, by kind, each with
+its English word (``full`` reads "full-round", ``combat_ended`` "end of combat"). Each is in
+the catalogues with its kind as the message context. A template argument named after a kind
 (``action_type``), or ending in ``_`` and the kind (``needed_action_type``), is shown in the
 locale's word; a value the catalogue lacks is shown as it is."""
 
@@ -75,6 +152,8 @@ locale's word; a value the catalogue lacks is shown as it is."""
 SOURCES: tuple[tuple[str, str], ...] = (
     ("engine/src/turnkeeper_engine", "**/*.py"),
     ("sdk/src/turnkeeper_sdk", "wire.py"),
+    # What the bundled bot types (its actions' descriptions, its triggers' words).
+    ("sdk/src/turnkeeper_sdk", "policy.py"),
     ("daemon/src/turnkeeper", "**/*.py"),
     ("daemon/src/turnkeeper/web", "*.js"),
     # The bundled plugins; a third party's outcomes are not in the catalogues: told in English.
@@ -163,9 +242,13 @@ def ngettext(locale: str, singular: str, plural: str, n: int) -> str:
 
 
 def term(locale: str, kind: str, value: str) -> str:
-    """A rule word of ``TERMS`` (``term("pt-BR", "action_type", "standard")`` → ``"padrão"``),
-    or ``value`` as it is if it is not in the catalogue."""
-    return _translations(negotiate(locale)).pgettext(kind, value)
+    """A rule word of ``TERMS`` in ``locale`` (``term("pt-BR", "action_type", "standard")`` →
+    ``"padrão"``, ``term("en", "action_type", "full")`` → ``"full-round"``), or ``value`` as it
+    is if it is not a word of ``kind``."""
+    locale = negotiate(locale)
+    if locale == DEFAULT:
+        return TERMS.get(kind, {}).get(value, value)
+    return _translations(locale).pgettext(kind, value)
 
 
 def _kind(name: str) -> str | None:
@@ -186,13 +269,11 @@ def message(
     plugin's outcome's (any plain value)."""
     values = dict(args)
     locale = negotiate(locale)
-    if locale == DEFAULT:
-        return template.format(**values)
     for name, value in values.items():
         kind = _kind(name)
         if kind is not None and isinstance(value, str):
             values[name] = term(locale, kind, value)
-    return gettext(locale, template).format(**values)
+    return (template if locale == DEFAULT else gettext(locale, template)).format(**values)
 
 
 def localize(error: RuleError | TemplatedError, locale: str) -> str:

@@ -6,6 +6,7 @@ Every engine command is a method of the same name; its params are the command's 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ MAX_HISTORY_PAGE = 1000
 
 @dataclass(frozen=True, slots=True)
 class Method:
+    """One method as ``hello`` lists it."""
+
     name: str
     kind: str  # "session", "query" or "command"
     since: int
@@ -44,9 +47,17 @@ QUERY_METHODS = (
         "list_plugins", "query", 1, "The daemon's plugins: loaded (with counters), failed, skipped."
     ),
 )
+
+
+def summary(cls: type[cmd.Command]) -> str:
+    """A command method's summary in ``hello``: the first paragraph of the command's docstring,
+    on one line, with the page's markup (``x`` reads `x`)."""
+    first = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
+    return " ".join(first.split()).replace("``", "`")
+
+
 COMMAND_METHODS = tuple(
-    Method(name, "command", 1, (cls.__doc__ or name).strip().splitlines()[0])
-    for name, cls in cmd.COMMANDS.items()
+    Method(name, "command", 1, summary(cls)) for name, cls in cmd.COMMANDS.items()
 )
 METHODS: Mapping[str, Method] = {
     m.name: m for m in (*SESSION_METHODS, *QUERY_METHODS, *COMMAND_METHODS)

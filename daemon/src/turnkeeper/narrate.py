@@ -15,7 +15,7 @@ from typing import Any
 from turnkeeper_engine import RULESETS, State, d616_display
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.errors import Arg
-from turnkeeper_engine.model import Check, RollOff
+from turnkeeper_engine.model import ActionSpec, Check, RollOff
 
 from . import i18n
 
@@ -45,6 +45,19 @@ class _Teller:
     def names(self, ids: tuple[str, ...]) -> str:
         return ", ".join(self.name(i) for i in ids) or self.say("nobody")
 
+    def what(self, action: ActionSpec) -> str:
+        """What an action does: its description as the table typed it, else its kind in this
+        language's word, with its targets."""
+        if action.description:
+            return action.description
+        if action.targets:
+            return self.say(
+                "{action_kind} targeting {names}",
+                action_kind=action.kind,
+                names=self.names(action.targets),
+            )
+        return i18n.term(self.locale, "action_kind", action.kind)
+
 
 def _check(s: _Teller, check: Check) -> str:
     if check.dice == "d20":
@@ -65,9 +78,12 @@ def _check(s: _Teller, check: Check) -> str:
             text += "; " + s.say(
                 "{reroll} rerolls die {die}: {old} -> {new}, keeps {kept}", die=r.die + 1, **moved
             )
-    if check.supplied_by:
-        # A user id, or the role that rolled ("narrator"): the role is a rule word to translate.
-        text += " " + s.say("(dice supplied by {who_role})", who_role=check.supplied_by)
+    who = check.supplied_by
+    if who is not None and who in i18n.TERMS["role"]:
+        # The role that rolled, for an actor without a user id: a rule word to translate.
+        text += " " + s.say("(dice supplied by the {who_role})", who_role=who)
+    elif who:
+        text += " " + s.say("(dice supplied by {who})", who=who)
     return text
 
 
@@ -81,7 +97,9 @@ def _rolloffs(s: _Teller, rolloffs: tuple[RollOff, ...]) -> str:
 
 
 def _created(s: _Teller, e: ev.CombatCreated) -> str:
-    return "== " + s.say("Combat {id!r} under {ruleset}", id=e.combat_id, ruleset=e.ruleset) + " =="
+    rules = RULESETS.get(e.ruleset)
+    title = rules.title if rules is not None else e.ruleset
+    return "== " + s.say("Combat {id!r} ({ruleset})", id=e.combat_id, ruleset=title) + " =="
 
 
 def _added(s: _Teller, e: ev.CombatantAdded) -> str:
@@ -170,22 +188,25 @@ def _hold_cancelled(s: _Teller, e: ev.HoldCancelled) -> str:
 def _action(s: _Teller, e: ev.ActionDeclared) -> str:
     name, kind = s.name(e.combatant), e.action.type or ""
     if e.action.kind == "refocus" and s.refocuses:
-        return "    " + s.say("{name} refocuses [{action_type}].", name=name, action_type=kind)
-    what = e.action.description
-    if not what and e.action.targets:
-        targets = s.names(e.action.targets)
-        what = s.say("{kind} at {names}", kind=e.action.kind, names=targets)
-    what = what or e.action.kind
+        return "    " + s.say(
+            "{name} refocuses [{action_type} action].", name=name, action_type=kind
+        )
+    pieces: dict[str, Arg] = {"name": name, "action": s.what(e.action), "action_type": kind}
+    # A description is the table's own verb phrase ("swings at Sabretooth"); without one, the
+    # action is named by its kind ("Spider-Man: attack targeting Sabretooth").
+    if e.edges and e.action.description:
+        return "    " + s.say(
+            "{name} {action} [{action_type} action] (with an edge: the target is Surprised).",
+            **pieces,
+        )
     if e.edges:
         return "    " + s.say(
-            "{name} {action} [{action_type}] (with an edge: the target is Surprised).",
-            name=name,
-            action=what,
-            action_type=kind,
+            "{name}: {action} [{action_type} action] (with an edge: the target is Surprised).",
+            **pieces,
         )
-    return "    " + s.say(
-        "{name} {action} [{action_type}].", name=name, action=what, action_type=kind
-    )
+    if e.action.description:
+        return "    " + s.say("{name} {action} [{action_type} action].", **pieces)
+    return "    " + s.say("{name}: {action} [{action_type} action].", **pieces)
 
 
 def _reserved(s: _Teller, e: ev.ActionReserved) -> str:
@@ -193,15 +214,16 @@ def _reserved(s: _Teller, e: ev.ActionReserved) -> str:
     pieces: dict[str, Arg] = {
         "name": s.name(r.combatant),
         "action_type": r.reserved_type,
-        "action": r.action.description or r.action.kind,
+        "action": s.what(r.action),
         "trigger": r.trigger.text,
     }
     if r.mode == "ready":
         return "    " + s.say(
-            "{name} readies a {action_type} action ({action}) until: {trigger}", **pieces
+            "{name} readies a {action_type} action ({action}), with the trigger: {trigger}",
+            **pieces,
         )
     return "    " + s.say(
-        "{name} reserves a {action_type} action ({action}) until: {trigger}", **pieces
+        "{name} reserves a {action_type} action ({action}), with the trigger: {trigger}", **pieces
     )
 
 
@@ -236,6 +258,27 @@ def _sequence(s: _Teller, e: ev.SequenceOrdered) -> str | None:
     )
 
 
+def _condition_gone(s: _Teller, e: ev.ConditionExpired | ev.ConditionRemoved) -> str:
+    name = s.name(e.combatant)
+    # Only the narrator removes a condition (its reason is always "removed"): told as the
+    # narrator's decision, as "removed" reads "left the combat" among the reasons.
+    reason = "narrator" if isinstance(e, ev.ConditionRemoved) else None
+    if e.type == "custom" and reason is not None:
+        # A narrator's own condition is known by its note, which the event does not carry:
+        # "is no longer custom" would name a protocol value, not the condition.
+        return "  " + s.say("{name}'s condition is removed ({reason}).", name=name, reason=reason)
+    if e.type == "custom":
+        return "  " + s.say("{name}'s condition ends.", name=name)
+    if reason is not None:
+        return "  " + s.say(
+            "{name} is no longer {condition} ({reason}).",
+            name=name,
+            condition=e.type,
+            reason=reason,
+        )
+    return "  " + s.say("{name} is no longer {condition}.", name=name, condition=e.type)
+
+
 def _condition(s: _Teller, e: ev.ConditionApplied) -> str:
     k = e.condition
     if k.surprisers:
@@ -248,6 +291,8 @@ def _condition(s: _Teller, e: ev.ConditionApplied) -> str:
     if k.note:
         # A narrator's own condition reads by its note ("Webbed to the wall"), not its type.
         return "  " + s.say("{name}: {note}.", name=s.name(k.target), note=k.note.rstrip("."))
+    if k.type == "custom":
+        return "  " + s.say("{name} gets a custom condition.", name=s.name(k.target))
     return "  " + s.say("{name} is {condition}.", name=s.name(k.target), condition=k.type)
 
 
@@ -281,7 +326,7 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
     ),
     ev.TiesOrdered: lambda s, e: s.say("Ties ordered: {names}.", names=s.names(e.combatants)),
     ev.GroupReordered: lambda s, e: s.say(
-        "Group {group} acts as {names}.", group=e.group, names=s.names(e.combatants)
+        "The group acts in this order: {names}.", names=s.names(e.combatants)
     ),
     ev.CombatStarted: _started,
     ev.CombatantSlotted: _slotted,
@@ -312,9 +357,9 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
     ev.ActionCancelled: lambda s, e: (
         "    "
         + s.say(
-            "{name}'s {kind} never happens ({reason}).",
+            "{name}'s action never happens ({reason}): {action}.",
             name=s.name(e.combatant),
-            kind=e.action.kind,
+            action=s.what(e.action),
             reason=e.reason,
         )
     ),
@@ -335,7 +380,7 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
         + s.say(
             "{name} interrupts: {action}.",
             name=s.name(e.combatant),
-            action=e.action.description or e.action.kind,
+            action=s.what(e.action),
         )
     ),
     ev.ReactionCancelled: lambda s, e: (
@@ -348,27 +393,13 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
         "    " + s.say("The interrupted turn resumes.") if s.state.turn is not None else None
     ),
     ev.ConditionApplied: _condition,
-    ev.ConditionExpired: lambda s, e: (
-        "  " + s.say("{name} is no longer {condition}.", name=s.name(e.combatant), condition=e.type)
-    ),
-    ev.ConditionRemoved: lambda s, e: (
-        "  "
-        + s.say(
-            "{name} is no longer {condition} ({reason}).",
-            name=s.name(e.combatant),
-            condition=e.type,
-            reason=e.reason,
-        )
-    ),
+    ev.ConditionExpired: _condition_gone,
+    ev.ConditionRemoved: _condition_gone,
     ev.TurnTimerWarning: lambda s, e: (
         "  " + s.say("{name}: time is nearly up.", name=s.name(e.combatant))
     ),
-    ev.TurnTimerExpired: lambda s, e: (
-        "  "
-        + s.say(
-            "{name}: time is up ({timer_action}).", name=s.name(e.combatant), timer_action=e.action
-        )
-    ),
+    # What the expiry does (a hold, an end of turn) is told by the events that follow.
+    ev.TurnTimerExpired: lambda s, e: "  " + s.say("{name}: time is up.", name=s.name(e.combatant)),
     ev.OutcomeRecorded: _outcome,
     ev.PluginDisabled: lambda s, e: (
         "  "
@@ -378,9 +409,7 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
         "  " + s.say("(plugin {plugin} is enabled again)", plugin=e.plugin)
     ),
     ev.CombatEnded: lambda s, e: "== " + s.say("The combat is over") + " ==",
-    ev.CommandUndone: lambda s, e: (
-        "  " + s.say("(the narrator undoes {command})", command=e.command)
-    ),
+    ev.CommandUndone: lambda s, e: "  " + s.say("(the narrator undoes {undone})", undone=e.command),
 }
 
 

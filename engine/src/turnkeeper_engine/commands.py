@@ -47,18 +47,25 @@ class AddCombatant(Command):
 
 @dataclass(frozen=True, slots=True)
 class RemoveCombatant(Command):
+    """Take a combatant out of the combat for good (R1); what it had pending is cancelled."""
+
     name: ClassVar[str] = "remove_combatant"
     combatant: str
 
 
 @dataclass(frozen=True, slots=True)
 class DefeatCombatant(Command):
+    """Mark a combatant defeated (R1): it keeps its place, gets no turns, and what it had
+    pending is cancelled."""
+
     name: ClassVar[str] = "defeat_combatant"
     combatant: str
 
 
 @dataclass(frozen=True, slots=True)
 class ReviveCombatant(Command):
+    """Bring a defeated combatant back into the fight at its place (R1)."""
+
     name: ClassVar[str] = "revive_combatant"
     combatant: str
 
@@ -116,6 +123,8 @@ class StartCombat(Command):
 
 @dataclass(frozen=True, slots=True)
 class EndTurn(Command):
+    """End the current turn; the next in the order begins, or the next round (R5)."""
+
     name: ClassVar[str] = "end_turn"
     turn: TurnRef
 
@@ -191,6 +200,9 @@ class ClaimReaction(Command):
 
 @dataclass(frozen=True, slots=True)
 class PassReaction(Command):
+    """Answer an open reaction window without reacting: the combatant lets the moment pass
+    (R12)."""
+
     name: ClassVar[str] = "pass_reaction"
     window: str
     combatant: str
@@ -198,6 +210,9 @@ class PassReaction(Command):
 
 @dataclass(frozen=True, slots=True)
 class CloseWindow(Command):
+    """Close an open reaction window now, without waiting for more answers; its claims resolve
+    (R12)."""
+
     name: ClassVar[str] = "close_window"
     window: str
 
@@ -227,6 +242,8 @@ class ApplyCondition(Command):
 
 @dataclass(frozen=True, slots=True)
 class RemoveCondition(Command):
+    """Remove a condition before it expires (R13)."""
+
     name: ClassVar[str] = "remove_condition"
     condition: str
 
@@ -283,11 +300,15 @@ class Tick(Command):
 
 @dataclass(frozen=True, slots=True)
 class Undo(Command):
+    """Undo the last recorded command: the combat returns to the state before it (R15)."""
+
     name: ClassVar[str] = "undo"
 
 
 @dataclass(frozen=True, slots=True)
 class EndCombat(Command):
+    """End the combat; everything pending is cancelled and recorded as such (R1)."""
+
     name: ClassVar[str] = "end_combat"
 
 

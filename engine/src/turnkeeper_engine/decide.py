@@ -448,8 +448,9 @@ def _cancel_pending(ctx: _Ctx, combatant_id: str, reason: str) -> None:
 def _take_out(ctx: _Ctx, combatant_id: str, event: ev.Event, reason: str) -> None:
     w = ctx.state.window
     was_reacting = w is not None and w.status == "resolving" and w.sequence[w.index] == combatant_id
-    _cancel_pending(ctx, combatant_id, reason)
+    # The cause before its consequences: the defeat (or removal), then what it cancels.
     ctx.emit(event)
+    _cancel_pending(ctx, combatant_id, reason)
     turn = ctx.state.turn
     if turn is not None and turn.combatant == combatant_id:
         ctx.emit(ev.TurnEnded(combatant_id, turn.round, reason))

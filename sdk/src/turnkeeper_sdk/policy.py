@@ -16,12 +16,17 @@ It always ends its turns, also at the dnd3e delay floor (where it acts or forfei
 never holds a held turn again, so the combat always moves on. Its choices come from
 ``random.Random(seed)``: the same seed makes the same choices from the same views (the views
 themselves depend on how the other players' commands interleave).
+
+What it types (its actions' descriptions, its triggers' words) is written in English as
+templates and worded by its ``words`` (:data:`Words`): the default fills the English in, and a
+table in another language passes its translator (``turnkeeper demo --locale pt-BR`` passes
+the daemon's catalogues). The templates are extracted with the daemon's messages.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Literal
 
 from turnkeeper_engine import RULESETS
@@ -40,7 +45,16 @@ from .aio import AsyncClient, CommandResult
 from .bot import Bot
 from .views import CombatView, side
 
-__all__ = ["SensibleBot", "side"]
+__all__ = ["SensibleBot", "Words", "english", "side"]
+
+Words = Callable[[str, Mapping[str, str]], str]
+"""How a bot words what it types: ``(template, args)`` to text, the template in English with
+``{name}`` pieces (``"{name} moves"``)."""
+
+
+def english(template: str, args: Mapping[str, str]) -> str:
+    """The default :data:`Words`: the English template, filled in."""
+    return template.format(**args)
 
 
 def _resolved(result: CommandResult) -> bool:
@@ -75,10 +89,17 @@ class SensibleBot(Bot):
         combatants: Collection[str] | None = None,
         *,
         seed: int | None = None,
+        words: Words = english,
     ) -> None:
         super().__init__(client, combatants)
         self.random = random.Random(seed)
         """Every choice this bot makes comes from here."""
+        self.words = words
+        """What the bot types, in its table's language."""
+
+    def say(self, template: str, **args: str) -> str:
+        """``template`` (a string literal, extracted for translation) worded by :attr:`words`."""
+        return self.words(template, args)
 
     # Helpers -------------------------------------------------------------------------------
 
@@ -115,7 +136,9 @@ class SensibleBot(Bot):
         if turn.kind == "floor":
             # dnd3e, at the delay floor: act now or forfeit the round (R9); never hold again.
             if target is not None and self.random.random() >= self.forfeit_chance:
-                attack = ActionSpec("attack", description="attacks at last", targets=(target.id,))
+                attack = ActionSpec(
+                    "attack", description=self.say("attacks at last"), targets=(target.id,)
+                )
                 if not await self._declare(combat, ref, attack):
                     return
             await self.client.end_turn(combat.id, turn=ref)
@@ -150,7 +173,9 @@ class SensibleBot(Bot):
             and rules.can_spend(tuple(spent), move)
             and self.random.random() < self.move_chance
         )
-        if moves and not await self._declare(combat, ref, ActionSpec("move", description="moves")):
+        if moves and not await self._declare(
+            combat, ref, ActionSpec("move", description=self.say("moves"))
+        ):
             return
         await self.client.end_turn(combat.id, turn=ref)
 
@@ -172,7 +197,7 @@ class SensibleBot(Bot):
         stated = rules is not None and rules.reserve_mode == "reserve" and combatant.reaction
         if reservation is None and claim and stated and actor is not None:
             # marvel: the narrator offered the moment without a reservation; react to it.
-            action = ActionSpec("attack", description="reacts", targets=(actor.id,))
+            action = ActionSpec("attack", description=self.say("reacts"), targets=(actor.id,))
             await self.client.claim_reaction(
                 combat.id, window=window.id, combatant=combatant.id, action=action
             )
@@ -189,7 +214,7 @@ class SensibleBot(Bot):
         for c in combat.order():
             actor = self._foe(combat, c, window)
             if self.plays(c) and c.reaction and c.id not in answered and actor is not None:
-                action = ActionSpec("attack", description="jumps in", targets=(actor.id,))
+                action = ActionSpec("attack", description=self.say("jumps in"), targets=(actor.id,))
                 await self.client.claim_reaction(
                     combat.id, window=window.id, combatant=c.id, action=action
                 )
@@ -202,10 +227,14 @@ class SensibleBot(Bot):
         # waiting for) or a marvel power.
         if self.random.random() < 0.2:
             if combat.ruleset == "dnd3e":
-                return ActionSpec("cast", description="casts a spell", targets=(target.id,))
+                return ActionSpec(
+                    "cast", description=self.say("casts a spell"), targets=(target.id,)
+                )
             if combat.ruleset == "marvel":
-                return ActionSpec("power", description="uses a power", targets=(target.id,))
-        return ActionSpec("attack", description="attacks", targets=(target.id,))
+                return ActionSpec(
+                    "power", description=self.say("uses a power"), targets=(target.id,)
+                )
+        return ActionSpec("attack", description=self.say("attacks"), targets=(target.id,))
 
     async def _hold(
         self, combat: CombatView, ref: TurnRef, me: Combatant, others: list[Combatant]
@@ -221,15 +250,18 @@ class SensibleBot(Bot):
         variant = self.random.randrange(3)
         if variant == 0:
             kinds = ("attack", "cast") if combat.ruleset == "dnd3e" else ("attack",)
-            text = f"if {target.name} attacks" + (" or casts" if len(kinds) > 1 else "")
+            if len(kinds) > 1:
+                text = self.say("{name} attacks or casts", name=target.name)
+            else:
+                text = self.say("{name} attacks", name=target.name)
             predicate = Predicate(events=("action_declared",), actors=(target.id,), kinds=kinds)
         elif variant == 1:
-            text = f"if {target.name} moves"
+            text = self.say("{name} moves", name=target.name)
             predicate = Predicate(events=("move",), actors=(target.id,))
         else:
-            text = f"if anyone attacks {me.name}"
+            text = self.say("anyone attacks {name}", name=me.name)
             predicate = Predicate(kinds=("attack",), targets=(me.id,))
-        action = ActionSpec("attack", description="strikes", targets=(target.id,))
+        action = ActionSpec("attack", description=self.say("strike"), targets=(target.id,))
         await self.client.reserve(
             combat.id,
             turn=ref,

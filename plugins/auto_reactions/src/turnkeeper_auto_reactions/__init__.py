@@ -160,10 +160,12 @@ def _standing_claim(
     # `interpose` in marvel) is stated as the ruleset's first action type. The claim spends
     # the reaction either way, never that action.
     known = rules.action_type(reaction.kind)
+    # No description: a table reads the action by its kind, in its own language; a text
+    # written here would be English (and a tag) for every reader.
     action = ActionSpec(
         reaction.kind,
         None if known is not None else rules.action_types[0],
-        f"standing reaction ({reaction.tag})",
+        "",
         (facts.actor,) if facts.actor is not None else (),
         (DELEGATED_TAG, STANDING_TAG),
     )
