@@ -97,10 +97,10 @@ def _hold_planned(state: State, e: ev.HoldPlanned) -> State:
     def plan(h: Hold) -> Hold:
         if h.combatant != e.combatant:
             return h
-        if e.when == "open":
-            # Back to the named number, if the holder gave one (R9).
-            return replace(h, plan="at" if h.number is not None else None, target=None)
-        return replace(h, plan=e.when, target=e.other)
+        # Only a reset recorded before plans were told as ``at`` (``when: "open"``, see
+        # ``plain.event_from_plain``) has no plan for a holder that named a number.
+        plan = "at" if e.plan is None and h.number is not None else e.plan
+        return replace(h, plan=plan, target=e.target)
 
     return replace(state, holds=tuple(plan(h) for h in state.holds))
 
