@@ -348,7 +348,7 @@ def test_r13_start_boundary_ends_at_the_start_of_anchors_next_turn() -> None:
     events = s.end_turn()  # a ends, b starts
     assert s.current == "b"
     assert expiries(events) == [cond_id]
-    assert names(events).index("condition_expired") > names(events).index("turn_started")
+    assert names(events).index("condition_expired") < names(events).index("turn_started")
 
 
 def test_r13_named_anchor_other_than_the_source() -> None:

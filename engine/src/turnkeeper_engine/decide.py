@@ -18,7 +18,7 @@ from . import commands as cmd
 from . import events as ev
 from .dice import DiceSource, SystemDice
 from .errors import Arg, Rejected, RuleError
-from .evolve import evolve
+from .evolve import evolve, tick_clocks
 from .model import (
     NARRATOR,
     ActionSpec,
@@ -831,10 +831,17 @@ def _start_turn(ctx: _Ctx, combatant_id: str, kind: TurnKind) -> None:
         warning = ctx.opts.get("turn_warning")
         if isinstance(warning, float) and 0 < warning < limit:
             warn_at = deadline - warning
+    if first_start:
+        # Conditions that end at the start of this turn are start-of-turn bookkeeping: told
+        # before turn_started, like every other (protocol.md, order of events). Its fold then
+        # counts the boundary on the conditions left.
+        ticked = tick_clocks(ctx.state, combatant_id, "start")
+        for condition in ticked.conditions:
+            if all(k.remaining == 0 for k in condition.clocks):
+                ctx.emit(ev.ConditionExpired(condition.target, condition.id, condition.type))
     round_no = ctx.state.round or 0
     number = ctx.state.turns + 1
     ctx.emit(ev.TurnStarted(combatant_id, round_no, kind, ctx.now, deadline, warn_at, number))
-    _expire_conditions(ctx)
     _open_window(ctx, TriggerFacts("turn_started", combatant_id), None, (), only_if_matched=True)
 
 

@@ -30,7 +30,7 @@ def _window(state: State, **changes: Any) -> State:
     return replace(state, window=replace(state.window, **changes))
 
 
-def _tick_clocks(state: State, combatant_id: str, boundary: str) -> State:
+def tick_clocks(state: State, combatant_id: str, boundary: str) -> State:
     """Count a turn boundary of ``combatant_id`` down on every condition anchored to it."""
 
     def tick(clock: Clock) -> Clock:
@@ -81,11 +81,11 @@ def _turn_started(state: State, e: ev.TurnStarted) -> State:
         reached=state.reached | {e.combatant},
         holds=tuple(h for h in state.holds if h.combatant != e.combatant),
     )
-    return _tick_clocks(state, e.combatant, "start") if first_start else state
+    return tick_clocks(state, e.combatant, "start") if first_start else state
 
 
 def _turn_ended(state: State, e: ev.TurnEnded) -> State:
-    return _tick_clocks(replace(state, turn=None), e.combatant, "end")
+    return tick_clocks(replace(state, turn=None), e.combatant, "end")
 
 
 def _turn_held(state: State, e: ev.TurnHeld) -> State:
