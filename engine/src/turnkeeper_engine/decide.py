@@ -48,6 +48,11 @@ MAX_REROLLS = 10
 """Edges or troubles on one check: more has no meaning at a table and would only cost rolls."""
 MAX_SECONDS = 86_400.0
 """Longest time option (turn limit, warning, window wait): a day; also refuses NaN and inf."""
+MIN_TURN_SECONDS = 1.0
+"""Shortest turn time limit (R13): less is no time for a person to act, and a limit of 0 would
+expire each turn as it starts, so the clock would record events without end. A window wait or a
+warning needs no such floor: the clock closes a window once, and only a command or a turn start
+(bounded by this) opens one."""
 MAX_CONDITION_ROUNDS = 1000
 """Longest condition duration accepted, in turn boundaries."""
 MAX_COMBATANTS = 500
@@ -309,14 +314,11 @@ def _validate_options(
                 option=name,
             )
         allowed = spec[name][1]
-        if isinstance(allowed, tuple):
+        if allowed is float:
+            _seconds(name, value)
+            ok = True
+        elif isinstance(allowed, tuple):
             ok = value in allowed
-        elif allowed is float:
-            ok = value is None or (
-                isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and 0 <= value <= MAX_SECONDS
-            )
         else:
             ok = isinstance(value, allowed)
         if not ok:
@@ -329,6 +331,26 @@ def _validate_options(
             )
         values[name] = float(value) if isinstance(value, int) and allowed is float else value
     return tuple(sorted(values.items()))
+
+
+def _seconds(name: str, value: OptionValue) -> None:
+    """A time option: nil, or seconds up to ``MAX_SECONDS``; a turn limit no less than
+    ``MIN_TURN_SECONDS``."""
+    low = MIN_TURN_SECONDS if name == "turn_time_limit" else 0.0
+    if value is None or (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and low <= value <= MAX_SECONDS
+    ):
+        return
+    raise _reject(
+        "invalid_option",
+        "{option}: nil, or from {low} to {high} seconds",
+        f"options.{name}",
+        option=name,
+        low=low,
+        high=MAX_SECONDS,
+    )
 
 
 # ------------------------------------------------------------------------------------ lifecycle
