@@ -131,11 +131,11 @@ class DeclareAction(Command):
 
 @dataclass(frozen=True, slots=True)
 class Hold(Command):
-    """Hold the turn (marvel) or delay (dnd3e) (R9), optionally with its plan: a lower number,
-    and/or just ``before`` or ``after`` another combatant.
+    """Hold the turn (marvel) or delay (dnd3e) (R9), optionally with its plan.
 
-    Saying the plan with the hold is what lets the last combatant of a round take its held turn
-    before the first of the next: holding ends that round in the same command (R9)."""
+    The plan is a lower ``number``, and/or just ``when`` (before or after) ``other``. Saying it
+    with the hold is what lets the last combatant of a round take its held turn before the
+    first of the next: holding ends that round in the same command (R9)."""
 
     name: ClassVar[str] = "hold"
     turn: TurnRef
