@@ -237,10 +237,10 @@ def _options(rng: random.Random, ruleset: str) -> dict[str, Any]:
         # opens one, and late joiners have time to claim.
         options["window_deadline"] = 0.05
     if rng.random() < 0.1:
-        # A turn timer shorter than a busy bot may take: the clock ends or holds turns while
-        # bots decide.
-        options["turn_time_limit"] = 0.05
-        options["turn_warning"] = 0.02
+        # The shortest turn timer there is (R13): on a busy machine the clock ends or holds
+        # turns while bots decide.
+        options["turn_time_limit"] = 1.0
+        options["turn_warning"] = 0.5
         options["turn_expiry"] = rng.choice(["end_turn", "hold"])
     if ruleset == "marvel":
         options["reaction_refresh"] = rng.choice(["own_turn", "round_start"])

@@ -4,14 +4,17 @@ absolute times in the log, so a SIGKILL and a restart neither lose nor reset the
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
-from daemon import CALL_TIMEOUT, Client, Daemon, running
+from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from turnkeeper.host import MAX_CLOCK_EVENTS_PER_SECOND
 
 WAIT = 15.0
 """Longest wait for something the clock should do within a second or two: a noisy machine may
@@ -257,3 +260,87 @@ def test_r13_a_window_deadline_survives_sigkill_and_closes_at_start(tmp_path: Pa
         assert window["deadline"] < at < restarted + PROMPT
         with d.client() as gm:
             assert gm.call("get_combat", combat="overdue-window")["view"]["window"] is None
+
+
+@pytest.mark.parametrize("limit", [0, 0.0, 0.5, -1.0])
+def test_r13_a_turn_time_limit_under_a_second_is_refused_and_changes_nothing(
+    gm: Client, limit: float
+) -> None:
+    combat = f"spin-{next(_ids)}"
+    with pytest.raises(CallError) as refused:
+        _setup(gm, combat, turn_time_limit=limit)
+    assert (refused.value.code, refused.value.field) == (
+        "invalid_option",
+        "options.turn_time_limit",
+    )
+    assert combat not in [c["combat"] for c in gm.call("list_combats")]
+
+
+def test_r13_the_shortest_turn_time_limit_is_one_second(gm: Client) -> None:
+    _setup(gm, "one-second", turn_time_limit=1.0, window_deadline=0.0, turn_warning=0.0)
+    _do(gm, "one-second", "end_combat")
+
+
+RUNAWAY_SECONDS = 3.0
+"""How long the clock-runaway test lets a combat with deadlines always due run."""
+
+
+def _rewrite_turn_limit(data_dir: Path, combat: str, limit: float) -> None:
+    """Make ``combat``'s recorded options say ``turn_time_limit: limit``, as a daemon from
+    before the 1 s minimum could have recorded them."""
+    db = sqlite3.connect(data_dir / "turnkeeper.db")
+    with db:
+        (body,) = db.execute(
+            "SELECT body FROM events WHERE combat_id = ? AND seq = 2", (combat,)
+        ).fetchone()
+        created = msgpack.unpackb(body, raw=False)
+        assert created["event"] == "combat_created"
+        created["options"] = [
+            [k, limit if k == "turn_time_limit" else v] for k, v in created["options"]
+        ]
+        db.execute(
+            "UPDATE events SET body = ? WHERE combat_id = ? AND seq = 2",
+            (msgpack.packb(created, use_bin_type=True), combat),
+        )
+        db.execute("DELETE FROM snapshots WHERE combat_id = ?", (combat,))
+    db.close()
+
+
+def test_r13_the_clock_caps_the_events_of_a_combat_whose_deadlines_are_always_due(
+    tmp_path: Path,
+) -> None:
+    # A turn limit of 0, recorded before the minimum: every turn expires as it starts. The
+    # clock defers each tick by what the last one recorded, never dropping a deadline.
+    d = Daemon(tmp_path).start()
+    try:
+        gm = d.client()
+        _setup(gm, "runaway", turn_time_limit=1.0)
+        _do(gm, "runaway", "start_combat")
+        gm.close()
+        assert d.stop() == 0
+        _rewrite_turn_limit(d.data_dir, "runaway", 0.0)
+        began = time.monotonic()
+        d.start()
+        gm = d.client()
+        first = int(gm.call("get_combat", combat="runaway")["seq"])
+        while time.monotonic() - began < RUNAWAY_SECONDS:
+            time.sleep(0.2)
+        seq = int(gm.call("get_combat", combat="runaway")["seq"])
+        ran = time.monotonic() - began
+        budget = MAX_CLOCK_EVENTS_PER_SECOND * ran + 2 * TICK_EVENTS
+        assert seq - first <= budget, f"{seq - first} events in {ran:.1f} s"
+        assert seq - first >= TICK_EVENTS  # deferred, not dropped: the turns still go round
+        expired = [
+            e
+            for e in gm.call("history", combat="runaway", after=first)["events"]
+            if e["event"] == "turn_timer_expired"
+        ]
+        assert len(expired) >= 2
+        gm.close()
+    finally:
+        d.kill()
+
+
+TICK_EVENTS = 6
+"""Most events one expiry tick of the runaway test records (command, expiry, turn ended, round
+ended and started, turn started)."""

@@ -388,6 +388,13 @@ class CombatMachine(RuleBasedStateMachine):
         self.run(c.Hold(ref, number), self.actor(data))
 
     @rule(data=st.data(), when=st.sampled_from(["before", "after"]))
+    def hold_with_plan(self, data: st.DataObject, when: str) -> None:
+        """R9: the plan said with the hold, for any moment, passed or to come."""
+        ref = self.turn_ref(data)
+        command = c.Hold(ref, None, when, self.some_id(data, "other"))  # type: ignore[arg-type]
+        self.run(command, self.actor(data))
+
+    @rule(data=st.data(), when=st.sampled_from(["before", "after"]))
     def take_held_turn(self, data: st.DataObject, when: str) -> None:
         holders = [h.combatant for h in self.state.holds]
         who = data.draw(st.sampled_from([*holders * 4, *self.ids(), UNKNOWN]), label="holder")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from daemon import running
 from story import OBSERVER, Story, faces, names, of, player
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.model import ActionSpec, Trigger, TurnRef
+from turnkeeper_engine.model import ActionSpec, Trigger, TriggerFacts, TurnRef
 
 RULESETS = ("marvel", "dnd3e")
 TRANSITIONS = ("turn_started", "turn_ended", "round_started", "round_ended")
@@ -256,3 +260,72 @@ def test_r5_turn_started_names_the_turns_number_and_old_events_without_it_fold_t
         as_recorded = replace(event, number=None) if isinstance(event, ev.TurnStarted) else event
         old = evolve(old, as_recorded)
     assert old == s.state
+
+
+# ------------------------------------------------------- the order of events in one transition
+
+TRANSITION_ORDER = [
+    "turn_ended",  # the turn ending...
+    "condition_expired",  # ...and what ends with it (c's end)
+    "round_ended",
+    "round_started",
+    "reservation_expired",  # a's start-of-turn bookkeeping...
+    "reaction_refreshed",
+    "condition_expired",  # ...what ends as its turn starts (a's start)...
+    "turn_started",  # ...then the turn itself
+]
+"""Everything one command can set off between two turns, in the order protocol.md gives
+(after its ``command_recorded``)."""
+
+
+def test_r5_one_transition_tells_the_ending_turn_the_round_then_the_next_turns_start() -> None:
+    s = combat("marvel")
+    s.do(c.Reserve(s.turn, "standard", ActionSpec("attack"), Trigger("if the door opens")))
+    s.end_turn()
+    announced = s.do(c.AnnounceTrigger(TriggerFacts("door", text="the door"), ("a",)))
+    window = of(announced, ev.WindowOpened)[0].window
+    s.do(c.ClaimReaction(window.id, "a", action=ActionSpec("attack", description="jumps")))
+    s.do(c.FinishReaction(window.id, "a"))
+    s.do(c.ApplyCondition("b", "custom", boundary="end", anchor="c"))
+    s.do(c.ApplyCondition("c", "custom", boundary="start", anchor="a"))
+    s.end_turn()
+    events = s.end_turn()  # c ends the round; a's turn starts round 2
+    assert names(events) == TRANSITION_ORDER
+    ended, started = of(events, ev.ConditionExpired)
+    assert (ended.combatant, started.combatant) == ("b", "c")
+
+
+def test_r5_wire_one_transition_comes_in_the_documented_order(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        gm, watcher = d.client(), d.client()
+        ids = itertools.count()
+
+        def do(method: str, **params: Any) -> Any:
+            return gm.call(method, combat="order", request_id=f"order-{next(ids)}", **params)
+
+        def turn() -> dict[str, Any]:
+            t = gm.call("get_combat", combat="order")["view"]["turn"]
+            return {"round": t["round"], "combatant": t["combatant"], "number": t["number"]}
+
+        gm.call("create_combat", request_id="order-create", combat_id="order", ruleset="marvel")
+        for cid, dice in (("a", [5, 5, 5]), ("b", [3, 4, 5]), ("c", [2, 3, 4])):
+            do("add_combatant", id=cid, display_name=cid.upper())
+            do("roll_initiative", combatant=cid, faces=dice)
+        do("start_combat")
+        attack = {"kind": "attack"}
+        do("reserve", turn=turn(), reserved_type="standard", action=attack, trigger={"text": "x"})
+        do("end_turn", turn=turn())
+        opened = do("announce_trigger", facts={"event": "door"}, offer=["a"])
+        window = next(e for e in opened["events"] if e["event"] == "window_opened")["window"]
+        do("claim_reaction", window=window["id"], combatant="a", action=attack)
+        do("finish_reaction", window=window["id"], combatant="a")
+        do("apply_condition", target="b", type="custom", boundary="end", anchor="c")
+        do("apply_condition", target="c", type="custom", boundary="start", anchor="a")
+        do("end_turn", turn=turn())
+        seq = gm.call("get_combat", combat="order")["seq"]
+        watcher.call("subscribe", combat="order", after=seq)
+        result = do("end_turn", turn=turn())
+        assert [e["event"] for e in result["events"]] == ["command_recorded", *TRANSITION_ORDER]
+        live = [watcher.notification().params for _ in result["events"]]
+        assert [e["event"] for e in live] == ["command_recorded", *TRANSITION_ORDER]
+        assert [e["seq"] for e in live] == list(range(seq + 1, seq + 1 + len(live)))

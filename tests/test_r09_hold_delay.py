@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from daemon import CallError, Client, running
 from story import Story, names, of
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.evolve import evolve
 from turnkeeper_engine.model import ActionSpec, TurnRef
+from turnkeeper_engine.plain import event_from_plain
 
 NUMBERS = {"ana": 15, "ben": 12, "cal": 9, "dan": 6}
 """Everyone's initiative check; in both rulesets the order is Ana, Ben, Cal, Dan."""
@@ -595,3 +602,244 @@ def test_r9_dnd3e_count_reaches_named_numbers_and_floors_highest_first() -> None
     events = story.end_turn()
     assert turn_starts(events) == [("ben", "held")]
     assert story.state.order == ("cal", "ana", "ben")
+
+
+# ------------------------------------------------------- the plan said with the hold, or too late
+
+
+def hold_planning(story: Story, when: str, other: str, number: int | None = None) -> list[ev.Event]:
+    return story.do(c.Hold(story.turn, number, when, other))  # type: ignore[arg-type]
+
+
+def test_r9_marvel_last_to_act_holds_planning_before_the_first_of_next_round() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    story.end_turn()
+    events = hold_planning(story, "before", "ana")  # Cal, last, holds: the round ends at once
+    assert names(events) == [
+        "turn_held",
+        "hold_planned",
+        "round_ended",
+        "round_started",
+        "place_changed",
+        "turn_started",
+    ]
+    assert turn_starts(events) == [("cal", "held")]
+    assert of(events, ev.HoldLapsed) == []
+    assert story.state.order == ("cal", "ana", "ben")
+    assert place(story, "cal") == NUMBERS["ana"]
+    assert story.run_round() == ["cal", "ana", "ben"]  # no second turn for Cal in round 2
+    assert story.run_round() == ["cal", "ana", "ben"]
+
+
+@BOTH
+def test_r9_hold_plan_and_hold_planned_use_the_same_words(ruleset: str) -> None:
+    story = fight(ruleset, ("ana", "ben", "cal", "dan"))
+    events = hold_planning(story, "after", "cal", number=10)
+    (planned,) = of(events, ev.HoldPlanned)
+    held = story.state.hold_of("ana")
+    assert held is not None
+    assert (planned.plan, planned.target) == (held.plan, held.target) == ("after", "cal")
+    assert held.number == 10
+    events = story.do(c.DefeatCombatant("cal"))  # the plan falls back to the named number
+    (planned,) = of(events, ev.HoldPlanned)
+    held = story.state.hold_of("ana")
+    assert held is not None
+    assert (planned.plan, planned.target) == (held.plan, held.target) == ("at", None)
+
+
+@BOTH
+def test_r9_hold_plan_needs_when_and_other_together(ruleset: str) -> None:
+    story = fight(ruleset)
+    error = story.refuse(c.Hold(story.turn, when="before"))
+    assert (error.code, error.field) == ("invalid_value", "other")
+    error = story.refuse(c.Hold(story.turn, other="cal"))
+    assert (error.code, error.field) == ("invalid_value", "when")
+    error = story.refuse(c.Hold(story.turn, when="before", other="ana"))
+    assert (error.code, error.field) == ("invalid_target", "other")
+
+
+def test_r9_marvel_before_x_said_during_x_turn_is_refused_and_changes_nothing() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    story.end_turn()
+    hold(story)  # Cal holds with nothing said: round 2 starts with Ana's turn
+    assert (story.state.round, story.current) == (2, "ana")
+    error = story.refuse(c.TakeHeldTurn("cal", "before", "ana"))
+    assert (error.code, error.field) == ("moment_passed", "other")
+    take(story, "cal", "after", "ana")  # Ana's turn has not ended: that moment still comes
+    events = story.end_turn()
+    assert turn_starts(events) == [("cal", "held")]
+
+
+def test_r9_marvel_a_carried_hold_cannot_wait_past_its_own_place() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    hold(story)  # Ben holds into round 2
+    story.end_turn()
+    assert (story.state.round, story.current) == (2, "ana")
+    for when in ("before", "after"):  # Ben's own place comes before Cal's: the hold lapses
+        error = story.refuse(c.TakeHeldTurn("ben", when, "cal"))  # type: ignore[arg-type]
+        assert (error.code, error.field) == ("moment_passed", "other")
+
+
+def test_r9_marvel_before_someone_who_acted_means_next_round_if_they_come_first() -> None:
+    story = fight("marvel")
+    story.end_turn()
+    events = hold_planning(story, "before", "ana")  # Ana acted this round: next round's Ana
+    assert [(h.combatant, h.plan, h.target) for h in story.state.holds] == [
+        ("ben", "before", "ana")
+    ]
+    assert turn_starts(events) == [("cal", "normal")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    assert story.state.round == 2
+
+
+def test_r9_marvel_before_someone_after_the_holder_who_acted_is_refused() -> None:
+    story = fight("marvel", ("ana", "ben", "cal", "dan"))
+    hold(story)  # Ana holds; Ben acts; Ana cannot wait for next round's Ben (her place is first)
+    story.end_turn()
+    error = story.refuse(c.TakeHeldTurn("ana", "before", "ben"))
+    assert (error.code, error.field) == ("moment_passed", "other")
+    error = story.refuse(c.TakeHeldTurn("ana", "after", "ben"))
+    assert error.code == "moment_passed"
+
+
+def test_r9_dnd3e_a_delay_cannot_wait_for_someone_who_has_acted() -> None:
+    story = fight("dnd3e")
+    story.end_turn()
+    error = story.refuse(c.Hold(story.turn, when="before", other="ana"))
+    assert (error.code, error.field) == ("moment_passed", "other")
+    error = story.refuse(c.Hold(story.turn, when="after", other="ana"))
+    assert (error.code, error.field) == ("moment_passed", "other")
+    events = hold_planning(story, "after", "cal")
+    assert turn_starts(events) == [("cal", "normal")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+
+
+@BOTH
+def test_r9_hold_planning_after_a_holder_waiting_after_it_goes_by_holder_priority(
+    ruleset: str,
+) -> None:
+    # Ana held first (marvel) and Ben's bonus is higher (dnd3e: higher goes last): Ana first.
+    story = fight(ruleset, ("ana", "ben", "cal", "dan"), mods={"ben": 3})
+    hold(story)
+    take(story, "ana", "after", "ben")
+    events = hold_planning(story, "after", "ana")  # each after the other, said between turns
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ben", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("cal", "normal")]
+
+
+def test_r9_hold_planned_recorded_by_older_daemons_still_folds() -> None:
+    story = fight("dnd3e", ("ana", "ben", "cal", "dan"))
+    hold(story, 10)
+    take(story, "ana", "before", "dan")
+    old = {"event": "hold_planned", "combatant": "ana", "when": "open", "other": ""}
+    event = event_from_plain(old)
+    assert event == ev.HoldPlanned("ana", None, None)
+    held = evolve(story.state, event).hold_of("ana")
+    assert held is not None
+    assert (held.plan, held.target, held.number) == ("at", None, 10)
+    old = {"event": "hold_planned", "combatant": "ana", "when": "after", "other": "ben"}
+    assert event_from_plain(old) == ev.HoldPlanned("ana", "after", "ben")
+
+
+# ------------------------------------------------------------------------ over the real socket
+
+WIRE_CHECKS = {"a": (5, [5, 5, 5]), "b": (0, [5, 5, 5]), "c": (0, [3, 3, 4])}
+"""A 20 (+5 on 15), B 15, C 10: (initiative modifier, d616 faces), none Fantastic."""
+
+
+class _Table:
+    """One marvel combat over a real daemon's socket: A, B and C, round 1 under way."""
+
+    def __init__(self, client: Client, combat: str) -> None:
+        self.client, self.combat, self.ids = client, combat, itertools.count()
+        self.do("create_combat", combat_id=combat, ruleset="marvel")
+        for cid, (mod, dice) in WIRE_CHECKS.items():
+            self.do("add_combatant", id=cid, display_name=cid.upper(), init_mod=mod)
+            self.do("roll_initiative", combatant=cid, faces=dice)
+        self.do("start_combat")
+
+    def do(self, method: str, **params: Any) -> Any:
+        request = f"{self.combat}-{next(self.ids)}"
+        if method == "create_combat":
+            return self.client.call(method, request_id=request, **params)
+        return self.client.call(method, combat=self.combat, request_id=request, **params)
+
+    def view(self) -> dict[str, Any]:
+        return self.client.call("get_combat", combat=self.combat)["view"]  # type: ignore[no-any-return]
+
+    @property
+    def turn(self) -> dict[str, Any]:
+        turn = self.view()["turn"]
+        assert isinstance(turn, dict)
+        return turn
+
+    def ref(self) -> dict[str, Any]:
+        t = self.turn
+        return {"round": t["round"], "combatant": t["combatant"], "number": t["number"]}
+
+    def end_turn(self) -> None:
+        self.do("end_turn", turn=self.ref())
+
+    def rounds(self, count: int) -> list[tuple[int, str, str]]:
+        """End turns through ``count`` rounds: (round, combatant, kind) of each turn."""
+        seen: list[tuple[int, str, str]] = []
+        last = self.turn["round"] + count
+        while (t := self.turn)["round"] < last:
+            seen.append((t["round"], t["combatant"], t["kind"]))
+            self.end_turn()
+        return seen
+
+
+ROUNDS_2_AND_3 = [
+    (2, "c", "held"),
+    (2, "a", "normal"),
+    (2, "b", "normal"),
+    (3, "c", "normal"),
+    (3, "a", "normal"),
+    (3, "b", "normal"),
+]
+
+
+def test_r9_wire_last_to_act_holds_with_its_plan_and_goes_first_next_round(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path) as d:
+        table = _Table(d.client(), "plan-at-once")
+        assert table.view()["order"] == ["a", "b", "c"]
+        table.end_turn()  # A acts
+        table.end_turn()  # B acts
+        assert table.turn["combatant"] == "c"
+        table.do("hold", turn=table.ref(), when="before", other="a")
+        assert table.view()["order"] == ["c", "a", "b"]
+        assert table.rounds(2) == ROUNDS_2_AND_3
+        # A plan naming a moment gone by is refused with its code and field, changing nothing.
+        table.do("hold", turn=table.ref())  # C, round 4: holds with nothing said
+        assert table.turn["combatant"] == "a"
+        before = table.client.call("get_combat", combat=table.combat)
+        with pytest.raises(CallError) as refused:  # during A's turn: too late to go before A
+            table.do("take_held_turn", combatant="c", when="before", other="a")
+        assert (refused.value.code, refused.value.field) == ("moment_passed", "other")
+        assert table.client.call("get_combat", combat=table.combat) == before
+
+
+def test_r9_wire_the_plan_in_a_separate_request_before_the_round_ends(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        table = _Table(d.client(), "plan-later")
+        table.end_turn()  # A acts
+        table.do("hold", turn=table.ref(), number=5)  # B acts at 5, after C
+        table.do("hold", turn=table.ref())  # C holds, saying nothing yet
+        assert (table.turn["round"], table.turn["combatant"]) == (1, "b")  # B at 5: round 1
+        table.do("take_held_turn", combatant="c", when="before", other="a")
+        planned = table.view()["holds"]
+        assert [(h["combatant"], h["plan"], h["target"]) for h in planned] == [("c", "before", "a")]
+        table.end_turn()  # B ends; round 1 ends
+        assert table.view()["order"] == ["c", "a", "b"]
+        assert table.rounds(2) == ROUNDS_2_AND_3

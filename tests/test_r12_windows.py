@@ -481,3 +481,47 @@ def test_r12_with_no_deadline_time_never_closes_a_waiting_window(ruleset: str) -
     assert story.do(c.Tick(), now=3600.0) == []
     assert story.state.window is not None
     assert story.state.window.status == "open"
+
+
+@BOTH
+def test_r12_a_predicate_on_action_declared_also_matches_a_move(ruleset: str) -> None:
+    # A movement fires `move`, and it is a declared action too: "if Ben acts" (kind move, or
+    # no kind) fires on it rather than silently never matching.
+    for predicate in (
+        Predicate(events=("action_declared",), kinds=("move",)),
+        Predicate(events=("action_declared",), actors=("ben",)),
+    ):
+        story = fight(ruleset)
+        reserve(story, predicate)
+        story.end_turn()
+        events = story.do(c.DeclareAction(story.turn, ActionSpec("move")))
+        window = of(events, ev.WindowOpened)[0].window
+        assert (window.facts.event, window.facts.kind, window.offered) == ("move", "move", ("ana",))
+
+
+@BOTH
+def test_r12_a_predicate_on_move_does_not_match_other_actions(ruleset: str) -> None:
+    story = fight(ruleset)
+    reserve(story, Predicate(events=("move",)))
+    story.end_turn()
+    events = story.do(c.DeclareAction(story.turn, ActionSpec("attack", targets=("cal",))))
+    assert "window_opened" not in names(events)
+
+
+def test_r12_marvel_who_cannot_claim_is_left_out_of_offered() -> None:
+    # Ana's reservation matches Cal's attack, but her reaction is spent: she is not offered
+    # the window, nor is she when the narrator names her in `offer`; Ben, defeated, neither.
+    story = two_reservers("marvel")
+    window = announce(story, "ana")
+    jump = ActionSpec("attack", description="jumps in")
+    story.do(c.ClaimReaction(window.id, "ana", action=jump))  # her reservation stays
+    finish(story, window, "ana")
+    story.do(c.DefeatCombatant("ben"))
+    assert story.state.get("ana").reaction is False  # type: ignore[union-attr]
+    assert [r.combatant for r in story.state.reservations] == ["ana"]
+    events = story.do(c.DeclareAction(story.turn, ActionSpec("attack", targets=("ana",))))
+    assert "window_opened" not in names(events)
+    events = story.do(c.AnnounceTrigger(TriggerFacts("announced", text="a door"), ("ana",)))
+    window = of(events, ev.WindowOpened)[0].window
+    assert window.offered == ()
+    assert names(events)[-1] == "window_closed"

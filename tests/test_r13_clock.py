@@ -11,7 +11,7 @@ import pytest
 
 import turnkeeper_engine
 from story import Story, names, of
-from turnkeeper_engine import Engine, fold
+from turnkeeper_engine import Engine, RuleError, State, decide, fold
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 
@@ -348,7 +348,7 @@ def test_r13_start_boundary_ends_at_the_start_of_anchors_next_turn() -> None:
     events = s.end_turn()  # a ends, b starts
     assert s.current == "b"
     assert expiries(events) == [cond_id]
-    assert names(events).index("condition_expired") > names(events).index("turn_started")
+    assert names(events).index("condition_expired") < names(events).index("turn_started")
 
 
 def test_r13_named_anchor_other_than_the_source() -> None:
@@ -395,3 +395,26 @@ def test_r13_a_held_turn_later_in_the_round_is_not_a_second_turn_start() -> None
     s.end_turn()
     s.end_turn()
     assert expiries(s.end_turn()) == [cond_id]  # round 3: the second start
+
+
+@pytest.mark.parametrize("limit", [0, 0.0, 0.999, -1.0, 86_400.5])
+def test_r13_a_turn_time_limit_outside_one_second_to_a_day_is_refused(limit: float) -> None:
+    created = decide(State(), c.CreateCombat("x", "dnd3e", (("turn_time_limit", limit),)), 0.0)
+    assert isinstance(created, RuleError)
+    assert (created.code, created.field) == ("invalid_option", "options.turn_time_limit")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("turn_time_limit", 1.0),
+        ("turn_time_limit", 1),
+        ("turn_time_limit", None),
+        ("window_deadline", 0.0),
+        ("window_deadline", 0.05),
+        ("turn_warning", 0.0),
+    ],
+)
+def test_r13_time_options_from_their_minimum_are_accepted(name: str, value: float) -> None:
+    created = decide(State(), c.CreateCombat("x", "dnd3e", ((name, value),)), 0.0)
+    assert not isinstance(created, RuleError), created

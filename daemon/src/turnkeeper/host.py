@@ -71,6 +71,13 @@ and a snapshot (the state with its undo history, shared parts stored once) stays
 CLOCK_RETRY_SECONDS = 1.0
 """After a failed tick the clock waits this long before trying again."""
 
+MAX_CLOCK_EVENTS_PER_SECOND = 10.0
+"""Events the clock's ticks may record for one combat per second, on average. A turn at the
+shortest limit (1 s, R13) costs about five; a combat whose deadlines come faster (a turn limit
+recorded before that minimum) would otherwise write thousands a second. After a tick that
+recorded n events the combat's next tick waits n / this many seconds: a deadline due meanwhile
+is deferred, never dropped, and that tick applies it (and all else due) late."""
+
 CLOCK_ACTOR = Actor("narrator", None, "clock")
 """The daemon's own clock acts as narrator when it lets time pass (R13)."""
 
@@ -136,6 +143,8 @@ class Combat:
     loaded: bool = True
     """False while only the stored summary is known (see ``Hub.recover``)."""
     summary: dict[str, Plain] | None = None
+    clock_after: float = 0.0
+    """The clock ticks this combat no earlier than this (``MAX_CLOCK_EVENTS_PER_SECOND``)."""
     hooks_due: deque[Applied] = field(default_factory=deque)
     """Committed commands whose plugin hooks have not run yet, in commit order. Each has one
     token in its worker's queue; whichever token comes first takes the oldest, so the hooks
@@ -702,15 +711,18 @@ class Hub:
                     else:
                         deadline = next_deadline(c.state)
                     if deadline is not None:
-                        due.append((deadline, c))
+                        due.append((max(deadline, c.clock_after), c))
             for deadline, c in due:
                 if deadline <= now:
                     if not c.loaded:
                         self._load(c)
                         if c.quarantined is not None:
                             continue
+                    seq = c.seq
                     try:
                         await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
+                        spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
+                        c.clock_after = self.clock() + spent
                     except Exception:
                         # One combat's failed tick must not stop the clock, let alone the
                         # daemon; a store that fails now may recover, so no spinning meanwhile.

@@ -163,10 +163,12 @@ def _held(s: _Teller, e: ev.TurnHeld) -> str:
 
 
 def _planned(s: _Teller, e: ev.HoldPlanned) -> str | None:
-    name, other = s.name(e.combatant), s.name(e.other)
-    if e.when == "before":
+    if e.target is None:  # a plan reset to the named number, or to nothing said yet
+        return None
+    name, other = s.name(e.combatant), s.name(e.target)
+    if e.plan == "before":
         return "    " + s.say("{name} will act before {other}.", name=name, other=other)
-    if e.when == "after":
+    if e.plan == "after":
         return "    " + s.say("{name} will act after {other}.", name=name, other=other)
     return None
 

@@ -140,11 +140,17 @@ class DeclareAction(Command):
 
 @dataclass(frozen=True, slots=True)
 class Hold(Command):
-    """Hold the turn (marvel) or delay (dnd3e) (R9), optionally naming a lower number."""
+    """Hold the turn (marvel) or delay (dnd3e) (R9), optionally with its plan.
+
+    The plan is a lower ``number``, and/or just ``when`` (before or after) ``other``. Saying it
+    with the hold is what lets the last combatant of a round take its held turn before the
+    first of the next: holding ends that round in the same command (R9)."""
 
     name: ClassVar[str] = "hold"
     turn: TurnRef
     number: int | None = None
+    when: Literal["before", "after"] | None = None
+    other: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from . import commands as cmd
 from . import events as ev
 from .dice import DiceSource, SystemDice
 from .errors import Arg, Rejected, RuleError
-from .evolve import evolve
+from .evolve import evolve, tick_clocks
 from .model import (
     NARRATOR,
     ActionSpec,
@@ -48,6 +48,11 @@ MAX_REROLLS = 10
 """Edges or troubles on one check: more has no meaning at a table and would only cost rolls."""
 MAX_SECONDS = 86_400.0
 """Longest time option (turn limit, warning, window wait): a day; also refuses NaN and inf."""
+MIN_TURN_SECONDS = 1.0
+"""Shortest turn time limit (R13): less is no time for a person to act, and a limit of 0 would
+expire each turn as it starts, so the clock would record events without end. A window wait or a
+warning needs no such floor: the clock closes a window once, and only a command or a turn start
+(bounded by this) opens one."""
 MAX_CONDITION_ROUNDS = 1000
 """Longest condition duration accepted, in turn boundaries."""
 MAX_COMBATANTS = 500
@@ -309,14 +314,11 @@ def _validate_options(
                 option=name,
             )
         allowed = spec[name][1]
-        if isinstance(allowed, tuple):
+        if allowed is float:
+            _seconds(name, value)
+            ok = True
+        elif isinstance(allowed, tuple):
             ok = value in allowed
-        elif allowed is float:
-            ok = value is None or (
-                isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and 0 <= value <= MAX_SECONDS
-            )
         else:
             ok = isinstance(value, allowed)
         if not ok:
@@ -329,6 +331,26 @@ def _validate_options(
             )
         values[name] = float(value) if isinstance(value, int) and allowed is float else value
     return tuple(sorted(values.items()))
+
+
+def _seconds(name: str, value: OptionValue) -> None:
+    """A time option: nil, or seconds up to ``MAX_SECONDS``; a turn limit no less than
+    ``MIN_TURN_SECONDS``."""
+    low = MIN_TURN_SECONDS if name == "turn_time_limit" else 0.0
+    if value is None or (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and low <= value <= MAX_SECONDS
+    ):
+        return
+    raise _reject(
+        "invalid_option",
+        "{option}: nil, or from {low} to {high} seconds",
+        f"options.{name}",
+        option=name,
+        low=low,
+        high=MAX_SECONDS,
+    )
 
 
 # ------------------------------------------------------------------------------------ lifecycle
@@ -436,7 +458,8 @@ def _cancel_pending(ctx: _Ctx, combatant_id: str, reason: str) -> None:
         ctx.emit(ev.HoldCancelled(combatant_id, reason))
     for h in state.holds:
         if h.target == combatant_id and h.combatant != combatant_id:
-            ctx.emit(ev.HoldPlanned(h.combatant, "open", ""))
+            # Back to the named number, if the holder gave one (R9).
+            ctx.emit(ev.HoldPlanned(h.combatant, "at" if h.number is not None else None))
     for r in state.reservations:
         if r.combatant == combatant_id:
             ctx.emit(ev.ReservationCancelled(combatant_id, r.id, reason))
@@ -831,10 +854,17 @@ def _start_turn(ctx: _Ctx, combatant_id: str, kind: TurnKind) -> None:
         warning = ctx.opts.get("turn_warning")
         if isinstance(warning, float) and 0 < warning < limit:
             warn_at = deadline - warning
+    if first_start:
+        # Conditions that end at the start of this turn are start-of-turn bookkeeping: told
+        # before turn_started, like every other (protocol.md, order of events). Its fold then
+        # counts the boundary on the conditions left.
+        ticked = tick_clocks(ctx.state, combatant_id, "start")
+        for condition in ticked.conditions:
+            if all(k.remaining == 0 for k in condition.clocks):
+                ctx.emit(ev.ConditionExpired(condition.target, condition.id, condition.type))
     round_no = ctx.state.round or 0
     number = ctx.state.turns + 1
     ctx.emit(ev.TurnStarted(combatant_id, round_no, kind, ctx.now, deadline, warn_at, number))
-    _expire_conditions(ctx)
     _open_window(ctx, TriggerFacts("turn_started", combatant_id), None, (), only_if_matched=True)
 
 
@@ -864,7 +894,12 @@ def _end_turn(ctx: _Ctx, c: cmd.EndTurn) -> None:
     _end_turn_now(ctx, "ended")
 
 
-def _hold_now(ctx: _Ctx, number: int | None) -> None:
+def _hold_now(
+    ctx: _Ctx,
+    number: int | None,
+    when: Literal["before", "after"] | None = None,
+    other: str | None = None,
+) -> None:
     turn = ctx.state.turn
     assert turn is not None
     c = ctx.state.get(turn.combatant)
@@ -888,7 +923,15 @@ def _hold_now(ctx: _Ctx, number: int | None) -> None:
                 name=c.name,
                 floor=floor,
             )
+    if (when is None) != (other is None):
+        raise _reject(
+            "invalid_value", "give both when and other, or neither", "other" if when else "when"
+        )
     ctx.emit(ev.TurnHeld(turn.combatant, turn.round, number, ctx.state.serial + 1))
+    if when is not None and other is not None:
+        # Judged once the turn is held, as the moment will be; a refusal still changes
+        # nothing, as the whole command is refused.
+        _plan(ctx, turn.combatant, when, other)
     _expire_conditions(ctx)
     _advance(ctx, None)
 
@@ -900,27 +943,66 @@ def _hold(ctx: _Ctx, c: cmd.Hold) -> None:
         raise _reject("action_taken", "a turn can be held only before acting in it", "turn")
     if turn.kind == "floor":
         raise _reject("must_act", "at the delay floor a delayer acts or forfeits (R9)", "turn")
-    _hold_now(ctx, c.number)
+    _hold_now(ctx, c.number, c.when, c.other)
 
 
 def _take_held(ctx: _Ctx, c: cmd.TakeHeldTurn) -> None:
     _in_rounds(ctx)
-    hold = ctx.state.hold_of(c.combatant)
-    if hold is None:
+    if ctx.state.hold_of(c.combatant) is None:
         raise _reject("not_holding", "that combatant is not holding a turn", "combatant")
-    if c.when not in ("before", "after"):
+    _plan(ctx, c.combatant, c.when, c.other)
+
+
+def _plan(ctx: _Ctx, holder: str, when: str, other: str) -> None:
+    """Record when ``holder``'s held turn is taken: just before or just after ``other`` (R9).
+    A moment that will not come while the hold lasts is refused, never kept to lapse."""
+    if when not in ("before", "after"):
         raise _reject("invalid_value", "say 'before' or 'after'", "when")
-    if c.other == c.combatant:
+    if other == holder:
         raise _reject("invalid_target", "a held turn goes before or after someone else", "other")
-    _active(ctx, c.other, "other")
-    ctx.emit(ev.HoldPlanned(c.combatant, c.when, c.other))
-    other_hold = ctx.state.hold_of(c.other)
+    target = _active(ctx, other, "other")
+    if not _moment_comes(ctx, holder, when, other):
+        if when == "before":
+            raise _reject(
+                "moment_passed",
+                "too late to act just before {name}: that moment will not come while the hold "
+                "lasts",
+                "other",
+                name=target.name,
+            )
+        raise _reject(
+            "moment_passed",
+            "too late to act just after {name}: that moment will not come while the hold lasts",
+            "other",
+            name=target.name,
+        )
+    ctx.emit(ev.HoldPlanned(holder, "before" if when == "before" else "after", other))
+    other_hold = ctx.state.hold_of(other)
     if (
-        c.when == "after"
+        when == "after"
         and other_hold is not None
-        and (other_hold.plan, other_hold.target) == ("after", c.combatant)
+        and (other_hold.plan, other_hold.target) == ("after", holder)
     ):
-        _break_after_cycle(ctx, c.combatant, c.other)
+        _break_after_cycle(ctx, holder, other)
+
+
+def _moment_comes(ctx: _Ctx, holder: str, when: str, other: str) -> bool:
+    """Whether the moment just ``when`` ``other``'s turn still comes while ``holder`` holds:
+    later this round, or (marvel, where a hold lasts past the round) next round before the
+    holder's own place, where the hold would lapse (R9)."""
+    s = ctx.state
+    waiting = s.hold_of(other) is not None  # its held turn, whenever it comes, is the moment
+    acting = s.turn is not None and s.turn.combatant == other
+    this_round = waiting or (when == "after" and acting) or other not in s.reached
+    if s.phase == "bonus_round" and other not in s.bonus:
+        this_round = waiting
+    if other not in s.order or holder not in s.order:
+        return this_round
+    comes_first = s.order.index(other) < s.order.index(holder)
+    if holder not in s.reached:
+        # A hold from an earlier round: the holder's own place this round ends it.
+        return this_round and (waiting or acting or comes_first)
+    return this_round or (ctx.rules.holds_carry_over and comes_first)
 
 
 def _break_after_cycle(ctx: _Ctx, a: str, b: str) -> None:
@@ -934,10 +1016,14 @@ def _break_after_cycle(ctx: _Ctx, a: str, b: str) -> None:
         (ha, hb), key=lambda h: _prio(ctx, h), reverse=ctx.rules.mutual_after_higher_last
     )
     turn = ctx.state.turn
+    nxt = _next_normal(ctx)
     if turn is not None:
         ctx.emit(ev.HoldPlanned(first.combatant, "after", turn.combatant))
+    elif nxt is not None:
+        # Between turns (the plan came with a hold): the next moment is before the next turn.
+        ctx.emit(ev.HoldPlanned(first.combatant, "before", nxt))
     else:
-        ctx.emit(ev.HoldPlanned(first.combatant, "open", ""))
+        ctx.emit(ev.HoldPlanned(first.combatant, "at" if first.number is not None else None))
     ctx.emit(ev.HoldPlanned(second.combatant, "after", first.combatant))
 
 

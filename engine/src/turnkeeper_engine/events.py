@@ -195,9 +195,12 @@ class TurnHeld(_About):
 
 @dataclass(frozen=True, slots=True)
 class HoldPlanned(_About):
+    """A holder's plan is now ``plan`` (with ``target``), in the words of ``Hold``: just
+    ``before``/``after`` ``target``, ``at`` its named number, or None: not yet said (R9)."""
+
     name: ClassVar[str] = "hold_planned"
-    when: Literal["before", "after", "open"]
-    other: str
+    plan: Literal["before", "after", "at"] | None
+    target: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ def _window(state: State, **changes: Any) -> State:
     return replace(state, window=replace(state.window, **changes))
 
 
-def _tick_clocks(state: State, combatant_id: str, boundary: str) -> State:
+def tick_clocks(state: State, combatant_id: str, boundary: str) -> State:
     """Count a turn boundary of ``combatant_id`` down on every condition anchored to it."""
 
     def tick(clock: Clock) -> Clock:
@@ -81,11 +81,11 @@ def _turn_started(state: State, e: ev.TurnStarted) -> State:
         reached=state.reached | {e.combatant},
         holds=tuple(h for h in state.holds if h.combatant != e.combatant),
     )
-    return _tick_clocks(state, e.combatant, "start") if first_start else state
+    return tick_clocks(state, e.combatant, "start") if first_start else state
 
 
 def _turn_ended(state: State, e: ev.TurnEnded) -> State:
-    return _tick_clocks(replace(state, turn=None), e.combatant, "end")
+    return tick_clocks(replace(state, turn=None), e.combatant, "end")
 
 
 def _turn_held(state: State, e: ev.TurnHeld) -> State:
@@ -97,10 +97,10 @@ def _hold_planned(state: State, e: ev.HoldPlanned) -> State:
     def plan(h: Hold) -> Hold:
         if h.combatant != e.combatant:
             return h
-        if e.when == "open":
-            # Back to the named number, if the holder gave one (R9).
-            return replace(h, plan="at" if h.number is not None else None, target=None)
-        return replace(h, plan=e.when, target=e.other)
+        # Only a reset recorded before plans were told as ``at`` (``when: "open"``, see
+        # ``plain.event_from_plain``) has no plan for a holder that named a number.
+        plan = "at" if e.plan is None and h.number is not None else e.plan
+        return replace(h, plan=plan, target=e.target)
 
     return replace(state, holds=tuple(plan(h) for h in state.holds))
 

@@ -119,6 +119,11 @@ class ActionSpec:
     zone: str | None = None
 
 
+SUBSUMED_BY = {"move": "action_declared"}
+"""A declared movement fires ``move``; it is a declared action too, so a predicate naming
+``action_declared`` (say, with kind ``move``) matches it rather than silently never firing."""
+
+
 @dataclass(frozen=True, slots=True)
 class Predicate:
     """A machine-readable trigger: every non-empty field must match the trigger's facts."""
@@ -133,7 +138,11 @@ class Predicate:
     def matches(self, facts: TriggerFacts) -> bool:
         """Whether a trigger-eligible moment with these facts fires this predicate (R12)."""
         return (
-            (not self.events or facts.event in self.events)
+            (
+                not self.events
+                or facts.event in self.events
+                or SUBSUMED_BY.get(facts.event) in self.events
+            )
             and (not self.actors or facts.actor in self.actors)
             and (not self.kinds or facts.kind in self.kinds)
             and (not self.targets or bool(set(self.targets) & set(facts.targets)))

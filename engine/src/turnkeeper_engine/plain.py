@@ -327,4 +327,16 @@ def event_to_plain(event: ev.Event) -> dict[str, Plain]:
 
 
 def event_from_plain(data: Mapping[str, Any]) -> ev.Event:
-    return _untagged("event", ev.EVENTS, data)
+    return _untagged("event", ev.EVENTS, _upgraded(data))
+
+
+def _upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An event recorded by an older daemon, in today's words. ``hold_planned`` said
+    ``when``/``other`` (``"open"`` and ``""`` for a reset) before it took ``Hold``'s
+    ``plan``/``target``."""
+    if data.get("event") != "hold_planned" or "when" not in data:
+        return data
+    old = dict(data)
+    when, other = old.pop("when"), old.pop("other", None)
+    reset = when == "open"
+    return {**old, "plan": None if reset else when, "target": None if reset else other}

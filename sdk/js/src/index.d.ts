@@ -335,6 +335,9 @@ export interface DeclareActionParams extends TurnParams {
 }
 export interface HoldParams extends TurnParams {
   number?: number | null;
+  /** The plan said with the hold (R9): just before or just after `other`. Both or neither. */
+  when?: "before" | "after" | null;
+  other?: string | null;
 }
 export interface TakeHeldTurnParams extends CombatantParams {
   when: "before" | "after";

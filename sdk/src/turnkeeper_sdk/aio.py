@@ -1175,14 +1175,20 @@ class AsyncClient:
         *,
         turn: TurnRef | Mapping[str, Any],
         number: int | None = None,
+        when: Literal["before", "after"] | None = None,
+        other: str | None = None,
         request_id: str | None = None,
         as_user: str | None = None,
     ) -> CommandResult:
         """Holds (marvel) or delays (dnd3e) the current turn before acting in it, optionally
-        naming a lower number (R9). Who: narrator; a player for its own combatant
-        (`turn.combatant`)."""
+        with its plan: a lower number, and/or just `when` (before or after) `other` (R9). Who:
+        narrator; a player for its own combatant (`turn.combatant`)."""
         return await self._command(
-            "hold", combat, request_id, as_user, {"turn": turn, "number": number}
+            "hold",
+            combat,
+            request_id,
+            as_user,
+            {"turn": turn, "number": number, "when": when, "other": other},
         )
 
     async def take_held_turn(

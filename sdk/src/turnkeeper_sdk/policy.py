@@ -3,8 +3,8 @@
 It fights: each turn it attacks an enemy (another side: a ``side:<name>`` tag, else player
 characters against everyone else), and now and then does what the rules make interesting:
 
-- **holds** (marvel) or **delays** (dnd3e) its turn before acting, then says at once when it
-  takes the held turn: just before or just after another combatant (``take_held_turn``, R9);
+- **holds** (marvel) or **delays** (dnd3e) its turn before acting, saying with the hold when
+  it takes the held turn: just before or just after another combatant (R9);
 - **reserves** (marvel, its standard action) or **readies** (dnd3e) an attack with a
   machine-readable trigger: an enemy attacks (or, dnd3e, starts casting), an enemy moves, or
   someone attacks it (R10, R11), and moves if its movement is left;
@@ -43,6 +43,7 @@ from turnkeeper_engine.model import (
 
 from .aio import AsyncClient, CommandResult
 from .bot import Bot
+from .errors import CallError
 from .views import CombatView, side
 
 __all__ = ["SensibleBot", "Words", "english", "side"]
@@ -239,10 +240,26 @@ class SensibleBot(Bot):
     async def _hold(
         self, combat: CombatView, ref: TurnRef, me: Combatant, others: list[Combatant]
     ) -> None:
-        await self.client.hold(combat.id, turn=ref)
-        other = self.random.choice(others)
+        # The plan goes with the hold (R9): said later, the moment may have passed. Someone
+        # still to act this round; else (marvel, where a hold lasts) next round's first ones,
+        # who come before this combatant's own place; else (a dnd3e delay) no plan: the floor.
+        ids = [c.id for c in combat.order()]
+        later = [c for c in others if ids.index(c.id) > ids.index(me.id)]
+        rules = RULESETS.get(combat.ruleset)
+        carries = rules is not None and rules.holds_carry_over
+        if not later and not carries:
+            await self.client.hold(combat.id, turn=ref)
+            return
         when: Literal["before", "after"] = "before" if self.random.random() < 0.5 else "after"
-        await self.client.take_held_turn(combat.id, combatant=me.id, when=when, other=other.id)
+        other = self.random.choice(later or others)
+        try:
+            await self.client.hold(combat.id, turn=ref, when=when, other=other.id)
+        except CallError as e:
+            if e.code != "moment_passed":
+                raise
+            # The order moved under this bot's view (a readied action, a late arrival): hold
+            # with nothing said; the refused command changed nothing.
+            await self.client.hold(combat.id, turn=ref)
 
     async def _reserve(
         self, combat: CombatView, ref: TurnRef, me: Combatant, target: Combatant

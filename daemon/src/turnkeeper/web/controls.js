@@ -55,19 +55,30 @@ function turnControls(scene, run, refuse) {
   const number = h("input", {
     type: "number", step: 1, name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow",
   });
+  // R9: the plan may come with the hold. The last to act in a round must say it here to go
+  // before the first of the next: its hold starts that round's first turn at once.
+  const when = select({ name: "when", "data-testid": "hold-when" },
+    [["", t("not yet said when")], ["before", t("just before")], ["after", t("just after")]], "");
+  const others = scene.lineup.filter((c) => c.id !== turn.combatant && c.status === "active");
+  const other = select({ name: "other", "data-testid": "hold-other" }, others.map((c) => [c.id, c.name]),
+    others.length ? others[0].id : null);
   const hold = () => {
     const value = number.value.trim();
     // Initiative numbers are whole: the daemon would refuse 12.5 as no integer.
     if (number.validity.badInput || (value !== "" && !Number.isInteger(Number(value)))) {
       return refuse(t("The number to act at is a whole number, or leave it empty."));
     }
-    return run("hold", { turn: ref, number: value === "" ? null : Number(value) });
+    const plan = when.value ? { when: when.value, other: other.value } : {};
+    return run("hold", { turn: ref, number: value === "" ? null : Number(value), ...plan });
   };
   return group(t("{name}'s turn", { name: scene.name(turn.combatant) }), "turn-controls", "turn:" + turn.number,
     h("div", { class: "row" },
       button(t("End turn"), "end-turn", () => run("endTurn", { turn: ref }), "primary"),
       mayHold ? button(scene.marvel ? t("Hold the turn") : t("Delay the turn"), "hold", hold) : null,
-      mayHold ? field(t("At number (optional)"), number) : null));
+      mayHold ? field(t("At number (optional)"), number) : null,
+      // TRANSLATORS: a label over "just before" / "just after" (another combatant's turn).
+      mayHold ? field(t("Act"), when) : null,
+      mayHold && others.length ? field(t("Combatant"), other) : null));
 }
 
 /** The action types the current turn could still reserve (R10) or ready (R11): none once it
