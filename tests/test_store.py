@@ -176,7 +176,7 @@ async def test_a_remembered_request_answers_after_a_reopen(tmp_path: Path) -> No
 
 
 @pytest.mark.anyio
-async def test_a_torn_last_record_is_dropped_with_a_warning(tmp_path: Path) -> None:
+async def test_an_unreadable_last_event_quarantines_and_keeps_its_seq(tmp_path: Path) -> None:
     store = Store.open(tmp_path)
     async with running(store):
         await store.commit(batch("c1", 1, 3, create=True))
@@ -185,16 +185,16 @@ async def test_a_torn_last_record_is_dropped_with_a_warning(tmp_path: Path) -> N
 
     store = reopen(tmp_path)
     [combat] = store.load()
-    assert combat.quarantined is None
-    assert combat.events == [(1, event(1)), (2, event(2))]
-    assert len(combat.warnings) == 1
-    assert "torn last event 3" in combat.warnings[0]
-    async with running(store):  # the dropped seq is free again
-        await store.commit(batch("c1", 3))
-    [combat] = store.load()
+    assert combat.quarantined is not None
+    assert "event 3 is unreadable" in combat.quarantined
+    assert combat.events == []
+    async with running(store):
+        with pytest.raises(StoreError) as taken:  # the row was kept: its seq is not free again
+            await store.commit(batch("c1", 3))
     store.close()
-    assert combat.events == [(1, event(1)), (2, event(2)), (3, event(3))]
-    assert combat.warnings == []
+    assert taken.value.code == "conflict"
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (3,)
 
 
 @pytest.mark.anyio
@@ -330,7 +330,7 @@ async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
 
 
 @pytest.mark.anyio
-async def test_load_starts_after_the_snapshot_and_an_unreadable_one_quarantines(
+async def test_load_starts_after_the_snapshot_and_an_unreadable_one_is_passed_over(
     tmp_path: Path,
 ) -> None:
     store = Store.open(tmp_path)
@@ -344,11 +344,40 @@ async def test_load_starts_after_the_snapshot_and_an_unreadable_one_quarantines(
 
     store = reopen(tmp_path)
     snap, broken = store.load()
+    whole = store.load_one("snap", use_snapshot=False)
     store.close()
     assert snap.snapshot == (2, {"round": 2})
     assert snap.events == [(3, event(3)), (4, event(4))]
-    assert broken.quarantined is not None
-    assert broken.quarantined.startswith("snapshot at seq 1 is unreadable")
+    assert (whole.snapshot, whole.events) == (None, [(n, event(n)) for n in range(1, 5)])
+    assert broken.quarantined is None
+    assert (broken.snapshot, broken.events) == (None, [(1, event(1)), (2, event(2))])
+    [warning] = broken.warnings
+    assert "snapshot at seq 1 is unreadable" in warning
+
+
+@pytest.mark.anyio
+async def test_an_unreadable_or_missing_event_before_the_snapshot_quarantines(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    async with running(store):
+        for n, combat in enumerate(("unreadable", "gap", "short")):
+            await store.commit(batch(combat, 1, 5, create=True, at=float(n)))
+    store.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        for combat in ("unreadable", "gap", "short"):
+            db.execute("INSERT INTO snapshots VALUES (?, 4, ?)", (combat, msgpack.packb({})))
+        db.execute("DELETE FROM events WHERE combat_id = 'gap' AND seq = 2")
+        db.execute("DELETE FROM events WHERE combat_id = 'short' AND seq >= 3")
+    corrupt(tmp_path, "unreadable", 1)
+
+    store = reopen(tmp_path)
+    unreadable, gap, short = store.load()
+    store.close()
+    assert unreadable.quarantined is not None
+    assert "event 1 is unreadable" in unreadable.quarantined
+    assert gap.quarantined == "seq 2 is missing (next stored is 3)"
+    assert short.quarantined == "seq 3 is missing (the snapshot is at seq 4)"
 
 
 @pytest.mark.anyio

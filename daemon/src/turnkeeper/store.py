@@ -12,6 +12,7 @@ that would break that, because start-up recovery quarantines a combat whose log 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -61,8 +62,8 @@ PRUNE_MAX_ROWS = 10_000
 the rest goes in the next rounds."""
 
 BUSY_TIMEOUT_MS = 5000
-"""How long a connection waits for the other's write lock (the reader deletes a torn record at
-start-up; an operator may run ``sqlite3`` on the file): one transaction is far shorter."""
+"""How long a connection waits for a lock another holds (an operator may run ``sqlite3`` on the
+file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
 
 ErrorCode = Literal["store_failed", "store_full", "conflict"]
 
@@ -151,9 +152,9 @@ class Batch:
 class LoadedCombat:
     """A combat as found at start-up: the snapshot (if any) and the events after it.
 
-    ``warnings`` name repairs made while loading (a torn last record dropped); the caller logs
-    them. ``quarantined`` is the reason the combat cannot be trusted (then ``events`` is empty);
-    other combats load regardless.
+    ``warnings`` name what was passed over while loading (an unreadable snapshot); the caller
+    logs them. ``quarantined`` is the reason the combat cannot be trusted (then ``events`` is
+    empty); other combats load regardless.
     """
 
     combat_id: str
@@ -490,15 +491,18 @@ class Store:
         """Every combat, in creation order, with its snapshot and the events after it; one at
         a time, so start-up holds one combat's log in memory, not every combat's.
 
-        For start-up recovery. A last record that does not decode was torn by a crash: it is
-        deleted and named in the combat's ``warnings``. An undecodable record before the end, a
-        gap in the sequence or an unreadable snapshot quarantines that combat alone.
+        For start-up recovery. Every stored event was acknowledged (or committed for a command
+        whose reply was lost, and remembered for its retry): a SQLite commit is atomic, so no
+        row can be torn, and none is ever dropped. The whole log is read, before the snapshot
+        too: an event that does not decode or a gap anywhere in the sequence quarantines that
+        combat alone. An unreadable snapshot only costs time: the combat is loaded from the
+        whole log instead, and ``warnings`` says so.
         """
         combats = self._reader.execute(
             "SELECT combat_id, ruleset, created_at FROM combats ORDER BY created_at, rowid"
         ).fetchall()
         for row in combats:
-            yield self._load_combat(*row)
+            yield self._load_combat(*row, use_snapshot=True)
 
     def summaries(self) -> list[tuple[str, Any]]:
         """Every combat in creation order with its last summary (None if it has none or the
@@ -515,48 +519,62 @@ class Store:
                 result.append((combat_id, None))
         return result
 
-    def load_one(self, combat_id: str) -> LoadedCombat:
-        """One combat, as ``load`` gives it: for rebuilding combats one at a time."""
+    def load_one(self, combat_id: str, *, use_snapshot: bool = True) -> LoadedCombat:
+        """One combat, as ``load`` gives it: for rebuilding combats one at a time.
+
+        ``use_snapshot=False`` returns the whole log and no snapshot: for a caller that could
+        not use the stored snapshot.
+        """
         row = self._reader.execute(
             "SELECT combat_id, ruleset, created_at FROM combats WHERE combat_id = ?", (combat_id,)
         ).fetchone()
         if row is None:
             raise StoreError("store_failed", "no combat {id!r} in the store", id=combat_id)
-        return self._load_combat(*row)
+        return self._load_combat(*row, use_snapshot=use_snapshot)
 
-    def _load_combat(self, combat_id: str, ruleset: str, created_at: float) -> LoadedCombat:
+    def _load_combat(
+        self, combat_id: str, ruleset: str, created_at: float, *, use_snapshot: bool
+    ) -> LoadedCombat:
         def quarantined(reason: str) -> LoadedCombat:
             return LoadedCombat(combat_id, ruleset, created_at, None, [], quarantined=reason)
 
         snapshot: tuple[int, Any] | None = None
-        after = 0
-        row = self._reader.execute(
-            "SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat_id,)
-        ).fetchone()
+        warnings: list[str] = []
+        row = None
+        if use_snapshot:
+            row = self._reader.execute(
+                "SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat_id,)
+            ).fetchone()
         if row is not None:
             try:
                 snapshot = (row[0], _unpack(row[1]))
             except ValueError as e:
-                return quarantined(f"snapshot at seq {row[0]} is unreadable: {e}")
-            after = row[0]
-        rows = self._reader.execute(
-            "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ? ORDER BY seq",
-            (combat_id, after),
-        ).fetchall()
-        events: list[tuple[int, dict[str, Any]]] = []
-        warnings: list[str] = []
-        for i, (seq, body) in enumerate(rows):
-            if seq != after + 1 + i:
-                return quarantined(f"seq {after + i + 1} is missing (next stored is {seq})")
-            try:
-                events.append((seq, _unpack_event(body)))
-            except ValueError as e:
-                if i < len(rows) - 1:
-                    return quarantined(f"event {seq} is unreadable: {e}")
-                self._reader.execute(
-                    "DELETE FROM events WHERE combat_id = ? AND seq = ?", (combat_id, seq)
+                warnings.append(
+                    f"combat {combat_id}: snapshot at seq {row[0]} is unreadable ({e}),"
+                    " loaded from the whole log"
                 )
-                warnings.append(f"combat {combat_id}: dropped torn last event {seq} ({e})")
+        after = 0 if snapshot is None else snapshot[0]
+        events: list[tuple[int, dict[str, Any]]] = []
+        expected = 1
+        # Iterated, not fetched: the events before the snapshot are checked, not kept. Closed
+        # on every path, since an open cursor holds a read transaction that stops checkpoints.
+        with contextlib.closing(
+            self._reader.execute(
+                "SELECT seq, body FROM events WHERE combat_id = ? ORDER BY seq", (combat_id,)
+            )
+        ) as rows:
+            for seq, body in rows:
+                if seq != expected:
+                    return quarantined(f"seq {expected} is missing (next stored is {seq})")
+                try:
+                    event = _unpack_event(body)
+                except ValueError as e:
+                    return quarantined(f"event {seq} is unreadable: {e}")
+                if seq > after:
+                    events.append((seq, event))
+                expected += 1
+        if after >= expected:
+            return quarantined(f"seq {expected} is missing (the snapshot is at seq {after})")
         return LoadedCombat(combat_id, ruleset, created_at, snapshot, events, warnings)
 
     def events_after(
