@@ -4,7 +4,11 @@ combat, an unreadable snapshot costs only a replay of the log."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -13,7 +17,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from daemon import CallError, Client, Daemon, running
+from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
 
 
 def _combat(c: Client, combat: str = "bank") -> Any:
@@ -34,6 +38,18 @@ def _db(d: Daemon) -> Iterator[sqlite3.Connection]:
     """The daemon's database, opened by hand while the daemon is down; committed on exit."""
     with closing(sqlite3.connect(d.data_dir / "turnkeeper.db")) as db, db:
         yield db
+
+
+@contextmanager
+def running_daemon(d: Daemon) -> Iterator[Daemon]:
+    """``running`` for a daemon the test set up itself."""
+    d.start()
+    try:
+        yield d
+    finally:
+        if d.process is not None and d.process.poll() is None:
+            d.process.kill()
+            d.process.wait()
 
 
 def _refused(c: Client, method: str, **params: Any) -> CallError:
@@ -136,3 +152,101 @@ def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_l
         d.kill()
         d.start()
         assert d.client().call("get_combat", combat="bank") == after
+
+
+def _serve(data_dir: Path, socket: Path) -> subprocess.CompletedProcess[str]:
+    """``turnkeeper serve`` expected to refuse at start-up: its exit and what it said."""
+    argv = [sys.executable, "-m", "turnkeeper.cli", "serve", "--log-format", "json"]
+    argv += ["--data-dir", str(data_dir), "--socket", str(socket)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT)
+
+
+def test_a_second_daemon_on_the_same_data_directory_refuses_naming_it_and_the_holder(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path) as d:
+        _combat(d.client())
+        assert d.process is not None
+        second = _serve(d.data_dir, tmp_path / "other" / "turnkeeper.sock")
+        assert second.returncode != 0
+        said = second.stdout + second.stderr
+        assert str(d.data_dir) in said
+        assert f"pid {d.process.pid}" in said
+        assert d.client().call("get_combat", combat="bank")["seq"] == 9
+        # The lock goes with the process, even one killed: the next daemon starts.
+        d.kill()
+        d.start()
+        assert d.client().call("get_combat", combat="bank")["seq"] == 9
+
+
+def test_a_second_serve_on_a_live_socket_refuses_and_leaves_it_to_the_first(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path) as d:
+        second = _serve(tmp_path / "other-data", d.socket)
+        assert second.returncode != 0
+        assert "already listening" in second.stdout + second.stderr
+        assert d.socket.exists()
+        assert d.client().call("list_combats") == []
+        assert d.stop() == 0
+        assert not d.socket.exists()  # the first still removes its own on the way out
+
+
+def test_serve_never_removes_a_file_on_the_socket_path_that_is_not_a_socket(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run" / "turnkeeper.sock"
+    path.parent.mkdir(mode=0o700)
+    path.write_text("not a socket")
+    refused = _serve(tmp_path / "data", path)
+    assert refused.returncode != 0
+    assert "is not a socket" in refused.stdout + refused.stderr
+    assert path.read_text() == "not a socket"
+
+
+def test_the_store_files_are_private_and_so_is_the_data_directory(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        _combat(d.client())
+        files = ["turnkeeper.db", "turnkeeper.db-wal", "turnkeeper.db-shm", "turnkeeper.lock"]
+        modes = {name: stat.S_IMODE(os.stat(d.data_dir / name).st_mode) for name in files}
+        assert modes == dict.fromkeys(files, 0o600)
+        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o700
+
+
+def test_a_data_and_socket_directory_others_may_read_are_tightened_and_logged(
+    tmp_path: Path,
+) -> None:
+    d = Daemon(tmp_path)
+    d.data_dir.mkdir(mode=0o755)
+    os.chmod(d.data_dir, 0o755)
+    d.socket.parent.mkdir(mode=0o750)
+    os.chmod(d.socket.parent, 0o750)
+    (d.data_dir / "turnkeeper.db").touch(mode=0o644)
+    os.chmod(d.data_dir / "turnkeeper.db", 0o644)
+    with running_daemon(d):
+        _combat(d.client())
+        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o700
+        for name in ("turnkeeper.db", "turnkeeper.db-wal", "turnkeeper.db-shm"):
+            assert stat.S_IMODE(os.stat(d.data_dir / name).st_mode) == 0o600
+        tightened = [line for line in d.log.read_text().splitlines() if "tightened" in line]
+        assert len(tightened) == 3  # both directories and the database
+        assert any(str(d.data_dir) in line and "0755" in line for line in tightened)
+
+
+@pytest.mark.parametrize("which", ["data", "socket"])
+def test_a_directory_others_may_write_in_is_refused_and_left_as_it_is(
+    tmp_path: Path, which: str
+) -> None:
+    data_dir, socket = tmp_path / "data", tmp_path / "run" / "turnkeeper.sock"
+    loose = data_dir if which == "data" else socket.parent
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    refused = _serve(data_dir, socket)
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr
+    assert str(loose) in said
+    assert "0777" in said
+    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o777
+    assert os.listdir(loose) == []

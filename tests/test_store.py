@@ -3,6 +3,7 @@ commands share transactions, and a failed or refused batch never leaves a part b
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 from collections.abc import AsyncIterator
@@ -95,6 +96,18 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (1,)
+
+
+def test_one_store_per_data_directory_and_the_refusal_names_the_holder(tmp_path: Path) -> None:
+    first = Store.open(tmp_path)
+    with pytest.raises(StoreError) as refused:
+        Store.open(tmp_path)
+    assert refused.value.code == "store_failed"
+    assert str(tmp_path) in refused.value.message
+    assert f"pid {os.getpid()}" in refused.value.message
+    first.close()
+    Store.open(tmp_path).close()  # closing releases it
+    assert stat.S_IMODE((tmp_path / DB_FILE).stat().st_mode) == 0o600
 
 
 def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from .auth import AuthError, Principal, Tokens
 from .host import SNAPSHOT_EVERY, Hub, RequestError
 from .loader import PluginChoice, announce, load
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
+from .private import PRIVATE_FILE, private_directory
 from .store import Store, StoreError
 from .watchdog import Watchdog
 from .websocket import CLOSE_POLICY, Gate, Site, WebSocketStream
@@ -515,31 +516,39 @@ class Server:
 
 
 def prepare_socket_path(path: Path) -> None:
-    """A private directory for the socket; a socket file left by a dead daemon is removed, a
-    live daemon's is left alone (``AddressInUse``). A directory that exists must be a real
-    directory of the daemon's own user: in a shared place like /tmp another user could have
-    made it first, to catch the socket."""
-    parent = path.parent
-    if not parent.exists():
-        parent.mkdir(mode=0o700, parents=True)
-        os.chmod(parent, 0o700)
-    info = os.lstat(parent)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise OSError(errno.EPERM, f"{parent} is not a directory owned by this user")
-    if not path.exists():
+    """A private directory for the socket (see ``turnkeeper.private``: in a shared place like
+    /tmp another user could have made it first, to catch the socket); a socket left by a dead
+    daemon of this user is removed, anything else on the path is left alone and refused:
+    ``AddressInUse`` for a live daemon's socket."""
+    private_directory(path.parent, "socket directory")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
         return
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+        raise FileExistsError(f"{path} exists and is not a socket of this user: not replaced")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(str(path))
     except OSError as e:
         if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
-            path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
             log.warning("stale_socket_removed", path=str(path))
             return
         raise
     finally:
         probe.close()
     raise OSError(errno.EADDRINUSE, f"a daemon is already listening on {path}")
+
+
+def _remove_own_socket(path: Path, made: os.stat_result) -> None:
+    """Unlink the socket this daemon bound, unless the path has since become another file (a
+    later daemon's socket, after this one's was removed by hand)."""
+    with contextlib.suppress(FileNotFoundError):
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) == (made.st_dev, made.st_ino):
+            path.unlink()
 
 
 async def serve(
@@ -552,6 +561,7 @@ async def serve(
     hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
     hub.recover()
     server = Server(config, store, hub)
+    bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
     try:
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
@@ -563,7 +573,8 @@ async def serve(
                 if config.socket_path is not None:
                     prepare_socket_path(config.socket_path)
                     unix = await anyio.create_unix_listener(config.socket_path)
-                    os.chmod(config.socket_path, 0o600)
+                    bound = os.lstat(config.socket_path)
+                    os.chmod(config.socket_path, PRIVATE_FILE)
                     tg.start_soon(unix.serve, lambda s: server.handle(s, "unix"))
                 if config.tcp_port is not None:
                     tcp = await anyio.create_tcp_listener(
@@ -596,7 +607,6 @@ async def serve(
             await store.stop()
     finally:
         store.close()
-        if config.socket_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                config.socket_path.unlink()
+        if bound is not None and config.socket_path is not None:
+            _remove_own_socket(config.socket_path, bound)
     log.info("stopped")

@@ -13,6 +13,7 @@ that would break that, because start-up recovery quarantines a combat whose log 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -27,8 +28,17 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from turnkeeper_engine.errors import Arg, TemplatedError
 
+from .private import private_directory, private_file
+
 DB_FILE = "turnkeeper.db"
 """The one database file inside the data directory."""
+
+LOCK_FILE = "turnkeeper.lock"
+"""Locked (``flock``, exclusive) by the one process using the data directory, and holding its
+pid: two daemons on one store would each number a combat's events from their own memory."""
+
+MAX_PID_BYTES = 32
+"""Most of the lock file read back for a refusal's message: a pid and its newline."""
 
 SCHEMA_VERSION = 1
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at."""
@@ -214,6 +224,39 @@ def _error(e: sqlite3.Error) -> StoreError:
     return StoreError("store_failed", "{reason}", reason=str(e))
 
 
+def _lock(data_dir: Path) -> int:
+    """Take the data directory's lock (a file descriptor, released when closed) and write this
+    process's pid in it; raise ``StoreError`` naming the holder's pid if another process has it."""
+    path = data_dir / LOCK_FILE
+    try:
+        private_file(path, "lock file", create=True)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise StoreError(
+            "store_failed", "cannot lock {path}: {reason}", path=str(path), reason=str(e)
+        ) from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        # Empty for the instant between the holder's lock and its write.
+        holder = os.pread(fd, MAX_PID_BYTES, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StoreError(
+            "store_failed",
+            "the data directory {path} is in use by another turnkeeper daemon (pid {pid})",
+            path=str(data_dir),
+            pid=holder,
+        ) from None
+    except OSError as e:
+        os.close(fd)
+        raise StoreError(
+            "store_failed", "cannot lock {path}: {reason}", path=str(path), reason=str(e)
+        ) from e
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
     # check_same_thread=False: the committer's connection is used from anyio's worker threads,
@@ -231,7 +274,8 @@ class Store:
     transactions: int
     """Write transactions run so far (group commit makes this smaller than batches committed)."""
 
-    def __init__(self, writer: sqlite3.Connection, reader: sqlite3.Connection) -> None:
+    def __init__(self, writer: sqlite3.Connection, reader: sqlite3.Connection, lock: int) -> None:
+        self._lock = lock  # the data directory's lock: held until close
         self._writer = writer  # touched only by the committer, inside one worker thread at a time
         self._reader = reader
         self._send: MemoryObjectSendStream[_Pending]
@@ -245,19 +289,33 @@ class Store:
 
     @classmethod
     def open(cls, data_dir: Path, *, max_pages: int | None = None) -> Store:
-        """Open (creating if missing) the store in ``data_dir``, which is made private (0700).
+        """Open (creating if missing) the store in ``data_dir``, for this process alone.
 
-        ``max_pages`` caps the database size in pages (``PRAGMA max_page_count``): an operator's
-        quota. Past it every commit fails with ``store_full``, exactly as on a full disk, which is
-        also how the tests make the disk full. Raises ``StoreError("store_failed")`` if the
-        directory or file cannot be opened or was written by another schema version.
+        The directory is made private, or refused (see ``turnkeeper.private``); the database
+        and its WAL and shared-memory files are 0600. ``max_pages`` caps the database size in
+        pages (``PRAGMA max_page_count``): an operator's quota. Past it every commit fails with
+        ``store_full``, exactly as on a full disk, which is also how the tests make the disk
+        full. Raises ``StoreError("store_failed")`` if the directory is not private, another
+        daemon holds it (the message names its pid), or the file cannot be opened or was
+        written by another schema version.
         """
         try:
-            if not data_dir.exists():
-                data_dir.mkdir(parents=True)
-                # mkdir's mode is filtered by the umask; chmod states it outright.
-                os.chmod(data_dir, 0o700)
+            private_directory(data_dir, "data directory")
+        except PermissionError as e:
+            raise StoreError("store_failed", "{reason}", reason=str(e)) from e
+        except OSError as e:
+            raise StoreError(
+                "store_failed",
+                "cannot open the store in {path}: {reason}",
+                path=str(data_dir),
+                reason=str(e),
+            ) from e
+        lock = _lock(data_dir)
+        try:
             path = data_dir / DB_FILE
+            private_file(path, "database", create=True)
+            for companion in ("-wal", "-shm"):
+                private_file(data_dir / (DB_FILE + companion), "database", create=False)
             writer = _connect(path)
             try:
                 mode = writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -294,13 +352,17 @@ class Store:
                 writer.close()
                 raise
         except (OSError, sqlite3.Error) as e:
+            os.close(lock)
             raise StoreError(
                 "store_failed",
                 "cannot open the store in {path}: {reason}",
                 path=str(data_dir),
                 reason=str(e),
             ) from e
-        return cls(writer, reader)
+        except BaseException:
+            os.close(lock)
+            raise
+        return cls(writer, reader, lock)
 
     def close(self) -> None:
         """Close the database. Call after ``run`` has returned (or was never started)."""
@@ -308,6 +370,7 @@ class Store:
         self._receive.close()
         self._reader.close()
         self._writer.close()
+        os.close(self._lock)
 
     # -- writing ---------------------------------------------------------------------------------
 
