@@ -250,3 +250,34 @@ def test_a_directory_others_may_write_in_is_refused_and_left_as_it_is(
     assert "0777" in said
     assert stat.S_IMODE(os.stat(loose).st_mode) == 0o777
     assert os.listdir(loose) == []
+
+
+def test_the_quota_bounds_the_database_and_its_write_ahead_log_together(tmp_path: Path) -> None:
+    quota = 1 << 20
+    files = [tmp_path / "data" / name for name in ("turnkeeper.db", "turnkeeper.db-wal")]
+    with running(tmp_path, False, "--max-db-mib", "1") as d:
+        c = d.client()
+        _combat(c)
+        largest = 0
+        code = None
+        for n in range(5000):
+            try:
+                c.call(
+                    "apply_condition",
+                    request_id=f"fill-{n}",
+                    combat="bank",
+                    target="spidey",
+                    type="custom",
+                    note="x" * 1500,
+                )
+            except CallError as e:
+                code = e.code
+                break
+            largest = max(largest, sum(f.stat().st_size for f in files if f.exists()))
+        assert code == "store_full"
+        assert n > 100  # most of the quota held conditions before it was full
+        assert largest <= quota
+        seq = c.call("get_combat", combat="bank")["seq"]
+        d.kill()
+        d.start()
+        assert d.client().call("get_combat", combat="bank")["seq"] == seq

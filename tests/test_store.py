@@ -251,6 +251,41 @@ async def test_a_full_disk_fails_the_whole_transaction_and_keeps_nothing(tmp_pat
 
 
 @pytest.mark.anyio
+async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 50)  # a held WAL is found at once
+    quota = 400
+    store = Store.open(tmp_path, max_pages=quota)
+    wal = tmp_path / (DB_FILE + "-wal")
+    share = quota // store_module.WAL_SHARE * 4096
+    reader = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        # An open read transaction: no checkpoint can go past it, so the WAL cannot shrink.
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchall()
+        refused: StoreError | None = None
+        for seq in range(2, quota):
+            try:
+                await store.commit(batch("c1", seq, pad="x" * 8000))
+            except StoreError as e:
+                refused = e
+                break
+            assert wal.stat().st_size <= share
+        assert refused is not None
+        assert refused.code == "store_full"
+        assert "write-ahead log" in refused.message
+        reader.execute("COMMIT")
+        await store.commit(batch("c1", seq))  # let go of, the WAL is checkpointed: room again
+        assert wal.stat().st_size <= share
+    [combat] = store.load()
+    store.close()
+    reader.close()
+    assert [s for s, _ in combat.events] == list(range(1, seq + 1))
+
+
+@pytest.mark.anyio
 async def test_events_after_pages_through_the_log(tmp_path: Path) -> None:
     total = MAX_EVENTS_PER_READ + 50
     store = Store.open(tmp_path)

@@ -71,6 +71,12 @@ PRUNE_MAX_ROWS = 10_000
 """Rows one prune deletes per rule, so a prune after a long busy spell never stalls the committer;
 the rest goes in the next rounds."""
 
+WAL_SHARE = 4
+"""Under a quota the write-ahead log gets 1/WAL_SHARE of it and the database the rest. The WAL
+holds each commit until a checkpoint copies it into the database, and SQLite's own checkpoints
+neither keep it under a given size nor shrink its file: without a share of its own it would grow
+past any quota. A quarter keeps checkpoints rare under a quota of a few MiB or more."""
+
 BUSY_TIMEOUT_MS = 5000
 """How long a connection waits for a lock another holds (an operator may run ``sqlite3`` on the
 file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
@@ -274,8 +280,16 @@ class Store:
     transactions: int
     """Write transactions run so far (group commit makes this smaller than batches committed)."""
 
-    def __init__(self, writer: sqlite3.Connection, reader: sqlite3.Connection, lock: int) -> None:
+    def __init__(
+        self,
+        writer: sqlite3.Connection,
+        reader: sqlite3.Connection,
+        lock: int,
+        wal_limit: int | None,
+    ) -> None:
         self._lock = lock  # the data directory's lock: held until close
+        self._wal = Path(writer.execute("PRAGMA database_list").fetchone()[2] + "-wal")
+        self._wal_limit = wal_limit  # bytes the WAL may take under a quota; None without one
         self._writer = writer  # touched only by the committer, inside one worker thread at a time
         self._reader = reader
         self._send: MemoryObjectSendStream[_Pending]
@@ -292,12 +306,13 @@ class Store:
         """Open (creating if missing) the store in ``data_dir``, for this process alone.
 
         The directory is made private, or refused (see ``turnkeeper.private``); the database
-        and its WAL and shared-memory files are 0600. ``max_pages`` caps the database size in
-        pages (``PRAGMA max_page_count``): an operator's quota. Past it every commit fails with
-        ``store_full``, exactly as on a full disk, which is also how the tests make the disk
-        full. Raises ``StoreError("store_failed")`` if the directory is not private, another
-        daemon holds it (the message names its pid), or the file cannot be opened or was
-        written by another schema version.
+        and its WAL and shared-memory files are 0600. ``max_pages`` is an operator's quota on
+        the database and its WAL together, in pages: the database may take all but
+        1/WAL_SHARE of it (``PRAGMA max_page_count``), the WAL the rest (see ``_trim_wal``).
+        Past it every commit fails with ``store_full``, exactly as on a full disk, which is
+        also how the tests make the disk full. Raises ``StoreError("store_failed")`` if the
+        directory is not private, another daemon holds it (the message names its pid), or the
+        file cannot be opened or was written by another schema version.
         """
         try:
             private_directory(data_dir, "data directory")
@@ -344,8 +359,12 @@ class Store:
                         expected=SCHEMA_VERSION,
                     )
                 writer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                wal_limit = None
                 if max_pages is not None:
-                    writer.execute(f"PRAGMA max_page_count={int(max_pages)}")
+                    wal_pages = max(1, max_pages // WAL_SHARE)
+                    writer.execute(f"PRAGMA max_page_count={int(max_pages - wal_pages)}")
+                    (page_size,) = writer.execute("PRAGMA page_size").fetchone()
+                    wal_limit = wal_pages * page_size
                 reader = _connect(path)
                 reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             except BaseException:
@@ -362,7 +381,7 @@ class Store:
         except BaseException:
             os.close(lock)
             raise
-        return cls(writer, reader, lock)
+        return cls(writer, reader, lock, wal_limit)
 
     def close(self) -> None:
         """Close the database. Call after ``run`` has returned (or was never started)."""
@@ -453,6 +472,17 @@ class Store:
         """One transaction for the whole group, each batch in its own savepoint (worker thread)."""
         db = self._writer
         self.transactions += 1
+        if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
+            self._trim_wal()  # the last one failed: a commit now could take the WAL past its share
+            if self._wal_size() > self._wal_limit // 2:
+                full = StoreError(
+                    "store_full",
+                    "the write-ahead log {path} cannot be checkpointed within the quota",
+                    path=str(self._wal),
+                )
+                for pending in group:
+                    pending.error = full
+                return
         try:
             db.execute("BEGIN IMMEDIATE")
             for pending in group:
@@ -472,11 +502,31 @@ class Store:
             for pending in group:
                 pending.error = error
             return
+        if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
+            self._trim_wal()
         for pending in group:
             if pending.error is None:
                 self._latest_at = max(self._latest_at, pending.batch.at)
                 if pending.batch.request is not None:
                     self._touched.add(pending.batch.request[0])
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self._wal).st_size
+        except FileNotFoundError:
+            return 0
+
+    def _trim_wal(self) -> None:
+        """Copy the WAL into the database and truncate it (worker thread, outside a transaction).
+
+        Run once a commit leaves the WAL over half its share, so the next transaction starts
+        with the other half free for what it adds. A checkpoint that cannot finish (a reader
+        kept it waiting past the busy timeout, or the disk failed) is left: the check before
+        the next transaction runs it again, and refuses that transaction if the WAL is still
+        over half its share.
+        """
+        with contextlib.suppress(sqlite3.Error):
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _write_batch(self, pending: _Pending) -> None:
         db = self._writer
