@@ -18,6 +18,7 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from turnkeeper.private import exclusive_lock
 
 
 def _combat(c: Client, combat: str = "bank") -> Any:
@@ -183,13 +184,30 @@ def test_a_second_serve_on_a_live_socket_refuses_and_leaves_it_to_the_first(
     tmp_path: Path,
 ) -> None:
     with running(tmp_path) as d:
+        assert d.process is not None
         second = _serve(tmp_path / "other-data", d.socket)
         assert second.returncode != 0
-        assert "already listening" in second.stdout + second.stderr
+        said = second.stdout + second.stderr
+        assert f"a daemon (pid {d.process.pid}) is already listening on {d.socket}" in said
         assert d.socket.exists()
         assert d.client().call("list_combats") == []
         assert d.stop() == 0
         assert not d.socket.exists()  # the first still removes its own on the way out
+
+
+def test_a_daemon_still_binding_its_socket_is_not_raced_out_of_it(tmp_path: Path) -> None:
+    # Another daemon has taken the socket's lock and not yet bound: the path is empty or holds
+    # a dead daemon's socket, which a probe alone would take for free.
+    path = tmp_path / "run" / "turnkeeper.sock"
+    path.parent.mkdir(mode=0o700)
+    lock = exclusive_lock(path.with_name("turnkeeper.sock.lock"))
+    try:
+        refused = _serve(tmp_path / "data", path)
+    finally:
+        os.close(lock)
+    assert refused.returncode != 0
+    assert f"pid {os.getpid()}" in refused.stdout + refused.stderr
+    assert not path.exists()
 
 
 def test_serve_never_removes_a_file_on_the_socket_path_that_is_not_a_socket(
@@ -212,6 +230,7 @@ def test_the_store_files_are_private_and_so_is_the_data_directory(tmp_path: Path
         assert modes == dict.fromkeys(files, 0o600)
         assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o700
         assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(f"{d.socket}.lock").st_mode) == 0o600
 
 
 def test_a_data_and_socket_directory_others_may_read_are_tightened_and_logged(

@@ -11,6 +11,7 @@ it are 0600; one found looser is tightened the same way.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 from pathlib import Path
@@ -23,7 +24,19 @@ PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 """Mode of a file only its owner may read or write."""
 
+MAX_PID_BYTES = 32
+"""Most of a lock file read back for a refusal's message: a pid and its newline."""
+
 log = structlog.get_logger("turnkeeper.private")
+
+
+class LockHeldError(BlockingIOError):
+    """Another process holds the lock; ``holder`` is the pid it wrote ("unknown" for the instant
+    between its lock and its write)."""
+
+    def __init__(self, path: Path, holder: str) -> None:
+        super().__init__(f"{path} is locked by pid {holder}")
+        self.holder = holder
 
 
 def private_directory(path: Path, what: str) -> None:
@@ -76,4 +89,34 @@ def private_file(path: Path, what: str, *, create: bool) -> None:
         os.close(fd)
 
 
-__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "private_directory", "private_file"]
+def exclusive_lock(path: Path) -> int:
+    """Lock ``path`` (created 0600 if missing) for this process alone and write its pid in it.
+
+    Returns the file descriptor: the lock lasts until it is closed, or the process ends however
+    it ends (``flock``), so a killed daemon leaves nothing to clean up. Raises ``LockHeldError``
+    naming the holder's pid if another process has it, ``OSError`` if it cannot be taken.
+    """
+    private_file(path, "lock file", create=True)
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, MAX_PID_BYTES, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise LockHeldError(path, holder) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+__all__ = [
+    "PRIVATE_DIR",
+    "PRIVATE_FILE",
+    "LockHeldError",
+    "exclusive_lock",
+    "private_directory",
+    "private_file",
+]

@@ -36,7 +36,7 @@ from .auth import AuthError, Principal, Tokens
 from .host import SNAPSHOT_EVERY, Hub, RequestError
 from .loader import PluginChoice, announce, load
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
-from .private import PRIVATE_FILE, private_directory
+from .private import PRIVATE_FILE, LockHeldError, exclusive_lock, private_directory
 from .store import Store, StoreError
 from .watchdog import Watchdog
 from .websocket import CLOSE_POLICY, Gate, Site, WebSocketStream
@@ -515,12 +515,32 @@ class Server:
             log.info("disconnected", reason=conn.closing or "closed")
 
 
-def prepare_socket_path(path: Path) -> None:
-    """A private directory for the socket (see ``turnkeeper.private``: in a shared place like
-    /tmp another user could have made it first, to catch the socket); a socket left by a dead
-    daemon of this user is removed, anything else on the path is left alone and refused:
-    ``AddressInUse`` for a live daemon's socket."""
+def prepare_socket_path(path: Path) -> int:
+    """Make ready to bind ``path``; return its lock, to close once the socket is removed.
+
+    The socket's directory is made private (see ``turnkeeper.private``: in a shared place like
+    /tmp another user could have made it first, to catch the socket). ``<path>.lock`` is held by
+    the daemon serving on the path, so a second one is refused (``AddressInUse``, naming the
+    first one's pid) before it looks at the socket, even while the first is still binding. A
+    socket of this user that no daemon answers on is then a dead daemon's, and is removed;
+    anything else on the path is left alone and refused.
+    """
     private_directory(path.parent, "socket directory")
+    try:
+        lock = exclusive_lock(path.with_name(path.name + ".lock"))
+    except LockHeldError as e:
+        raise OSError(
+            errno.EADDRINUSE, f"a daemon (pid {e.holder}) is already listening on {path}"
+        ) from None
+    try:
+        _remove_stale_socket(path)
+    except BaseException:
+        os.close(lock)
+        raise
+    return lock
+
+
+def _remove_stale_socket(path: Path) -> None:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -529,6 +549,7 @@ def prepare_socket_path(path: Path) -> None:
         raise FileExistsError(f"{path} exists and is not a socket of this user: not replaced")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        # A daemon of a version without the lock may still answer on it.
         probe.connect(str(path))
     except OSError as e:
         if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
@@ -562,6 +583,7 @@ async def serve(
     hub.recover()
     server = Server(config, store, hub)
     bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
+    socket_lock: int | None = None
     try:
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
@@ -571,7 +593,7 @@ async def serve(
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
                 if config.socket_path is not None:
-                    prepare_socket_path(config.socket_path)
+                    socket_lock = prepare_socket_path(config.socket_path)
                     unix = await anyio.create_unix_listener(config.socket_path)
                     bound = os.lstat(config.socket_path)
                     os.chmod(config.socket_path, PRIVATE_FILE)
@@ -609,4 +631,6 @@ async def serve(
         store.close()
         if bound is not None and config.socket_path is not None:
             _remove_own_socket(config.socket_path, bound)
+        if socket_lock is not None:
+            os.close(socket_lock)
     log.info("stopped")

@@ -13,7 +13,6 @@ that would break that, because start-up recovery quarantines a combat whose log 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -28,7 +27,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from turnkeeper_engine.errors import Arg, TemplatedError
 
-from .private import private_directory, private_file
+from .private import LockHeldError, exclusive_lock, private_directory, private_file
 
 DB_FILE = "turnkeeper.db"
 """The one database file inside the data directory."""
@@ -36,9 +35,6 @@ DB_FILE = "turnkeeper.db"
 LOCK_FILE = "turnkeeper.lock"
 """Locked (``flock``, exclusive) by the one process using the data directory, and holding its
 pid: two daemons on one store would each number a combat's events from their own memory."""
-
-MAX_PID_BYTES = 32
-"""Most of the lock file read back for a refusal's message: a pid and its newline."""
 
 SCHEMA_VERSION = 1
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at."""
@@ -231,36 +227,22 @@ def _error(e: sqlite3.Error) -> StoreError:
 
 
 def _lock(data_dir: Path) -> int:
-    """Take the data directory's lock (a file descriptor, released when closed) and write this
-    process's pid in it; raise ``StoreError`` naming the holder's pid if another process has it."""
+    """Take the data directory's lock (see ``exclusive_lock``), or raise ``StoreError`` naming
+    the directory and the holder's pid."""
     path = data_dir / LOCK_FILE
     try:
-        private_file(path, "lock file", create=True)
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise StoreError(
-            "store_failed", "cannot lock {path}: {reason}", path=str(path), reason=str(e)
-        ) from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        # Empty for the instant between the holder's lock and its write.
-        holder = os.pread(fd, MAX_PID_BYTES, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
+        return exclusive_lock(path)
+    except LockHeldError as e:
         raise StoreError(
             "store_failed",
             "the data directory {path} is in use by another turnkeeper daemon (pid {pid})",
             path=str(data_dir),
-            pid=holder,
+            pid=e.holder,
         ) from None
     except OSError as e:
-        os.close(fd)
         raise StoreError(
             "store_failed", "cannot lock {path}: {reason}", path=str(path), reason=str(e)
         ) from e
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def _connect(path: Path) -> sqlite3.Connection:
