@@ -300,8 +300,8 @@ class Hub:
                 try:
                     loaded = self.store.load_one(combat.id, use_snapshot=False)
                     quarantined = loaded.quarantined
-                except Exception as e:  # as above: this combat alone
-                    quarantined = f"its stored log could not be read: {e}"
+                except Exception as unread:  # as above: this combat alone
+                    quarantined = f"its stored log could not be read: {unread}"
         snapshot_seq = seq
         if quarantined is None:
             for seq, body in loaded.events:
