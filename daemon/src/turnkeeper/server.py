@@ -76,7 +76,8 @@ class Config:
     """Unix peers with this uid are narrators without a token; None turns that off."""
     snapshot_every: int = SNAPSHOT_EVERY
     max_db_pages: int | None = None
-    """A quota on the database, in SQLite pages; past it commits fail with ``store_full``."""
+    """A quota on the database and its WAL together, in SQLite pages; past it commits fail with
+    ``store_full``."""
     plugins: PluginChoice = field(default_factory=PluginChoice)
     """Which plugins to load: every installed one by default."""
     ws_host: str | None = None
