@@ -193,21 +193,6 @@ def test_a_corrupt_combat_is_quarantined_and_the_others_still_load(tmp_path: Pat
         assert "combat_quarantined" in d.log.read_text()
 
 
-def test_a_torn_last_record_is_dropped_with_a_log_line(tmp_path: Path) -> None:
-    import sqlite3
-
-    with running(tmp_path) as d:
-        _combat(d.client())
-        d.kill()
-        db = sqlite3.connect(d.data_dir / "turnkeeper.db")
-        db.execute("UPDATE events SET body = x'92' WHERE combat_id = 'bank' AND seq = 4")
-        db.commit()
-        db.close()
-        d.start()
-        assert d.client().call("get_combat", combat="bank")["seq"] == 3
-        assert "store_repaired" in d.log.read_text()
-
-
 def test_subscribe_all_follows_every_combat_new_ones_included(tmp_path: Path) -> None:
     with running(tmp_path) as d:
         writer, reader = d.client(), d.client()
@@ -249,30 +234,6 @@ def test_after_a_restart_list_combats_answers_from_the_stored_summaries(tmp_path
         d.start()
         assert d.client().call("list_combats") == before
         assert [row["combat"] for row in before] == ["one", "two"]
-
-
-def test_a_corrupt_snapshot_quarantines_its_combat_and_nothing_else(tmp_path: Path) -> None:
-    import sqlite3
-
-    import msgpack  # type: ignore[import-untyped]
-
-    with running(tmp_path, False, "--snapshot-every", "2") as d:
-        c = d.client()
-        _combat(c, "good")
-        _combat(c, "bad")
-        d.kill()
-        db = sqlite3.connect(d.data_dir / "turnkeeper.db")
-        db.execute("UPDATE snapshots SET body = ? WHERE combat_id = 'bad'", (msgpack.packb(1),))
-        db.commit()
-        db.close()
-        d.start()
-        c = d.client()
-        with pytest.raises(CallError) as refused:
-            c.call("get_combat", combat="bad")
-        assert refused.value.code == "combat_quarantined"
-        assert c.call("get_combat", combat="good")["seq"] == 4
-        assert d.process is not None
-        assert d.process.poll() is None
 
 
 def test_requests_sent_together_with_hello_are_all_answered(tmp_path: Path) -> None:

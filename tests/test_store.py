@@ -3,6 +3,7 @@ commands share transactions, and a failed or refused batch never leaves a part b
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 from collections.abc import AsyncIterator
@@ -97,6 +98,18 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
         assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (1,)
 
 
+def test_one_store_per_data_directory_and_the_refusal_names_the_holder(tmp_path: Path) -> None:
+    first = Store.open(tmp_path)
+    with pytest.raises(StoreError) as refused:
+        Store.open(tmp_path)
+    assert refused.value.code == "store_failed"
+    assert str(tmp_path) in refused.value.message
+    assert f"pid {os.getpid()}" in refused.value.message
+    first.close()
+    Store.open(tmp_path).close()  # closing releases it
+    assert stat.S_IMODE((tmp_path / DB_FILE).stat().st_mode) == 0o600
+
+
 def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
     Store.open(tmp_path).close()
     with sqlite3.connect(tmp_path / DB_FILE) as db:
@@ -176,7 +189,7 @@ async def test_a_remembered_request_answers_after_a_reopen(tmp_path: Path) -> No
 
 
 @pytest.mark.anyio
-async def test_a_torn_last_record_is_dropped_with_a_warning(tmp_path: Path) -> None:
+async def test_an_unreadable_last_event_quarantines_and_keeps_its_seq(tmp_path: Path) -> None:
     store = Store.open(tmp_path)
     async with running(store):
         await store.commit(batch("c1", 1, 3, create=True))
@@ -185,16 +198,16 @@ async def test_a_torn_last_record_is_dropped_with_a_warning(tmp_path: Path) -> N
 
     store = reopen(tmp_path)
     [combat] = store.load()
-    assert combat.quarantined is None
-    assert combat.events == [(1, event(1)), (2, event(2))]
-    assert len(combat.warnings) == 1
-    assert "torn last event 3" in combat.warnings[0]
-    async with running(store):  # the dropped seq is free again
-        await store.commit(batch("c1", 3))
-    [combat] = store.load()
+    assert combat.quarantined is not None
+    assert "event 3 is unreadable" in combat.quarantined
+    assert combat.events == []
+    async with running(store):
+        with pytest.raises(StoreError) as taken:  # the row was kept: its seq is not free again
+            await store.commit(batch("c1", 3))
     store.close()
-    assert combat.events == [(1, event(1)), (2, event(2)), (3, event(3))]
-    assert combat.warnings == []
+    assert taken.value.code == "conflict"
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (3,)
 
 
 @pytest.mark.anyio
@@ -235,6 +248,41 @@ async def test_a_full_disk_fails_the_whole_transaction_and_keeps_nothing(tmp_pat
     [combat] = store.load()
     store.close()
     assert combat.events == [(1, event(1)), (2, event(2))]
+
+
+@pytest.mark.anyio
+async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 50)  # a held WAL is found at once
+    quota = 400
+    store = Store.open(tmp_path, max_pages=quota)
+    wal = tmp_path / (DB_FILE + "-wal")
+    share = quota // store_module.WAL_SHARE * 4096
+    reader = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        # An open read transaction: no checkpoint can go past it, so the WAL cannot shrink.
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchall()
+        refused: StoreError | None = None
+        for seq in range(2, quota):
+            try:
+                await store.commit(batch("c1", seq, pad="x" * 8000))
+            except StoreError as e:
+                refused = e
+                break
+            assert wal.stat().st_size <= share
+        assert refused is not None
+        assert refused.code == "store_full"
+        assert "write-ahead log" in refused.message
+        reader.execute("COMMIT")
+        await store.commit(batch("c1", seq))  # let go of, the WAL is checkpointed: room again
+        assert wal.stat().st_size <= share
+    [combat] = store.load()
+    store.close()
+    reader.close()
+    assert [s for s, _ in combat.events] == list(range(1, seq + 1))
 
 
 @pytest.mark.anyio
@@ -330,7 +378,7 @@ async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
 
 
 @pytest.mark.anyio
-async def test_load_starts_after_the_snapshot_and_an_unreadable_one_quarantines(
+async def test_load_starts_after_the_snapshot_and_an_unreadable_one_is_passed_over(
     tmp_path: Path,
 ) -> None:
     store = Store.open(tmp_path)
@@ -344,11 +392,40 @@ async def test_load_starts_after_the_snapshot_and_an_unreadable_one_quarantines(
 
     store = reopen(tmp_path)
     snap, broken = store.load()
+    whole = store.load_one("snap", use_snapshot=False)
     store.close()
     assert snap.snapshot == (2, {"round": 2})
     assert snap.events == [(3, event(3)), (4, event(4))]
-    assert broken.quarantined is not None
-    assert broken.quarantined.startswith("snapshot at seq 1 is unreadable")
+    assert (whole.snapshot, whole.events) == (None, [(n, event(n)) for n in range(1, 5)])
+    assert broken.quarantined is None
+    assert (broken.snapshot, broken.events) == (None, [(1, event(1)), (2, event(2))])
+    [warning] = broken.warnings
+    assert "snapshot at seq 1 is unreadable" in warning
+
+
+@pytest.mark.anyio
+async def test_an_unreadable_or_missing_event_before_the_snapshot_quarantines(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    async with running(store):
+        for n, combat in enumerate(("unreadable", "gap", "short")):
+            await store.commit(batch(combat, 1, 5, create=True, at=float(n)))
+    store.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        for combat in ("unreadable", "gap", "short"):
+            db.execute("INSERT INTO snapshots VALUES (?, 4, ?)", (combat, msgpack.packb({})))
+        db.execute("DELETE FROM events WHERE combat_id = 'gap' AND seq = 2")
+        db.execute("DELETE FROM events WHERE combat_id = 'short' AND seq >= 3")
+    corrupt(tmp_path, "unreadable", 1)
+
+    store = reopen(tmp_path)
+    unreadable, gap, short = store.load()
+    store.close()
+    assert unreadable.quarantined is not None
+    assert "event 1 is unreadable" in unreadable.quarantined
+    assert gap.quarantined == "seq 2 is missing (next stored is 3)"
+    assert short.quarantined == "seq 3 is missing (the snapshot is at seq 4)"
 
 
 @pytest.mark.anyio

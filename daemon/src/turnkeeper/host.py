@@ -291,7 +291,7 @@ class Hub:
         finally:
             gc.enable()
         for warning in loaded.warnings:
-            log.warning("store_repaired", combat=loaded.combat_id, detail=warning)
+            log.warning("snapshot_unreadable", combat=loaded.combat_id, detail=warning)
         state = State()
         seq = 0
         quarantined = loaded.quarantined
@@ -299,8 +299,18 @@ class Hub:
             seq, body = loaded.snapshot
             try:
                 state = from_shared(State, body)
-            except Exception as e:  # any failure to decode quarantines the combat
-                quarantined = f"snapshot at seq {seq} does not decode: {e}"
+            except Exception as e:  # a snapshot is only a shortcut: the log is the record
+                log.warning(
+                    "snapshot_unreadable",
+                    combat=loaded.combat_id,
+                    detail=f"snapshot at seq {seq} does not decode ({e}), replaying the log",
+                )
+                seq = 0
+                try:
+                    loaded = self.store.load_one(combat.id, use_snapshot=False)
+                    quarantined = loaded.quarantined
+                except Exception as unread:  # as above: this combat alone
+                    quarantined = f"its stored log could not be read: {unread}"
         snapshot_seq = seq
         if quarantined is None:
             for seq, body in loaded.events:
@@ -309,6 +319,11 @@ class Hub:
                 except Exception as e:  # any failure to replay quarantines the combat
                     quarantined = f"replay failed at event {seq}: {e}"
                     break
+        # The summary is written in the transaction of the last batch: a log that ends before
+        # it lost acknowledged events, and the next command would reuse their seqs.
+        claimed = combat.summary.get("seq") if combat.summary is not None else None
+        if quarantined is None and isinstance(claimed, int) and claimed > seq:
+            quarantined = f"seq {seq + 1} is missing (the last command stored reached {claimed})"
         if quarantined is not None:
             log.error("combat_quarantined", combat=loaded.combat_id, reason=quarantined)
         combat.state = state

@@ -36,6 +36,7 @@ from .auth import AuthError, Principal, Tokens
 from .host import SNAPSHOT_EVERY, Hub, RequestError
 from .loader import PluginChoice, announce, load
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
+from .private import PRIVATE_FILE, LockHeldError, exclusive_lock, private_directory
 from .store import Store, StoreError
 from .watchdog import Watchdog
 from .websocket import CLOSE_POLICY, Gate, Site, WebSocketStream
@@ -75,7 +76,8 @@ class Config:
     """Unix peers with this uid are narrators without a token; None turns that off."""
     snapshot_every: int = SNAPSHOT_EVERY
     max_db_pages: int | None = None
-    """A quota on the database, in SQLite pages; past it commits fail with ``store_full``."""
+    """A quota on the database and its WAL together, in SQLite pages; past it commits fail with
+    ``store_full``."""
     plugins: PluginChoice = field(default_factory=PluginChoice)
     """Which plugins to load: every installed one by default."""
     ws_host: str | None = None
@@ -514,32 +516,61 @@ class Server:
             log.info("disconnected", reason=conn.closing or "closed")
 
 
-def prepare_socket_path(path: Path) -> None:
-    """A private directory for the socket; a socket file left by a dead daemon is removed, a
-    live daemon's is left alone (``AddressInUse``). A directory that exists must be a real
-    directory of the daemon's own user: in a shared place like /tmp another user could have
-    made it first, to catch the socket."""
-    parent = path.parent
-    if not parent.exists():
-        parent.mkdir(mode=0o700, parents=True)
-        os.chmod(parent, 0o700)
-    info = os.lstat(parent)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise OSError(errno.EPERM, f"{parent} is not a directory owned by this user")
-    if not path.exists():
+def prepare_socket_path(path: Path) -> int:
+    """Make ready to bind ``path``; return its lock, to close once the socket is removed.
+
+    The socket's directory is made private (see ``turnkeeper.private``: in a shared place like
+    /tmp another user could have made it first, to catch the socket). ``<path>.lock`` is held by
+    the daemon serving on the path, so a second one is refused (``AddressInUse``, naming the
+    first one's pid) before it looks at the socket, even while the first is still binding. A
+    socket of this user that no daemon answers on is then a dead daemon's, and is removed;
+    anything else on the path is left alone and refused.
+    """
+    private_directory(path.parent, "socket directory")
+    try:
+        lock = exclusive_lock(path.with_name(path.name + ".lock"))
+    except LockHeldError as e:
+        raise OSError(
+            errno.EADDRINUSE, f"a daemon (pid {e.holder}) is already listening on {path}"
+        ) from None
+    try:
+        _remove_stale_socket(path)
+    except BaseException:
+        os.close(lock)
+        raise
+    return lock
+
+
+def _remove_stale_socket(path: Path) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
         return
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+        raise FileExistsError(f"{path} exists and is not a socket of this user: not replaced")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        # A daemon of a version without the lock may still answer on it.
         probe.connect(str(path))
     except OSError as e:
         if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
-            path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
             log.warning("stale_socket_removed", path=str(path))
             return
         raise
     finally:
         probe.close()
     raise OSError(errno.EADDRINUSE, f"a daemon is already listening on {path}")
+
+
+def _remove_own_socket(path: Path, made: os.stat_result) -> None:
+    """Unlink the socket this daemon bound, unless the path has since become another file (a
+    later daemon's socket, after this one's was removed by hand)."""
+    with contextlib.suppress(FileNotFoundError):
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) == (made.st_dev, made.st_ino):
+            path.unlink()
 
 
 async def serve(
@@ -552,6 +583,8 @@ async def serve(
     hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
     hub.recover()
     server = Server(config, store, hub)
+    bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
+    socket_lock: int | None = None
     try:
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
@@ -561,9 +594,10 @@ async def serve(
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
                 if config.socket_path is not None:
-                    prepare_socket_path(config.socket_path)
+                    socket_lock = prepare_socket_path(config.socket_path)
                     unix = await anyio.create_unix_listener(config.socket_path)
-                    os.chmod(config.socket_path, 0o600)
+                    bound = os.lstat(config.socket_path)
+                    os.chmod(config.socket_path, PRIVATE_FILE)
                     tg.start_soon(unix.serve, lambda s: server.handle(s, "unix"))
                 if config.tcp_port is not None:
                     tcp = await anyio.create_tcp_listener(
@@ -596,7 +630,8 @@ async def serve(
             await store.stop()
     finally:
         store.close()
-        if config.socket_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                config.socket_path.unlink()
+        if bound is not None and config.socket_path is not None:
+            _remove_own_socket(config.socket_path, bound)
+        if socket_lock is not None:
+            os.close(socket_lock)
     log.info("stopped")

@@ -12,6 +12,7 @@ that would break that, because start-up recovery quarantines a combat whose log 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -26,8 +27,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from turnkeeper_engine.errors import Arg, TemplatedError
 
+from .private import LockHeldError, exclusive_lock, private_directory, private_file
+
 DB_FILE = "turnkeeper.db"
 """The one database file inside the data directory."""
+
+LOCK_FILE = "turnkeeper.lock"
+"""Locked (``flock``, exclusive) by the one process using the data directory, and holding its
+pid: two daemons on one store would each number a combat's events from their own memory."""
 
 SCHEMA_VERSION = 1
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at."""
@@ -60,9 +67,15 @@ PRUNE_MAX_ROWS = 10_000
 """Rows one prune deletes per rule, so a prune after a long busy spell never stalls the committer;
 the rest goes in the next rounds."""
 
+WAL_SHARE = 4
+"""Under a quota the write-ahead log gets 1/WAL_SHARE of it and the database the rest. The WAL
+holds each commit until a checkpoint copies it into the database, and SQLite's own checkpoints
+neither keep it under a given size nor shrink its file: without a share of its own it would grow
+past any quota. A quarter keeps checkpoints rare under a quota of a few MiB or more."""
+
 BUSY_TIMEOUT_MS = 5000
-"""How long a connection waits for the other's write lock (the reader deletes a torn record at
-start-up; an operator may run ``sqlite3`` on the file): one transaction is far shorter."""
+"""How long a connection waits for a lock another holds (an operator may run ``sqlite3`` on the
+file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
 
 ErrorCode = Literal["store_failed", "store_full", "conflict"]
 
@@ -151,9 +164,9 @@ class Batch:
 class LoadedCombat:
     """A combat as found at start-up: the snapshot (if any) and the events after it.
 
-    ``warnings`` name repairs made while loading (a torn last record dropped); the caller logs
-    them. ``quarantined`` is the reason the combat cannot be trusted (then ``events`` is empty);
-    other combats load regardless.
+    ``warnings`` name what was passed over while loading (an unreadable snapshot); the caller
+    logs them. ``quarantined`` is the reason the combat cannot be trusted (then ``events`` is
+    empty); other combats load regardless.
     """
 
     combat_id: str
@@ -213,6 +226,25 @@ def _error(e: sqlite3.Error) -> StoreError:
     return StoreError("store_failed", "{reason}", reason=str(e))
 
 
+def _lock(data_dir: Path) -> int:
+    """Take the data directory's lock (see ``exclusive_lock``), or raise ``StoreError`` naming
+    the directory and the holder's pid."""
+    path = data_dir / LOCK_FILE
+    try:
+        return exclusive_lock(path)
+    except LockHeldError as e:
+        raise StoreError(
+            "store_failed",
+            "the data directory {path} is in use by another turnkeeper daemon (pid {pid})",
+            path=str(data_dir),
+            pid=e.holder,
+        ) from None
+    except OSError as e:
+        raise StoreError(
+            "store_failed", "cannot lock {path}: {reason}", path=str(path), reason=str(e)
+        ) from e
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
     # check_same_thread=False: the committer's connection is used from anyio's worker threads,
@@ -230,7 +262,16 @@ class Store:
     transactions: int
     """Write transactions run so far (group commit makes this smaller than batches committed)."""
 
-    def __init__(self, writer: sqlite3.Connection, reader: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        writer: sqlite3.Connection,
+        reader: sqlite3.Connection,
+        lock: int,
+        wal_limit: int | None,
+    ) -> None:
+        self._lock = lock  # the data directory's lock: held until close
+        self._wal = Path(writer.execute("PRAGMA database_list").fetchone()[2] + "-wal")
+        self._wal_limit = wal_limit  # bytes the WAL may take under a quota; None without one
         self._writer = writer  # touched only by the committer, inside one worker thread at a time
         self._reader = reader
         self._send: MemoryObjectSendStream[_Pending]
@@ -244,19 +285,34 @@ class Store:
 
     @classmethod
     def open(cls, data_dir: Path, *, max_pages: int | None = None) -> Store:
-        """Open (creating if missing) the store in ``data_dir``, which is made private (0700).
+        """Open (creating if missing) the store in ``data_dir``, for this process alone.
 
-        ``max_pages`` caps the database size in pages (``PRAGMA max_page_count``): an operator's
-        quota. Past it every commit fails with ``store_full``, exactly as on a full disk, which is
+        The directory is made private, or refused (see ``turnkeeper.private``); the database
+        and its WAL and shared-memory files are 0600. ``max_pages`` is an operator's quota on
+        the database and its WAL together, in pages: the database may take all but
+        1/WAL_SHARE of it (``PRAGMA max_page_count``), the WAL the rest (see ``_trim_wal``).
+        Past it every commit fails with ``store_full``, exactly as on a full disk, which is
         also how the tests make the disk full. Raises ``StoreError("store_failed")`` if the
-        directory or file cannot be opened or was written by another schema version.
+        directory is not private, another daemon holds it (the message names its pid), or the
+        file cannot be opened or was written by another schema version.
         """
         try:
-            if not data_dir.exists():
-                data_dir.mkdir(parents=True)
-                # mkdir's mode is filtered by the umask; chmod states it outright.
-                os.chmod(data_dir, 0o700)
+            private_directory(data_dir, "data directory")
+        except PermissionError as e:
+            raise StoreError("store_failed", "{reason}", reason=str(e)) from e
+        except OSError as e:
+            raise StoreError(
+                "store_failed",
+                "cannot open the store in {path}: {reason}",
+                path=str(data_dir),
+                reason=str(e),
+            ) from e
+        lock = _lock(data_dir)
+        try:
             path = data_dir / DB_FILE
+            private_file(path, "database", create=True)
+            for companion in ("-wal", "-shm"):
+                private_file(data_dir / (DB_FILE + companion), "database", create=False)
             writer = _connect(path)
             try:
                 mode = writer.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -285,21 +341,29 @@ class Store:
                         expected=SCHEMA_VERSION,
                     )
                 writer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                wal_limit = None
                 if max_pages is not None:
-                    writer.execute(f"PRAGMA max_page_count={int(max_pages)}")
+                    wal_pages = max(1, max_pages // WAL_SHARE)
+                    writer.execute(f"PRAGMA max_page_count={int(max_pages - wal_pages)}")
+                    (page_size,) = writer.execute("PRAGMA page_size").fetchone()
+                    wal_limit = wal_pages * page_size
                 reader = _connect(path)
                 reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             except BaseException:
                 writer.close()
                 raise
         except (OSError, sqlite3.Error) as e:
+            os.close(lock)
             raise StoreError(
                 "store_failed",
                 "cannot open the store in {path}: {reason}",
                 path=str(data_dir),
                 reason=str(e),
             ) from e
-        return cls(writer, reader)
+        except BaseException:
+            os.close(lock)
+            raise
+        return cls(writer, reader, lock, wal_limit)
 
     def close(self) -> None:
         """Close the database. Call after ``run`` has returned (or was never started)."""
@@ -307,6 +371,7 @@ class Store:
         self._receive.close()
         self._reader.close()
         self._writer.close()
+        os.close(self._lock)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -389,6 +454,17 @@ class Store:
         """One transaction for the whole group, each batch in its own savepoint (worker thread)."""
         db = self._writer
         self.transactions += 1
+        if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
+            self._trim_wal()  # the last one failed: a commit now could take the WAL past its share
+            if self._wal_size() > self._wal_limit // 2:
+                full = StoreError(
+                    "store_full",
+                    "the write-ahead log {path} cannot be checkpointed within the quota",
+                    path=str(self._wal),
+                )
+                for pending in group:
+                    pending.error = full
+                return
         try:
             db.execute("BEGIN IMMEDIATE")
             for pending in group:
@@ -408,11 +484,31 @@ class Store:
             for pending in group:
                 pending.error = error
             return
+        if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
+            self._trim_wal()
         for pending in group:
             if pending.error is None:
                 self._latest_at = max(self._latest_at, pending.batch.at)
                 if pending.batch.request is not None:
                     self._touched.add(pending.batch.request[0])
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self._wal).st_size
+        except FileNotFoundError:
+            return 0
+
+    def _trim_wal(self) -> None:
+        """Copy the WAL into the database and truncate it (worker thread, outside a transaction).
+
+        Run once a commit leaves the WAL over half its share, so the next transaction starts
+        with the other half free for what it adds. A checkpoint that cannot finish (a reader
+        kept it waiting past the busy timeout, or the disk failed) is left: the check before
+        the next transaction runs it again, and refuses that transaction if the WAL is still
+        over half its share.
+        """
+        with contextlib.suppress(sqlite3.Error):
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _write_batch(self, pending: _Pending) -> None:
         db = self._writer
@@ -490,15 +586,18 @@ class Store:
         """Every combat, in creation order, with its snapshot and the events after it; one at
         a time, so start-up holds one combat's log in memory, not every combat's.
 
-        For start-up recovery. A last record that does not decode was torn by a crash: it is
-        deleted and named in the combat's ``warnings``. An undecodable record before the end, a
-        gap in the sequence or an unreadable snapshot quarantines that combat alone.
+        For start-up recovery. Every stored event was acknowledged (or committed for a command
+        whose reply was lost, and remembered for its retry): a SQLite commit is atomic, so no
+        row can be torn, and none is ever dropped. The whole log is read, before the snapshot
+        too: an event that does not decode or a gap anywhere in the sequence quarantines that
+        combat alone. An unreadable snapshot only costs time: the combat is loaded from the
+        whole log instead, and ``warnings`` says so.
         """
         combats = self._reader.execute(
             "SELECT combat_id, ruleset, created_at FROM combats ORDER BY created_at, rowid"
         ).fetchall()
         for row in combats:
-            yield self._load_combat(*row)
+            yield self._load_combat(*row, use_snapshot=True)
 
     def summaries(self) -> list[tuple[str, Any]]:
         """Every combat in creation order with its last summary (None if it has none or the
@@ -515,48 +614,62 @@ class Store:
                 result.append((combat_id, None))
         return result
 
-    def load_one(self, combat_id: str) -> LoadedCombat:
-        """One combat, as ``load`` gives it: for rebuilding combats one at a time."""
+    def load_one(self, combat_id: str, *, use_snapshot: bool = True) -> LoadedCombat:
+        """One combat, as ``load`` gives it: for rebuilding combats one at a time.
+
+        ``use_snapshot=False`` returns the whole log and no snapshot: for a caller that could
+        not use the stored snapshot.
+        """
         row = self._reader.execute(
             "SELECT combat_id, ruleset, created_at FROM combats WHERE combat_id = ?", (combat_id,)
         ).fetchone()
         if row is None:
             raise StoreError("store_failed", "no combat {id!r} in the store", id=combat_id)
-        return self._load_combat(*row)
+        return self._load_combat(*row, use_snapshot=use_snapshot)
 
-    def _load_combat(self, combat_id: str, ruleset: str, created_at: float) -> LoadedCombat:
+    def _load_combat(
+        self, combat_id: str, ruleset: str, created_at: float, *, use_snapshot: bool
+    ) -> LoadedCombat:
         def quarantined(reason: str) -> LoadedCombat:
             return LoadedCombat(combat_id, ruleset, created_at, None, [], quarantined=reason)
 
         snapshot: tuple[int, Any] | None = None
-        after = 0
-        row = self._reader.execute(
-            "SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat_id,)
-        ).fetchone()
+        warnings: list[str] = []
+        row = None
+        if use_snapshot:
+            row = self._reader.execute(
+                "SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat_id,)
+            ).fetchone()
         if row is not None:
             try:
                 snapshot = (row[0], _unpack(row[1]))
             except ValueError as e:
-                return quarantined(f"snapshot at seq {row[0]} is unreadable: {e}")
-            after = row[0]
-        rows = self._reader.execute(
-            "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ? ORDER BY seq",
-            (combat_id, after),
-        ).fetchall()
-        events: list[tuple[int, dict[str, Any]]] = []
-        warnings: list[str] = []
-        for i, (seq, body) in enumerate(rows):
-            if seq != after + 1 + i:
-                return quarantined(f"seq {after + i + 1} is missing (next stored is {seq})")
-            try:
-                events.append((seq, _unpack_event(body)))
-            except ValueError as e:
-                if i < len(rows) - 1:
-                    return quarantined(f"event {seq} is unreadable: {e}")
-                self._reader.execute(
-                    "DELETE FROM events WHERE combat_id = ? AND seq = ?", (combat_id, seq)
+                warnings.append(
+                    f"combat {combat_id}: snapshot at seq {row[0]} is unreadable ({e}),"
+                    " loaded from the whole log"
                 )
-                warnings.append(f"combat {combat_id}: dropped torn last event {seq} ({e})")
+        after = 0 if snapshot is None else snapshot[0]
+        events: list[tuple[int, dict[str, Any]]] = []
+        expected = 1
+        # Iterated, not fetched: the events before the snapshot are checked, not kept. Closed
+        # on every path, since an open cursor holds a read transaction that stops checkpoints.
+        with contextlib.closing(
+            self._reader.execute(
+                "SELECT seq, body FROM events WHERE combat_id = ? ORDER BY seq", (combat_id,)
+            )
+        ) as rows:
+            for seq, body in rows:
+                if seq != expected:
+                    return quarantined(f"seq {expected} is missing (next stored is {seq})")
+                try:
+                    event = _unpack_event(body)
+                except ValueError as e:
+                    return quarantined(f"event {seq} is unreadable: {e}")
+                if seq > after:
+                    events.append((seq, event))
+                expected += 1
+        if after >= expected:
+            return quarantined(f"seq {expected} is missing (the snapshot is at seq {after})")
         return LoadedCombat(combat_id, ruleset, created_at, snapshot, events, warnings)
 
     def events_after(

@@ -1,0 +1,302 @@
+"""The store under a real daemon: a real SQLite file edited while the daemon is down, then a
+restart. Nothing acknowledged disappears silently: an unreadable or missing event quarantines its
+combat, an unreadable snapshot costs only a replay of the log."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+import pytest
+
+from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from turnkeeper.private import exclusive_lock
+
+
+def _combat(c: Client, combat: str = "bank") -> Any:
+    """A started combat: seq 9, the result of its last command returned."""
+    c.call("create_combat", request_id=f"{combat}-1", combat_id=combat, ruleset="marvel")
+    c.call(
+        "add_combatant",
+        request_id=f"{combat}-2",
+        combat=combat,
+        id="spidey",
+        display_name="Spider-Man",
+    )
+    return c.call("start_combat", request_id=f"{combat}-start", combat=combat)
+
+
+@contextmanager
+def _db(d: Daemon) -> Iterator[sqlite3.Connection]:
+    """The daemon's database, opened by hand while the daemon is down; committed on exit."""
+    with closing(sqlite3.connect(d.data_dir / "turnkeeper.db")) as db, db:
+        yield db
+
+
+@contextmanager
+def running_daemon(d: Daemon) -> Iterator[Daemon]:
+    """``running`` for a daemon the test set up itself."""
+    d.start()
+    try:
+        yield d
+    finally:
+        if d.process is not None and d.process.poll() is None:
+            d.process.kill()
+            d.process.wait()
+
+
+def _refused(c: Client, method: str, **params: Any) -> CallError:
+    with pytest.raises(CallError) as refused:
+        c.call(method, **params)
+    return refused.value
+
+
+def test_an_unreadable_last_event_quarantines_and_is_never_dropped(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        c = d.client()
+        _combat(c, "good")
+        started = _combat(c)
+        last = c.call("get_combat", combat="bank")["seq"]
+        d.kill()
+        with _db(d) as db:
+            db.execute(
+                "UPDATE events SET body = x'92' WHERE combat_id = 'bank' AND seq = ?", (last,)
+            )
+        d.start()
+        c = d.client()
+        refused = _refused(c, "get_combat", combat="bank")
+        assert (refused.code, refused.field) == ("combat_quarantined", "combat")
+        assert f"event {last} is unreadable" in refused.message
+        assert _refused(c, "history", combat="bank", after=0).code == "combat_quarantined"
+        # A new command would have taken the unreadable event's seq: it is refused instead.
+        error = _refused(
+            c,
+            "end_turn",
+            request_id="next",
+            combat="bank",
+            turn={"round": 1, "combatant": "spidey"},
+        )
+        assert error.code == "combat_quarantined"
+        # The retry of the command that wrote it still gets its remembered answer, which stays
+        # true: the event is kept for the operator.
+        assert c.call("start_combat", request_id="bank-start", combat="bank") == started
+        assert c.call("get_combat", combat="good")["seq"] == last
+        d.kill()
+        with _db(d) as db:
+            stored = db.execute("SELECT max(seq) FROM events WHERE combat_id = 'bank'").fetchone()
+        assert stored == (last,)
+        assert "combat_quarantined" in d.log.read_text()
+
+
+def test_a_deleted_last_event_quarantines_its_combat(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        _combat(d.client())
+        last = d.client().call("get_combat", combat="bank")["seq"]
+        d.kill()
+        with _db(d) as db:
+            db.execute("DELETE FROM events WHERE combat_id = 'bank' AND seq = ?", (last,))
+        d.start()
+        refused = _refused(d.client(), "get_combat", combat="bank")
+        assert refused.code == "combat_quarantined"
+        assert f"seq {last} is missing" in refused.message
+
+
+@pytest.mark.parametrize("damage", ["unreadable", "deleted"])
+def test_a_damaged_event_before_the_snapshot_quarantines(tmp_path: Path, damage: str) -> None:
+    with running(tmp_path, False, "--snapshot-every", "2") as d:
+        _combat(d.client())
+        d.kill()
+        with _db(d) as db:
+            (snapshot_seq,) = db.execute(
+                "SELECT seq FROM snapshots WHERE combat_id = 'bank'"
+            ).fetchone()
+            assert snapshot_seq > 2
+            if damage == "unreadable":
+                db.execute("UPDATE events SET body = x'c1' WHERE combat_id = 'bank' AND seq = 2")
+            else:
+                db.execute("DELETE FROM events WHERE combat_id = 'bank' AND seq = 2")
+        d.start()
+        refused = _refused(d.client(), "history", combat="bank", after=0)
+        assert refused.code == "combat_quarantined"
+        assert "2 is" in refused.message
+
+
+@pytest.mark.parametrize("body", [b"\xc1", msgpack.packb(1)], ids=["not_msgpack", "not_a_state"])
+def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_log(
+    tmp_path: Path, body: bytes
+) -> None:
+    with running(tmp_path, False, "--snapshot-every", "2") as d:
+        c = d.client()
+        _combat(c, "good")
+        _combat(c)
+        before = c.call("get_combat", combat="bank")
+        d.kill()
+        with _db(d) as db:
+            db.execute("UPDATE snapshots SET body = ? WHERE combat_id = 'bank'", (body,))
+        d.start()
+        c = d.client()
+        assert c.call("get_combat", combat="bank") == before
+        assert c.call("get_combat", combat="good")["seq"] == before["seq"]
+        assert "snapshot_unreadable" in d.log.read_text()
+        turn = before["view"]["turn"]
+        ref = {"round": turn["round"], "combatant": turn["combatant"]}
+        c.call("end_turn", request_id="next", combat="bank", turn=ref)
+        after = c.call("get_combat", combat="bank")
+        d.kill()
+        d.start()
+        assert d.client().call("get_combat", combat="bank") == after
+
+
+def _serve(data_dir: Path, socket: Path) -> subprocess.CompletedProcess[str]:
+    """``turnkeeper serve`` expected to refuse at start-up: its exit and what it said."""
+    argv = [sys.executable, "-m", "turnkeeper.cli", "serve", "--log-format", "json"]
+    argv += ["--data-dir", str(data_dir), "--socket", str(socket)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT)
+
+
+def test_a_second_daemon_on_the_same_data_directory_refuses_naming_it_and_the_holder(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path) as d:
+        _combat(d.client())
+        assert d.process is not None
+        second = _serve(d.data_dir, tmp_path / "other" / "turnkeeper.sock")
+        assert second.returncode != 0
+        said = second.stdout + second.stderr
+        assert str(d.data_dir) in said
+        assert f"pid {d.process.pid}" in said
+        assert d.client().call("get_combat", combat="bank")["seq"] == 9
+        # The lock goes with the process, even one killed: the next daemon starts.
+        d.kill()
+        d.start()
+        assert d.client().call("get_combat", combat="bank")["seq"] == 9
+
+
+def test_a_second_serve_on_a_live_socket_refuses_and_leaves_it_to_the_first(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path) as d:
+        assert d.process is not None
+        second = _serve(tmp_path / "other-data", d.socket)
+        assert second.returncode != 0
+        said = second.stdout + second.stderr
+        assert f"a daemon (pid {d.process.pid}) is already listening on {d.socket}" in said
+        assert d.socket.exists()
+        assert d.client().call("list_combats") == []
+        assert d.stop() == 0
+        assert not d.socket.exists()  # the first still removes its own on the way out
+
+
+def test_a_daemon_still_binding_its_socket_is_not_raced_out_of_it(tmp_path: Path) -> None:
+    # Another daemon has taken the socket's lock and not yet bound: the path is empty or holds
+    # a dead daemon's socket, which a probe alone would take for free.
+    path = tmp_path / "run" / "turnkeeper.sock"
+    path.parent.mkdir(mode=0o700)
+    lock = exclusive_lock(path.with_name("turnkeeper.sock.lock"))
+    try:
+        refused = _serve(tmp_path / "data", path)
+    finally:
+        os.close(lock)
+    assert refused.returncode != 0
+    assert f"pid {os.getpid()}" in refused.stdout + refused.stderr
+    assert not path.exists()
+
+
+def test_serve_never_removes_a_file_on_the_socket_path_that_is_not_a_socket(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run" / "turnkeeper.sock"
+    path.parent.mkdir(mode=0o700)
+    path.write_text("not a socket")
+    refused = _serve(tmp_path / "data", path)
+    assert refused.returncode != 0
+    assert "is not a socket" in refused.stdout + refused.stderr
+    assert path.read_text() == "not a socket"
+
+
+def test_the_store_files_are_private_and_so_is_the_data_directory(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        _combat(d.client())
+        files = ["turnkeeper.db", "turnkeeper.db-wal", "turnkeeper.db-shm", "turnkeeper.lock"]
+        modes = {name: stat.S_IMODE(os.stat(d.data_dir / name).st_mode) for name in files}
+        assert modes == dict.fromkeys(files, 0o600)
+        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(f"{d.socket}.lock").st_mode) == 0o600
+
+
+def test_a_data_and_socket_directory_others_may_read_are_tightened_and_logged(
+    tmp_path: Path,
+) -> None:
+    d = Daemon(tmp_path)
+    d.data_dir.mkdir(mode=0o755)
+    os.chmod(d.data_dir, 0o755)
+    d.socket.parent.mkdir(mode=0o750)
+    os.chmod(d.socket.parent, 0o750)
+    (d.data_dir / "turnkeeper.db").touch(mode=0o644)
+    os.chmod(d.data_dir / "turnkeeper.db", 0o644)
+    with running_daemon(d):
+        _combat(d.client())
+        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o700
+        for name in ("turnkeeper.db", "turnkeeper.db-wal", "turnkeeper.db-shm"):
+            assert stat.S_IMODE(os.stat(d.data_dir / name).st_mode) == 0o600
+        tightened = [line for line in d.log.read_text().splitlines() if "tightened" in line]
+        assert len(tightened) == 3  # both directories and the database
+        assert any(str(d.data_dir) in line and "0755" in line for line in tightened)
+
+
+@pytest.mark.parametrize("which", ["data", "socket"])
+def test_a_directory_others_may_write_in_is_refused_and_left_as_it_is(
+    tmp_path: Path, which: str
+) -> None:
+    data_dir, socket = tmp_path / "data", tmp_path / "run" / "turnkeeper.sock"
+    loose = data_dir if which == "data" else socket.parent
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    refused = _serve(data_dir, socket)
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr
+    assert str(loose) in said
+    assert "0777" in said
+    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o777
+    assert os.listdir(loose) == []
+
+
+def test_the_quota_bounds_the_database_and_its_write_ahead_log_together(tmp_path: Path) -> None:
+    quota = 1 << 20
+    files = [tmp_path / "data" / name for name in ("turnkeeper.db", "turnkeeper.db-wal")]
+    with running(tmp_path, False, "--max-db-mib", "1") as d:
+        c = d.client()
+        _combat(c)
+        largest = 0
+        code = None
+        for n in range(5000):
+            try:
+                c.call(
+                    "apply_condition",
+                    request_id=f"fill-{n}",
+                    combat="bank",
+                    target="spidey",
+                    type="custom",
+                    note="x" * 1500,
+                )
+            except CallError as e:
+                code = e.code
+                break
+            largest = max(largest, sum(f.stat().st_size for f in files if f.exists()))
+        assert code == "store_full"
+        assert n > 100  # most of the quota held conditions before it was full
+        assert largest <= quota
+        seq = c.call("get_combat", combat="bank")["seq"]
+        d.kill()
+        d.start()
+        assert d.client().call("get_combat", combat="bank")["seq"] == seq
