@@ -106,9 +106,9 @@ def test_hooks_fire_once_per_real_transition_in_order() -> None:
     [
         (Raises(), "RuntimeError: boom"),
         (Sleeps(), "timeout after 50 ms"),
-        (Blocks(), "blocked the event loop for"),
+        (Blocks(), "still running"),
     ],
-    ids=["raises", "times-out", "blocks-the-loop"],
+    ids=["raises", "times-out", "overruns-in-its-thread"],
 )
 def test_a_failing_plugin_is_disabled_for_the_combat_and_the_others_go_on(
     plugin: object, reason: str
@@ -121,7 +121,7 @@ def test_a_failing_plugin_is_disabled_for_the_combat_and_the_others_go_on(
         table.end_turn()
     disabled = table.of(ev.PluginDisabled)
     assert [d.plugin for d in disabled] == ["bad"]
-    assert disabled[0].reason.startswith("3 failures in a row: ")
+    assert disabled[0].reason.startswith("3 failures in a row of on_turn_start: ")
     assert reason in disabled[0].reason
     assert table.state.disabled_plugins == ("bad",)
     # Called three times, never again; the healthy plugin saw every turn.
@@ -165,6 +165,28 @@ def test_one_failure_then_success_resets_the_streak() -> None:
         table.end_turn()
     assert table.of(ev.PluginDisabled) == []
     assert table.host.stats["flaky"].errors == 5
+
+
+def test_a_hook_that_always_fails_is_counted_alone_whatever_its_other_hooks_do() -> None:
+    """The plugin's on_turn_end succeeds between its failing on_turn_starts: still disabled."""
+
+    class HalfBroken:
+        @hookimpl
+        def on_turn_start(self) -> None:
+            raise RuntimeError("always")
+
+        @hookimpl
+        def on_turn_end(self) -> None:
+            return None
+
+    table = Table("marvel", {"half": HalfBroken()}, seed=5)
+    _three(table)
+    table.start()
+    for _ in range(4):
+        table.end_turn()
+    (disabled,) = table.of(ev.PluginDisabled)
+    assert disabled.reason == "3 failures in a row of on_turn_start: RuntimeError: always"
+    assert table.host.stats["half"].errors == 3
 
 
 def test_plugin_commands_are_recorded_with_the_plugins_name_r16() -> None:
