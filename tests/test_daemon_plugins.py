@@ -9,11 +9,13 @@ load (``--plugins rulesets``), so whatever else is installed cannot change what 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -35,6 +37,8 @@ from turnkeeper_sdk.plugins import PluginHost
 TESTS = Path(__file__).resolve().parent
 WAIT_SECONDS = 20.0
 """How long a test waits for the background hooks to act, on a busy machine."""
+DRAIN_SLACK = 5.0
+"""Seconds past the drain timeout a stopping daemon may take to close, on a busy machine."""
 BUDGET = ("--plugin-budget-ms", "200")
 """Far above a well-behaved hook's time even on a loaded 2-core machine, far below the failing
 fixtures' 0.5 s of blocking and 5 s of sleeping."""
@@ -354,6 +358,44 @@ def test_a_busy_looping_hook_freezes_nothing_and_sigterm_ends_the_daemon_within_
         c = d.client()
         assert c.call("get_combat", combat="bank")["seq"] == acknowledged
         assert _events(c)[-1]["seq"] == acknowledged
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_daemon_within_its_drain_though_a_command_waits_on_a_before_hook(
+    tmp_path: Path,
+) -> None:
+    """A minute's budget lets the dawdling plugin hold start_combat for a minute: at SIGTERM the
+    command gets the drain timeout, then goes on without plugins, and the daemon exits."""
+    with _daemon(tmp_path, "dawdling", extra=("--plugin-budget-ms", "60000")) as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]))
+        acknowledged = c.call("get_combat", combat="bank")["seq"]
+        starter = d.client()
+        threading.Thread(
+            target=_quietly,
+            args=(starter.call, "start_combat"),
+            kwargs={"request_id": "start", "combat": "bank"},
+            daemon=True,
+        ).start()
+        _wait_for_listing(c, lambda p: p["dawdling"]["calls"] == 1)
+        assert d.process is not None
+        stopping = time.monotonic()
+        d.process.send_signal(signal.SIGTERM)
+        assert d.process.wait(timeout=server.DRAIN_TIMEOUT + WAIT_SECONDS) == 0
+        assert time.monotonic() - stopping < server.DRAIN_TIMEOUT + DRAIN_SLACK
+        d.start()
+        c = d.client()
+        assert _events(c)[acknowledged - 1]["seq"] == acknowledged
+        # The command in flight was committed once, without the plugin: a retry gets its result.
+        retried = c.call("start_combat", request_id="start", combat="bank")
+        assert retried["events"][0]["command"] == "start_combat"
+        assert len(_named(_events(c), "combat_started")) == 1
+
+
+def _quietly(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """A call whose connection the daemon may close before it answers."""
+    with contextlib.suppress(Exception):
+        call(*args, **kwargs)
 
 
 def _turn(c: Client, combat: str = "bank") -> dict[str, Any]:

@@ -232,7 +232,7 @@ class HeldCall:
     since: float
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Job:
     """One hook call handed to a plugin's thread, and what came of it (written by the thread
     before it wakes the caller)."""
@@ -364,6 +364,9 @@ class PluginHost:
     """One per plugin, so that callers take turns at its thread; made anew for each event loop
     the host is called from (a test kit's table runs one loop per step)."""
     _locks_loop: object = field(default=None, init=False)
+    _waiting: set[_Job] = field(default_factory=set, init=False)
+    """Calls a caller is waiting for, so that ``stop`` can end the waits."""
+    stopped: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self._manager = pluggy.PluginManager(PROJECT)
@@ -517,7 +520,9 @@ class PluginHost:
     ) -> list[_Outcome]:
         """Call every implementation of ``hook`` not disabled for the combat, each alone and
         within the budget; return what each returned that did not fail."""
-        outcomes = []
+        outcomes: list[_Outcome] = []
+        if self.stopped:
+            return outcomes
         # Hooks due for commands committed before a plugin was disabled still run after it:
         # the host's own record of what it disabled holds for them too.
         off = set(disabled) | self._off.get(combat_id, set())
@@ -549,6 +554,9 @@ class PluginHost:
                 problem, value = await self._handed(plugin, hook, combat_id, function, args, token)
         finally:
             del self.in_progress[call]
+        if self.stopped:
+            # Not the plugin's failure: the daemon stopped waiting for it.
+            return False, None
         if problem is None:
             self._streak.pop((combat_id, plugin, hook), None)
             return True, value
@@ -589,10 +597,16 @@ class PluginHost:
                 f"not called: {held.hook} in {held.combat} still running after {late:.1f} s",
                 None,
             )
+        if self.stopped:
+            return "not called: stopping", None
         job = _Job(function, args, self.budget, token, anyio.Event())
         runner.start(job, HeldCall(plugin, hook, combat_id, time.monotonic()))
-        with anyio.move_on_after(self.budget + ABANDON_GRACE):
-            await job.done.wait()
+        self._waiting.add(job)
+        try:
+            with anyio.move_on_after(self.budget + ABANDON_GRACE):
+                await job.done.wait()
+        finally:
+            self._waiting.discard(job)
         budget_ms = round(self.budget * 1000)
         if not job.finished:
             # Cancellation cannot reach a synchronous hook, and an async one can ignore it: the
@@ -609,6 +623,14 @@ class PluginHost:
             stats.timeouts += 1
             return f"took {round(job.elapsed * 1000)} ms, over its {budget_ms} ms budget", None
         return None, job.value
+
+    def stop(self) -> None:
+        """Stop calling plugins, for a daemon that must exit whatever they do: every call
+        waited for is given up on at once, and no other is made. Call it from the event loop
+        the calls wait on."""
+        self.stopped = True
+        for job in list(self._waiting):
+            job.done.set()
 
     def held(self) -> list[HeldCall]:
         """The hook calls plugins' threads are running, those given up on included. Safe to
