@@ -189,6 +189,26 @@ def test_a_hook_that_always_fails_is_counted_alone_whatever_its_other_hooks_do()
     assert table.host.stats["half"].errors == 3
 
 
+def test_a_plugin_failing_too_often_is_not_called_again_within_the_same_command() -> None:
+    """start_combat asks every combatant's check: after three failures the rest go without."""
+
+    class BadCheck:
+        @hookimpl
+        def before_initiative_check(self) -> None:
+            raise RuntimeError("no check")
+
+    table = Table("marvel", {"bad": BadCheck()}, seed=5)
+    for n in range(6):
+        table.add(f"c{n}")
+    table.start()
+    assert table.host.stats["bad"].calls == 3
+    (disabled,) = table.of(ev.PluginDisabled)
+    assert (
+        disabled.reason == "3 failures in a row of before_initiative_check: RuntimeError: no check"
+    )
+    assert len(table.named("initiative_rolled")) == 6
+
+
 def test_plugin_commands_are_recorded_with_the_plugins_name_r16() -> None:
     class Timer:
         @hookimpl

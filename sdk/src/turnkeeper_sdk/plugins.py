@@ -349,6 +349,9 @@ class PluginHost:
     _manager: pluggy.PluginManager = field(init=False)
     _streak: dict[tuple[str, str, str], tuple[int, str]] = field(default_factory=dict, init=False)
     """(combat, plugin, hook) → failures in a row of that hook, and the last one's reason."""
+    _due_off: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    """(combat, plugin) → why: plugins that reached ``max_failures`` there and are not called
+    there any more, until ``failing`` hands them over to be disabled."""
     _lineage: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, init=False)
     """(combat, seq) of a plugin-caused command → (its depth, the seq of its root command)."""
     _caused: dict[tuple[str, int], int] = field(default_factory=dict, init=False)
@@ -528,7 +531,9 @@ class PluginHost:
         off = set(disabled) | self._off.get(combat_id, set())
         # pluggy's own call order (last registered first, tryfirst/trylast honoured).
         for impl in reversed(getattr(self._manager.hook, hook).get_hookimpls()):
-            if impl.plugin_name in off:
+            # One that just failed too often is not called again, even before its disabling
+            # commits (a start_combat's check for each of 500 combatants, say).
+            if impl.plugin_name in off or (combat_id, impl.plugin_name) in self._due_off:
                 continue
             args = {name: kwargs[name] for name in impl.argnames}
             ok, value = await self._call_one(impl.plugin_name, hook, combat_id, impl.function, args)
@@ -645,22 +650,27 @@ class PluginHost:
         key = (combat_id, plugin, hook)
         count = self._streak.get(key, (0, ""))[0] + 1
         self._streak[key] = (count, problem)
+        if count >= self.max_failures:
+            reason = f"{count} failures in a row of {hook}: {problem}"
+            self._due_off.setdefault((combat_id, plugin), reason)
 
     def failing(self, combat_id: str) -> list[tuple[str, str]]:
         """Plugins one of whose hooks reached ``max_failures`` in a row in this combat, with the
         reason; their streaks start over (a narrator may enable the plugin again)."""
-        found: dict[str, str] = {}
-        for (combat, plugin, hook), (count, problem) in self._streak.items():
-            if combat == combat_id and count >= self.max_failures and plugin not in found:
-                found[plugin] = f"{count} failures in a row of {hook}: {problem}"
-        for key in [k for k in self._streak if k[0] == combat_id and k[1] in found]:
+        found = [(p, why) for (c, p), why in self._due_off.items() if c == combat_id]
+        for plugin, _ in found:
+            del self._due_off[(combat_id, plugin)]
+        plugins = {p for p, _ in found}
+        for key in [k for k in self._streak if k[0] == combat_id and k[1] in plugins]:
             del self._streak[key]
-        return list(found.items())
+        return found
 
     def forget(self, combat_id: str) -> None:
         """Drop the failure streaks of a combat that ended."""
         for key in [k for k in self._streak if k[0] == combat_id]:
             del self._streak[key]
+        for due in [k for k in self._due_off if k[0] == combat_id]:
+            del self._due_off[due]
         self._off.pop(combat_id, None)
 
     # ------------------------------------------------------------------------- before hooks
