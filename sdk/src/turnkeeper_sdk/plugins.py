@@ -150,7 +150,8 @@ class LoadFailure:
 
 @dataclass(slots=True)
 class PluginStats:
-    """What happened to one plugin's calls since the host started."""
+    """What happened to one plugin's calls since the host started. ``blocked`` counts calls
+    given up on while still running at their budget, and calls not made because one was."""
 
     calls: int = 0
     errors: int = 0
