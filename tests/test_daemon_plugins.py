@@ -582,16 +582,18 @@ async def test_hooks_run_in_event_order_and_a_full_queue_slows_the_writers(
 async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A slow plugin fills the hook queue: a client is slowed down, but the clock must keep
-    # every combat's timers going; the worker takes up the clock's combat once through.
-    monkeypatch.setattr(host, "HOOK_QUEUE", 1)
+    # Plugins fall behind and the hook queue fills: a client waits before its command commits,
+    # but the clock must keep every combat's timers going. It takes room when there is some,
+    # and when there is none its command commits all the same, without hooks: the queue stays
+    # bounded.
+    monkeypatch.setattr(host, "HOOK_QUEUE", 2)
     monkeypatch.setattr(host, "HOOK_WORKERS", 1)
-    seen: list[tuple[str, int]] = []
+    seen: list[tuple[str, str]] = []
 
     class Records:
         @hookimpl
-        def on_condition_applied(self, combat: CombatView) -> None:
-            seen.append((combat.id, combat.seq))
+        def on_condition_applied(self, combat: CombatView, condition: Any) -> None:
+            seen.append((combat.id, condition.note))
 
     plugins = PluginHost()
     plugins.register(Records(), "records")
@@ -602,8 +604,11 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
         for combat_id in ("bank", "vault"):
             create = cmd.CreateCombat(combat_id, "marvel")
             await hub.execute("p", NARRATOR, combat_id, create, f"create-{combat_id}")
-        # No worker runs yet: this command's hooks take the only place in the queue.
+        vault = hub.combat("vault")
+        # No worker runs yet: a client's command and a clock's take the two places.
         await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("k", "K"), "add")
+        with anyio.fail_after(1):
+            await hub._run(vault, None, host.CLOCK_ACTOR, cmd.AddCombatant("k", "K"))
         bank = hub.combat("bank")
         seq = bank.seq
         with anyio.move_on_after(0.2) as blocked:
@@ -611,24 +616,24 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
         # A client waits here, before its command is committed, never after.
         assert blocked.cancelled_caught
         assert bank.seq == seq
-        vault = hub.combat("vault")
-        for command in (
-            cmd.AddCombatant("k", "K"),
-            cmd.ApplyCondition("k", "custom", note="first"),
-            cmd.ApplyCondition("k", "custom", note="second"),
-        ):
-            with anyio.fail_after(1):  # the clock does not
-                await hub._run(vault, None, host.CLOCK_ACTOR, command)
+        with anyio.fail_after(1):  # the clock does not wait
+            await hub._run(
+                vault, None, host.CLOCK_ACTOR, cmd.ApplyCondition("k", "custom", note="a")
+            )
         async with anyio.create_task_group() as hooks:
             hooks.start_soon(hub.run_hooks)
             with anyio.fail_after(WAIT_SECONDS):
-                while len(seen) < 2:
-                    await anyio.sleep(0.01)
-                # Its hooks run, the place is free: a client gets in again.
+                # The places free up as the hooks run: a client gets in again, the clock too.
                 await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("j", "J"), "add-j")
+                command = cmd.ApplyCondition("k", "custom", note="b")
+                await hub._run(vault, None, host.CLOCK_ACTOR, command)
+                while not seen:
+                    await anyio.sleep(0.01)
             hooks.cancel_scope.cancel()
         await store.stop()
     store.close()
     assert bank.seq > seq
-    # The clock took no place in the queue; the vault's hooks ran all the same, in order.
-    assert seen == [("vault", 6), ("vault", 8)]
+    # Both conditions are applied; the hooks of the one the clock applied with the queue full
+    # never run.
+    assert [c.note for c in vault.state.conditions] == ["a", "b"]
+    assert seen == [("vault", "b")]

@@ -78,10 +78,12 @@ HOOK_WORKERS = 4
 one command after another, in event order, while other combats' hooks go on beside them."""
 
 HOOK_QUEUE = 256
-"""Clients' commands whose hooks have not run yet, per worker. When it is full a client's next
-command waits for room before it is committed (never after: a committed command is answered at
-once), so a client whose commands outrun the plugins is slowed down instead of the daemon's
-memory growing. The clock never waits; its commands' hooks are due all the same."""
+"""Commands of clients and the clock whose hooks have not run yet, per worker (the commands
+plugins cause come on top, bounded by ``plugins.MAX_CAUSED`` each). When it is full a client's
+next command waits for room before it is committed (never after: a committed command is
+answered at once), so a client whose commands outrun the plugins is slowed down instead of the
+daemon's memory growing. The clock cannot wait: its command then runs no hooks (logged as
+``plugin_hooks_skipped``)."""
 
 
 class RequestError(TemplatedError):
@@ -388,18 +390,30 @@ class Hub:
         self, combat: Combat, request: _Request | None, actor: Actor, command: cmd.Command
     ) -> Plain:
         """A client's or the clock's command: room for its hooks (a client waits for it; the
-        clock never does), the plugins' before hooks, the command, then the hooks of all it
-        committed handed to the background, in commit order. No lock is held while a hook runs
-        or a client waits for room, and nothing waits once the command is committed."""
+        clock never does, and goes without hooks when there is none), the plugins' before
+        hooks, the command, then the hooks of all it committed handed to the background, in
+        commit order. No lock is held while a hook runs or a client waits for room, and nothing
+        waits once the command is committed."""
         if not self.hooked:
             return (await self._apply(combat, request, actor, command, None))[0]
         shard = hash(combat.id) % self._workers
-        placed = actor is not CLOCK_ACTOR and await self._take_place(shard)
+        clock = actor is CLOCK_ACTOR
+        if clock:
+            placed = observe = self._places[shard] < HOOK_QUEUE
+            if placed:
+                self._places[shard] += 1
+            else:
+                # The clock cannot wait, and the queue must stay bounded: plugins that are
+                # this far behind miss the hooks of this tick.
+                log.warning("plugin_hooks_skipped", combat=combat.id, command=command.name)
+        else:
+            placed = await self._take_place(shard)
+            observe = True
         applied: Applied | None = None
         try:
             command = await self._prepare(combat, actor, command)
             result, applied = await self._apply(
-                combat, request, actor, command, None, observe=True, placed=placed
+                combat, request, actor, command, None, observe=observe, placed=placed
             )
         finally:
             if placed and applied is None:
