@@ -148,6 +148,22 @@ def test_a_disabled_plugin_can_be_enabled_again_by_the_narrator() -> None:
     assert table.host.stats["bad"].calls == before + 1
 
 
+def test_enabling_a_plugin_again_resets_its_failure_count() -> None:
+    """Two failures, then the narrator disables and enables it: the count starts over."""
+    table = Table("marvel", {"bad": Raises()}, seed=5)
+    _three(table)
+    table.start()
+    table.end_turn()
+    assert table.host.stats["bad"].errors == 2
+    table.do(cmd.DisablePlugin("bad", "by hand"))
+    table.do(cmd.EnablePlugin("bad"))
+    table.end_turn()
+    table.end_turn()
+    assert [d.reason for d in table.of(ev.PluginDisabled)] == ["by hand"]
+    table.end_turn()
+    assert len(table.of(ev.PluginDisabled)) == 2
+
+
 def test_one_failure_then_success_resets_the_streak() -> None:
     calls = {"n": 0}
 

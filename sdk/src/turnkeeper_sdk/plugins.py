@@ -889,7 +889,11 @@ class PluginHost:
         combat_id = applied.after.combat_id
         for event in applied.events:
             if isinstance(event, ev.PluginEnabled):
+                # Enabled again with its failure count reset (protocol.md, enable_plugin).
                 self._off.get(combat_id, set()).discard(event.plugin)
+                self._due_off.pop((combat_id, event.plugin), None)
+                for key in [k for k in self._streak if k[:2] == (combat_id, event.plugin)]:
+                    del self._streak[key]
         depth, root = self._lineage.pop((combat_id, applied.seq), (0, applied.seq))
         if depth > MAX_CHAIN:
             self.report("plugin_chain_cut", combat=combat_id, seq=applied.seq, depth=depth)
