@@ -8,6 +8,7 @@ real process.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -132,6 +133,39 @@ def test_a_failing_plugin_is_disabled_for_the_combat_and_the_others_go_on(
     # The disabling is recorded as the daemon's own command.
     recorded = [e for e in table.of(ev.CommandRecorded) if e.command == "disable_plugin"]
     assert [e.actor.via for e in recorded] == ["daemon"]
+
+
+def test_an_async_hook_swallowing_its_cancellation_is_given_up_on_and_disabled() -> None:
+    """It catches every cancellation and waits again, until the test lets it go: the host gives
+    up at its budget, the table goes on without waiting for it, and the plugin is disabled."""
+    released = threading.Event()
+    swallowed = []
+
+    class Swallows:
+        @hookimpl
+        async def on_turn_start(self) -> None:
+            while not released.wait(0):
+                try:
+                    await anyio.sleep(0.01)
+                except anyio.get_cancelled_exc_class():
+                    swallowed.append(1)
+
+    rec = Recorder()
+    table = Table("marvel", {"swallows": Swallows(), "rec": rec}, seed=5)
+    _three(table)
+    try:
+        table.start()
+        for _ in range(3):
+            table.end_turn()
+        # Still running: nothing waited for it.
+        assert [call.hook for call in table.host.held()] == ["on_turn_start"]
+    finally:
+        released.set()
+    (disabled,) = table.of(ev.PluginDisabled)
+    assert disabled.plugin == "swallows"
+    assert "still running" in disabled.reason
+    assert swallowed
+    assert len([s for s in rec.seen if s[0] == "turn_start"]) == 4
 
 
 def test_a_disabled_plugin_can_be_enabled_again_by_the_narrator() -> None:
