@@ -168,6 +168,34 @@ def test_an_async_hook_swallowing_its_cancellation_is_given_up_on_and_disabled()
     assert len([s for s in rec.seen if s[0] == "turn_start"]) == 4
 
 
+def test_a_call_a_little_late_in_one_combat_costs_another_combat_nothing() -> None:
+    """Given up on at its budget in combat a, the late call ends soon after: combat b's call
+    waits for the plugin's thread and succeeds, rather than failing (and counting towards
+    disabling a sound plugin there)."""
+
+    class LateOnce:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @hookimpl
+        def on_round_start(self, round: int) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                time.sleep(0.3)
+
+    host = PluginHost(budget=0.2, report=lambda what, **details: None)
+    host.register(LateOnce(), "late")
+
+    async def both() -> list[Any]:
+        await host.call("on_round_start", "a", (), round=1)
+        return await host.call("on_round_start", "b", (), round=1)
+
+    outcomes = anyio.run(both)
+    assert [o.plugin for o in outcomes] == ["late"]
+    stats = host.stats["late"]
+    assert (stats.calls, stats.blocked) == (2, 1)
+
+
 def test_a_disabled_plugin_can_be_enabled_again_by_the_narrator() -> None:
     table = Table("marvel", {"bad": Raises()}, seed=5)
     _three(table)

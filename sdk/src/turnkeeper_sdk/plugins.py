@@ -23,6 +23,7 @@ threads: they never hold up the process's exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -91,6 +92,12 @@ ABANDON_GRACE = 0.05
 """How long past its budget the host still waits for a call before giving up on it: an async
 hook cancelled at its budget gets this long to stop, and scheduling noise on a busy machine
 stays below it."""
+
+STUCK = 1.0
+"""Seconds a call given up on may have run before its plugin counts as stuck. Until then a
+caller waits for the plugin's thread (at most its own budget): on a busy machine a call a
+little late is a hiccup, and failing the calls of other combats for it would disable a sound
+plugin there. Past it, calls fail at once: a stuck plugin costs nobody any waiting."""
 
 RUNNER_IDLE = 10.0
 """Seconds a plugin's thread waits for its next call before it ends (a new one starts with the
@@ -247,6 +254,9 @@ class _Job:
     value: Any = None
     problem: str | None = None
     cancelled: bool = False
+    started: float | None = None
+    """When the thread began the call (``time.monotonic()``): the budget is the plugin's own
+    time, not the time its thread took to be scheduled."""
     elapsed: float = 0.0
     finished: bool = False
 
@@ -256,6 +266,14 @@ async def _within(awaitable: Awaitable[Any], budget: float) -> tuple[Any, bool]:
     with anyio.move_on_after(budget):
         return await awaitable, False
     return None, True
+
+
+def _wake(token: EventLoopToken, event: anyio.Event) -> None:
+    """Set ``event`` on its own event loop, from a plugin's thread."""
+    try:
+        token.backend_class.run_sync_soon(event.set, (), token.native_token)
+    except Exception:  # that event loop has ended: nobody waits any more
+        log.debug("plugin_result_unclaimed")
 
 
 class _Runner:
@@ -273,6 +291,9 @@ class _Runner:
         self._guard = threading.Lock()
         """Held briefly by both sides, so that an idle thread never ends with a call waiting."""
         self._thread: threading.Thread | None = None
+        self._idle: list[tuple[EventLoopToken, anyio.Event]] = []
+        """Callers waiting for ``busy`` to clear: at most one per event loop (a plugin's
+        callers take turns), each gone once it stops waiting."""
         self._loop: asyncio.AbstractEventLoop | None = None
         """The thread's own event loop for async hooks, made on first use."""
 
@@ -302,16 +323,38 @@ class _Runner:
                     continue
                 self._execute(job)
                 self.busy = None
-                try:
-                    job.token.backend_class.run_sync_soon(job.done.set, (), job.token.native_token)
-                except Exception:  # the caller's event loop has ended: nobody waits any more
-                    log.debug("plugin_result_unclaimed %s", self.name)
+                _wake(job.token, job.done)
+                self.release_waiters()
         finally:
             if self._loop is not None:
                 self._loop.close()
                 self._loop = None
 
+    def release_waiters(self) -> None:
+        """End every wait in ``idle`` now (the host is stopping)."""
+        with self._guard:
+            waiting, self._idle = self._idle, []
+        for token, event in waiting:
+            _wake(token, event)
+
+    async def idle(self, token: EventLoopToken, timeout: float) -> bool:
+        """Wait at most ``timeout`` for the call under way to end: whether it did."""
+        event = anyio.Event()
+        waiter = (token, event)
+        with self._guard:
+            if self.busy is None:
+                return True
+            self._idle.append(waiter)
+        try:
+            with anyio.move_on_after(timeout):
+                await event.wait()
+        finally:
+            with self._guard, contextlib.suppress(ValueError):
+                self._idle.remove(waiter)
+        return self.busy is None
+
     def _execute(self, job: _Job) -> None:
+        job.started = time.monotonic()
         started = time.perf_counter()
         try:
             value = job.function(**job.args)
@@ -594,9 +637,13 @@ class PluginHost:
         runner = self._runners.get(plugin)
         if runner is None:
             runner = self._runners[plugin] = _Runner(plugin)
+        # Only a call given up on can still be running here: a late one is waited for a
+        # little, a stuck one not at all.
         held = runner.busy
+        if held is not None and time.monotonic() - held.since < STUCK and not self.stopped:
+            await runner.idle(token, self.budget)
+            held = runner.busy
         if held is not None:
-            # Only a call given up on is still running here: the plugin waits for it to end.
             stats.blocked += 1
             late = time.monotonic() - held.since
             return (
@@ -606,11 +653,20 @@ class PluginHost:
         if self.stopped:
             return "not called: stopping", None
         job = _Job(function, args, self.budget, token, anyio.Event())
-        runner.start(job, HeldCall(plugin, hook, combat_id, time.monotonic()))
+        handed = time.monotonic()
+        runner.start(job, HeldCall(plugin, hook, combat_id, handed))
         self._waiting.add(job)
+        wait = self.budget + ABANDON_GRACE
         try:
-            with anyio.move_on_after(self.budget + ABANDON_GRACE):
-                await job.done.wait()
+            while not job.done.is_set():
+                # From when the thread began the call; a thread slow to be scheduled is
+                # forgiven up to one more wait.
+                began = job.started if job.started is not None else handed
+                remaining = min(began, handed + wait) + wait - time.monotonic()
+                if remaining <= 0:
+                    break
+                with anyio.move_on_after(remaining):
+                    await job.done.wait()
         finally:
             self._waiting.discard(job)
         budget_ms = round(self.budget * 1000)
@@ -637,6 +693,8 @@ class PluginHost:
         self.stopped = True
         for job in list(self._waiting):
             job.done.set()
+        for runner in list(self._runners.values()):
+            runner.release_waiters()
 
     def held(self) -> list[HeldCall]:
         """The hook calls plugins' threads are running, those given up on included. Safe to
