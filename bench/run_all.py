@@ -21,6 +21,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     "reads": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "commands": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "plugins": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
+    "hook_calls": (["--calls", "5000", "--reps", "3"], ["--calls", "200", "--reps", "1"]),
     "websocket": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "fanout": (["--commands", "100", "--reps", "3"], ["--commands", "10", "--reps", "1"]),
     "memory": (["--combats", "10000", "--reps", "1"], ["--combats", "500", "--reps", "1"]),

@@ -1,12 +1,12 @@
 """The combats a daemon holds: one writer per combat, durable before acknowledged.
 
-request → plugins' before hooks → validated command → engine → events committed (group commit)
-→ reply and subscribers → plugins' hooks, in the background, in each combat's event order.
+request → room for its hooks → plugins' before hooks → validated command → engine → events
+committed (group commit) → reply and subscribers → plugins' hooks, in the background, in each
+combat's event order. Once a command is committed nothing waits on a plugin before its reply.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -21,7 +21,6 @@ from typing import Protocol
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnkeeper_engine import (
     Actor,
@@ -86,9 +85,12 @@ HOOK_WORKERS = 4
 one command after another, in event order, while other combats' hooks go on beside them."""
 
 HOOK_QUEUE = 256
-"""Commands waiting for their hooks, per worker. When it is full the command's writer waits
-(after releasing the combat, so plugin commands can still get in): a client whose commands
-outrun the plugins is slowed down instead of the daemon's memory growing."""
+"""Commands of clients and the clock whose hooks have not run yet, per worker (the commands
+plugins cause come on top, bounded by ``plugins.MAX_CAUSED`` each). When it is full a client's
+next command waits for room before it is committed (never after: a committed command is
+answered at once), so a client whose commands outrun the plugins is slowed down instead of the
+daemon's memory growing. The clock cannot wait: its command then runs no hooks (logged as
+``plugin_hooks_skipped``)."""
 
 
 class RequestError(TemplatedError):
@@ -145,10 +147,10 @@ class Combat:
     summary: dict[str, Plain] | None = None
     clock_after: float = 0.0
     """The clock ticks this combat no earlier than this (``MAX_CLOCK_EVENTS_PER_SECOND``)."""
-    hooks_due: deque[Applied] = field(default_factory=deque)
-    """Committed commands whose plugin hooks have not run yet, in commit order. Each has one
-    token in its worker's queue; whichever token comes first takes the oldest, so the hooks
-    keep the event order even when two writers queue their tokens the other way round."""
+    hooks_due: deque[tuple[Applied, bool]] = field(default_factory=deque)
+    """Committed commands whose plugin hooks have not run yet, in commit order, each with
+    whether it holds a place in its worker's ``HOOK_QUEUE`` (a client's command does). The
+    combat is on its worker's list while any are due; the worker runs them oldest first."""
 
 
 _Request = tuple[tuple[str, str], str]
@@ -231,14 +233,16 @@ class Hub:
         self._creating = anyio.Lock()
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
         self._wake = anyio.Event()
-        self._hook_queues: list[MemoryObjectSendStream[Combat]] = []
-        self._hook_inboxes: list[MemoryObjectReceiveStream[Combat]] = []
-        self._unsent: list[dict[str, Combat]] = [{} for _ in range(HOOK_WORKERS)]
-        """Combats whose clock tick found their worker's queue full, by worker."""
-        for _ in range(HOOK_WORKERS):
-            send, receive = anyio.create_memory_object_stream[Combat](HOOK_QUEUE)
-            self._hook_queues.append(send)
-            self._hook_inboxes.append(receive)
+        self._workers = HOOK_WORKERS
+        self._ready: list[dict[str, Combat]] = [{} for _ in range(self._workers)]
+        """Combats with hooks due, by worker, oldest first: one entry per combat, so bounded
+        like the combats themselves."""
+        self._ready_wake = [anyio.Event() for _ in range(self._workers)]
+        self._places = [0] * self._workers
+        """Places taken in each worker's ``HOOK_QUEUE``."""
+        self._room = [anyio.Event() for _ in range(self._workers)]
+        self._hooks_stopped = False
+        """Set once the workers stop: nobody waits for room any more."""
 
     # --------------------------------------------------------------------------- recovery
 
@@ -409,36 +413,59 @@ class Hub:
     async def _run(
         self, combat: Combat, request: _Request | None, actor: Actor, command: cmd.Command
     ) -> Plain:
-        """A client's or the clock's command: the plugins' before hooks, the command, then the
-        hooks of all it committed queued for the background, in commit order. No lock is held
-        while a hook runs or a queue waits."""
+        """A client's or the clock's command: room for its hooks (a client waits for it; the
+        clock never does, and goes without hooks when there is none), the plugins' before
+        hooks, the command, then the hooks of all it committed handed to the background, in
+        commit order. No lock is held while a hook runs or a client waits for room, and nothing
+        waits once the command is committed."""
         if not self.hooked:
             return (await self._apply(combat, request, actor, command, None))[0]
+        shard = hash(combat.id) % self._workers
+        clock = actor is CLOCK_ACTOR
+        if clock:
+            placed = observe = self._places[shard] < HOOK_QUEUE
+            if placed:
+                self._places[shard] += 1
+            else:
+                # The clock cannot wait, and the queue must stay bounded: plugins that are
+                # this far behind miss the hooks of this tick.
+                log.warning("plugin_hooks_skipped", combat=combat.id, command=command.name)
+        else:
+            placed = await self._take_place(shard)
+            observe = True
+        applied: Applied | None = None
         try:
             command = await self._prepare(combat, actor, command)
-            result, _ = await self._apply(combat, request, actor, command, None, observe=True)
+            result, applied = await self._apply(
+                combat, request, actor, command, None, observe=observe, placed=placed
+            )
         finally:
+            if placed and applied is None:
+                self._free_place(shard)
             # Even when the command itself is refused, what its before hooks applied has hooks.
             if combat.hooks_due:
-                await self._queue_hooks(combat, wait=actor is not CLOCK_ACTOR)
+                self._hooks_ready(combat, shard)
         return result
 
-    async def _queue_hooks(self, combat: Combat, *, wait: bool) -> None:
-        """Tell the combat's hook worker it has hooks due. A client waits when the queue is
-        full (backpressure); the clock does not, or a slow plugin would stop every combat's
-        timers: the worker, whose queue is full, takes the combat up once it is through it."""
-        shard = hash(combat.id) % HOOK_WORKERS
-        queue = self._hook_queues[shard]
-        # A closed queue means the daemon is stopping: hooks still due are not run.
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            if wait:
-                await queue.send(combat)
-            else:
-                try:
-                    queue.send_nowait(combat)
-                except anyio.WouldBlock:
-                    # At most one entry per combat: bounded like the combats themselves.
-                    self._unsent[shard][combat.id] = combat
+    async def _take_place(self, shard: int) -> bool:
+        """Wait for room in a worker's ``HOOK_QUEUE`` and take a place: False when the workers
+        have stopped (the daemon is stopping), and hooks due then are not run."""
+        while self._places[shard] >= HOOK_QUEUE:
+            if self._hooks_stopped:
+                return False
+            await self._room[shard].wait()
+        self._places[shard] += 1
+        return True
+
+    def _free_place(self, shard: int) -> None:
+        self._places[shard] -= 1
+        self._room[shard].set()
+        self._room[shard] = anyio.Event()
+
+    def _hooks_ready(self, combat: Combat, shard: int) -> None:
+        """Put a combat with hooks due on its worker's list; never waits."""
+        self._ready[shard].setdefault(combat.id, combat)
+        self._ready_wake[shard].set()
 
     async def _prepare(self, combat: Combat, actor: Actor, command: cmd.Command) -> cmd.Command:
         assert self.plugins is not None
@@ -481,26 +508,30 @@ class Hub:
 
     async def run_hooks(self) -> None:
         """Run plugins' hooks for committed commands until cancelled, one worker per share of
-        the combats; then the queues close and writers waiting on them go on without."""
-        async with anyio.create_task_group() as tg:
-            for shard, inbox in enumerate(self._hook_inboxes):
-                tg.start_soon(self._hook_worker, inbox, self._unsent[shard])
+        the combats; then clients waiting for room go on without."""
+        try:
+            async with anyio.create_task_group() as tg:
+                for shard in range(self._workers):
+                    tg.start_soon(self._hook_worker, shard)
+        finally:
+            self._hooks_stopped = True
+            for room in self._room:
+                room.set()
 
-    async def _hook_worker(
-        self, inbox: MemoryObjectReceiveStream[Combat], unsent: dict[str, Combat]
-    ) -> None:
-        async with inbox:
-            async for token in inbox:
-                await self._run_due(token)
-                while unsent:
-                    await self._run_due(unsent.pop(next(iter(unsent))))
+    async def _hook_worker(self, shard: int) -> None:
+        ready = self._ready[shard]
+        while True:
+            while not ready:
+                self._ready_wake[shard] = anyio.Event()
+                await self._ready_wake[shard].wait()
+            await self._run_due(ready.pop(next(iter(ready))), shard)
 
-    async def _run_due(self, combat: Combat) -> None:
+    async def _run_due(self, combat: Combat, shard: int) -> None:
         assert self.plugins is not None
-        # Whichever token comes first runs every hook due, oldest first: the commands
-        # plugins cause join the same list as they commit, so the order holds.
+        # Every hook due, oldest first: the commands plugins cause join the same list as they
+        # commit, so the order holds.
         while combat.hooks_due:
-            applied = combat.hooks_due.popleft()
+            applied, placed = combat.hooks_due.popleft()
             try:
                 await self.plugins.run(applied, partial(self._apply_proposed, combat))
             except Exception:
@@ -508,6 +539,9 @@ class Hub:
                 # failure (a store error, say). That command's hooks are lost; the
                 # worker goes on.
                 log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
+            finally:
+                if placed:
+                    self._free_place(shard)
 
     async def _apply(
         self,
@@ -518,9 +552,11 @@ class Hub:
         ruleset: str | None,
         *,
         observe: bool = False,
+        placed: bool = False,
     ) -> tuple[Plain, Applied | None]:
         """Decide, commit, publish. With ``observe``, the command is put on its combat's list
-        of hooks due, under the writer's lock so the list is in commit order."""
+        of hooks due (``placed``: holding a place in its worker's queue), under the writer's
+        lock so the list is in commit order."""
         async with combat.lock:
             now = self.clock()
             decided = decide(combat.state, command, now, actor=actor, dice=self.dice)
@@ -569,7 +605,7 @@ class Hub:
             self._publish(combat, numbered, plains)
             applied = Applied(before, state, last, decided)
             if observe:
-                combat.hooks_due.append(applied)
+                combat.hooks_due.append((applied, placed))
             return response, applied
 
     def _publish(

@@ -626,6 +626,8 @@ async def serve(
                 with anyio.move_on_after(DRAIN_TIMEOUT):
                     while server.in_flight:
                         await anyio.sleep(0.01)
+                # Commands still in flight (in a before hook, say) go on without plugins.
+                plugins.stop()
                 tg.cancel_scope.cancel()
             await store.stop()
     finally:

@@ -1,8 +1,10 @@
-"""Notices when the event loop stops answering, and says which plugin call holds it.
+"""Notices when the event loop stops answering, or a plugin's call goes on and on, and says so
+while it lasts.
 
-A hook that blocks (``time.sleep``, blocking I/O, a busy loop) holds every combat of the
-daemon. The plugin host counts such a call once it returns; one that does not return for a long
-time, or never, must be reported while it holds the loop, which only another thread can do.
+Plugins' hooks run in their own threads (``turnkeeper_sdk.plugins``), so none can hold the event
+loop; something else still could (a bug in the daemon, a slow disk under SQLite), and only
+another thread can report it while it lasts. A plugin call the host gave up on keeps its thread
+until it returns, perhaps never: that is reported too, once per call, with how long it has run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 import anyio
 import structlog
 
-from turnkeeper_sdk.plugins import PluginHost
+from turnkeeper_sdk.plugins import HeldCall, PluginHost
 
 log = structlog.get_logger("turnkeeper.plugins")
 
@@ -21,12 +23,13 @@ BEAT = 0.1
 """Seconds between the event loop's heartbeats: also how often the watching thread looks."""
 
 STALL = 1.0
-"""Seconds without a heartbeat that count as a held event loop: far beyond any command's own
-work, well within what a person at the table notices."""
+"""Seconds without a heartbeat that count as a held event loop, and that a plugin call may run
+before it is reported as stuck: far beyond any command's own work or any hook's budget, well
+within what a person at the table notices."""
 
 
 class Watchdog:
-    """A heartbeat on the event loop and a thread that watches it."""
+    """A heartbeat on the event loop and a thread that watches it and the plugins' calls."""
 
     def __init__(self, plugins: PluginHost | None, stall: float = STALL) -> None:
         self.plugins = plugins
@@ -47,17 +50,32 @@ class Watchdog:
 
     def _watch(self) -> None:
         reported = False
+        stuck: set[HeldCall] = set()
         while not self._stop.wait(BEAT):
-            held = time.monotonic() - self.last
+            now = time.monotonic()
+            held = now - self.last
             if held <= self.stall:
                 reported = False
             elif not reported:
                 # Reported once per stall, while it lasts: the loop may never come back.
                 reported = True
                 log.error("event_loop_blocked", seconds=round(held, 1), calls=self._calls())
+            if self.plugins is not None:
+                running = set(self.plugins.held())
+                for call in running - stuck:
+                    if now - call.since > self.stall:
+                        stuck.add(call)
+                        log.error(
+                            "plugin_call_stuck",
+                            plugin=call.plugin,
+                            hook=call.hook,
+                            combat=call.combat,
+                            seconds=round(now - call.since, 1),
+                        )
+                stuck &= running
 
     def _calls(self) -> list[str]:
-        """The plugin calls under way: the one holding the loop is among them."""
+        """The plugin calls under way."""
         if self.plugins is None:
             return []
         now = time.monotonic()

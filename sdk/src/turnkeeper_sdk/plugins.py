@@ -7,18 +7,31 @@ the same under test as in production.
 
 pluggy stops at the first implementation that raises, so the host calls implementations one by
 one: each with its own time budget and error handling. A failure is reported with the plugin's
-name and counted; ``max_failures`` failures in a row in one combat disable the plugin for that
-combat (a ``disable_plugin`` command, so the combat's log says so and it survives a restart).
+name and counted; ``max_failures`` failures in a row of one hook in one combat disable the plugin
+for that combat (a ``disable_plugin`` command, so the combat's log says so and it survives a
+restart).
+
+No plugin code runs on the caller's event loop: each plugin has a thread of its own
+(:class:`_Runner`), where its hooks run one at a time, async ones on that thread's own event
+loop. The caller waits for a call at most its budget (and ``ABANDON_GRACE``); a call still
+running then is given up on and left to finish in its thread, and the plugin is not called again
+until it has. Python cannot kill a thread: a hook that never returns keeps its thread (and, in a
+busy loop, a share of the CPU) until the process ends, which is why the threads are daemon
+threads: they never hold up the process's exit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import difflib
 import inspect
 import itertools
 import logging
+import queue
 import re
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,6 +41,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.lowlevel
 import pluggy
+from anyio.lowlevel import EventLoopToken
 
 from turnkeeper_engine import (
     CONDITION_TYPES,
@@ -60,8 +74,10 @@ DEFAULT_BUDGET = 0.05
 next command of the same combat's plugins: a slow plugin delays every plugin after it."""
 
 MAX_FAILURES = 3
-"""Failures in a row, in one combat, after which a plugin is disabled for that combat: one
-failure may be a fluke of a busy machine; three in a row is a broken plugin."""
+"""Failures in a row of one hook, in one combat, after which a plugin is disabled for that
+combat: one failure may be a fluke of a busy machine; three in a row is a broken plugin. Counted
+per hook, so a plugin whose every ``on_turn_start`` fails is disabled even if its other hooks
+succeed in between."""
 
 MAX_PROPOSALS = 32
 """Commands one hook call may propose; the rest are dropped and reported, so a runaway plugin
@@ -72,9 +88,20 @@ MAX_CHAIN = 8
 events). Past it the chain is cut and reported: two plugins answering each other forever would
 otherwise never stop."""
 
-BLOCKING_GRACE = 0.05
-"""How far past its budget a call may return before it counts as blocking the event loop,
-rather than as merely slow: scheduling noise on a busy machine stays below it."""
+ABANDON_GRACE = 0.05
+"""How long past its budget the host still waits for a call before giving up on it: an async
+hook cancelled at its budget gets this long to stop, and scheduling noise on a busy machine
+stays below it."""
+
+STUCK = 1.0
+"""Seconds a call given up on may have run before its plugin counts as stuck. Until then a
+caller waits for the plugin's thread (at most its own budget): on a busy machine a call a
+little late is a hiccup, and failing the calls of other combats for it would disable a sound
+plugin there. Past it, calls fail at once: a stuck plugin costs nobody any waiting."""
+
+RUNNER_IDLE = 10.0
+"""Seconds a plugin's thread waits for its next call before it ends (a new one starts with the
+next call): hosts come and go in tests, and their idle threads must not pile up."""
 
 PLUGIN_ROLE: Role = "narrator"
 """Plugins are installed by the daemon's operator and run in its process; their commands pass
@@ -92,6 +119,9 @@ NAME = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_NAME}}}")
 
 MAX_KEPT = 10_000
 """Chain bookkeeping entries kept (a few per command in flight); older ones are dropped."""
+
+CHAINS = "command chains"
+"""What a plugin's failures to stay within ``MAX_CAUSED`` are counted under, beside its hooks."""
 
 HOST_ACTOR = Actor("narrator", None, "daemon")
 """Who disables a failing plugin."""
@@ -127,7 +157,8 @@ class LoadFailure:
 
 @dataclass(slots=True)
 class PluginStats:
-    """What happened to one plugin's calls since the host started."""
+    """What happened to one plugin's calls since the host started. ``blocked`` counts calls
+    given up on while still running at their budget, and calls not made because one was."""
 
     calls: int = 0
     errors: int = 0
@@ -198,6 +229,150 @@ class _Outcome:
     value: Any
 
 
+@dataclass(frozen=True, slots=True)
+class HeldCall:
+    """A hook call a plugin's thread is running: whose, which hook, in which combat, and since
+    when (``time.monotonic()``)."""
+
+    plugin: str
+    hook: str
+    combat: str
+    since: float
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    """One hook call handed to a plugin's thread, and what came of it (written by the thread
+    before it wakes the caller)."""
+
+    function: Callable[..., Any]
+    args: Mapping[str, Any]
+    budget: float
+    token: EventLoopToken
+    """The caller's event loop, to wake it from the plugin's thread."""
+    done: anyio.Event
+    value: Any = None
+    problem: str | None = None
+    cancelled: bool = False
+    started: float | None = None
+    """When the thread began the call (``time.monotonic()``): the budget is the plugin's own
+    time, not the time its thread took to be scheduled."""
+    elapsed: float = 0.0
+    finished: bool = False
+
+
+async def _within(awaitable: Awaitable[Any], budget: float) -> tuple[Any, bool]:
+    """An async hook's result within its budget, and whether the budget ran out."""
+    with anyio.move_on_after(budget):
+        return await awaitable, False
+    return None, True
+
+
+def _wake(token: EventLoopToken, event: anyio.Event) -> None:
+    """Set ``event`` on its own event loop, from a plugin's thread."""
+    try:
+        token.backend_class.run_sync_soon(event.set, (), token.native_token)
+    except Exception:  # that event loop has ended: nobody waits any more
+        log.debug("plugin_result_unclaimed")
+
+
+class _Runner:
+    """One plugin's thread: its hook calls run there one at a time, never on the caller's event
+    loop, so no hook can hold the loop, whatever it does.
+
+    ``busy`` names the call under way: set by the caller as it hands a call over, cleared by
+    the thread once the call has returned. A call the caller gave up on keeps it set, so the
+    plugin is not called again (and no second thread is spent on it) until that call ends."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.busy: HeldCall | None = None
+        self._inbox: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._guard = threading.Lock()
+        """Held briefly by both sides, so that an idle thread never ends with a call waiting."""
+        self._thread: threading.Thread | None = None
+        self._idle: list[tuple[EventLoopToken, anyio.Event]] = []
+        """Callers waiting for ``busy`` to clear: at most one per event loop (a plugin's
+        callers take turns), each gone once it stops waiting."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The thread's own event loop for async hooks, made on first use."""
+
+    def start(self, job: _Job, held: HeldCall) -> None:
+        """Hand a call over. The caller checked that ``busy`` is clear: at most one call is
+        ever waiting or running, so the inbox is bounded by construction."""
+        self.busy = held
+        with self._guard:
+            self._inbox.put(job)
+            if self._thread is None:
+                # A daemon thread: one stuck in a hook must not keep the process from exiting.
+                self._thread = threading.Thread(
+                    target=self._serve, name=f"turnkeeper-plugin-{self.name}", daemon=True
+                )
+                self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                try:
+                    job = self._inbox.get(timeout=RUNNER_IDLE)
+                except queue.Empty:
+                    with self._guard:
+                        if self._inbox.empty():
+                            self._thread = None
+                            return
+                    continue
+                self._execute(job)
+                self.busy = None
+                _wake(job.token, job.done)
+                self.release_waiters()
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+                self._loop = None
+
+    def release_waiters(self) -> None:
+        """End every wait in ``idle`` now (the host is stopping)."""
+        with self._guard:
+            waiting, self._idle = self._idle, []
+        for token, event in waiting:
+            _wake(token, event)
+
+    async def idle(self, token: EventLoopToken, timeout: float) -> bool:
+        """Wait at most ``timeout`` for the call under way to end: whether it did."""
+        event = anyio.Event()
+        waiter = (token, event)
+        with self._guard:
+            if self.busy is None:
+                return True
+            self._idle.append(waiter)
+        try:
+            with anyio.move_on_after(timeout):
+                await event.wait()
+        finally:
+            with self._guard, contextlib.suppress(ValueError):
+                self._idle.remove(waiter)
+        return self.busy is None
+
+    def _execute(self, job: _Job) -> None:
+        job.started = time.monotonic()
+        started = time.perf_counter()
+        try:
+            value = job.function(**job.args)
+            if inspect.isawaitable(value):
+                if self._loop is None:
+                    self._loop = asyncio.new_event_loop()
+                value, job.cancelled = self._loop.run_until_complete(_within(value, job.budget))
+            if not job.cancelled and not isinstance(value, cmd.Command | CheckAdjustment | None):
+                # A generator runs only when consumed: consume it here, within the budget and
+                # the error handling, and never more of it than could be used.
+                value = list(itertools.islice(iter(value), MAX_PROPOSALS + 1))
+            job.value = value
+        except BaseException as e:  # a plugin's failure is its own, whatever it raises
+            job.problem = f"{type(e).__name__}: {e}"
+        job.elapsed = time.perf_counter() - started
+        job.finished = True
+
+
 @dataclass
 class PluginHost:
     """Plugins of one daemon (or one test): loading, isolated calls, proposals."""
@@ -216,7 +391,11 @@ class PluginHost:
     """Whether a loaded plugin implements a hook called per command: if none does, a host
     skips the hooks' bookkeeping altogether."""
     _manager: pluggy.PluginManager = field(init=False)
-    _streak: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict, init=False)
+    _streak: dict[tuple[str, str, str], tuple[int, str]] = field(default_factory=dict, init=False)
+    """(combat, plugin, hook) → failures in a row of that hook, and the last one's reason."""
+    _due_off: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    """(combat, plugin) → why: plugins that reached ``max_failures`` there and are not called
+    there any more, until ``failing`` hands them over to be disabled."""
     _lineage: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, init=False)
     """(combat, seq) of a plugin-caused command → (its depth, the seq of its root command)."""
     _caused: dict[tuple[str, int], int] = field(default_factory=dict, init=False)
@@ -227,6 +406,14 @@ class PluginHost:
     """Hook calls under way: (plugin, hook, combat, ``time.monotonic()`` at the start). Read by
     a watchdog thread when the event loop stops answering, to say which plugin holds it."""
     _calls: Iterator[int] = field(default_factory=itertools.count, init=False)
+    _runners: dict[str, _Runner] = field(default_factory=dict, init=False)
+    _locks: dict[str, anyio.Lock] = field(default_factory=dict, init=False)
+    """One per plugin, so that callers take turns at its thread; made anew for each event loop
+    the host is called from (a test kit's table runs one loop per step)."""
+    _locks_loop: object = field(default=None, init=False)
+    _waiting: set[_Job] = field(default_factory=set, init=False)
+    """Calls a caller is waiting for, so that ``stop`` can end the waits."""
+    stopped: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self._manager = pluggy.PluginManager(PROJECT)
@@ -380,13 +567,17 @@ class PluginHost:
     ) -> list[_Outcome]:
         """Call every implementation of ``hook`` not disabled for the combat, each alone and
         within the budget; return what each returned that did not fail."""
-        outcomes = []
+        outcomes: list[_Outcome] = []
+        if self.stopped:
+            return outcomes
         # Hooks due for commands committed before a plugin was disabled still run after it:
         # the host's own record of what it disabled holds for them too.
         off = set(disabled) | self._off.get(combat_id, set())
         # pluggy's own call order (last registered first, tryfirst/trylast honoured).
         for impl in reversed(getattr(self._manager.hook, hook).get_hookimpls()):
-            if impl.plugin_name in off:
+            # One that just failed too often is not called again, even before its disabling
+            # commits (a start_combat's check for each of 500 combatants, say).
+            if impl.plugin_name in off or (combat_id, impl.plugin_name) in self._due_off:
                 continue
             args = {name: kwargs[name] for name in impl.argnames}
             ok, value = await self._call_one(impl.plugin_name, hook, combat_id, impl.function, args)
@@ -404,79 +595,141 @@ class PluginHost:
     ) -> tuple[bool, Any]:
         stats = self.stats.setdefault(plugin, PluginStats())
         stats.calls += 1
-        started = time.perf_counter()
         call = next(self._calls)
         self.in_progress[call] = (plugin, hook, combat_id, time.monotonic())
         try:
-            problem, value, scope_cancelled = await self._guarded(function, args, stats)
+            token = anyio.lowlevel.current_token()
+            async with self._lock(plugin, token):
+                problem, value = await self._handed(plugin, hook, combat_id, function, args, token)
         finally:
             del self.in_progress[call]
-        elapsed = time.perf_counter() - started
-        ms = round(elapsed * 1000)
-        if problem is None and elapsed > self.budget + BLOCKING_GRACE:
-            # Cancellation can only land at an await: a call this far past its budget held the
-            # event loop (time.sleep, blocking I/O, a busy loop), stalling every combat.
-            problem = f"blocked the event loop for {ms} ms"
-            stats.blocked += 1
-        elif problem is None and scope_cancelled:
-            problem = f"timeout after {round(self.budget * 1000)} ms"
-            stats.timeouts += 1
-        elif problem is None and elapsed > self.budget:
-            problem = f"took {ms} ms, over its {round(self.budget * 1000)} ms budget"
-            stats.timeouts += 1
+        if self.stopped:
+            # Not the plugin's failure: the daemon stopped waiting for it.
+            return False, None
         if problem is None:
-            self._streak.pop((combat_id, plugin), None)
+            self._streak.pop((combat_id, plugin, hook), None)
             return True, value
         self.report("plugin_failed", plugin=plugin, hook=hook, combat=combat_id, error=problem)
-        self._fail(combat_id, plugin, problem)
+        self._fail(combat_id, plugin, hook, problem)
         return False, None
 
-    async def _guarded(
-        self, function: Callable[..., Any], args: Mapping[str, Any], stats: PluginStats
-    ) -> tuple[str | None, Any, bool]:
-        """One call within the budget: (the problem, if any; what it returned; whether the
-        budget ran out)."""
-        problem: str | None = None
-        value: Any = None
-        with anyio.move_on_after(self.budget) as scope:
-            try:
-                value = function(**args)
-                if inspect.isawaitable(value):
-                    value = await value
-                if not isinstance(value, cmd.Command | CheckAdjustment | None):
-                    # A generator runs only when consumed: consume it here, within the budget
-                    # and the error handling, and never more of it than could be used.
-                    value = list(itertools.islice(iter(value), MAX_PROPOSALS + 1))
-            except anyio.get_cancelled_exc_class() as e:
-                if not scope.cancel_called:
-                    # Not the budget: if the host itself is being cancelled this checkpoint
-                    # raises again and the cancellation goes on; else the plugin raised it.
-                    await anyio.lowlevel.checkpoint()
-                    problem = f"raised {type(e).__name__}"
-                    stats.errors += 1
-            except BaseException as e:  # a plugin's failure is its own, whatever it raises
-                problem = f"{type(e).__name__}: {e}"
-                stats.errors += 1
-        return problem, value, scope.cancel_called
+    def _lock(self, plugin: str, token: EventLoopToken) -> anyio.Lock:
+        if token.native_token is not self._locks_loop:
+            self._locks = {}
+            self._locks_loop = token.native_token
+        lock = self._locks.get(plugin)
+        if lock is None:
+            lock = self._locks[plugin] = anyio.Lock()
+        return lock
 
-    def _fail(self, combat_id: str, plugin: str, problem: str) -> None:
-        key = (combat_id, plugin)
+    async def _handed(
+        self,
+        plugin: str,
+        hook: str,
+        combat_id: str,
+        function: Callable[..., Any],
+        args: Mapping[str, Any],
+        token: EventLoopToken,
+    ) -> tuple[str | None, Any]:
+        """One call in the plugin's thread, waited for at most its budget and the grace:
+        (the problem, if any; what it returned)."""
+        stats = self.stats[plugin]
+        runner = self._runners.get(plugin)
+        if runner is None:
+            runner = self._runners[plugin] = _Runner(plugin)
+        # Only a call given up on can still be running here: a late one is waited for a
+        # little, a stuck one not at all.
+        held = runner.busy
+        if held is not None and time.monotonic() - held.since < STUCK and not self.stopped:
+            await runner.idle(token, self.budget)
+            held = runner.busy
+        if held is not None:
+            stats.blocked += 1
+            late = time.monotonic() - held.since
+            return (
+                f"not called: {held.hook} in {held.combat} still running after {late:.1f} s",
+                None,
+            )
+        if self.stopped:
+            return "not called: stopping", None
+        job = _Job(function, args, self.budget, token, anyio.Event())
+        handed = time.monotonic()
+        runner.start(job, HeldCall(plugin, hook, combat_id, handed))
+        self._waiting.add(job)
+        wait = self.budget + ABANDON_GRACE
+        try:
+            while not job.done.is_set():
+                # From when the thread began the call; a thread slow to be scheduled is
+                # forgiven up to one more wait.
+                began = job.started if job.started is not None else handed
+                remaining = min(began, handed + wait) + wait - time.monotonic()
+                if remaining <= 0:
+                    break
+                with anyio.move_on_after(remaining):
+                    await job.done.wait()
+        finally:
+            self._waiting.discard(job)
+        budget_ms = round(self.budget * 1000)
+        if not job.finished:
+            # Cancellation cannot reach a synchronous hook, and an async one can ignore it: the
+            # call is left to finish in its thread, its result unused.
+            stats.blocked += 1
+            return f"still running at its {budget_ms} ms budget: given up on", None
+        if job.problem is not None:
+            stats.errors += 1
+            return job.problem, None
+        if job.cancelled:
+            stats.timeouts += 1
+            return f"timeout after {budget_ms} ms", None
+        if job.elapsed > self.budget:
+            stats.timeouts += 1
+            return f"took {round(job.elapsed * 1000)} ms, over its {budget_ms} ms budget", None
+        return None, job.value
+
+    def stop(self) -> None:
+        """Stop calling plugins, for a daemon that must exit whatever they do: every call
+        waited for is given up on at once, and no other is made. Call it from the event loop
+        the calls wait on."""
+        self.stopped = True
+        for job in list(self._waiting):
+            job.done.set()
+        for runner in list(self._runners.values()):
+            runner.release_waiters()
+
+    def held(self) -> list[HeldCall]:
+        """The hook calls plugins' threads are running, those given up on included. Safe to
+        call from another thread (a watchdog's)."""
+        try:
+            runners = list(self._runners.values())
+        except RuntimeError:  # changed while copied: the caller looks again soon
+            return []
+        return [busy for r in runners if (busy := r.busy) is not None]
+
+    def _fail(self, combat_id: str, plugin: str, hook: str, problem: str) -> None:
+        key = (combat_id, plugin, hook)
         count = self._streak.get(key, (0, ""))[0] + 1
         self._streak[key] = (count, problem)
+        if count >= self.max_failures:
+            reason = f"{count} failures in a row of {hook}: {problem}"
+            self._due_off.setdefault((combat_id, plugin), reason)
 
     def failing(self, combat_id: str) -> list[tuple[str, str]]:
-        """Plugins that reached ``max_failures`` in a row in this combat, with the reason."""
-        found = []
-        for (combat, plugin), (count, problem) in list(self._streak.items()):
-            if combat == combat_id and count >= self.max_failures:
-                found.append((plugin, f"{count} failures in a row: {problem}"))
-                del self._streak[(combat, plugin)]
+        """Plugins one of whose hooks reached ``max_failures`` in a row in this combat, with the
+        reason; their streaks start over (a narrator may enable the plugin again)."""
+        found = [(p, why) for (c, p), why in self._due_off.items() if c == combat_id]
+        for plugin, _ in found:
+            del self._due_off[(combat_id, plugin)]
+        plugins = {p for p, _ in found}
+        for key in [k for k in self._streak if k[0] == combat_id and k[1] in plugins]:
+            del self._streak[key]
         return found
 
     def forget(self, combat_id: str) -> None:
         """Drop the failure streaks of a combat that ended."""
         for key in [k for k in self._streak if k[0] == combat_id]:
             del self._streak[key]
+        for due in [k for k in self._due_off if k[0] == combat_id]:
+            del self._due_off[due]
         self._off.pop(combat_id, None)
 
     # ------------------------------------------------------------------------- before hooks
@@ -694,7 +947,11 @@ class PluginHost:
         combat_id = applied.after.combat_id
         for event in applied.events:
             if isinstance(event, ev.PluginEnabled):
+                # Enabled again with its failure count reset (protocol.md, enable_plugin).
                 self._off.get(combat_id, set()).discard(event.plugin)
+                self._due_off.pop((combat_id, event.plugin), None)
+                for key in [k for k in self._streak if k[:2] == (combat_id, event.plugin)]:
+                    del self._streak[key]
         depth, root = self._lineage.pop((combat_id, applied.seq), (0, applied.seq))
         if depth > MAX_CHAIN:
             self.report("plugin_chain_cut", combat=combat_id, seq=applied.seq, depth=depth)
@@ -703,7 +960,8 @@ class PluginHost:
                 caused = self._caused.get((combat_id, root), 0)
                 if caused >= MAX_CAUSED:
                     self.report("plugin_chain_cut", plugin=plugin, combat=combat_id, root=root)
-                    self._fail(combat_id, plugin, f"caused over {MAX_CAUSED} commands from one")
+                    problem = f"caused over {MAX_CAUSED} commands from one"
+                    self._fail(combat_id, plugin, CHAINS, problem)
                     continue
                 done = await self._submit(plugin, command, combat_id, apply)
                 if done is None:

@@ -11,8 +11,9 @@ Installed as a pytest plugin (entry point ``pytest11``), it gives every test the
         assert table.named("surprise_marked")
 
 The same :class:`~turnkeeper_sdk.plugins.PluginHost` the daemon uses calls the hooks, with
-the same isolation, budgets and rules for what a plugin may propose; only the store and the
-socket are left out. Dice are seeded, time is a number the test moves.
+the same isolation (each plugin in its own thread), budgets and rules for what a plugin may
+propose; only the store and the socket are left out. Dice are seeded, time is a number the
+test moves.
 """
 
 from __future__ import annotations
