@@ -175,14 +175,15 @@ def _numbered(
     plains: list[dict[str, Plain]] | None = None,
     locale: str | None = None,
 ) -> list[Plain]:
-    """Events as ``actor`` may see them, each with its sequence number (R16). ``plains`` are
+    """Events as ``actor`` may see them, each with its sequence number, judged by what was
+    hidden when each happened, not by ``state``, the latest (R16). ``plains`` are
     the events already encoded, reused wherever the actor sees an event unchanged. With a
     ``locale``, each carries its ``summary``, told from the event as the actor sees it, so a
     line never names what the event left out."""
     told = _telling(state, actor) if locale is not None else state
     shown: list[Plain] = []
     for i, (seq, event) in enumerate(events):
-        seen = visible(event, state, actor)
+        seen = visible(event, state, actor, seq)
         if seen is not None:
             body = plains[i] if plains is not None and seen is event else event_to_plain(seen)
             item: dict[str, Plain] = {"seq": seq, **body}
@@ -300,6 +301,10 @@ class Hub:
                 except Exception as e:  # any failure to replay quarantines the combat
                     quarantined = f"replay failed at event {seq}: {e}"
                     break
+        if quarantined is None and state.seq != seq:
+            # The state tells what was hidden at which seq (R16): one that miscounts its log
+            # would judge events by the wrong moment, so it is kept aside rather than shown.
+            quarantined = f"its state counts {state.seq} events, its log {seq}"
         if quarantined is not None:
             log.error("combat_quarantined", combat=loaded.combat_id, reason=quarantined)
         combat.state = state
