@@ -295,7 +295,7 @@ async def test_subscriptions_fill_the_gap_of_a_reconnect_per_combat_and_for_all(
             client.subscribe_all() as everything,
             client.subscribe("bank", after=seq) as bank,
         ):
-            assert everything.result == {"seqs": {"bank": seq}}
+            assert everything.result == {"seqs": {"bank": seq}, "until": "bank", "more": False}
             await client.end_turn("bank", turn=TurnRef(1, "spidey"))
             # Cut off while the table plays on: a turn ends and a new combat opens.
             proxy.refusing = True

@@ -6,6 +6,7 @@ request → plugins' before hooks → validated command → engine → events co
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import gc
@@ -63,6 +64,14 @@ combat's state and history first (``too_far_behind``), so no outbox ever holds a
 MAX_COMBATS = 100_000
 """Combats one daemon holds (ended ones included): at about 10 KiB each, a bound of a few GiB
 of memory, far above what any group of tables plays."""
+
+MAX_COMBAT_PAGE = 500
+"""Most combats one ``list_combats`` page or ``subscribe_all`` answer names. Its longest rows
+(an id of 128 four-byte characters, a ruleset name as long, or a quarantine reason cut to
+``MAX_REASON_CHARS``) take under 1.4 KiB each, so a page stays far inside the message limit."""
+
+MAX_REASON_CHARS = 200
+"""Longest quarantine reason a ``list_combats`` row shows; the daemon's log has it whole."""
 
 SNAPSHOT_EVERY = 1000
 """Events between two snapshots of a combat: start-up replays at most this many per combat,
@@ -219,6 +228,8 @@ class Hub:
         self.dice: DiceSource = dice or SystemDice()
         self.clock = clock
         self.combats: dict[str, Combat] = {}
+        self.ids: list[str] = []
+        """Every combat's id, sorted: pages of combats are read from it by id (code points)."""
         self.everywhere: set[Subscriber] = set()
         self._creating = anyio.Lock()
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
@@ -247,6 +258,7 @@ class Hub:
                 combat = Combat(combat_id, State(), 0, loaded=False)
                 self._load(combat)
                 self.combats[combat_id] = combat
+        self.ids = sorted(self.combats)
 
     async def warm(self) -> None:
         """Rebuild every combat not yet rebuilt, one at a time, letting requests in between."""
@@ -379,6 +391,7 @@ class Hub:
                 # No hook stands for a combat's creation: nothing to prepare or observe.
                 result, _ = await self._apply(combat, request, actor, command, command.ruleset)
                 self.combats[combat_id] = combat
+                bisect.insort(self.ids, combat_id)
                 return result
         return await self._run(self.combat(combat_id), request, actor, command)
 
@@ -631,13 +644,31 @@ class Hub:
             return {"loaded": [], "failed": [], "skipped": []}
         return self.plugins.listing()
 
-    def summaries(self) -> Plain:
-        """One row per combat, for every role (ids, rulesets, phases and rounds are not
-        secret): from the stored summary while a combat is not rebuilt yet."""
+    def page(self, after: str | None, limit: int | None) -> list[Combat]:
+        """The combats whose ids sort after ``after`` (all with None), in id order: ``limit``
+        of them at most, or every one, refused when that is more than ``MAX_COMBAT_PAGE``.
+        Ids sort by code point, so a page read later starts where the last ended, whatever
+        was created in between or since a restart."""
+        start = 0 if after is None else bisect.bisect_right(self.ids, after)
+        if limit is None and len(self.ids) - start > MAX_COMBAT_PAGE:
+            raise RequestError(
+                "result_too_large",
+                "more than {limit} combats: page with after and limit",
+                "limit",
+                limit=MAX_COMBAT_PAGE,
+            )
+        ids = self.ids[start : start + (MAX_COMBAT_PAGE if limit is None else limit)]
+        return [self.combats[i] for i in ids]
+
+    def summaries(self, after: str | None = None, limit: int | None = None) -> Plain:
+        """One row per combat of a page (see ``page``), for every role (ids, rulesets, phases
+        and rounds are not secret): from the stored summary while a combat is not rebuilt
+        yet."""
         rows: list[Plain] = []
-        for c in self.combats.values():
+        for c in self.page(after, limit):
             if c.quarantined is not None:
-                rows.append({"combat": c.id, "quarantined": c.quarantined})
+                reason = c.quarantined[:MAX_REASON_CHARS]
+                rows.append({"combat": c.id, "quarantined": reason})
                 continue
             known = c.summary or {
                 "ruleset": c.state.ruleset,
@@ -677,11 +708,16 @@ class Hub:
             combat.subscribers.add(subscriber)
             return combat.seq
 
-    def subscribe_all(self, subscriber: Subscriber) -> Plain:
-        """Live events of every combat, new ones included, from now on; the last seq of each
-        combat is returned so a client can catch up on any with ``history``."""
+    def subscribe_all(self, subscriber: Subscriber, limit: int | None = None) -> Plain:
+        """Live events of every combat, new ones included, from now on. The last seq of each
+        combat of the first page (see ``page``) is returned, so a client can catch up on any
+        with ``history``; ``until`` is the page's last id and ``more`` whether combats follow
+        it, whose seqs ``list_combats`` pages on with. A refused request subscribes nothing."""
+        page = self.page(None, limit)
+        seqs: dict[str, Plain] = {c.id: c.seq for c in page if c.quarantined is None}
         self.everywhere.add(subscriber)
-        return {c.id: c.seq for c in self.combats.values() if c.quarantined is None}
+        until = page[-1].id if page else None
+        return {"seqs": seqs, "until": until, "more": len(page) < len(self.ids)}
 
     def unsubscribe(self, subscriber: Subscriber, combat_id: str | None = None) -> None:
         if combat_id is None:
