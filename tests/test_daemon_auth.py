@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from turnkeeper_engine.decide import MAX_COMBATANTS, MAX_ITEMS, MAX_NAME, MAX_VIEW_BYTES
+from turnkeeper_sdk import wire
 
 FACES = {"ann": [6, 6, 5], "bob": [6, 5, 5], "cat": [5, 5, 5], "ogre": [4, 4, 4]}
 """marvel, no Fantastic (so no bonus round): ann 17, bob 16, cat 15, ogre 12."""
@@ -786,3 +788,45 @@ def test_r16_events_before_a_reveal_stay_hidden_over_the_wire(table: Table) -> N
             assert all(line and "Lurker" in line for line in told), (role, told)
             revealed = [e["event"] for e in events].index("combatant_revealed")
             assert not _mentions(events[:revealed], "lurker"), role
+
+
+# ------------------------------------------------------------ the largest combat, read by all
+
+
+def test_the_largest_combat_allowed_is_readable_by_every_role(table: Table) -> None:
+    """Combatants with every text field as long as allowed (four-byte characters) until the
+    daemon refuses one for the combat's size, then rolled, started and every turn held: the
+    largest view play can reach. Every role reads it whole, over TCP and WebSocket."""
+    scene = Scene(table, "largest")
+    scene.create()
+    big = "\U0001f600" * MAX_NAME
+    refused: CallError | None = None
+    added = 0
+    while refused is None:
+        try:
+            scene.do(
+                "add_combatant",
+                id=f"{added:03d}{big[: MAX_NAME - 3]}",
+                display_name=big,
+                controller=big,
+                init_mod=added,
+                tags=[f"{i:02d}:{big[: MAX_NAME - 3]}" for i in range(MAX_ITEMS)],
+            )
+            added += 1
+        except CallError as e:
+            refused = e
+    assert (refused.code, refused.field) == ("combat_too_large", "")
+    ids = [c["id"] for c in scene.view()["combatants"]]
+    assert len(ids) == added < MAX_COMBATANTS
+    for cid in ids:
+        scene.do("roll_initiative", combatant=cid, faces=[2, 3, 4])
+    scene.do("start_combat")
+    for _ in ids:
+        scene.do("hold", turn=scene.turn())
+    for role in ("narrator", "player", "player_u2", "observer", "bridge", "bridge_narrator"):
+        got = table.sessions[role].call("get_combat", combat=scene.combat)
+        size = len(wire.pack(wire.Response(1, None, got)))
+        assert size <= wire.MAX_MESSAGE_BYTES, role
+        if role.endswith("narrator"):
+            assert [c["id"] for c in got["view"]["combatants"]] == ids
+            assert MAX_VIEW_BYTES * 2 // 3 < size <= MAX_VIEW_BYTES + 1024, size
