@@ -12,32 +12,12 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon import CallError, Client, Daemon, running
+from daemon import CallError, Client, Daemon, create_many, running
 from turnkeeper.host import MAX_COMBAT_PAGE
-from turnkeeper_sdk import wire
 from turnkeeper_sdk.aio import AsyncClient
 
 MANY = MAX_COMBAT_PAGE + 7
 """More combats than one page holds."""
-
-
-def create_many(gm: Client, ids: list[str]) -> None:
-    """Create combats fast: every request sent at once, then every answer read."""
-    first = 10_000
-    gm.send_raw(
-        b"".join(
-            wire.pack(
-                wire.Request(
-                    first + i,
-                    "create_combat",
-                    {"request_id": f"make-{cid}", "combat_id": cid, "ruleset": "marvel"},
-                )
-            )
-            for i, cid in enumerate(ids)
-        )
-    )
-    for i in range(len(ids)):
-        assert gm.response(first + i).error is None
 
 
 @pytest.fixture(scope="module")
