@@ -15,6 +15,7 @@ from turnkeeper_engine.decide import (
     MAX_ITEMS,
     MAX_NAME,
     MAX_NUMBER,
+    MAX_SECRETS,
     MAX_TEXT,
     MAX_VIEW_BYTES,
     PLAY_IDS,
@@ -170,3 +171,20 @@ def test_every_view_fits_one_message_with_its_response() -> None:
         wire.MAX_MSGID, None, {"combat": BIG, "seq": 2**53, "view": "v" * MAX_VIEW_BYTES}
     )
     assert len(wire.pack(largest_response)) <= wire.MAX_MESSAGE_BYTES
+
+
+def test_r16_the_record_of_hidden_stretches_is_bounded() -> None:
+    """Adding and undoing hidden combatants, or revealing and undoing, cannot grow the record
+    of what was hidden when (R16) without bound: past MAX_SECRETS both are refused."""
+    s = Story("marvel")
+    s.add("lurker", hidden=True)
+    while len(s.state.secrets) < MAX_SECRETS:
+        s.do(c.RevealCombatant("lurker"))
+        s.do(c.Undo())  # hidden again: a new stretch
+    for command, field in (
+        (c.RevealCombatant("lurker"), "combatant"),
+        (c.AddCombatant("shade", "Shade", hidden=True), "hidden"),
+    ):
+        refused = s.refuse(command)
+        assert (refused.code, refused.field) == ("too_many_secrets", field)
+    s.add("ogre")  # a visible one is still welcome

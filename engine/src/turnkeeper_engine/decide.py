@@ -65,6 +65,11 @@ MAX_NUMBER = 1_000_000
 well inside every integer encoding."""
 MAX_TEXT = 2000
 """Longest free text (names, descriptions, triggers) the engine keeps."""
+MAX_SECRETS = 1000
+"""Hidden stretches one combat records (``State.secrets``): each hidden addition and each
+reveal may start one, and the record is kept for good (R16), so a narrator adding and undoing
+hidden combatants must not grow it, and every later read of the log, without bound. Twice
+``MAX_COMBATANTS``; an undone reveal may start one more, at most ``UNDO_DEPTH`` of them."""
 MAX_VIEW_BYTES = 960 * 1024
 """Largest a combat may grow, counted as its whole view encoded (the narrator's: every other
 role's is a part of it). The limits above bound one item each, and their product is many
@@ -410,6 +415,8 @@ def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
         raise _reject(
             "too_many_combatants", "at most {limit} combatants", "id", limit=MAX_COMBATANTS
         )
+    if c.hidden:
+        _room_for_a_secret(ctx, "hidden")
     _names(c.tags, "tags")
     _number(c.init_mod, "init_mod")
     _number(c.dexterity, "dexterity")
@@ -544,7 +551,18 @@ def _reveal(ctx: _Ctx, c: cmd.RevealCombatant) -> None:
     combatant = _combatant(ctx, c.combatant)
     if not combatant.hidden:
         raise _reject("invalid_value", "{name} is not hidden", "combatant", name=combatant.name)
+    _room_for_a_secret(ctx, "combatant")  # undoing the reveal would start another stretch
     ctx.emit(ev.CombatantRevealed(replace(combatant, hidden=False)))
+
+
+def _room_for_a_secret(ctx: _Ctx, field_name: str) -> None:
+    if len(ctx.state.secrets) >= MAX_SECRETS:
+        raise _reject(
+            "too_many_secrets",
+            "this combat has hidden combatants {limit} times already",
+            field_name,
+            limit=MAX_SECRETS,
+        )
 
 
 def _end_combat(ctx: _Ctx, c: cmd.EndCombat) -> None:
