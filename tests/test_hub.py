@@ -37,3 +37,18 @@ async def test_a_daemon_holds_at_most_max_combats(
         assert sorted(hub.combats) == ["c0", "c1"]
         await store.stop()
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_quarantined_combats_row_shows_its_reason_cut_short(tmp_path: Path) -> None:
+    """A page of combats has a bounded size: a quarantine reason (an exception's text, of any
+    length) is cut to MAX_REASON_CHARS in its row; the daemon's log has it whole."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "bad", c.CreateCombat("bad", "marvel"), "r")
+        hub.combats["bad"].quarantined = "x" * (host.MAX_REASON_CHARS * 10)
+        assert hub.summaries() == [{"combat": "bad", "quarantined": "x" * host.MAX_REASON_CHARS}]
+        await store.stop()
+    store.close()
