@@ -66,6 +66,22 @@ const FALLBACK_HISTORY_PAGE = 100;
 /** `list_combats` page size when a hello names none: within every daemon's bound. */
 const FALLBACK_COMBAT_PAGE = 100;
 /**
+ * Whether `a` sorts after `b` by Unicode code point, as the daemon orders ids (JavaScript's own
+ * `>` compares UTF-16 code units, which differs for characters beyond the BMP).
+ * @param {string} a
+ * @param {string} b
+ */
+function sortsAfter(a, b) {
+  const x = [...a];
+  const y = [...b];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const d = /** @type {number} */ (x[i].codePointAt(0)) - /** @type {number} */ (y[i].codePointAt(0));
+    if (d !== 0) return d > 0;
+  }
+  return x.length > y.length;
+}
+
+/**
  * Every `list_combats` row after `after`, read page after page: a daemon answers at most a
  * page per request, and ids only sort on, so pages neither miss nor repeat one.
  * @param {(method: string, params: Record<string, unknown>) => Promise<any>} ask
@@ -82,7 +98,7 @@ async function everyCombat(ask, page, after) {
     const cursor = after;
     /** @type {any[]} */
     const got = (await ask("list_combats", params)).filter(
-      (/** @type {any} */ r) => cursor === undefined || r.combat > cursor,
+      (/** @type {any} */ r) => cursor === undefined || sortsAfter(r.combat, cursor),
     );
     rows.push(...got);
     if (got.length < page) return rows;

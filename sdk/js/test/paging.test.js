@@ -34,3 +34,23 @@ test("listCombats and subscribeAll page through more combats than one page", asy
     client.close();
   }
 });
+
+test("listCombats pages by code point, as the daemon orders ids", async () => {
+  const client = await connect();
+  try {
+    // U+FF01 sorts before U+1F600 by code point, after it by UTF-16 code unit.
+    const prefix = fresh("astral");
+    const ids = [`${prefix}-\uff01`, `${prefix}-\u{1f600}`];
+    for (const id of ids) await client.createCombat({ combat_id: id, ruleset: "marvel" });
+    const first = await client.listCombats({ after: `${prefix}-`, limit: 1 });
+    assert.deepEqual(
+      first.map((r) => r.combat),
+      [ids[0]],
+    );
+    // Every page after a cursor: the client keeps the rows the daemon sends after it.
+    const rest = await client.listCombats({ after: ids[0] });
+    assert.equal(rest[0]?.combat, ids[1]);
+  } finally {
+    client.close();
+  }
+});
