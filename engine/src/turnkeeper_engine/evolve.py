@@ -292,7 +292,14 @@ def evolve(state: State, event: ev.Event) -> State:
     else:
         after = _FOLD[type(event)](state, event)
     seq = state.seq + 1
-    return replace(after, seq=seq, secrets=_secrets(state, after, event, seq))
+    secrets = _secrets(state, after, event, seq)
+    if after is state:
+        return replace(state, seq=seq, secrets=secrets)
+    # ``after`` was made just now for this event and nothing else holds it yet: the log's
+    # fields are set on it rather than the whole state copied once more (replay speed).
+    object.__setattr__(after, "seq", seq)
+    object.__setattr__(after, "secrets", secrets)
+    return after
 
 
 def fold(events: Iterable[ev.Event], state: State | None = None) -> State:
