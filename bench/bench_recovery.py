@@ -32,7 +32,7 @@ import anyio
 import msgpack  # type: ignore[import-untyped]
 import tkbench as tk
 
-from turnkeeper.host import SNAPSHOT_EVERY
+from turnkeeper.host import MAX_COMBAT_PAGE, SNAPSHOT_EVERY
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import Actor, RuleError, SeededDice, State, decide, evolve, next_deadline
 from turnkeeper_engine import commands as cmd
@@ -130,10 +130,18 @@ def build(data_dir: Path, events: int, combats: int, seed: int) -> tuple[int, fl
 
 
 async def _list(sock: Path) -> list[Any]:
+    """Every combat's row, a page at a time (the first page is the start-up's answer)."""
     conn = await tk.Conn.open(sock)
-    combats = await conn.call("list_combats")
+    combats: list[Any] = []
+    params: dict[str, Any] = {"limit": MAX_COMBAT_PAGE}
+    while True:
+        page = await conn.call("list_combats", params)
+        combats += page
+        if len(page) < MAX_COMBAT_PAGE:
+            break
+        params = {"limit": MAX_COMBAT_PAGE, "after": page[-1]["combat"]}
     await conn.aclose()
-    return list(combats)
+    return combats
 
 
 REBUILD_TIMEOUT = 300.0
@@ -147,8 +155,8 @@ def _rebuilt_lines(log: Path) -> int:
 
 
 def start_up(root: Path, data_dir: Path) -> tuple[float, float, list[Any]]:
-    """Seconds from process start to an answered ``list_combats``, seconds until the daemon
-    logs that every combat is rebuilt, and the ``list_combats`` answer."""
+    """Seconds from process start to every page of ``list_combats`` answered, seconds until
+    the daemon logs that every combat is rebuilt, and the ``list_combats`` rows."""
     server = tk.daemon(root, data_dir=data_dir)
     before = _rebuilt_lines(server.log_path)
     try:

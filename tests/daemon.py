@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from turnkeeper.embedded import connect, spawn
+from turnkeeper_sdk import wire
 from turnkeeper_sdk.client import CallError
 from turnkeeper_sdk.client import Client as SdkClient
 from wsclient import WebSocketSocket
 
 CALL_TIMEOUT = 20.0
 
-__all__ = ["CallError", "Client", "Daemon", "free_port", "running"]
+__all__ = ["CallError", "Client", "Daemon", "create_many", "free_port", "running"]
 
 
 class Client(SdkClient):
@@ -159,3 +160,22 @@ def running(
         if daemon.process is not None and daemon.process.poll() is None:
             daemon.process.kill()
             daemon.process.wait()
+
+
+def create_many(gm: Client, ids: list[str]) -> None:
+    """Create combats fast: every request sent at once, then every answer read."""
+    first = 10_000
+    gm.send_raw(
+        b"".join(
+            wire.pack(
+                wire.Request(
+                    first + i,
+                    "create_combat",
+                    {"request_id": f"make-{cid}", "combat_id": cid, "ruleset": "marvel"},
+                )
+            )
+            for i, cid in enumerate(ids)
+        )
+    )
+    for i in range(len(ids)):
+        assert gm.response(first + i).error is None

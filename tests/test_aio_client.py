@@ -11,7 +11,8 @@ import anyio
 import pytest
 from anyio.abc import ByteStream, TaskGroup
 
-from daemon import Daemon, running
+from daemon import Daemon, create_many, running
+from turnkeeper.host import MAX_COMBAT_PAGE
 from turnkeeper_engine.model import ActionSpec, TurnRef
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.aio import AsyncClient, Event, Subscription
@@ -295,7 +296,7 @@ async def test_subscriptions_fill_the_gap_of_a_reconnect_per_combat_and_for_all(
             client.subscribe_all() as everything,
             client.subscribe("bank", after=seq) as bank,
         ):
-            assert everything.result == {"seqs": {"bank": seq}}
+            assert everything.result == {"seqs": {"bank": seq}, "until": "bank", "more": False}
             await client.end_turn("bank", turn=TurnRef(1, "spidey"))
             # Cut off while the table plays on: a turn ends and a new combat opens.
             proxy.refusing = True
@@ -311,6 +312,31 @@ async def test_subscriptions_fill_the_gap_of_a_reconnect_per_combat_and_for_all(
     assert _seqs(seen_all, "bank") == list(range(seq + 1, last["seq"] + 1))
     assert _seqs(seen_all, "vault") == [1, 2]
     assert _seqs(seen_bank, "bank") == list(range(seq + 1, last["seq"] + 1))
+
+
+@pytest.mark.anyio
+async def test_subscribe_all_fills_the_gap_of_a_reconnect_beyond_the_first_page(
+    daemon: Daemon,
+) -> None:
+    """With more combats than the daemon names in one answer, the gap of a combat sorting
+    after the first page is filled from history too."""
+    ids = [f"c{i:04d}" for i in range(MAX_COMBAT_PAGE + 2)]
+    create_many(await anyio.to_thread.run_sync(daemon.client), ids)
+    last = ids[-1]
+    async with (
+        _proxied(daemon) as (proxy, _),
+        AsyncClient.unix(proxy.path, reconnect_timeout=WAIT) as client,
+        client.subscribe_all() as everything,
+    ):
+        assert everything.result["seqs"] == dict.fromkeys(ids, 2)
+        proxy.refusing = True
+        proxy.cut()
+        other = await anyio.to_thread.run_sync(daemon.client)
+        other.call("add_combatant", request_id="a1", combat=last, id="x", display_name="X")
+        proxy.refusing = False
+        done = await client.add_combatant(last, id="y", display_name="Y")
+        seen = await _until(everything, {last: done["seq"]})
+    assert _seqs(seen, last) == list(range(3, done["seq"] + 1))
 
 
 @pytest.mark.anyio

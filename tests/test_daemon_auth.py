@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from turnkeeper_engine.decide import MAX_COMBATANTS, MAX_ITEMS, MAX_NAME, MAX_VIEW_BYTES
+from turnkeeper_sdk import wire
 
 FACES = {"ann": [6, 6, 5], "bob": [6, 5, 5], "cat": [5, 5, 5], "ogre": [4, 4, 4]}
 """marvel, no Fantastic (so no bonus round): ann 17, bob 16, cat 15, ogre 12."""
@@ -656,3 +658,175 @@ def test_r16_a_narrator_run_reservation_stays_the_narrators_secret(table: Table)
     finally:
         for reader in readers.values():
             reader.close()
+
+
+# ------------------------------------------- hidden when it happened, whatever became of it since
+
+READERS = ("player", "player_u2", "observer", "bridge")
+"""Sessions the lurker is hidden from: u1 and u2 (neither controls it), an observer and a
+bridge, which reads as an observer."""
+
+
+def _narrating(table: Table, role: str) -> Client:
+    """A session whose events carry their narrated ``summary`` lines."""
+    c = table.open()
+    c.call("hello", protocol=1, token=table.secrets[role], narrate=True)
+    return c
+
+
+def _lurking_scene(table: Table, name: str) -> Scene:
+    """ann (u1) 17 and the ogre 12 fight, ann's turn; then a hidden, tagged lurker joins."""
+    scene = Scene(table, name)
+    scene.create()
+    for cid in ("ann", "ogre"):
+        user = CONTROLLERS[cid]
+        scene.do("add_combatant", id=cid, display_name=cid.title(), controller=user)
+        scene.do("roll_initiative", combatant=cid, faces=FACES[cid])
+    scene.do("start_combat")
+    return scene
+
+
+def _read_everything(table: Table, scene: Scene, role: str) -> list[Any]:
+    """What every read path gives a new narrated session of ``role`` now: the view, history
+    and a subscription's catch-up, each event with its ``summary`` line."""
+    late = _narrating(table, role)
+    try:
+        view = late.call("get_combat", combat=scene.combat)
+        history = late.call("history", combat=scene.combat, limit=1000)
+        late.call("subscribe", combat=scene.combat, after=0)
+        return [view, history, [n.params for n in late.notes]]
+    finally:
+        late.close()
+
+
+@pytest.mark.parametrize("change", ["undone", "removed", "defeated"])
+def test_r16_a_hidden_combatant_stays_hidden_once_undone_removed_or_defeated(
+    table: Table, change: str
+) -> None:
+    scene = _lurking_scene(table, f"hiding-{change}")
+    ann = scene.turn()
+    live = {role: _narrating(table, role) for role in (*READERS, "narrator")}
+    try:
+        for reader in live.values():
+            reader.call("subscribe", combat=scene.combat, after=scene.seq())
+            reader.call("subscribe_all")
+        scene.do(
+            "add_combatant",
+            id="lurker",
+            display_name="Lurker",
+            tags=["lurker-tag"],
+            hidden=True,
+            faces=[5, 5, 6],
+        )
+        scene.do("apply_condition", target="lurker", type="custom", note="Lurker is webbed")
+        if change == "undone":
+            scene.do("undo")  # the condition
+            scene.do("undo")  # the addition: the state no longer has the lurker at all
+            assert "lurker" not in [c["id"] for c in scene.view()["combatants"]]
+        else:
+            verb = "remove" if change == "removed" else "defeat"
+            scene.do(f"{verb}_combatant", combatant="lurker")
+        for role in READERS:
+            everything = _read_everything(table, scene, role)
+            assert not _mentions(everything, "lurker"), role
+            # Live events, per combat and of every combat, were told as they happened (those
+            # queued before an answer are kept as its call reads it).
+            live[role].call("get_combat", combat=scene.combat)
+            got = [n.params for n in live[role].notes]
+            assert got, role
+            assert not _mentions(got, "lurker"), role
+            # The history a session reads later is what it was shown live.
+            told = [e["seq"] for e in everything[1]["events"] if e["seq"] > got[0]["seq"] - 1]
+            assert told == sorted({e["seq"] for e in got}), role
+        # The narrator still has everything: the test looks where the lurker is.
+        assert _mentions(_read_everything(table, scene, "narrator"), "lurker")
+        live["narrator"].call("get_combat", combat=scene.combat)
+        assert _mentions([n.params for n in live["narrator"].notes], "lurker-tag")
+        # An id that was hidden is refused like one that never was, in the same words.
+        u1 = table.sessions["player"]
+        refusals = []
+        for target in ("lurker", "nobody"):
+            with pytest.raises(CallError) as refused:
+                u1.call(
+                    "declare_action",
+                    combat=scene.combat,
+                    request_id=f"{scene.combat}:{target}",
+                    turn=ann,
+                    action={"kind": "attack", "targets": [target]},
+                )
+            error = refused.value
+            refusals.append((error.code, error.field, error.message.replace(target, "X")))
+        assert (
+            refusals[0]
+            == refusals[1]
+            == (
+                "unknown_combatant",
+                "action.targets",
+                refusals[1][2],
+            )
+        )
+    finally:
+        for reader in live.values():
+            reader.close()
+
+
+def test_r16_events_before_a_reveal_stay_hidden_over_the_wire(table: Table) -> None:
+    """R16: visibility is what was hidden when an event happened. Once revealed, players get
+    the whole combatant in ``combatant_revealed``, see it in the view and in every later
+    event; its addition and roll from before the reveal stay the narrator's."""
+    scene = _lurking_scene(table, "hiding-revealed")
+    scene.do("add_combatant", id="lurker", display_name="Lurker", hidden=True, faces=[5, 5, 6])
+    scene.do("reveal_combatant", combatant="lurker")
+    scene.do("defeat_combatant", combatant="lurker")
+    for role in READERS:
+        view, history, catch_up = _read_everything(table, scene, role)
+        assert "lurker" in [c["id"] for c in view["view"]["combatants"]], role
+        for events in (history["events"], catch_up):
+            about = [e["event"] for e in events if _mentions(e, "lurker")]
+            assert about == ["combatant_revealed", "combatant_defeated"], (role, about)
+            told = [e["summary"] for e in events if _mentions(e, "lurker")]
+            assert all(line and "Lurker" in line for line in told), (role, told)
+            revealed = [e["event"] for e in events].index("combatant_revealed")
+            assert not _mentions(events[:revealed], "lurker"), role
+
+
+# ------------------------------------------------------------ the largest combat, read by all
+
+
+def test_the_largest_combat_allowed_is_readable_by_every_role(table: Table) -> None:
+    """Combatants with every text field as long as allowed (four-byte characters) until the
+    daemon refuses one for the combat's size, then rolled, started and every turn held: the
+    largest view play can reach. Every role reads it whole, over TCP and WebSocket."""
+    scene = Scene(table, "largest")
+    scene.create()
+    big = "\U0001f600" * MAX_NAME
+    refused: CallError | None = None
+    added = 0
+    while refused is None:
+        try:
+            scene.do(
+                "add_combatant",
+                id=f"{added:03d}{big[: MAX_NAME - 3]}",
+                display_name=big,
+                controller=big,
+                init_mod=added,
+                tags=[f"{i:02d}:{big[: MAX_NAME - 3]}" for i in range(MAX_ITEMS)],
+            )
+            added += 1
+        except CallError as e:
+            refused = e
+    assert (refused.code, refused.field) == ("combat_too_large", "")
+    ids = [c["id"] for c in scene.view()["combatants"]]
+    assert len(ids) == added < MAX_COMBATANTS
+    for cid in ids:
+        scene.do("roll_initiative", combatant=cid, faces=[2, 3, 4])
+    scene.do("start_combat")
+    for _ in ids:
+        scene.do("hold", turn=scene.turn())
+    for role in ("narrator", "player", "player_u2", "observer", "bridge", "bridge_narrator"):
+        got = table.sessions[role].call("get_combat", combat=scene.combat)
+        size = len(wire.pack(wire.Response(1, None, got)))
+        assert size <= wire.MAX_MESSAGE_BYTES, role
+        if role.endswith("narrator"):
+            assert [c["id"] for c in got["view"]["combatants"]] == ids
+            assert MAX_VIEW_BYTES * 2 // 3 < size <= MAX_VIEW_BYTES + 1024, size

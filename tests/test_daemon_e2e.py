@@ -197,7 +197,8 @@ def test_subscribe_all_follows_every_combat_new_ones_included(tmp_path: Path) ->
     with running(tmp_path) as d:
         writer, reader = d.client(), d.client()
         _combat(writer, "first")
-        assert reader.call("subscribe_all") == {"seqs": {"first": 4}}
+        everything = {"seqs": {"first": 4}, "until": "first", "more": False}
+        assert reader.call("subscribe_all") == everything
         writer.call("start_combat", request_id="first-start", combat="first")
         _combat(writer, "second")
         seen = [

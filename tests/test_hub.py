@@ -3,16 +3,20 @@ quickly."""
 
 from __future__ import annotations
 
+import dataclasses
+import sqlite3
 from pathlib import Path
 
 import anyio
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from turnkeeper import host
 from turnkeeper.host import Hub, RequestError
-from turnkeeper.store import Store
+from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as c
+from turnkeeper_engine.plain import to_shared
 
 
 @pytest.fixture
@@ -37,3 +41,48 @@ async def test_a_daemon_holds_at_most_max_combats(
         assert sorted(hub.combats) == ["c0", "c1"]
         await store.stop()
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_quarantined_combats_row_shows_its_reason_cut_short(tmp_path: Path) -> None:
+    """A page of combats has a bounded size: a quarantine reason (an exception's text, of any
+    length) is cut to MAX_REASON_CHARS in its row; the daemon's log has it whole."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "bad", c.CreateCombat("bad", "marvel"), "r")
+        hub.combats["bad"].quarantined = "x" * (host.MAX_REASON_CHARS * 10)
+        assert hub.summaries() == [{"combat": "bad", "quarantined": "x" * host.MAX_REASON_CHARS}]
+        await store.stop()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_r16_a_snapshot_that_miscounts_its_log_is_passed_over(tmp_path: Path) -> None:
+    """The state tells what was hidden at which seq (R16): a snapshot whose state does not count
+    the events before it (one written before states counted them, say) would judge events by
+    the wrong moment, and leak what was hidden. The combat is rebuilt from its whole log, as
+    from any unreadable snapshot, so an upgraded daemon keeps serving it."""
+    store = Store.open(tmp_path)
+    hub = Hub(store, snapshot_every=2)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "r1")
+        add = c.AddCombatant("lurker", "Lurker", hidden=True)
+        await hub.execute("p", NARRATOR, "k", add, "r2")
+        state = hub.combats["k"].state
+        await store.stop()
+    store.close()
+    assert (state.seq, len(state.secrets)) == (4, 1)
+    miscounted = msgpack.packb(
+        to_shared(dataclasses.replace(state, seq=0, secrets=())), use_bin_type=True
+    )
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute("UPDATE snapshots SET body = ? WHERE combat_id = 'k'", (miscounted,))
+    db.close()
+    again = Hub(Store.open(tmp_path))
+    again.recover()
+    rebuilt = again.combat("k").state
+    assert (rebuilt.seq, rebuilt.secrets) == (state.seq, state.secrets)
+    again.store.close()

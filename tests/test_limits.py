@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import math
 
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from story import Story
+from turnkeeper_engine import NARRATOR, RuleError, view
 from turnkeeper_engine import commands as c
-from turnkeeper_engine.decide import MAX_COMBATANTS, MAX_ITEMS, MAX_NAME, MAX_NUMBER
+from turnkeeper_engine.decide import (
+    MAX_COMBATANTS,
+    MAX_ITEMS,
+    MAX_NAME,
+    MAX_NUMBER,
+    MAX_SECRETS,
+    MAX_TEXT,
+    MAX_VIEW_BYTES,
+    PLAY_IDS,
+)
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger
+from turnkeeper_engine.plain import Plain, encoded_size, to_plain
+from turnkeeper_sdk import wire
 
 
 def _started() -> Story:
@@ -68,3 +81,110 @@ def test_a_combat_holds_at_most_max_combatants() -> None:
         s.add(f"c{i}")
     refused = s.refuse(c.AddCombatant("one-too-many", "One too many"))
     assert (refused.code, refused.field) == ("too_many_combatants", "id")
+
+
+# ------------------------------------------------------------------- a combat's size, in all
+
+BIG = "\U0001f600" * MAX_NAME
+"""The longest name, in four-byte characters: the most bytes one name field can take."""
+
+
+def maximal_combatant(n: int) -> c.AddCombatant:
+    """A combatant whose every text field is as long as allowed, in four-byte characters."""
+    tag = BIG[: MAX_NAME - 3]
+    return c.AddCombatant(
+        f"{n:03d}{BIG[: MAX_NAME - 3]}",
+        BIG,
+        controller=BIG,
+        init_mod=n,  # no ties: no roll-offs
+        tags=tuple(f"{i:02d}:{tag}" for i in range(MAX_ITEMS)),
+    )
+
+
+def view_bytes(s: Story) -> int:
+    return len(msgpack.packb(to_plain(view(s.state, NARRATOR)), use_bin_type=True))
+
+
+def filled() -> Story:
+    """A combat with maximal combatants until the next is refused for its size."""
+    s = Story("marvel")
+    n = 0
+    while True:
+        result = s.engine.handle(maximal_combatant(n), s.now, NARRATOR)
+        if isinstance(result, RuleError):
+            assert (result.code, result.field) == ("combat_too_large", "")
+            assert str(MAX_VIEW_BYTES) in result.message
+            return s
+        n += 1
+
+
+def test_a_combat_grows_by_content_only_with_room_left_for_play_and_a_refusal_changes_nothing() -> (
+    None
+):
+    s = filled()
+    assert len(s.state.combatants) < MAX_COMBATANTS  # the size bound binds first
+    assert view_bytes(s) < MAX_VIEW_BYTES - len(s.state.combatants) * PLAY_IDS * len(BIG) * 4
+    webbed = c.ApplyCondition(s.state.combatants[0].id, "custom", note="x" * MAX_TEXT)
+    while not isinstance(refused := s.engine.handle(webbed, s.now, NARRATOR), RuleError):
+        pass  # conditions fill what room one more combatant did not
+    before = s.state
+    assert refused.code == "combat_too_large"
+    assert s.refuse(webbed).code == "combat_too_large"  # Story.refuse: nothing changed
+    assert s.state is before
+
+
+def test_a_combat_full_of_content_can_still_be_played_and_its_view_fits() -> None:
+    """Play adds no refusable content: rolls, the order, turns and holds fit the room kept."""
+    s = filled()
+    for combatant in s.state.combatants:
+        s.roll(combatant.id, 2, 3, 4)
+    s.do(c.StartCombat())
+    for _ in range(len(s.state.combatants)):
+        s.do(c.Hold(s.turn))
+    assert len(s.state.holds) == len(s.state.combatants) - 1
+    assert view_bytes(s) <= MAX_VIEW_BYTES
+    s.do(c.Undo())
+
+
+def test_the_encoded_size_is_what_the_codec_writes() -> None:
+    values: list[Plain] = [
+        None,
+        True,
+        *(v for b in (5, 7, 8, 15, 16, 31, 32) for v in (2**b - 1, 2**b, -(2**b), -(2**b) - 1)),
+        2**64 - 1,
+        -(2**63),
+        1.5,
+        *("é" * n for n in (0, 15, 16, 127, 128, 32767, 32768)),
+        list(range(15)),
+        list(range(16)),
+        list(range(70_000)),
+        {str(i): [i, None] for i in range(15)},
+        {str(i): {"x": i} for i in range(16)},
+        to_plain(view(filled().state, NARRATOR)),
+    ]
+    for value in values:
+        assert encoded_size(value) == len(msgpack.packb(value, use_bin_type=True))
+
+
+def test_every_view_fits_one_message_with_its_response() -> None:
+    largest_response = wire.Response(
+        wire.MAX_MSGID, None, {"combat": BIG, "seq": 2**53, "view": "v" * MAX_VIEW_BYTES}
+    )
+    assert len(wire.pack(largest_response)) <= wire.MAX_MESSAGE_BYTES
+
+
+def test_r16_the_record_of_hidden_stretches_is_bounded() -> None:
+    """Adding and undoing hidden combatants, or revealing and undoing, cannot grow the record
+    of what was hidden when (R16) without bound: past MAX_SECRETS both are refused."""
+    s = Story("marvel")
+    s.add("lurker", hidden=True)
+    while len(s.state.secrets) < MAX_SECRETS:
+        s.do(c.RevealCombatant("lurker"))
+        s.do(c.Undo())  # hidden again: a new stretch
+    for command, field in (
+        (c.RevealCombatant("lurker"), "combatant"),
+        (c.AddCombatant("shade", "Shade", hidden=True), "hidden"),
+    ):
+        refused = s.refuse(command)
+        assert (refused.code, refused.field) == ("too_many_secrets", field)
+    s.add("ogre")  # a visible one is still welcome

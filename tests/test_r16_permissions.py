@@ -13,7 +13,7 @@ from turnkeeper_engine import NARRATOR, Actor, State, evolve, view, visible
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
-from turnkeeper_engine.plain import event_from_plain, event_to_plain
+from turnkeeper_engine.plain import event_from_plain, event_to_plain, from_shared, to_shared
 
 U1 = player("u1")
 BRIDGE_U1 = Actor("player", "u1", "bridge:discord")
@@ -648,3 +648,94 @@ def test_r16_a_player_sees_its_own_hidden_combatant() -> None:
     added = [e for e in s.log if isinstance(e, ev.CombatantSlotted) and e.combatant == "shade"]
     assert visible(added[0], s.state, U1) is not None
     assert visible(added[0], s.state, player("u2")) is None
+
+
+def judged_later(s: Story, actor: Actor) -> list[ev.Event]:
+    """The whole log as ``actor`` sees it when reading it now (history, catch-up): each event
+    judged by its seq against the latest state."""
+    shown = (visible(e, s.state, actor, seq) for seq, e in enumerate(s.log, start=1))
+    return [e for e in shown if e is not None]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [c.Undo(), c.RemoveCombatant("ogre"), c.DefeatCombatant("ogre")],
+    ids=["undone", "removed", "defeated"],
+)
+@pytest.mark.parametrize("actor", READERS, ids=READER_IDS)
+def test_r16_hidden_stays_hidden_in_history_once_undone_removed_or_defeated(
+    change: c.Command, actor: Actor
+) -> None:
+    s = Story("marvel")
+    s.add("ann", controller="u1", player_character=True)
+    s.add("ogre", "Secret Ogre", hidden=True, tags=("boss",))
+    s.roll("ogre", 6, 6, 5)
+    if isinstance(change, c.Undo):
+        s.do(c.Undo())  # the roll
+        s.do(c.Undo())  # the addition: the ogre is gone from the state
+        assert s.state.get("ogre") is None
+    else:
+        s.do(change)
+    later = judged_later(s, actor)
+    assert later == seen_events(s, actor)
+    assert not any(mentions(e, "ogre") for e in later), later
+
+
+def test_r16_undo_of_a_reveal_hides_again_from_then_on() -> None:
+    s = hidden_table()
+    s.do(c.RevealCombatant("lurker"))
+    mark = len(s.log)
+    s.do(c.DefeatCombatant("lurker"))  # while revealed: seen
+    s.do(c.Undo())  # the defeat
+    s.do(c.Undo())  # the reveal: hidden again
+    s.do(c.DefeatCombatant("lurker"))  # while hidden again: not seen
+    later = judged_later(s, U1)
+    assert later == seen_events(s, U1)
+    marked = of(later, ev.CombatantDefeated)
+    assert len(marked) == 1
+    assert s.log.index(marked[0]) < len(s.log) - 2
+    assert any(isinstance(e, ev.CombatantRevealed) for e in s.log[:mark])
+
+
+def test_r16_events_before_a_reveal_stay_hidden_after_it() -> None:
+    """R16: visibility is decided by what was hidden when the event happened. A reveal
+    tells the whole combatant (``combatant_revealed``) and every event from then on; its
+    addition, its roll and its turns before the reveal stay the narrator's."""
+    s = hidden_table()
+    s.end_turn()
+    s.end_turn()  # the lurker's turn, unseen
+    s.do(c.RevealCombatant("lurker"))
+    later = judged_later(s, U1)
+    assert later == seen_events(s, U1)
+    about = [e for e in later if "lurker" in e.subjects()]
+    assert [e.name for e in about] == ["combatant_revealed"]
+    assert view(s.state, U1).turn == s.state.turn
+
+
+def test_r16_a_visible_combatant_reusing_an_undone_hidden_id_is_seen_from_its_addition() -> None:
+    s = Story("marvel")
+    s.add("ann", controller="u1", player_character=True)
+    s.add("x", "Hidden X", hidden=True)
+    s.do(c.Undo())
+    s.add("x", "Plain X")
+    later = judged_later(s, OBSERVER)
+    assert later == seen_events(s, OBSERVER)
+    names_seen = [e.combatant.name for e in of(later, ev.CombatantAdded)]
+    assert names_seen == ["Ann", "Plain X"]
+
+
+def test_r16_a_players_own_hidden_combatant_stays_its_own_once_undone() -> None:
+    s = Story("marvel")
+    s.add("shade", controller="u1", player_character=True, hidden=True)
+    s.do(c.Undo())
+    assert [e.combatant.id for e in of(judged_later(s, U1), ev.CombatantAdded)] == ["shade"]
+    assert of(judged_later(s, player("u2")), ev.CombatantAdded) == []
+
+
+def test_r16_the_record_of_secrets_survives_a_snapshot() -> None:
+    s = Story("marvel")
+    s.add("x", hidden=True)
+    s.do(c.Undo())
+    back = from_shared(State, to_shared(s.state))
+    assert (back.seq, back.secrets) == (s.state.seq, s.state.secrets) == (6, s.state.secrets)
+    assert [(k.combatant, k.since, k.until) for k in back.secrets] == [("x", 4, 6)]

@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 
-from daemon import Client, Daemon, running
+from daemon import Client, Daemon, create_many, running
 from node import node
+from turnkeeper.host import MAX_COMBAT_PAGE
 
 REPO = Path(__file__).resolve().parents[1]
 BROWSER_DIR = REPO / "tests" / "browser"
@@ -399,3 +400,15 @@ def test_every_page_text_is_a_literal_babel_extracts() -> None:
         assert plain == calls, f"{script.name}: t() of something else than a string: {calls}"
         found = {m[1] for m in extract_from_file("javascript", script, keywords={"t": None})}
         assert {json.loads(c) for c in calls} == found, script.name
+
+
+def test_the_combat_picker_lists_more_combats_than_one_page(tmp_path: Path) -> None:
+    """The daemon answers list_combats a page at a time: the picker reads every page, and the
+    combat sorting last (after every page but the last) opens from it and from a link."""
+    with running(tmp_path, http=True) as d:
+        filler = [f"a{i:04d}" for i in range(MAX_COMBAT_PAGE + 5)]
+        create_many(d.client(), filler)
+        bank(d, "zz-bank")
+        seen = scenario(d, "crowded", tmp_path, token=d.token("narrator"), combat="zz-bank")
+    assert seen["listed"] == len(filler) + 1
+    assert seen["opened"] == seen["linked"] == "Spider-Man"

@@ -233,6 +233,23 @@ async function refusalOf(promise) {
 // Scenarios ---------------------------------------------------------------------------------
 
 const scenarios = {
+  // More combats than one page of list_combats: the picker lists every one, and a combat whose
+  // id sorts after the first page opens, from the picker and from a link.
+  async crowded(context) {
+    const picker = await TablePage.open(context, "picker", { token: settings.token });
+    await picker.untilShown("open");
+    const listed = await picker.locator("combat").locator("option").count();
+    await picker.choose("combat", settings.combat);
+    await picker.shot("picker");
+    await picker.click("open");
+    await picker.untilTurn("spidey");
+    await picker.shot("opened");
+    const linked = await TablePage.open(context, "linked", { token: settings.token, combat: settings.combat });
+    await linked.untilTurn("spidey");
+    await linked.shot("linked");
+    return { listed, opened: await picker.text("turn-name"), linked: await linked.text("turn-name") };
+  },
+
   async narrator(context) {
     const table = await TablePage.open(context, "narrator", { token: settings.token, combat: settings.combat });
     await table.untilTurn("spidey");

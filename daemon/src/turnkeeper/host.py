@@ -7,6 +7,7 @@ combat's event order. Once a command is committed nothing waits on a plugin befo
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import gc
 import hashlib
@@ -62,6 +63,14 @@ combat's state and history first (``too_far_behind``), so no outbox ever holds a
 MAX_COMBATS = 100_000
 """Combats one daemon holds (ended ones included): at about 10 KiB each, a bound of a few GiB
 of memory, far above what any group of tables plays."""
+
+MAX_COMBAT_PAGE = 500
+"""Most combats one ``list_combats`` page or ``subscribe_all`` answer names. Its longest rows
+(an id of 128 four-byte characters, a ruleset name as long, or a quarantine reason cut to
+``MAX_REASON_CHARS``) take under 1.4 KiB each, so a page stays far inside the message limit."""
+
+MAX_REASON_CHARS = 200
+"""Longest quarantine reason a ``list_combats`` row shows; the daemon's log has it whole."""
 
 SNAPSHOT_EVERY = 1000
 """Events between two snapshots of a combat: start-up replays at most this many per combat,
@@ -186,14 +195,15 @@ def _numbered(
     plains: list[dict[str, Plain]] | None = None,
     locale: str | None = None,
 ) -> list[Plain]:
-    """Events as ``actor`` may see them, each with its sequence number (R16). ``plains`` are
+    """Events as ``actor`` may see them, each with its sequence number, judged by what was
+    hidden when each happened, not by ``state``, the latest (R16). ``plains`` are
     the events already encoded, reused wherever the actor sees an event unchanged. With a
     ``locale``, each carries its ``summary``, told from the event as the actor sees it, so a
     line never names what the event left out."""
     told = _telling(state, actor) if locale is not None else state
     shown: list[Plain] = []
     for i, (seq, event) in enumerate(events):
-        seen = visible(event, state, actor)
+        seen = visible(event, state, actor, seq)
         if seen is not None:
             body = plains[i] if plains is not None and seen is event else event_to_plain(seen)
             item: dict[str, Plain] = {"seq": seq, **body}
@@ -229,6 +239,8 @@ class Hub:
         self.dice: DiceSource = dice or SystemDice()
         self.clock = clock
         self.combats: dict[str, Combat] = {}
+        self.ids: list[str] = []
+        """Every combat's id, sorted: pages of combats are read from it by id (code points)."""
         self.everywhere: set[Subscriber] = set()
         self._creating = anyio.Lock()
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
@@ -259,6 +271,7 @@ class Hub:
                 combat = Combat(combat_id, State(), 0, loaded=False)
                 self._load(combat)
                 self.combats[combat_id] = combat
+        self.ids = sorted(self.combats)
 
     async def warm(self) -> None:
         """Rebuild every combat not yet rebuilt, one at a time, letting requests in between."""
@@ -301,14 +314,24 @@ class Hub:
         quarantined = loaded.quarantined
         if quarantined is None and loaded.snapshot is not None:
             seq, body = loaded.snapshot
+            problem: str | None = None
             try:
                 state = from_shared(State, body)
             except Exception as e:  # a snapshot is only a shortcut: the log is the record
+                problem = f"does not decode ({e})"
+            else:
+                # The state tells what was hidden at which seq (R16): a snapshot that miscounts
+                # its log (one written before states counted) would judge events by the wrong
+                # moment, so the log is replayed instead.
+                if state.seq != seq:
+                    problem = f"counts {state.seq} events"
+            if problem is not None:
                 log.warning(
                     "snapshot_unreadable",
                     combat=loaded.combat_id,
-                    detail=f"snapshot at seq {seq} does not decode ({e}), replaying the log",
+                    detail=f"snapshot at seq {seq} {problem}, replaying the log",
                 )
+                state = State()
                 seq = 0
                 try:
                     loaded = self.store.load_one(combat.id, use_snapshot=False)
@@ -402,6 +425,7 @@ class Hub:
                 # No hook stands for a combat's creation: nothing to prepare or observe.
                 result, _ = await self._apply(combat, request, actor, command, command.ruleset)
                 self.combats[combat_id] = combat
+                bisect.insort(self.ids, combat_id)
                 return result
         return await self._run(self.combat(combat_id), request, actor, command)
 
@@ -686,13 +710,31 @@ class Hub:
             return {"loaded": [], "failed": [], "skipped": []}
         return self.plugins.listing()
 
-    def summaries(self) -> Plain:
-        """One row per combat, for every role (ids, rulesets, phases and rounds are not
-        secret): from the stored summary while a combat is not rebuilt yet."""
+    def page(self, after: str | None, limit: int | None) -> list[Combat]:
+        """The combats whose ids sort after ``after`` (all with None), in id order: ``limit``
+        of them at most, or every one, refused when that is more than ``MAX_COMBAT_PAGE``.
+        Ids sort by code point, so a page read later starts where the last ended, whatever
+        was created in between or since a restart."""
+        start = 0 if after is None else bisect.bisect_right(self.ids, after)
+        if limit is None and len(self.ids) - start > MAX_COMBAT_PAGE:
+            raise RequestError(
+                "result_too_large",
+                "more than {limit} combats: page with after and limit",
+                "limit",
+                limit=MAX_COMBAT_PAGE,
+            )
+        ids = self.ids[start : start + (MAX_COMBAT_PAGE if limit is None else limit)]
+        return [self.combats[i] for i in ids]
+
+    def summaries(self, after: str | None = None, limit: int | None = None) -> Plain:
+        """One row per combat of a page (see ``page``), for every role (ids, rulesets, phases
+        and rounds are not secret): from the stored summary while a combat is not rebuilt
+        yet."""
         rows: list[Plain] = []
-        for c in self.combats.values():
+        for c in self.page(after, limit):
             if c.quarantined is not None:
-                rows.append({"combat": c.id, "quarantined": c.quarantined})
+                reason = c.quarantined[:MAX_REASON_CHARS]
+                rows.append({"combat": c.id, "quarantined": reason})
                 continue
             known = c.summary or {
                 "ruleset": c.state.ruleset,
@@ -732,11 +774,16 @@ class Hub:
             combat.subscribers.add(subscriber)
             return combat.seq
 
-    def subscribe_all(self, subscriber: Subscriber) -> Plain:
-        """Live events of every combat, new ones included, from now on; the last seq of each
-        combat is returned so a client can catch up on any with ``history``."""
+    def subscribe_all(self, subscriber: Subscriber, limit: int | None = None) -> Plain:
+        """Live events of every combat, new ones included, from now on. The last seq of each
+        combat of the first page (see ``page``) is returned, so a client can catch up on any
+        with ``history``; ``until`` is the page's last id and ``more`` whether combats follow
+        it, whose seqs ``list_combats`` pages on with. A refused request subscribes nothing."""
+        page = self.page(None, limit)
+        seqs: dict[str, Plain] = {c.id: c.seq for c in page if c.quarantined is None}
         self.everywhere.add(subscriber)
-        return {c.id: c.seq for c in self.combats.values() if c.quarantined is None}
+        until = page[-1].id if page else None
+        return {"seqs": seqs, "until": until, "more": len(page) < len(self.ids)}
 
     def unsubscribe(self, subscriber: Subscriber, combat_id: str | None = None) -> None:
         if combat_id is None:

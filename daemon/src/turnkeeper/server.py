@@ -33,7 +33,7 @@ from turnkeeper_sdk import wire
 
 from . import __version__, i18n
 from .auth import AuthError, Principal, Tokens
-from .host import SNAPSHOT_EVERY, Hub, RequestError
+from .host import MAX_COMBAT_PAGE, SNAPSHOT_EVERY, Hub, RequestError
 from .loader import PluginChoice, announce, load
 from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from .private import PRIVATE_FILE, LockHeldError, exclusive_lock, private_directory
@@ -320,14 +320,15 @@ class Connection:
             )
             return self._told(result, actor)
         if method == "list_combats":
-            return hub.summaries()
+            return hub.summaries(text(params, "after", required=False), _page_limit(params))
         if method == "list_plugins":
             return hub.plugin_listing()
         if method == "subscribe_all":
             if self.everywhere:
                 raise RequestError("already_subscribed", "subscribed to all already", "method")
+            answer = hub.subscribe_all(self, _page_limit(params))
             self.everywhere = True
-            return {"seqs": hub.subscribe_all(self)}
+            return answer
         if method == "unsubscribe_all":
             hub.everywhere.discard(self)
             self.everywhere = False
@@ -421,8 +422,16 @@ class Connection:
                 "max_message_bytes": wire.MAX_MESSAGE_BYTES,
                 "outbox_messages": OUTBOX_MESSAGES,
                 "max_history_page": MAX_HISTORY_PAGE,
+                "max_combat_page": MAX_COMBAT_PAGE,
             },
         }
+
+
+def _page_limit(params: Mapping[str, Any]) -> int | None:
+    """A page's ``limit``: None (every combat, if they fit one page) when not given."""
+    if params.get("limit") is None:
+        return None
+    return number(params, "limit", MAX_COMBAT_PAGE, 1, MAX_COMBAT_PAGE)
 
 
 def _one_message(data: bytes | str) -> list[wire.Message | wire.WireError]:

@@ -41,8 +41,10 @@ from .model import (
     perceives,
 )
 from .order import Unit, roll_off, slot_index, sort_units
+from .plain import encoded_size
 from .registry import CONDITION_TYPES
 from .rulesets import RULESETS, Ruleset
+from .views import view
 
 MAX_REROLLS = 10
 """Edges or troubles on one check: more has no meaning at a table and would only cost rolls."""
@@ -57,7 +59,7 @@ MAX_CONDITION_ROUNDS = 1000
 """Longest condition duration accepted, in turn boundaries."""
 MAX_COMBATANTS = 500
 """Combatants in one combat, removed ones included: a battle of hundreds is still a table's
-game, and a bound keeps every view and snapshot of a combat a few hundred kilobytes at most."""
+game. What they may carry in all is bounded by ``MAX_VIEW_BYTES``."""
 MAX_NAME = 128
 """Longest id, name, tag or zone: they label things, they are not documents."""
 MAX_ITEMS = 32
@@ -68,6 +70,27 @@ MAX_NUMBER = 1_000_000
 well inside every integer encoding."""
 MAX_TEXT = 2000
 """Longest free text (names, descriptions, triggers) the engine keeps."""
+MAX_SECRETS = 1000
+"""Hidden stretches one combat records (``State.secrets``): each hidden addition and each
+reveal may start one, and the record is kept for good (R16), so a narrator adding and undoing
+hidden combatants must not grow it, and every later read of the log, without bound. Twice
+``MAX_COMBATANTS``; an undone reveal may start one more, at most ``UNDO_DEPTH`` of them."""
+MAX_VIEW_BYTES = 960 * 1024
+"""Largest a combat may grow, counted as its whole view encoded (the narrator's: every other
+role's is a part of it). The limits above bound one item each, and their product is many
+megabytes; this bounds the sum, so a combat's view always fits in one protocol message
+(1 MiB) with the response around it. Commands that add content are held to it with room left
+for play (``PLAY_BYTES``, ``PLAY_IDS``, ``PLAY_FIXED``), so the others never need refusing:
+a combat full of content can still be played to its end."""
+PLAY_BYTES = 1280
+"""Room kept per combatant for what play adds besides its ids: its check once rolled (the dice,
+ten rerolls, who supplied them) and the numbers of its hold and of its claim in a window."""
+PLAY_IDS = 7
+"""Room kept per combatant, in ids as long as the combat's longest: its place in the order,
+its hold and the combatant the hold names, its entries in a window's ``offered``, ``passes``
+and ``sequence``, and its claim."""
+PLAY_FIXED = 4096
+"""Room kept once per combat: the turn in progress and a turn start's window."""
 
 
 @dataclass
@@ -133,7 +156,40 @@ def _decide(
     _HANDLERS[type(command)](ctx, command)
     if isinstance(command, cmd.Tick) and len(ctx.events) == 1:
         return []  # nothing was due: a tick that changes nothing is not recorded
+    if type(command) in _ADDS_CONTENT:
+        _within_size(ctx)
     return ctx.events
+
+
+_ADDS_CONTENT = frozenset(
+    {
+        cmd.AddCombatant,
+        cmd.ApplyCondition,
+        cmd.Surprise,
+        cmd.Reserve,
+        cmd.DeclareAction,
+        cmd.AnnounceTrigger,
+        cmd.ClaimReaction,
+        cmd.DisablePlugin,
+    }
+)
+"""Commands that put what a table chose (text, conditions, reservations, plugin names) into the
+state: the only ones held to ``MAX_VIEW_BYTES``. What every other command adds is bounded per
+combatant and kept room for."""
+
+
+def _within_size(ctx: _Ctx) -> None:
+    state = ctx.state
+    longest = max((encoded_size(c.id) for c in state.combatants), default=0)
+    room = PLAY_FIXED + len(state.combatants) * (PLAY_BYTES + PLAY_IDS * longest)
+    size = encoded_size(view(state, NARRATOR)) + room
+    if size > MAX_VIEW_BYTES:
+        raise _reject(
+            "combat_too_large",
+            "the combat would grow to {size} bytes with room for play, over its limit of {limit}",
+            size=size,
+            limit=MAX_VIEW_BYTES,
+        )
 
 
 # ---------------------------------------------------------------------------------- permission
@@ -381,6 +437,8 @@ def _add(ctx: _Ctx, c: cmd.AddCombatant) -> None:
         raise _reject(
             "too_many_combatants", "at most {limit} combatants", "id", limit=MAX_COMBATANTS
         )
+    if c.hidden:
+        _room_for_a_secret(ctx, "hidden")
     _names(c.tags, "tags")
     _number(c.init_mod, "init_mod")
     _number(c.dexterity, "dexterity")
@@ -517,7 +575,18 @@ def _reveal(ctx: _Ctx, c: cmd.RevealCombatant) -> None:
     combatant = _combatant(ctx, c.combatant)
     if not combatant.hidden:
         raise _reject("invalid_value", "{name} is not hidden", "combatant", name=combatant.name)
+    _room_for_a_secret(ctx, "combatant")  # undoing the reveal would start another stretch
     ctx.emit(ev.CombatantRevealed(replace(combatant, hidden=False)))
+
+
+def _room_for_a_secret(ctx: _Ctx, field_name: str) -> None:
+    if len(ctx.state.secrets) >= MAX_SECRETS:
+        raise _reject(
+            "too_many_secrets",
+            "this combat has hidden combatants {limit} times already",
+            field_name,
+            limit=MAX_SECRETS,
+        )
 
 
 def _end_combat(ctx: _Ctx, c: cmd.EndCombat) -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import events as ev
-from .model import Clock, Condition, Hold, State, Turn, Window
+from .model import Clock, Condition, Hold, Secret, State, Turn, Window
 
 _NOT_UNDOABLE = frozenset({"undo", "create_combat"})
 """Undo is itself never undone, and a combat's creation is where undo stops (R15)."""
@@ -255,16 +255,51 @@ def _t(state: State) -> Turn:
     return state.turn
 
 
+def _secrets(state: State, after: State, event: ev.Event, seq: int) -> tuple[Secret, ...]:
+    """The record of hidden stretches once ``event`` (number ``seq``) is folded into ``after``:
+    a hidden combatant's stretch begins with its addition and ends with its reveal, or when an
+    undo takes it away or makes it visible; an undo that brings one back hidden begins another."""
+    secrets = state.secrets
+    if isinstance(event, ev.CombatantRevealed):
+        gone = {event.combatant.id}
+    elif isinstance(event, ev.CombatantAdded):
+        c = event.combatant
+        return (*secrets, Secret(c.id, c.controller, seq)) if c.hidden else secrets
+    elif isinstance(event, ev.CommandUndone):
+        hidden = {c.id: c.controller for c in after.combatants if c.hidden}
+        gone = {s.combatant for s in secrets if s.until is None and s.combatant not in hidden}
+        still = {s.combatant for s in secrets if s.until is None} - gone
+        fresh = tuple(Secret(i, who, seq) for i, who in hidden.items() if i not in still)
+        secrets = (*secrets, *fresh)
+    else:
+        return secrets
+    return tuple(
+        replace(s, until=seq) if s.until is None and s.combatant in gone else s for s in secrets
+    )
+
+
 def evolve(state: State, event: ev.Event) -> State:
     """Fold one event into the state. Never fails on events ``decide`` produced."""
     if isinstance(event, ev.CommandRecorded):
         if event.command in _NOT_UNDOABLE:
-            return state
-        kept = state.undo[-(UNDO_DEPTH - 1) :]
-        return replace(state, undo=(*kept, replace(state, undo=())), last_command=event.command)
-    if isinstance(event, ev.CommandUndone):
-        return _undo(state)
-    return _FOLD[type(event)](state, event)
+            after = state
+        else:
+            kept = state.undo[-(UNDO_DEPTH - 1) :]
+            snapshot = replace(state, undo=())
+            after = replace(state, undo=(*kept, snapshot), last_command=event.command)
+    elif isinstance(event, ev.CommandUndone):
+        after = _undo(state)
+    else:
+        after = _FOLD[type(event)](state, event)
+    seq = state.seq + 1
+    secrets = _secrets(state, after, event, seq)
+    if after is state:
+        return replace(state, seq=seq, secrets=secrets)
+    # ``after`` was made just now for this event and nothing else holds it yet: the log's
+    # fields are set on it rather than the whole state copied once more (replay speed).
+    object.__setattr__(after, "seq", seq)
+    object.__setattr__(after, "secrets", secrets)
+    return after
 
 
 def fold(events: Iterable[ev.Event], state: State | None = None) -> State:

@@ -309,6 +309,23 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class Secret:
+    """A stretch of a combat's log in which a combatant was hidden (R16): the events from seq
+    ``since`` up to, not including, ``until`` (None: it is hidden still). Visibility is decided
+    by what was hidden when an event happened, so these are kept whatever becomes of the
+    combatant later: undone, removed, defeated or revealed."""
+
+    combatant: str
+    controller: str | None
+    """Who sees it anyway: a player sees its own hidden combatants."""
+    since: int
+    until: int | None = None
+
+    def covers(self, seq: int) -> bool:
+        return self.since <= seq and (self.until is None or seq < self.until)
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """One combat's whole state. Built only by folding events with ``evolve``."""
 
@@ -334,6 +351,13 @@ class State:
     serial: int = 0
     last_command: str = ""
     undo: tuple[State, ...] = field(default=(), repr=False)
+    seq: int = field(default=0, compare=False)
+    """Events folded so far: the seq of the last one. It is the log's, not the game's: undo
+    restores the game exactly (R15), so state equality leaves it out, and it goes on."""
+    secrets: tuple[Secret, ...] = field(default=(), compare=False)
+    """Every stretch of the log in which a combatant was hidden, in the order they began. Like
+    ``seq`` the log's record, kept across undo: an undone hidden combatant stays hidden in the
+    events it had (R16)."""
 
     def option(self, name: str) -> OptionValue:
         for key, value in self.options:

@@ -69,6 +69,54 @@ def to_plain(value: Any) -> Plain:
     raise TypeError(f"{kind.__name__} has no plain form")
 
 
+def _int_size(value: int) -> int:
+    if -32 <= value <= 127:
+        return 1
+    if value >= 0:
+        return 2 if value <= 0xFF else 3 if value <= 0xFFFF else 5 if value <= 0xFFFFFFFF else 9
+    return 2 if value >= -(2**7) else 3 if value >= -(2**15) else 5 if value >= -(2**31) else 9
+
+
+def _str_size(value: str) -> int:
+    n = len(value.encode())
+    return n + (1 if n < 32 else 2 if n < 0x100 else 3 if n < 0x10000 else 5)
+
+
+def _header(items: int) -> int:
+    return 1 if items < 16 else 3 if items < 0x10000 else 5
+
+
+@cache
+def _keys_size(cls: type) -> tuple[tuple[str, ...], int]:
+    """A record's field names and what its map's header and keys take, once per class."""
+    names = _field_names(cls) or ()
+    return names, _header(len(names)) + sum(_str_size(n) for n in names)
+
+
+def encoded_size(value: Any) -> int:
+    """How many bytes ``value`` (plain data, or a model value as ``to_plain`` gives it) takes
+    encoded as MessagePack in its shortest forms, as the protocol's codec writes it, counted
+    without encoding it (the engine encodes nothing)."""
+    kind = type(value)
+    if value is None or kind is bool:
+        return 1
+    if kind is int:
+        return _int_size(value)
+    if kind is float:
+        return 9
+    if kind is str:
+        return _str_size(value)
+    if kind is tuple or kind is list or kind is frozenset:
+        return _header(len(value)) + sum(encoded_size(v) for v in value)
+    if kind is dict:
+        entries = sum(encoded_size(k) + encoded_size(v) for k, v in value.items())
+        return _header(len(value)) + entries
+    names, size = _keys_size(typing.cast(type, kind))
+    if not names:
+        raise TypeError(f"{kind.__name__} has no plain form")
+    return size + sum(encoded_size(getattr(value, n)) for n in names)
+
+
 REF = "@"
 """Key of a reference to a shared node in ``to_shared`` data."""
 

@@ -122,12 +122,24 @@ _SECRET_FOR_PLAYERS = (
 )
 
 
-def visible(event: ev.Event, state: State, actor: Actor) -> ev.Event | None:
-    """``event`` as ``actor`` may see it, or None. ``state`` is the state right after the event
-    (so a reveal is visible, and what was hidden before it is not)."""
+def _hidden_at(state: State, seq: int, actor: Actor) -> frozenset[str]:
+    """Combatants hidden from this actor when event ``seq`` happened, whatever became of them
+    since (R16): a player always sees its own."""
+    return frozenset(
+        s.combatant
+        for s in state.secrets
+        if s.covers(seq) and (s.controller is None or s.controller != actor.user)
+    )
+
+
+def visible(event: ev.Event, state: State, actor: Actor, seq: int | None = None) -> ev.Event | None:
+    """``event`` as ``actor`` may see it, or None. ``seq`` is the event's number in the log:
+    what was hidden then stays hidden, also once the combatant is revealed, undone, removed or
+    defeated (R16); ``state`` is the latest state, which says whose reservations are secret.
+    Without ``seq`` the event is judged by what ``state`` hides now (an event just folded)."""
     if actor.role == "narrator":
         return event
-    hidden = _hidden(state, actor)
+    hidden = _hidden(state, actor) if seq is None else _hidden_at(state, seq, actor)
     if any(s in hidden for s in event.subjects()):
         return None
     if isinstance(event, _SECRET_FOR_PLAYERS) and _secret_reservation(state, event.subjects()[0]):

@@ -233,7 +233,12 @@ export interface HelloResult {
   session: Session;
   methods: MethodInfo[];
   events: { name: string; since: number }[];
-  limits: { max_message_bytes: number; outbox_messages: number; max_history_page: number };
+  limits: {
+    max_message_bytes: number;
+    outbox_messages: number;
+    max_history_page: number;
+    max_combat_page: number;
+  };
   [key: string]: unknown;
 }
 
@@ -465,8 +470,11 @@ export const LOCAL_CODES: Readonly<{
 export class Subscription implements AsyncIterableIterator<TurnkeeperEvent> {
   /** The combat followed, or null for every combat. */
   readonly combat: string | null;
-  /** The daemon's answer: `{combat, seq}` for `subscribe`, `{seqs}` for `subscribeAll`. */
-  readonly result: { combat: string; seq: number } | { seqs: Record<string, number> };
+  /** The daemon's answer: `{combat, seq}` for `subscribe`, `{seqs, until, more}` for
+   * `subscribeAll`, whose `seqs` the client completes from `listCombats` page by page. */
+  readonly result:
+    | { combat: string; seq: number }
+    | { seqs: Record<string, number>; until?: string | null; more?: boolean };
   /** Whether it has ended. */
   readonly closed: boolean;
   [Symbol.asyncIterator](): AsyncIterableIterator<TurnkeeperEvent>;
@@ -503,7 +511,8 @@ export class Client {
 
   // Session and queries
   hello(): Promise<HelloResult>;
-  listCombats(): Promise<CombatRow[]>;
+  /** Combats in id order after `after`: one page with `limit`, else every one, page by page. */
+  listCombats(params?: { after?: string; limit?: number }): Promise<CombatRow[]>;
   getCombat(params: { combat: string }): Promise<CombatSnapshot>;
   history(params: { combat: string; after?: number; limit?: number }): Promise<HistoryPage>;
   subscribe(params: { combat: string; after?: number }): Promise<Subscription>;

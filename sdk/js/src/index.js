@@ -63,6 +63,69 @@ const MAX_MSGID = 2 ** 32 - 1;
 const FALLBACK_MESSAGE_BYTES = 1_048_576;
 /** `history` page size when a hello names none: within every daemon's bound. */
 const FALLBACK_HISTORY_PAGE = 100;
+/** `list_combats` page size when a hello names none: within every daemon's bound. */
+const FALLBACK_COMBAT_PAGE = 100;
+/**
+ * Whether `a` sorts after `b` by Unicode code point, as the daemon orders ids (JavaScript's own
+ * `>` compares UTF-16 code units, which differs for characters beyond the BMP).
+ * @param {string} a
+ * @param {string} b
+ */
+function sortsAfter(a, b) {
+  const x = [...a];
+  const y = [...b];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const d = /** @type {number} */ (x[i].codePointAt(0)) - /** @type {number} */ (y[i].codePointAt(0));
+    if (d !== 0) return d > 0;
+  }
+  return x.length > y.length;
+}
+
+/**
+ * Every `list_combats` row after `after`, read page after page: a daemon answers at most a
+ * page per request, and ids only sort on, so pages neither miss nor repeat one.
+ * @param {(method: string, params: Record<string, unknown>) => Promise<any>} ask
+ * @param {number} page
+ * @param {string} [after]
+ * @returns {Promise<any[]>}
+ */
+async function everyCombat(ask, page, after) {
+  const rows = [];
+  for (;;) {
+    /** @type {Record<string, unknown>} */
+    const params = { limit: page };
+    if (after !== undefined) params.after = after;
+    const cursor = after;
+    /** @type {any[]} */
+    const got = (await ask("list_combats", params)).filter(
+      (/** @type {any} */ r) => cursor === undefined || sortsAfter(r.combat, cursor),
+    );
+    rows.push(...got);
+    if (got.length < page) return rows;
+    after = got[got.length - 1].combat;
+  }
+}
+
+/**
+ * `subscribe_all`, its `seqs` completed from `list_combats` when the daemon names only a page
+ * of combats in its answer. A combat's seq read later is no less than at the answer, and its
+ * events in between came as notifications before the page that names it.
+ * @param {(method: string, params: Record<string, unknown>) => Promise<any>} ask
+ * @param {number} page
+ * @returns {Promise<{seqs: Record<string, number>, until?: string | null, more?: boolean}>}
+ */
+async function subscribeEverywhere(ask, page) {
+  const result = { ...(await ask("subscribe_all", { limit: page })) };
+  if (result.more) {
+    const seqs = { ...result.seqs };
+    for (const row of await everyCombat(ask, page, result.until)) {
+      if (!("quarantined" in row)) seqs[row.combat] = row.seq;
+    }
+    result.seqs = seqs;
+  }
+  return result;
+}
+
 /** The client's own failures, as opposed to the daemon's refusals. @type {Set<string>} */
 const LOCAL = new Set([
   LOCAL_CODES.CONNECTION_LOST,
@@ -253,9 +316,21 @@ export class Client {
     return this.helloResult;
   }
 
-  /** Every combat: `{combat, ruleset, phase, round, seq}`, or `{combat, quarantined}`. */
-  listCombats() {
-    return this._call("list_combats", {});
+  /**
+   * Combats in id order: `{combat, ruleset, phase, round, seq}`, or `{combat, quarantined}`.
+   * Those whose ids sort after `after` (every one by default); with `limit`, one page of at
+   * most that many (page on with `after` = the last row's `combat`), otherwise all of them,
+   * read a page at a time.
+   * @param {{after?: string, limit?: number}} [params]
+   */
+  listCombats(params = {}) {
+    if (params.limit !== undefined) return this._call("list_combats", { ...params });
+    return everyCombat((m, p) => this._call(m, p), this._combatPage(), params.after);
+  }
+
+  /** The daemon's `list_combats` page size, or one every daemon takes. */
+  _combatPage() {
+    return this.helloResult?.limits?.max_combat_page ?? FALLBACK_COMBAT_PAGE;
   }
 
   /** A combat as the caller may see it: `{combat, seq, view}`. @param {{combat: string}} params */
@@ -327,7 +402,7 @@ export class Client {
     const sub = new Subscription(this, null, 0, this.eventBuffer);
     this._all = sub;
     try {
-      sub.result = await this._call("subscribe_all", {});
+      sub.result = await subscribeEverywhere((m, p) => this._call(m, p), this._combatPage());
       for (const [combat, seq] of Object.entries(sub.result?.seqs ?? {})) {
         sub._last.set(combat, Math.max(sub._lastSeq(combat), seq));
       }
@@ -784,7 +859,9 @@ export class Client {
     /** @type {Record<string, number>} */
     let seqs;
     try {
-      seqs = (await this._ask(conn, "subscribe_all", {})).seqs;
+      const ask = (/** @type {string} */ m, /** @type {Record<string, unknown>} */ p) =>
+        this._ask(conn, m, p);
+      seqs = (await subscribeEverywhere(ask, this._combatPage())).seqs;
     } catch (e) {
       if (!isRefusal(e)) throw e;
       sub._end(e);

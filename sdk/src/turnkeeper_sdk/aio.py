@@ -166,6 +166,9 @@ would not help a slow consumer; it also holds a whole catch-up (at most 1000 eve
 FALLBACK_HISTORY_PAGE = 100
 """``history`` page size when a daemon's hello names none: within every daemon's bound."""
 
+FALLBACK_COMBAT_PAGE = 100
+"""``list_combats`` page size when a daemon's hello names none: within every daemon's bound."""
+
 RECV_BYTES = 65536
 """Bytes read per receive: a typical reply or burst of events in one system call."""
 
@@ -286,6 +289,39 @@ class _Connection:
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     self.drop()
                     raise _Dropped from None
+
+
+Ask = Callable[[str, dict[str, Any]], Awaitable[Any]]
+"""Sends one query and returns its result (or raises its error)."""
+
+
+async def _every_combat(ask: Ask, page: int, after: str | None = None) -> list[dict[str, Any]]:
+    """Every ``list_combats`` row after ``after``, read page after page: a daemon answers at
+    most a page per request, and ids only sort on, so pages neither miss nor repeat one."""
+    rows: list[dict[str, Any]] = []
+    while True:
+        params: dict[str, Any] = {"limit": page}
+        if after is not None:
+            params["after"] = after
+        got = [r for r in await ask("list_combats", params) if after is None or r["combat"] > after]
+        rows.extend(got)
+        if len(got) < page:
+            return rows
+        after = got[-1]["combat"]
+
+
+async def _subscribe_everywhere(ask: Ask, page: int) -> dict[str, Any]:
+    """``subscribe_all``, its ``seqs`` completed from ``list_combats`` when the daemon names
+    only a page of combats in its answer. A combat's seq read later is no less than at the
+    answer, and its events in between came as notifications before the page that names it."""
+    result = dict(await ask("subscribe_all", {"limit": page}))
+    if result.get("more"):
+        seqs = dict(result["seqs"])
+        for row in await _every_combat(ask, page, result["until"]):
+            if "quarantined" not in row:
+                seqs[row["combat"]] = row["seq"]
+        result["seqs"] = seqs
+    return result
 
 
 def _result(response: wire.Response) -> Any:
@@ -735,15 +771,16 @@ class AsyncClient:
         """``subscribe_all`` has no ``after``: subscribe, then read what each combat recorded
         while disconnected from ``history``, holding live events back until the gap is filled."""
         sub._hold()
+
+        async def ask(method: str, params: dict[str, Any]) -> Any:
+            return _result(await conn.request(method, params, self.call_timeout))
+
         try:
-            seqs = _result(await conn.request("subscribe_all", {}, self.call_timeout))["seqs"]
+            seqs = (await _subscribe_everywhere(ask, self._limit("max_combat_page")))["seqs"]
         except CallError as refused:
             sub._end(refused)
             return
-        limits = self._hello.get("limits")
-        page = limits.get("max_history_page") if isinstance(limits, dict) else None
-        if not isinstance(page, int) or page < 1:
-            page = FALLBACK_HISTORY_PAGE
+        page = self._limit("max_history_page")
         for combat, seq in seqs.items():
             after = sub._last_seq(combat)
             while after < seq and not sub._ended:
@@ -863,7 +900,9 @@ class AsyncClient:
             self._subs[combat] = sub
         try:
             if combat is None:
-                sub.result = await self._call("subscribe_all", {})
+                await self._connection()  # its hello names the daemon's page size
+                page = self._limit("max_combat_page")
+                sub.result = await _subscribe_everywhere(self._call, page)
                 for name, seq in sub.result["seqs"].items():
                     sub._last[name] = max(sub._last_seq(name), seq)
             else:
@@ -899,10 +938,30 @@ class AsyncClient:
         await self._connection()
         return dict(self._hello)
 
-    async def list_combats(self) -> list[dict[str, Any]]:
-        """Every combat: ``{"combat", "ruleset", "phase", "round", "seq"}``, or
-        ``{"combat", "quarantined"}`` for a quarantined one."""
-        return cast(list[dict[str, Any]], await self._call("list_combats", {}))
+    async def list_combats(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Combats in id order: ``{"combat", "ruleset", "phase", "round", "seq"}``, or
+        ``{"combat", "quarantined"}`` for a quarantined one. Those whose ids sort after
+        ``after`` (every one by default); with ``limit``, one page of at most that many
+        (page on with ``after`` = the last row's ``combat``), otherwise all of them, read a
+        page at a time."""
+        if limit is not None:
+            params: dict[str, Any] = {"limit": limit}
+            if after is not None:
+                params["after"] = after
+            return cast(list[dict[str, Any]], await self._call("list_combats", params))
+        await self._connection()
+        return await _every_combat(self._call, self._limit("max_combat_page"), after)
+
+    def _limit(self, name: str) -> int:
+        """A page size the daemon's hello names (``max_combat_page``, ``max_history_page``),
+        or one every daemon takes."""
+        limits = self._hello.get("limits")
+        value = limits.get(name) if isinstance(limits, dict) else None
+        if isinstance(value, int) and value >= 1:
+            return value
+        return FALLBACK_COMBAT_PAGE if name == "max_combat_page" else FALLBACK_HISTORY_PAGE
 
     async def get_combat(self, combat: str) -> CombatSnapshot:
         """A combat as the caller may see it, with the last seq its view includes."""
@@ -938,7 +997,8 @@ class AsyncClient:
     def subscribe_all(self) -> Subscription:
         """The live events of every combat, combats created later included, from the moment of
         the answer on. Use like :meth:`subscribe`; ``result["seqs"]`` then holds each combat's
-        last seq at that moment."""
+        last seq (read page after page with ``list_combats`` where the daemon's answer names a
+        page only)."""
         return Subscription(self, None, 0, self.event_buffer)
 
     async def list_plugins(self) -> dict[str, Any]:

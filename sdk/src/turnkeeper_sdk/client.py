@@ -15,7 +15,7 @@ from typing import Any
 from . import wire
 from .errors import CallError
 
-__all__ = ["CALL_TIMEOUT", "MAX_KEPT_NOTIFICATIONS", "CallError", "Client"]
+__all__ = ["CALL_TIMEOUT", "FALLBACK_COMBAT_PAGE", "MAX_KEPT_NOTIFICATIONS", "CallError", "Client"]
 
 CALL_TIMEOUT = 30.0
 """Seconds a call waits for its answer before the connection is considered dead."""
@@ -23,6 +23,8 @@ MAX_KEPT_NOTIFICATIONS = 100_000
 """Notifications kept unread; past this the client raises rather than grow without bound."""
 RECV_BYTES = 65536
 """Bytes read per receive: large enough for a typical reply in one system call."""
+FALLBACK_COMBAT_PAGE = 100
+"""``list_combats`` page size when the daemon's hello names none: within every daemon's bound."""
 
 
 class Client:
@@ -35,6 +37,8 @@ class Client:
         self._ids = itertools.count(1)
         self._incoming: list[wire.Message | wire.WireError] = []
         self.notes: list[wire.Notification] = []
+        self.limits: dict[str, Any] = {}
+        """The daemon's limits, as its answer to :meth:`hello` named them."""
 
     @classmethod
     def unix(cls, path: Path | str, timeout: float = CALL_TIMEOUT) -> Client:
@@ -125,4 +129,29 @@ class Client:
             params["token"] = token
         if locale is not None:
             params["locale"] = locale
-        return self.call("hello", **params)
+        result = self.call("hello", **params)
+        limits = result.get("limits") if isinstance(result, dict) else None
+        self.limits = limits if isinstance(limits, dict) else {}
+        return result
+
+    def list_combats(self) -> list[dict[str, Any]]:
+        """Every combat's ``list_combats`` row, in id order, read a page at a time: a daemon
+        answers at most a page per request."""
+        page = self.limits.get("max_combat_page")
+        if not isinstance(page, int) or page < 1:
+            page = FALLBACK_COMBAT_PAGE
+        rows: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": page}
+            if after is not None:
+                params["after"] = after
+            got = [
+                r
+                for r in self.call("list_combats", **params)
+                if after is None or r["combat"] > after
+            ]
+            rows.extend(got)
+            if len(got) < page:
+                return rows
+            after = got[-1]["combat"]
