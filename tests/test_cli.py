@@ -189,13 +189,13 @@ def test_token_secrets_never_start_with_a_dash_and_keep_all_their_random_bits() 
     assert {r[0] for r in randoms} == set(string.ascii_letters + string.digits + "-_")
 
 
-def test_a_reader_that_goes_away_ends_the_listing_quietly() -> None:
-    """``turnkeeper plugins | head``: the reader is gone before the listing is written."""
+def into_a_closed_pipe(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``turnkeeper ARGS | head`` where head has gone before the first line is written."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "turnkeeper.cli", "plugins"],
+        return subprocess.run(
+            [sys.executable, "-m", "turnkeeper.cli", *map(str, args)],
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -204,6 +204,10 @@ def test_a_reader_that_goes_away_ends_the_listing_quietly() -> None:
         )
     finally:
         os.close(write_end)
+
+
+def test_a_reader_that_goes_away_ends_the_listing_quietly() -> None:
+    done = into_a_closed_pipe("plugins")
     assert done.stderr == ""
     assert done.returncode == 128 + 13  # as for a tool that SIGPIPE ended
 
@@ -379,6 +383,12 @@ def test_watch_reconnects_across_a_restart_and_gives_up_with_a_message(
     (gave_up,) = [e for e in ended if isinstance(e, GaveUp)]
     assert str(gave_up).startswith("the daemon stayed out of reach for 1 s (")
     assert str(gave_up).endswith("); giving up")
+
+
+def test_watch_into_a_closed_pipe_ends_quietly_rather_than_reconnecting(watched: Daemon) -> None:
+    done = into_a_closed_pipe("watch", "bank", "--socket", watched.socket)
+    assert done.stderr == ""
+    assert done.returncode == 128 + 13
 
 
 def test_watch_warns_of_a_locale_it_does_not_speak_and_takes_a_token_secret(

@@ -511,6 +511,13 @@ def _watch(args: argparse.Namespace) -> int:
         print(f"turnkeeper: cannot connect to {where}: {_why(e)}", file=sys.stderr)
         return 1
 
+    def show(board: str) -> None:
+        try:
+            print(board, flush=True)
+        except BrokenPipeError as e:
+            # Not a lost connection to the daemon, which watch would retry: the reader is gone.
+            raise ReaderGone from e
+
     def status(text: str) -> None:
         print(f"turnkeeper: {text}", file=sys.stderr, flush=True)
 
@@ -518,13 +525,17 @@ def _watch(args: argparse.Namespace) -> int:
         watch(
             client,
             args.combat,
-            lambda board: print(board, flush=True),
+            show,
             once=args.once,
             locale=locale,
             reconnect=connect,
             status=status,
         )
     return 0
+
+
+class ReaderGone(Exception):  # noqa: N818 - what happened, not a fault
+    """Standard output's reader went away (``turnkeeper watch X | head``)."""
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -548,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
+    except (BrokenPipeError, ReaderGone):
         # The reader went away (``turnkeeper plugins | head``): nothing is left to say, and
         # Python's own flush at exit must not say it either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
