@@ -595,8 +595,10 @@ def _why(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         where = f"{error.filename}: " if error.filename is not None else ""
         return where + error.strerror
-    if isinstance(error, TemplatedError | CallError | GaveUp):
-        return str(getattr(error, "message", error))
+    if isinstance(error, TemplatedError):
+        return error.message
+    if isinstance(error, CallError | GaveUp):
+        return str(error)
     if isinstance(error, OSError | sqlite3.Error):
         return str(error) or type(error).__name__
     return f"internal error: {type(error).__name__}: {error}"
