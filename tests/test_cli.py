@@ -106,6 +106,9 @@ def test_an_unopenable_store_is_one_line_naming_the_data_dir(tmp_path: Path) -> 
     assert line.startswith("turnkeeper: ")
     assert str(data) in line
     assert "Traceback" not in done.stderr
+    debug = serve(tmp_path, "--data-dir", data, env={"TURNKEEPER_DEBUG": "1"})
+    assert debug.returncode != 0
+    assert "Traceback" in debug.stderr
 
 
 def test_a_socket_below_a_regular_file_is_one_line_naming_it(tmp_path: Path) -> None:
