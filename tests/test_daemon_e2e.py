@@ -214,13 +214,14 @@ def test_subscribe_all_follows_every_combat_new_ones_included(tmp_path: Path) ->
 def test_no_peer_narrator_makes_even_the_own_uid_show_a_token(tmp_path: Path) -> None:
     from daemon import Client
 
-    with running(tmp_path, False, "--no-peer-narrator") as d:
+    with running(tmp_path, False, "--no-peer-narrator", "--debug") as d:
         with pytest.raises(CallError) as refused:
             Client.unix(d.socket).hello()
         assert (refused.value.code, refused.value.field) == ("unauthenticated", "token")
         c = Client.unix(d.socket)
         assert c.hello(d.token("observer"))["session"]["role"] == "observer"
         log = [line for line in d.log.read_text().splitlines() if '"request"' in line]
+        assert log
         assert all('"connection": "c' in line for line in log)
 
 

@@ -17,14 +17,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+import structlog
+
 from turnkeeper_engine import Actor
 from turnkeeper_engine.errors import Arg, TemplatedError
+
+log = structlog.get_logger("turnkeeper.auth")
 
 TokenRole = Literal["narrator", "player", "observer", "bridge"]
 ROLES: tuple[TokenRole, ...] = ("narrator", "player", "observer", "bridge")
 TOKEN_FILE = "tokens.json"
 TOKEN_BYTES = 32
 """256 bits of secret: guessing is hopeless, and it still fits on a line."""
+SECRET_PREFIX = "tk_"
+"""Starts every secret: base64url may start with ``-``, and ``--token -x…`` reads as an
+option. The prefix adds no secrecy and takes none: all TOKEN_BYTES stay random."""
 MAX_TOKENS = 10_000
 """The file is read whole at each start; a table has a handful of tokens, a server hundreds."""
 
@@ -37,6 +44,14 @@ class AuthError(TemplatedError):
         super().__init__(template, args)
         self.code = code
         self.field = field
+
+
+class TokenFileError(TemplatedError):
+    """The token file cannot be used: the message names the file and what is wrong with it.
+    It stops the daemon's start and the ``token`` commands; it is never sent to a client."""
+
+    def __init__(self, template: str, **args: Arg) -> None:
+        super().__init__(template, args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,25 +107,126 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def new_secret() -> str:
+    """A fresh token secret: SECRET_PREFIX, then TOKEN_BYTES random bytes in base64url."""
+    return SECRET_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+
+
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "role": (str,),
+    "user": (str, type(None)),
+    "narrator": (bool,),
+    "hash": (str,),
+    "created": (int, float),
+}
+"""A token record's fields and the JSON types each may hold."""
+
+
+def _parse(path: Path, text: str) -> list[TokenRecord]:
+    """The records of a token file, or a ``TokenFileError`` naming the file and what is wrong."""
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise TokenFileError(
+            "{path}: not valid JSON ({error})", path=str(path), error=str(e)
+        ) from e
+    if not isinstance(raw, list):
+        raise TokenFileError("{path}: not a list of tokens", path=str(path))
+    if len(raw) > MAX_TOKENS:
+        raise TokenFileError(
+            "{path}: more than {limit} tokens",
+            path=str(path),
+            limit=MAX_TOKENS,
+        )
+    records = []
+    for n, item in enumerate(raw, start=1):
+        if not isinstance(item, dict) or set(item) != set(_FIELDS):
+            raise TokenFileError(
+                "{path}: token {n} does not have exactly the fields {fields}",
+                path=str(path),
+                n=n,
+                fields=", ".join(_FIELDS),
+            )
+        for name, types in _FIELDS.items():
+            # bool is an int to Python: a ``created`` of true is still refused.
+            value = item[name]
+            if not isinstance(value, types) or (name == "created" and isinstance(value, bool)):
+                raise TokenFileError(
+                    "{path}: token {n} has a {field} of the wrong type",
+                    path=str(path),
+                    n=n,
+                    field=name,
+                )
+        if item["role"] not in ROLES:
+            raise TokenFileError(
+                "{path}: token {n} has an unknown role {role!r}",
+                path=str(path),
+                n=n,
+                role=item["role"],
+            )
+        records.append(TokenRecord(**item))
+    return records
+
+
 class Tokens:
     """The token file of a data directory."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / TOKEN_FILE
-        self._cache: tuple[tuple[int, int], list[TokenRecord]] | None = None
+        self._cache: tuple[tuple[int, int], list[TokenRecord] | TokenFileError] | None = None
+        self._good: list[TokenRecord] = []
+        """The last tokens read without a problem: what a running daemon keeps using while
+        the file is malformed."""
+        self._problem: str | None = None
+        """The problem last logged by ``load``, so that it is logged once, not per request."""
 
-    def load(self) -> list[TokenRecord]:
+    def read(self) -> list[TokenRecord]:
         """The tokens, re-read only when the file changed (a revocation takes effect at once,
-        without a read of the file per request)."""
+        without a read of the file per request). A malformed or unreadable file raises
+        ``TokenFileError`` naming the file and the problem."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
+            self._cache = None
+            self._good = []
             return []
         stamp = (st.st_mtime_ns, st.st_size)
         if self._cache is None or self._cache[0] != stamp:
-            raw = json.loads(self.path.read_text())
-            self._cache = (stamp, [TokenRecord(**item) for item in raw[:MAX_TOKENS]])
-        return self._cache[1]
+            try:
+                text = self.path.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                # Not remembered: a permission put right changes no modification time.
+                why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+                raise TokenFileError(
+                    "{path}: cannot be read ({error})",
+                    path=str(self.path),
+                    error=why or type(e).__name__,
+                ) from e
+            try:
+                self._cache = (stamp, _parse(self.path, text))
+            except TokenFileError as e:
+                self._cache = (stamp, e)
+        found = self._cache[1]
+        if isinstance(found, TokenFileError):
+            raise found
+        self._good = found
+        return found
+
+    def load(self) -> list[TokenRecord]:
+        """The tokens, for a running daemon: when the file turns malformed (a hand edit gone
+        wrong), the last good tokens stay in force and the problem is logged as an error, once
+        until the file is good again. Refusing every token instead would lock out every table
+        for a typo; and the daemon reads the file at start-up, so it never starts on a bad one."""
+        try:
+            records = self.read()
+        except TokenFileError as e:
+            if e.message != self._problem:
+                self._problem = e.message
+                log.error("token_file_invalid", path=str(self.path), problem=e.message)
+            return self._good
+        self._problem = None
+        return records
 
     def still_valid(self, principal: Principal) -> bool:
         """False once the token a session authenticated with has been revoked."""
@@ -140,10 +256,10 @@ class Tokens:
             raise AuthError("invalid_value", "a player token is bound to a user id", "user")
         if narrator and role != "bridge":
             raise AuthError("invalid_value", "only a bridge token takes --narrator", "narrator")
-        records = self.load()
+        records = self.read()
         if len(records) >= MAX_TOKENS:
             raise AuthError("limit_reached", "at most {limit} tokens", "role", limit=MAX_TOKENS)
-        secret = secrets.token_urlsafe(TOKEN_BYTES)
+        secret = new_secret()
         record = TokenRecord(
             id=secrets.token_hex(4),
             role=role,
@@ -156,7 +272,8 @@ class Tokens:
         return record, secret
 
     def revoke(self, token_id: str) -> bool:
-        records = self.load()
+        """Remove a token; False if there is none with that id."""
+        records = self.read()
         kept = [r for r in records if r.id != token_id]
         if len(kept) == len(records):
             return False

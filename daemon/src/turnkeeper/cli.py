@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import sqlite3
 import sys
-from collections.abc import Sequence
+from argparse import _ArgumentGroup
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, demo
+from turnkeeper_engine.errors import TemplatedError
+from turnkeeper_sdk.client import CallError
+
+from . import __version__, demo, i18n
+from .logs import LOG_FORMATS
+from .watch import GaveUp
 
 if TYPE_CHECKING:
     from .loader import PluginChoice, PluginPath
 
 PAGES_PER_MIB = 256
 """SQLite's default page is 4 KiB."""
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""A shell's code for a command ended by Ctrl-C."""
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""A shell's code for a command whose reader went away, as for any tool killed by SIGPIPE."""
 
 
 def default_data_dir() -> Path:
@@ -59,40 +73,234 @@ def _plugin_path(value: str) -> PluginPath:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
-def _plugin_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags that choose plugins: ``serve`` and ``plugins`` take the same, so the listing
-    shows what the daemon would run."""
-    env = os.environ.get
-    # String defaults go through ``type`` too, so a bad environment value is a usage error.
-    parser.add_argument(
-        "--plugins",
-        type=_names,
-        default=env("TURNKEEPER_PLUGINS") or None,
-        metavar="NAME[,NAME...]",
-        help="load only these installed plugins (env TURNKEEPER_PLUGINS; default: all)",
-    )
-    parser.add_argument(
-        "--no-plugins",
-        type=_names,
-        default=env("TURNKEEPER_NO_PLUGINS") or None,
-        metavar="NAME[,NAME...]",
-        help="never load these installed plugins (env TURNKEEPER_NO_PLUGINS)",
-    )
-    parser.add_argument(
-        "--plugin",
-        type=_plugin_path,
-        action="append",
-        default=[],
-        metavar="[NAME=]MODULE[:ATTR]",
-        help="also load a plugin by import path, without installing it (repeatable)",
-    )
-    parser.add_argument(
-        "--plugin-budget-ms",
-        type=_positive,
-        default=env("TURNKEEPER_PLUGIN_BUDGET_MS") or "50",
-        metavar="N",
-        help="milliseconds one hook call may take (env TURNKEEPER_PLUGIN_BUDGET_MS)",
-    )
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """An option that falls back to an environment variable, then to a default.
+
+    The environment is read only after the command line is parsed, and only for the command's
+    own options: a bad value can never stop ``--help`` or another command, and it is reported
+    as a usage error naming the variable.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    env: str | None = None
+    parse: Callable[[str], Any] = str
+    """Turns a command-line or environment value into the option's value."""
+    default: Callable[[], Any] = lambda: None
+    """Called only when neither gives a value: the default paths read the environment too."""
+    switch: bool = False
+    """A flag without a value; its variable is ``1`` (on) or ``0`` (off)."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Further ``add_argument`` arguments (``metavar``, ``action``)."""
+
+    @property
+    def dest(self) -> str:
+        return self.flags[0].removeprefix("--").replace("-", "_")
+
+    def add(self, parser: argparse.ArgumentParser | _ArgumentGroup) -> None:
+        """Add the option with no default: what is absent after parsing was not given."""
+        if self.switch:
+            parser.add_argument(
+                *self.flags, action="store_true", default=argparse.SUPPRESS, help=self.help
+            )
+            return
+        parser.add_argument(
+            *self.flags, type=self.parse, default=argparse.SUPPRESS, help=self.help, **self.kwargs
+        )
+
+    def resolve(self, args: argparse.Namespace) -> None:
+        """Fill in the value from the environment or the default when the command line had
+        none; raises ``EnvironmentValueError`` for a value that does not parse."""
+        if hasattr(args, self.dest):
+            return
+        raw = os.environ.get(self.env) if self.env else None
+        if not raw:
+            setattr(args, self.dest, self.default())
+            return
+        try:
+            value = _switch(raw) if self.switch else self.parse(raw)
+        except argparse.ArgumentTypeError as e:
+            raise EnvironmentValueError(f"{self.env}={raw!r}: {e}") from e
+        setattr(args, self.dest, value)
+
+
+class EnvironmentValueError(Exception):
+    """A ``TURNKEEPER_*`` variable that the command reads holds a value it cannot use."""
+
+
+def _switch(value: str) -> bool:
+    if value not in ("0", "1"):
+        raise argparse.ArgumentTypeError("expected 1 (on) or 0 (off)")
+    return value == "1"
+
+
+def _snapshot_every() -> int:
+    from .host import SNAPSHOT_EVERY
+
+    return SNAPSHOT_EVERY
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise argparse.ArgumentTypeError("expected one of " + ", ".join(choices))
+        return value
+
+    return parse
+
+
+DEBUG = Setting(
+    ("--debug",),
+    "log every request, and show a traceback when the command fails (env TURNKEEPER_DEBUG=1)",
+    env="TURNKEEPER_DEBUG",
+    switch=True,
+    default=lambda: False,
+)
+DATA_DIR = Setting(
+    ("--data-dir",),
+    "where combats and tokens are stored (env TURNKEEPER_DATA_DIR)",
+    env="TURNKEEPER_DATA_DIR",
+    parse=Path,
+    default=default_data_dir,
+    kwargs={"metavar": "DIR"},
+)
+SOCKET = Setting(
+    ("--socket",),
+    "the daemon's Unix socket (env TURNKEEPER_SOCKET)",
+    env="TURNKEEPER_SOCKET",
+    parse=Path,
+    default=default_socket,
+    kwargs={"metavar": "PATH"},
+)
+LOCALE = Setting(
+    ("--locale",),
+    "the language: en or pt-BR (env TURNKEEPER_LOCALE)",
+    env="TURNKEEPER_LOCALE",
+    default=lambda: i18n.DEFAULT,
+)
+GLOBAL = (DEBUG, DATA_DIR, SOCKET)
+"""Options that may come before the command as well as after it (or after its action)."""
+
+PLUGIN_SETTINGS = (
+    Setting(
+        ("--plugins",),
+        "load only these installed plugins (env TURNKEEPER_PLUGINS; default: all)",
+        env="TURNKEEPER_PLUGINS",
+        parse=_names,
+        kwargs={"metavar": "NAME[,NAME...]"},
+    ),
+    Setting(
+        ("--no-plugins",),
+        "never load these installed plugins (env TURNKEEPER_NO_PLUGINS)",
+        env="TURNKEEPER_NO_PLUGINS",
+        parse=_names,
+        default=frozenset,
+        kwargs={"metavar": "NAME[,NAME...]"},
+    ),
+    Setting(
+        ("--plugin",),
+        "also load a plugin by import path, without installing it (repeatable)",
+        parse=_plugin_path,
+        default=list,
+        kwargs={"action": "append", "metavar": "[NAME=]MODULE[:ATTR]"},
+    ),
+    Setting(
+        ("--plugin-budget-ms",),
+        "milliseconds one hook call may take (env TURNKEEPER_PLUGIN_BUDGET_MS)",
+        env="TURNKEEPER_PLUGIN_BUDGET_MS",
+        parse=_positive,
+        default=lambda: 50,
+        kwargs={"metavar": "N"},
+    ),
+)
+"""The flags that choose plugins: ``serve`` and ``plugins`` take the same, so the listing shows
+what the daemon would run."""
+
+SERVE_SETTINGS = (
+    DATA_DIR,
+    SOCKET,
+    Setting(
+        ("--tcp",),
+        "also listen on HOST:PORT; every TCP client needs a token (env TURNKEEPER_TCP)",
+        env="TURNKEEPER_TCP",
+        parse=_tcp,
+        kwargs={"metavar": "HOST:PORT"},
+    ),
+    Setting(
+        ("--snapshot-every",),
+        "events between two snapshots of a combat (env TURNKEEPER_SNAPSHOT_EVERY)",
+        env="TURNKEEPER_SNAPSHOT_EVERY",
+        parse=_positive,
+        default=_snapshot_every,
+        kwargs={"metavar": "N"},
+    ),
+    Setting(
+        ("--max-db-mib",),
+        "a quota on the database size; past it commands fail with store_full "
+        "(env TURNKEEPER_MAX_DB_MIB; default: none)",
+        env="TURNKEEPER_MAX_DB_MIB",
+        parse=_positive,
+        kwargs={"metavar": "N"},
+    ),
+    Setting(
+        ("--no-peer-narrator",),
+        "peers with the daemon's own uid need a token too (env TURNKEEPER_NO_PEER_NARRATOR=1)",
+        env="TURNKEEPER_NO_PEER_NARRATOR",
+        switch=True,
+        default=lambda: False,
+    ),
+    Setting(
+        ("--log-format",),
+        "console on a terminal, JSON otherwise (env TURNKEEPER_LOG_FORMAT)",
+        env="TURNKEEPER_LOG_FORMAT",
+        parse=_choice(LOG_FORMATS),
+        default=lambda: "auto",
+        kwargs={"metavar": "{" + ",".join(LOG_FORMATS) + "}"},
+    ),
+    *PLUGIN_SETTINGS,
+)
+WEB_SETTINGS = (
+    Setting(
+        ("--ws",),
+        "also serve the protocol over WebSocket at ws://HOST:PORT/ws; every client needs "
+        "a token (env TURNKEEPER_WS)",
+        env="TURNKEEPER_WS",
+        parse=_tcp,
+        kwargs={"metavar": "HOST:PORT"},
+    ),
+    Setting(
+        ("--http",),
+        "like --ws, and serve the table view at http://HOST:PORT/ (env TURNKEEPER_HTTP)",
+        env="TURNKEEPER_HTTP",
+        parse=_tcp,
+        kwargs={"metavar": "HOST:PORT"},
+    ),
+)
+WATCH_SETTINGS = (
+    SOCKET,
+    Setting(
+        ("--tcp",),
+        "connect over TCP to HOST:PORT instead",
+        parse=_tcp,
+        kwargs={"metavar": "HOST:PORT"},
+    ),
+    Setting(
+        ("--token",),
+        "a token (env TURNKEEPER_TOKEN); without one, the socket's own uid is narrator",
+        env="TURNKEEPER_TOKEN",
+    ),
+    Setting(("--once",), "print the board once and exit", switch=True, default=lambda: False),
+    LOCALE,
+)
+TAKES: Mapping[str, tuple[Setting, ...]] = {
+    "demo": (DEBUG, LOCALE),
+    "serve": (DEBUG, *SERVE_SETTINGS, *WEB_SETTINGS),
+    "plugins": (DEBUG, *PLUGIN_SETTINGS),
+    "watch": (DEBUG, *WATCH_SETTINGS),
+    "token": (DEBUG, DATA_DIR),
+}
+"""Each command's options, the global ones it uses included."""
 
 
 def _plugin_choice(args: argparse.Namespace) -> PluginChoice:
@@ -100,132 +308,77 @@ def _plugin_choice(args: argparse.Namespace) -> PluginChoice:
 
     return PluginChoice(
         allow=args.plugins,
-        block=args.no_plugins or frozenset(),
+        block=args.no_plugins,
         paths=tuple(args.plugin),
         budget=args.plugin_budget_ms / 1000,
     )
 
 
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    """A command's parser with its options; the web pair are exclusive."""
+    parser = sub.add_parser(name, **kwargs)
+    for setting in TAKES[name]:
+        if setting not in WEB_SETTINGS:
+            setting.add(parser)
+    if name == "serve":
+        web = parser.add_mutually_exclusive_group()
+        for setting in WEB_SETTINGS:
+            setting.add(web)
+    return parser
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="turnkeeper", description="The combat clock for tabletop RPG encounters."
+        prog="turnkeeper",
+        description="The combat clock for tabletop RPG encounters.",
+        epilog="--debug, --data-dir and --socket may also come after the command.",
     )
     parser.add_argument("--version", action="version", version=f"turnkeeper {__version__}")
+    for setting in GLOBAL:
+        setting.add(parser)
     sub = parser.add_subparsers(dest="command", required=True)
-    env = os.environ.get
-    demo_parser = sub.add_parser(
-        "demo", help="play the rule books' worked examples and narrate them"
+    _command(sub, "demo", help="play the rule books' worked examples and narrate them")
+    _command(sub, "serve", help="run the daemon")
+    plugins = _command(
+        sub,
+        "plugins",
+        help="load plugins as serve would and list them, with what failed and why",
     )
-    demo_parser.add_argument(
-        "--locale",
-        default=env("TURNKEEPER_LOCALE", "en"),
-        help="the narrated log's language: en or pt-BR (env TURNKEEPER_LOCALE)",
-    )
-    serve = sub.add_parser("serve", help="run the daemon")
-    serve.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path(env("TURNKEEPER_DATA_DIR") or default_data_dir()),
-        help="where combats are stored (env TURNKEEPER_DATA_DIR)",
-    )
-    serve.add_argument(
-        "--socket",
-        type=Path,
-        default=Path(env("TURNKEEPER_SOCKET") or default_socket()),
-        help="the Unix socket path (env TURNKEEPER_SOCKET)",
-    )
-    serve.add_argument(
-        "--tcp",
-        type=_tcp,
-        default=_tcp(env("TURNKEEPER_TCP", "")) if env("TURNKEEPER_TCP") else None,
-        help="also listen on HOST:PORT; every TCP client needs a token (env TURNKEEPER_TCP)",
-    )
-    web = serve.add_mutually_exclusive_group()
-    web.add_argument(
-        "--ws",
-        type=_tcp,
-        default=_tcp(env("TURNKEEPER_WS", "")) if env("TURNKEEPER_WS") else None,
-        metavar="HOST:PORT",
-        help="also serve the protocol over WebSocket at ws://HOST:PORT/ws; every client needs "
-        "a token (env TURNKEEPER_WS)",
-    )
-    web.add_argument(
-        "--http",
-        type=_tcp,
-        default=_tcp(env("TURNKEEPER_HTTP", "")) if env("TURNKEEPER_HTTP") else None,
-        metavar="HOST:PORT",
-        help="like --ws, and serve the table view at http://HOST:PORT/ (env TURNKEEPER_HTTP)",
-    )
-    serve.add_argument(
-        "--snapshot-every",
-        type=_positive,
-        default=int(env("TURNKEEPER_SNAPSHOT_EVERY", "1000")),
-        help="events between two snapshots of a combat (env TURNKEEPER_SNAPSHOT_EVERY)",
-    )
-    serve.add_argument(
-        "--max-db-mib",
-        type=_positive,
-        default=int(env("TURNKEEPER_MAX_DB_MIB", "0")) or None,
-        help="a quota on the database size; past it commands fail with store_full "
-        "(env TURNKEEPER_MAX_DB_MIB; default: none)",
-    )
-    serve.add_argument(
-        "--no-peer-narrator",
-        action="store_true",
-        default=env("TURNKEEPER_NO_PEER_NARRATOR") == "1",
-        help="peers with the daemon's own uid need a token too (env TURNKEEPER_NO_PEER_NARRATOR=1)",
-    )
-    serve.add_argument(
-        "--log-format",
-        choices=("auto", "console", "json"),
-        default=env("TURNKEEPER_LOG_FORMAT", "auto"),
-        help="console on a terminal, JSON otherwise (env TURNKEEPER_LOG_FORMAT)",
-    )
-    _plugin_flags(serve)
-
-    plugins = sub.add_parser(
-        "plugins", help="load plugins as serve would and list them, with what failed and why"
-    )
-    _plugin_flags(plugins)
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
-
-    watch = sub.add_parser("watch", help="show a combat's live initiative order")
+    watch = _command(sub, "watch", help="show a combat's live initiative order")
     watch.add_argument("combat")
-    watch.add_argument(
-        "--socket",
-        type=Path,
-        default=Path(env("TURNKEEPER_SOCKET") or default_socket()),
-        help="the daemon's Unix socket (env TURNKEEPER_SOCKET)",
-    )
-    watch.add_argument("--tcp", type=_tcp, help="connect over TCP to HOST:PORT instead")
-    watch.add_argument(
-        "--token",
-        default=env("TURNKEEPER_TOKEN"),
-        help="a token (env TURNKEEPER_TOKEN); without one, the socket's own uid is narrator",
-    )
-    watch.add_argument("--once", action="store_true", help="print the board once and exit")
-    watch.add_argument(
-        "--locale",
-        default=env("TURNKEEPER_LOCALE", "en"),
-        help="the board's language: en or pt-BR (env TURNKEEPER_LOCALE)",
-    )
-
-    token = sub.add_parser("token", help="manage access tokens")
-    token.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path(env("TURNKEEPER_DATA_DIR") or default_data_dir()),
-        help="the daemon's data directory (env TURNKEEPER_DATA_DIR)",
-    )
+    token = _command(sub, "token", help="manage access tokens")
     actions = token.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="make a token and print its secret once")
     add.add_argument("role", choices=("narrator", "player", "observer", "bridge"))
     add.add_argument("--user", help="the user id a player token is bound to")
     add.add_argument("--narrator", action="store_true", help="a bridge that may act as narrator")
-    actions.add_parser("list", help="list tokens (never their secrets)")
+    listing = actions.add_parser("list", help="list tokens (never their secrets)")
     revoke = actions.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("id")
+    for action in (add, listing, revoke):
+        for setting in TAKES["token"]:
+            setting.add(action)
     return parser
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, completed from the environment and the defaults. A global option
+    the command does not use, or a bad environment value, is a usage error (exit 2)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    takes = TAKES[args.command]
+    for setting in GLOBAL:
+        if setting not in takes and hasattr(args, setting.dest):
+            parser.error(f"{args.command} takes no {setting.flags[0]}")
+    try:
+        for setting in takes:
+            setting.resolve(args)
+    except EnvironmentValueError as e:
+        parser.error(str(e))
+    return args
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -243,7 +396,7 @@ def _token(args: argparse.Namespace) -> int:
         print(secret)
         return 0
     if args.action == "list":
-        for r in tokens.load():
+        for r in tokens.read():
             narrator = " narrator" if r.narrator else ""
             print(f"{r.id} {r.role}{narrator} {r.user or '-'}")
         return 0
@@ -259,7 +412,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .logs import configure
     from .server import Config, serve
 
-    configure(args.log_format)
+    configure(args.log_format, debug=args.debug)
     host, port = args.tcp if args.tcp else (None, None)
     if args.http and args.ws:
         # Only possible through the environment: argparse keeps the two flags apart.
@@ -323,10 +476,71 @@ def _plugin_lines(listing: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _locale(tag: str) -> str:
+    """The supported locale for ``tag``, with a warning when its language is not spoken."""
+    locale = i18n.negotiate(tag)
+    if locale.split("-")[0].lower() != tag.strip().replace("_", "-").split("-")[0].lower():
+        supported = ", ".join(i18n.SUPPORTED)
+        print(
+            f"turnkeeper: warning: no {tag!r} translation (supported: {supported}); using {locale}",
+            file=sys.stderr,
+        )
+    return locale
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from turnkeeper_sdk.client import Client
+
+    from .watch import watch
+
+    locale = _locale(args.locale)
+
+    def connect() -> Client:
+        client = Client.tcp(*args.tcp) if args.tcp else Client.unix(args.socket)
+        try:
+            client.hello(args.token, name="turnkeeper watch", kind="observer", locale=locale)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    try:
+        client = connect()
+    except OSError as e:
+        where = "{}:{}".format(*args.tcp) if args.tcp else str(args.socket)
+        print(f"turnkeeper: cannot connect to {where}: {_why(e)}", file=sys.stderr)
+        return 1
+
+    def show(board: str) -> None:
+        try:
+            print(board, flush=True)
+        except BrokenPipeError as e:
+            # Not a lost connection to the daemon, which watch would retry: the reader is gone.
+            raise ReaderGone from e
+
+    def status(text: str) -> None:
+        print(f"turnkeeper: {text}", file=sys.stderr, flush=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        watch(
+            client,
+            args.combat,
+            show,
+            once=args.once,
+            locale=locale,
+            reconnect=connect,
+            status=status,
+        )
+    return 0
+
+
+class ReaderGone(Exception):  # noqa: N818 - what happened, not a fault
+    """Standard output's reader went away (``turnkeeper watch X | head``)."""
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        demo.run(locale=args.locale)
+        demo.run(locale=_locale(args.locale))
         return 0
     if args.command == "token":
         return _token(args)
@@ -337,29 +551,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _serve(args)
 
 
-def _watch(args: argparse.Namespace) -> int:
-    from turnkeeper_sdk.client import CallError, Client
-
-    from .watch import watch
-
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; a failure is one line on stderr and a non-zero exit, its traceback
+    shown only with ``--debug`` (or ``TURNKEEPER_DEBUG=1``)."""
+    args = _arguments(argv)
     try:
-        client = Client.tcp(*args.tcp) if args.tcp else Client.unix(args.socket)
-    except OSError as e:
-        print(f"turnkeeper: cannot connect: {e}", file=sys.stderr)
+        return _run(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except (BrokenPipeError, ReaderGone):
+        # The reader went away (``turnkeeper plugins | head``): nothing is left to say, and
+        # Python's own flush at exit must not say it either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as e:
+        if args.debug:
+            raise
+        print(f"turnkeeper: {_why(e)}", file=sys.stderr)
+        if not _explained(e):
+            print("turnkeeper: run with --debug for the traceback", file=sys.stderr)
         return 1
-    with client:
-        try:
-            hello = client.hello(
-                args.token, name="turnkeeper watch", kind="observer", locale=args.locale
-            )
-            locale = hello["session"]["locale"]
-            watch(client, args.combat, print, once=args.once, locale=locale)
-        except CallError as e:
-            print(f"turnkeeper: {e}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            pass
-    return 0
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The one exception inside task-group wrappings, if there is exactly one."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def _explained(error: BaseException) -> bool:
+    """Whether the error's own message says what is wrong (no traceback would add to it)."""
+    error = _leaf(error)
+    return isinstance(error, OSError | TemplatedError | CallError | GaveUp | sqlite3.Error)
+
+
+def _why(error: BaseException) -> str:
+    """What went wrong, in one line: a system error names its file, a refused request its
+    code; anything else is named by its type, being a fault of Turnkeeper's."""
+    error = _leaf(error)
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(_why(e) for e in error.exceptions)
+    if isinstance(error, OSError) and error.strerror:
+        where = f"{error.filename}: " if error.filename is not None else ""
+        return where + error.strerror
+    if isinstance(error, TemplatedError):
+        return error.message
+    if isinstance(error, CallError | GaveUp):
+        return str(error)
+    if isinstance(error, OSError | sqlite3.Error):
+        return str(error) or type(error).__name__
+    return f"internal error: {type(error).__name__}: {error}"
 
 
 if __name__ == "__main__":

@@ -166,6 +166,7 @@ PYTHON_KEYWORDS: Mapping[str, tuple[int, ...]] = {
     "RequestError": (2,),
     "AuthError": (2,),
     "StoreError": (2,),
+    "TokenFileError": (1,),
     "WireError": (2,),
     "PlainError": (1,),
     # The daemon's own texts.

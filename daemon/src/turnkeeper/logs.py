@@ -9,10 +9,14 @@ from typing import Literal
 import structlog
 
 LogFormat = Literal["auto", "console", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "console", "json")
 
 
-def configure(fmt: LogFormat = "auto") -> None:
-    """Set up structlog for the process (libraries, the SDK included, never do this)."""
+def configure(fmt: LogFormat = "auto", *, debug: bool = False) -> None:
+    """Set up structlog for the process (libraries, the SDK included, never do this).
+
+    One line per request is logged only with ``debug``: at INFO a busy daemon's log says what
+    happened to it (connections, plugins, failures), not everything it was asked."""
     console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     # The console renderer prints a traceback itself; a JSON line needs it turned into data
     # first, or ``log.exception`` would record only ``"exc_info": true``. Neither shows the
@@ -32,7 +36,9 @@ def configure(fmt: LogFormat = "auto") -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             *renderers,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.DEBUG if debug else logging.INFO
+        ),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )

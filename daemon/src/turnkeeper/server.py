@@ -25,7 +25,8 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.abc import ByteStream, SocketAttribute, TaskStatus
+from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskStatus
+from anyio.streams.stapled import MultiListener
 
 from turnkeeper_engine import Actor
 from turnkeeper_engine.plain import Plain
@@ -286,7 +287,9 @@ class Connection:
                 answer = wire.Response(request.msgid, error, None)
             await self.reply(answer)
         finally:
-            log.info(
+            # One line per request is for debugging (``--debug``): at INFO it would be most of
+            # a busy daemon's log.
+            log.debug(
                 "request",
                 user=self.principal.key if self.principal else None,
                 method=request.method,
@@ -582,6 +585,23 @@ def _remove_own_socket(path: Path, made: os.stat_result) -> None:
             path.unlink()
 
 
+def _address(host: str | None, port: int) -> str:
+    """``HOST:PORT`` as a URL writes it (an IPv6 host in brackets)."""
+    host = host or "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _listen(host: str | None, port: int, what: str) -> MultiListener[SocketStream]:
+    """A TCP listener; failing, an error that names the address (the port is in use, or
+    needs privileges)."""
+    try:
+        return await anyio.create_tcp_listener(local_host=host or "127.0.0.1", local_port=port)
+    except OSError as e:
+        raise OSError(
+            e.errno, f"cannot listen for {what} on {_address(host, port)}: {e.strerror or e}"
+        ) from e
+
+
 async def serve(
     config: Config, *, task_status: TaskStatus[Server] = anyio.TASK_STATUS_IGNORED
 ) -> None:
@@ -595,6 +615,9 @@ async def serve(
     bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
     socket_lock: int | None = None
     try:
+        # A malformed token file stops the start, saying what is wrong with it; once running,
+        # the daemon keeps its last good tokens through a bad edit (``Tokens.load``).
+        server.tokens.read()
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
             async with anyio.create_task_group() as tg:
@@ -609,15 +632,13 @@ async def serve(
                     os.chmod(config.socket_path, PRIVATE_FILE)
                     tg.start_soon(unix.serve, lambda s: server.handle(s, "unix"))
                 if config.tcp_port is not None:
-                    tcp = await anyio.create_tcp_listener(
-                        local_host=config.tcp_host or "127.0.0.1", local_port=config.tcp_port
-                    )
+                    tcp = await _listen(config.tcp_host, config.tcp_port, "TCP")
                     tg.start_soon(tcp.serve, lambda s: server.handle(s, "tcp"))
+                web_address = None
                 if config.ws_port is not None:
                     gate = Gate(Site() if config.page else None)
-                    web = await anyio.create_tcp_listener(
-                        local_host=config.ws_host or "127.0.0.1", local_port=config.ws_port
-                    )
+                    web = await _listen(config.ws_host, config.ws_port, "WebSocket")
+                    web_address = _address(config.ws_host, config.ws_port)
                     tg.start_soon(web.serve, lambda s: server.handle_web(gate, s))
                 log.info(
                     "serving",
@@ -625,6 +646,8 @@ async def serve(
                     tcp_port=config.tcp_port,
                     ws_port=config.ws_port,
                     page=config.page,
+                    websocket=f"ws://{web_address}/ws" if web_address else None,
+                    table_view=f"http://{web_address}/" if web_address and config.page else None,
                 )
                 task_status.started(server)
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
