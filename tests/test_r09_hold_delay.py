@@ -735,6 +735,24 @@ def test_r9_hold_planning_after_a_holder_waiting_after_it_goes_by_holder_priorit
     assert turn_starts(events) == [("cal", "normal")]
 
 
+def test_r9_marvel_a_carried_holder_next_in_order_goes_first_of_two_mutual_waiters() -> None:
+    # Ben held in round 1 planning "after Ana" (next round, as Ana has acted). In round 2 Ana
+    # holds planning "after Ben": each waits for the other, and Ben (who held first) goes first.
+    # The next turn is Ben's own place, where his carried hold lapses: he takes it there, not
+    # "just before" himself, and Ana follows him.
+    story = fight("marvel")
+    story.end_turn()
+    hold_planning(story, "after", "ana")
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "normal")]
+    events = hold_planning(story, "after", "ben")
+    assert turn_starts(events) == [("ben", "normal")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("ana", "held")]
+    events = story.end_turn()
+    assert turn_starts(events) == [("cal", "normal")]
+
+
 def test_r9_hold_planned_recorded_by_older_daemons_still_folds() -> None:
     story = fight("dnd3e", ("ana", "ben", "cal", "dan"))
     hold(story, 10)

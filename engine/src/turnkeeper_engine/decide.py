@@ -1088,10 +1088,12 @@ def _break_after_cycle(ctx: _Ctx, a: str, b: str) -> None:
     nxt = _next_normal(ctx)
     if turn is not None:
         ctx.emit(ev.HoldPlanned(first.combatant, "after", turn.combatant))
-    elif nxt is not None:
+    elif nxt is not None and nxt != first.combatant:
         # Between turns (the plan came with a hold): the next moment is before the next turn.
         ctx.emit(ev.HoldPlanned(first.combatant, "before", nxt))
     else:
+        # Nobody is left this round, or the next turn is the first holder's own (marvel, a
+        # hold carried over, which lapses there): its own place is its very next moment.
         ctx.emit(ev.HoldPlanned(first.combatant, "at" if first.number is not None else None))
     ctx.emit(ev.HoldPlanned(second.combatant, "after", first.combatant))
 
