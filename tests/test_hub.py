@@ -11,11 +11,13 @@ import anyio
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
+from story import OBSERVER, Story, player
 from turnkeeper import host
 from turnkeeper.host import Hub, RequestError
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as c
+from turnkeeper_engine import events as ev
 from turnkeeper_engine.plain import to_shared
 
 
@@ -86,3 +88,24 @@ async def test_r16_a_snapshot_that_miscounts_its_log_is_passed_over(tmp_path: Pa
     rebuilt = again.combat("k").state
     assert (rebuilt.seq, rebuilt.secrets) == (state.seq, state.secrets)
     again.store.close()
+
+
+def test_r16_a_line_never_borrows_the_name_of_a_combatant_hidden_now() -> None:
+    """Visibility is judged by what was hidden when an event happened, and so are the names a
+    narrated line lends (R16): a visible combatant's roll, undone, whose id a hidden one then
+    takes, is told with the id, never the hidden one's name."""
+    s = Story("marvel")
+    s.add("v", "Vera")
+    s.roll("v", 4, 4, 4)
+    s.do(c.Undo())
+    s.do(c.Undo())
+    s.add("v", "Assassin", hidden=True)
+    numbered = list(enumerate(s.log, start=1))
+    rolled = [i for i, e in numbered if isinstance(e, ev.InitiativeRolled)]
+    for actor in (OBSERVER, player("u2")):
+        lines = {
+            item["seq"]: item["summary"]
+            for item in host._numbered(numbered, s.state, actor, locale="en")
+        }
+        assert "Assassin" not in " ".join(str(text) for text in lines.values())
+        assert rolled[0] in lines

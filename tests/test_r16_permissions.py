@@ -544,8 +544,11 @@ def test_r16_hold_planned_after_hidden_is_not_shown() -> None:
         seen_state = view(s.state, actor)
         assert [h.combatant for h in seen_state.holds] == ["ann"]
         assert not mentions(seen_state, "lurker")
+        # Nor a plan to wait on no one, which would tell that someone hidden is there.
+        assert [(h.plan, h.target) for h in seen_state.holds] == [(None, None)]
         for event in seen_events(s, actor):
             assert not mentions(event, "lurker"), event
+            assert not isinstance(event, ev.HoldPlanned), event
 
 
 def test_r16_hidden_combatant_absent_from_rolloffs() -> None:

@@ -181,11 +181,13 @@ def _audience(actor: Actor) -> tuple[str, str | None]:
 
 def _telling(state: State, actor: Actor) -> State:
     """The state a line for ``actor`` is told against: it lends names, and whether a turn is
-    under way; a hidden combatant's turn, which the actor's view shows as none, is none here
-    too (R16)."""
-    if state.turn is not None and actor.role != "narrator" and view(state, actor).turn is None:
-        return dataclasses.replace(state, turn=None)
-    return state
+    under way. Both come from what the actor may see now (R16): a hidden combatant's turn is
+    none, and a combatant hidden now lends no name, not even to an event of a visible one
+    that had its id before an undo (that line shows the id)."""
+    if actor.role == "narrator":
+        return state
+    seen = view(state, actor)
+    return dataclasses.replace(state, turn=seen.turn, combatants=seen.combatants)
 
 
 def _numbered(

@@ -99,6 +99,7 @@ def view(state: State, actor: Actor) -> View:
     shown = replace(
         full,
         turn=None if state.turn and state.turn.combatant in hidden else state.turn,
+        holds=tuple(_untargeted(h) if h.target in hidden else h for h in state.holds),
         reservations=tuple(
             r for r in state.reservations if not _secret_reservation(state, r.combatant)
         ),
@@ -142,6 +143,9 @@ def visible(event: ev.Event, state: State, actor: Actor, seq: int | None = None)
     hidden = _hidden(state, actor) if seq is None else _hidden_at(state, seq, actor)
     if any(s in hidden for s in event.subjects()):
         return None
+    if isinstance(event, ev.HoldPlanned) and event.target in hidden:
+        # Waiting on someone who is not there would tell that someone is.
+        return None
     if isinstance(event, _SECRET_FOR_PLAYERS) and _secret_reservation(state, event.subjects()[0]):
         return None
     if isinstance(event, ev.WindowOpened):
@@ -149,6 +153,12 @@ def visible(event: ev.Event, state: State, actor: Actor, seq: int | None = None)
         event = replace(event, window=window)
     scrubbed = _scrub(event, hidden)
     return scrubbed if isinstance(scrubbed, ev.Event) else None
+
+
+def _untargeted(hold: Hold) -> Hold:
+    """A hold whose plan names a hidden combatant, as a player may see it: the plan it had
+    before (its named number, if any), never "before"/"after" no one."""
+    return replace(hold, plan="at" if hold.number is not None else None, target=None)
 
 
 def _not_secret(state: State, offered: tuple[str, ...]) -> tuple[str, ...]:
