@@ -21,8 +21,12 @@ from typing import Any
 import pytest
 
 from daemon import CALL_TIMEOUT, Client, Daemon, running
+from story import Story
 from turnkeeper.auth import SECRET_PREFIX, TOKEN_BYTES, new_secret
 from turnkeeper.watch import GaveUp, render, watch
+from turnkeeper_engine import NARRATOR, view
+from turnkeeper_engine import commands as c
+from turnkeeper_engine.plain import to_plain
 
 WAIT = 30.0
 """Seconds a test waits for a board or a process, on a loaded machine."""
@@ -452,3 +456,19 @@ def test_watch_shows_a_note_for_a_custom_condition_delays_in_dnd3e_and_local_tim
     pt = render(combat, "pt-BR")
     assert "Lidda  (atrasado)" in pt
     assert "Tordek: Webbed to the wall." in pt
+
+
+def test_the_board_names_the_bonus_round_once_and_the_ruleset_by_its_title() -> None:
+    story = Story("marvel")
+    for cid, faces in (("spidey", (5, 6, 1)), ("doom", (2, 2, 2))):  # M on the first: Fantastic
+        story.add(cid)
+        story.roll(cid, *faces)
+    story.do(c.StartCombat())
+    assert story.state.phase == "bonus_round"
+    board = render({"view": to_plain(view(story.state, NARRATOR))})
+    heading = board.splitlines()[0]
+    assert heading.count("bonus round") == 1, heading
+    assert "(Marvel Multiverse RPG)" in heading, heading
+    story.end_turn()
+    board = render({"view": to_plain(view(story.state, NARRATOR))})
+    assert board.splitlines()[0].endswith("— round 1"), board

@@ -46,13 +46,15 @@ def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT) -> str:
     by_id = {c["id"]: c for c in view["combatants"]}
     phase = view["phase"]
     round_no = view["round"]
-    heading = f"{view['combat_id']} ({view['ruleset']}) — {i18n.term(locale, 'phase', phase)}"
-    if round_no is not None:
-        heading += " — " + (say("bonus round") if round_no == 0 else say("round {n}", n=round_no))
+    rules = RULESETS.get(view["ruleset"])
+    title = rules.title if rules is not None else view["ruleset"]
+    heading = f"{view['combat_id']} ({title}) — {i18n.term(locale, 'phase', phase)}"
+    # The bonus round is its own phase, already named: only the rounds after it are numbered.
+    if round_no:
+        heading += " — " + say("round {n}", n=round_no)
     lines = [heading, ""]
     turn = view["turn"]
     holding = {h["combatant"]: h for h in view["holds"]}
-    rules = RULESETS.get(view["ruleset"])
     # D&D 3e delays a turn where Marvel holds one: the board uses the ruleset's word.
     delays = rules is not None and not rules.holds_carry_over
     for cid in view["order"]:
