@@ -331,7 +331,7 @@ def test_watch_stays_up_through_a_silence_longer_than_its_call_timeout(watched: 
     watcher.hello()
     thread = threading.Thread(target=watch, args=(watcher, "bank", boards.put), daemon=True)
     thread.start()
-    _board_with(boards, "bank (marvel)")
+    _board_with(boards, "bank (Marvel Multiverse RPG)")
     time.sleep(3.0)  # the silence under test: six of the watcher's call timeouts
     assert thread.is_alive()
     _roll(watched.client())
@@ -372,7 +372,7 @@ def test_watch_reconnects_across_a_restart_and_gives_up_with_a_message(
 
     patient_over = threading.Event()
     patient = follow(120.0, patient_over)
-    _board_with(boards, "bank (marvel)")
+    _board_with(boards, "bank (Marvel Multiverse RPG)")
     watched.kill()
     watched.start()
     _roll(watched.client())
@@ -410,10 +410,10 @@ def test_watch_warns_of_a_locale_it_does_not_speak_and_takes_a_token_secret(
         assert said(french.stderr) == [
             "turnkeeper: warning: no 'fr' translation (supported: en, pt-BR); using en"
         ]
-        assert "bank (marvel) — setup" in french.stdout
+        assert "bank (Marvel Multiverse RPG) — setup" in french.stdout
         portuguese = turnkeeper(*args, env={"TURNKEEPER_LOCALE": "pt"})
         assert (portuguese.returncode, portuguese.stderr) == (0, "")
-        assert "bank (marvel) — preparação" in portuguese.stdout
+        assert "bank (Marvel Multiverse RPG) — preparação" in portuguese.stdout
 
 
 def test_watch_shows_a_note_for_a_custom_condition_delays_in_dnd3e_and_local_times(

@@ -124,7 +124,7 @@ def test_watch_prints_the_live_board(tmp_path: Path) -> None:
             timeout=30,
             check=True,
         ).stdout
-        assert "bank (marvel) — rounds — round 1" in board
+        assert "bank (Marvel Multiverse RPG) — rounds — round 1" in board
         assert ">    6   Ock" in board
         assert "18   Spider-Man  (holding)" in board
         pt = subprocess.run(
@@ -134,7 +134,7 @@ def test_watch_prints_the_live_board(tmp_path: Path) -> None:
             timeout=30,
             check=True,
         ).stdout
-        assert "bank (marvel) — rodadas — rodada 1" in pt, pt
+        assert "bank (Marvel Multiverse RPG) — rodadas — rodada 1" in pt, pt
         assert "18   Spider-Man  (aguardando)" in pt, pt
 
 
