@@ -10,13 +10,14 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from daemon import CALL_TIMEOUT, Client, Daemon, running
-from turnkeeper.server import MAX_PENDING, MAX_PENDING_PER_ADDRESS
+from turnkeeper.server import MAX_CONNECTIONS, MAX_PENDING, MAX_PENDING_PER_ADDRESS, UNIX_RESERVE
 from turnkeeper.websocket import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS
 from turnkeeper_sdk import wire
 
@@ -296,6 +297,30 @@ def test_one_address_holds_only_its_part_of_the_listeners_share(daemon: Daemon) 
         with Client(other) as c:
             c.hello(SECRETS[str(daemon.data_dir)])
             assert c.call("list_combats") == []
+
+
+def test_token_sessions_over_tcp_leave_the_unix_sockets_reserve(tmp_path: Path) -> None:
+    with running(tmp_path, True) as d:
+        assert d.tcp_port is not None
+        secret = d.token("observer")
+        sessions: list[Client] = []
+        try:
+            for _ in range(MAX_CONNECTIONS - UNIX_RESERVE):
+                c = Client.tcp(d.tcp_port)
+                sessions.append(c)
+                c.hello(secret)
+            one_more = Client.tcp(d.tcp_port)
+            sessions.append(one_more)
+            assert _final(one_more).params["code"] == "server_busy"
+            for _ in range(UNIX_RESERVE):
+                sessions.append(d.client())
+            assert sessions[-1].call("list_combats") == []
+            # The sessions are all taken now, the Unix socket's too.
+            with Client.unix(d.socket) as refused:
+                assert _final(refused).params["code"] == "server_busy"
+        finally:
+            for c in sessions:
+                c.close()
 
 
 # ------------------------------------------------------------------------ WebSocket slowloris
