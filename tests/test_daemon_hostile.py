@@ -39,9 +39,11 @@ which is the same code whatever carries it."""
 def _log_faults(d: Daemon, start: int = 0) -> list[str]:
     """The lines of the daemon's log, from byte ``start``, that show it failed: a traceback, an
     error-level line, anything that is not one of its JSON lines."""
-    data = d.log.read_bytes()[start:]
-    # A line still being written is read with the next check.
-    complete = data[: data.rfind(b"\n") + 1].decode(errors="replace")
+    data = d.log.read_bytes()
+    # From the start of the line ``start`` falls in (it may have been half written then), to the
+    # end of the last whole line: a line still being written is read by the next check.
+    begin = data.rfind(b"\n", 0, start) + 1
+    complete = data[begin : data.rfind(b"\n") + 1].decode(errors="replace")
     return [line for line in complete.splitlines() if _is_fault(line)]
 
 
