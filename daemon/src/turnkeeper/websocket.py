@@ -54,12 +54,13 @@ slot for long. A browser sends its head in one packet."""
 HEAD_IDLE_TIMEOUT = 2.0
 """Seconds between two reads of a request head that bring nothing: a peer sending a byte now
 and then is dropped long before ``HANDSHAKE_TIMEOUT``."""
-MAX_HANDSHAKES = 64
+MAX_HANDSHAKES = 128
 """HTTP requests being read or answered at once; beyond, a newcomer is closed unanswered. The
 connection limit counts sessions only, so this bounds what a flood of bare TCP opens costs."""
-MAX_HANDSHAKES_PER_ADDRESS = 4
-"""Of those, the most from one peer address, so that a few slow peers cannot hold them all; a
-browser opens a handful of connections to a page at once."""
+MAX_HANDSHAKES_PER_ADDRESS = 16
+"""Of those, the most from one peer address, so that a few slow peers cannot hold them all: a
+browser opens up to six connections to a host at once to load a page, and a household's or a
+table's browsers may share one address."""
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 """The WebSocket close code sent with a fatal protocol error (the error notification, sent just
