@@ -362,11 +362,27 @@ def test_before_hello_an_array_map_or_string_header_past_the_limit_is_fatal_on_a
     assert (error.code, error.fatal) == ("message_too_large", True)
 
 
-def test_a_string_is_held_no_longer_than_its_limit_whatever_its_header_says() -> None:
+@pytest.mark.parametrize(
+    "header",
+    [b"\xdb\x00\x08\x00\x00", b"\xc6\x00\x08\x00\x00", b"\xc9\x00\x08\x00\x00"],
+    ids=["str", "bin", "ext"],
+)
+def test_a_string_announcing_more_than_its_limit_is_refused_after_a_few_bytes(
+    header: bytes,
+) -> None:
     decoder = Decoder(REQUESTS)
-    assert decoder.feed(b"\xdb\x00\x08\x00\x00" + b"x" * MAX_STRING_BYTES) == []
-    error = only_error(decoder.feed(b"x" * 64))
+    assert decoder.feed(raw([0, 7, "note", [{"text": None}]])[:-1] + header + b"x" * 8) == []
+    error = only_error(decoder.feed(b"x"))
     assert (error.code, error.fatal) == ("message_too_large", True)
+
+
+def test_bytes_before_a_string_that_read_like_a_long_header_do_not_refuse_it() -> None:
+    # Each integer ends in bytes that, read from the wrong place, announce a long string.
+    items: list[Any] = []
+    for number in (0xDB7FFFFF, 0xC9FFFFFF, 0xC6FFFFFFFF, 0xDAFF):
+        items += [number, "z" * 300]
+    request = Request(7, "note", {"items": items})
+    assert decode(*in_chunks(pack(request), 11)) == [request]
 
 
 def test_new_limits_hold_from_the_message_after_the_one_returned() -> None:

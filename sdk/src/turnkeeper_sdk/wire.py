@@ -108,9 +108,12 @@ _RESPONSE = 1
 _NOTIFICATION = 2
 
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
-_LONGEST_HEADER = 6
-"""Bytes of the longest str, bin or ext header (ext 32: a type byte, four of length, one of
-ext type)."""
+_LONGEST_HEADER = 5
+"""Bytes of the longest str, bin or ext header: a type byte and four of length (msgpack reads an
+ext's own type byte with its body)."""
+_LONGEST_FIXED = 8
+"""Bytes of the longest value or header part msgpack waits for other than a str, bin or ext body
+(a 64-bit number): when more than this is buffered, msgpack is inside such a body."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +123,9 @@ class Limits:
 
     Array and map headers are held to what could fit the message, so one announcing more is
     refused the moment it arrives, before anything is allocated for it. msgpack checks a
-    string's length only once the string is whole, so the decoder holds no more of one string
-    than ``max_value_bytes`` while it waits for the rest.
+    string's (bin's, ext's) length only once it is whole: the decoder reads the header itself
+    once a few bytes of the string are there, and in any case holds no more of one string than
+    ``max_value_bytes``.
     """
 
     message_bytes: int
@@ -326,6 +330,8 @@ class Decoder:
             try:
                 obj = next(self._unpacker)
             except StopIteration:
+                if self._waits_on_a_long_value():
+                    return self._fail(self._value_too_long())
                 if not self._backlog:
                     return None
                 # Feed no more than the current message may still grow by, so a message over
@@ -337,14 +343,7 @@ class Decoder:
                 buffered = self._fed - self._unpacker.tell()
                 room = min(room, self._limits.max_value_bytes - buffered)
                 if room <= 0:
-                    return self._fail(
-                        WireError(
-                            MESSAGE_TOO_LARGE,
-                            "a value is longer than {limit} bytes",
-                            fatal=True,
-                            limit=MAX_STRING_BYTES,
-                        )
-                    )
+                    return self._fail(self._value_too_long())
                 chunk, self._backlog = self._backlog[:room], self._backlog[room:]
                 self._unpacker.feed(chunk)
                 self._chunks.append(chunk)
@@ -388,6 +387,48 @@ class Decoder:
         """Whether bytes of an incomplete message are held, waiting for the rest."""
         return self._fed != self._message_start or bool(self._backlog)
 
+    def _value_too_long(self) -> WireError:
+        return WireError(
+            MESSAGE_TOO_LARGE,
+            "a value is longer than {limit} bytes",
+            fatal=True,
+            limit=self._limits.unpacker_options()["max_str_len"],
+        )
+
+    def _waits_on_a_long_value(self) -> bool:
+        """Whether msgpack waits on the body of a str, bin or ext whose header announced more
+        than the limit.
+
+        Past _LONGEST_FIXED bytes buffered, msgpack is inside such a body and its header ends
+        where the buffer starts (``tell()``). Which of the bytes before are the header is not
+        known, so every reading that fits is tried: the value is refused only when each one
+        announces too much, so a value within the limit is never refused for a wrong reading.
+        """
+        start = self._unpacker.tell()
+        buffered = self._fed - start
+        if buffered <= _LONGEST_FIXED:
+            return False
+        before = self._bytes_before(start, _LONGEST_HEADER)
+        lengths = [
+            length
+            for size in range(1, len(before) + 1)
+            if (length := _announced(before[-size:])) is not None and length > buffered
+        ]
+        return bool(lengths) and min(lengths) > self._limits.unpacker_options()["max_str_len"]
+
+    def _bytes_before(self, position: int, count: int) -> bytes:
+        """Up to ``count`` bytes of the stream just before ``position``, from the chunks kept."""
+        end = self._fed
+        parts: list[bytes] = []
+        for chunk in reversed(self._chunks):
+            begin = end - len(chunk)
+            if begin < position:
+                parts.append(bytes(chunk[max(0, position - count - begin) : position - begin]))
+                if position - count >= begin:
+                    break
+            end = begin
+        return b"".join(reversed(parts))
+
     def _count_array(self, items: list[Any]) -> list[Any]:
         self._tally(1 + len(items))
         return items
@@ -409,6 +450,21 @@ class Decoder:
         self._backlog = memoryview(b"")
         self._chunks = []
         return error
+
+
+def _announced(header: bytes) -> int | None:
+    """The body length ``header`` announces if it is exactly a str, bin or ext header, else None.
+    An ext's body is its type byte and its data."""
+    kind, rest = header[0], header[1:]
+    if 0xA0 <= kind <= 0xBF and not rest:
+        return kind & 0x1F
+    if 0xD4 <= kind <= 0xD8 and not rest:  # fixext: 1 to 16 bytes
+        return 1 + (1 << (kind - 0xD4))
+    # str, bin and ext of 8, 16 and 32 bits of length.
+    sizes = {0xD9: 1, 0xC4: 1, 0xC7: 1, 0xDA: 2, 0xC5: 2, 0xC8: 2, 0xDB: 4, 0xC6: 4, 0xC9: 4}
+    if sizes.get(kind) != len(rest):
+        return None
+    return int.from_bytes(rest, "big") + (1 if kind in (0xC7, 0xC8, 0xC9) else 0)
 
 
 class _TooMany(Exception):  # noqa: N818 - internal signal, always turned into a WireError
