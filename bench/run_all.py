@@ -25,6 +25,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     "websocket": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "fanout": (["--commands", "100", "--reps", "3"], ["--commands", "10", "--reps", "1"]),
     "memory": (["--combats", "10000", "--reps", "1"], ["--combats", "500", "--reps", "1"]),
+    "decode": (["--reps", "3"], ["--reps", "1", "--attackers", "1"]),
     "recovery": (
         ["--events", "1000000", "--combats", "1000", "--reps", "3"],
         ["--events", "20000", "--combats", "20", "--reps", "1"],

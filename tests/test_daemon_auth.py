@@ -4,6 +4,7 @@ runs twice: with the token sessions over TCP, then over the WebSocket endpoint."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import subprocess
 import sys
@@ -515,6 +516,35 @@ def test_r16_a_revoked_token_is_refused_at_the_next_hello(table: Table) -> None:
         assert refused.value.code == "hello_required"
     finally:
         again.close()
+
+
+def test_r16_revoking_a_token_ends_its_sessions_that_only_listen(table: Table) -> None:
+    d = table.daemon
+    before = set(token_cli(d, "list").split())
+    secret = d.token("observer")
+    (line,) = [x for x in token_cli(d, "list").splitlines() if x.split()[0] not in before]
+    combat = table.combat_id("revoked")
+    table.gm.call("create_combat", request_id=combat, combat_id=combat, ruleset="marvel")
+    listener = table.open()
+    try:
+        listener.hello(secret)
+        listener.call("subscribe", combat=combat)
+        token_cli(d, "revoke", line.split()[0])
+        # The listener sends nothing more: the daemon must end the session by itself, within
+        # TOKEN_CHECK_SECONDS (the timeout is generous for a loaded machine).
+        listener.sock.settimeout(5.0)
+        seen = []
+        with contextlib.suppress(EOFError, ConnectionResetError):
+            while True:
+                seen.append(listener.notification())
+        final = seen[-1]
+        assert (final.method, final.params["code"], final.params["fatal"]) == (
+            "error",
+            "token_revoked",
+            True,
+        )
+    finally:
+        listener.close()
 
 
 def test_r16_tcp_and_websocket_refuse_a_made_up_token(table: Table) -> None:

@@ -8,13 +8,17 @@ import msgpack
 import pytest
 
 from turnkeeper_sdk.wire import (
+    BEFORE_HELLO,
     ERROR_NOTIFICATION,
     MAX_ARRAY_ITEMS,
     MAX_MAP_ITEMS,
     MAX_MESSAGE_BYTES,
     MAX_MSGID,
     MAX_NESTING,
+    MAX_REQUEST_VALUES,
     MAX_STRING_BYTES,
+    MAX_UNAUTHENTICATED_MESSAGE_BYTES,
+    REQUESTS,
     Decoder,
     ErrorBody,
     Message,
@@ -331,6 +335,70 @@ def test_arrays_and_maps_at_their_limits_decode() -> None:
         request,
         Notification("table", table),
     ]
+
+
+# A daemon's limits -------------------------------------------------------------------------------
+
+
+def test_values_past_the_limit_are_fatal_however_few_bytes_they_are() -> None:
+    empty_maps = raw([0, 7, "note", [{"pad": [{}] * MAX_REQUEST_VALUES}]])
+    assert len(empty_maps) < MAX_UNAUTHENTICATED_MESSAGE_BYTES * 3
+    error = only_error(Decoder(REQUESTS).feed(empty_maps))
+    assert (error.code, error.fatal) == ("message_too_large", True)
+    # A client reading the daemon counts no values.
+    assert len(Decoder().feed(empty_maps)) == 1
+
+
+@pytest.mark.parametrize("header", [b"\xdc\x01\x01", b"\xde\x00\x81", b"\xda\x20\x01"])
+def test_before_hello_an_array_map_or_string_header_past_the_limit_is_fatal_on_arrival(
+    header: bytes,
+) -> None:
+    # 257 items, 129 entries, an 8193-byte string: nothing after the header is needed.
+    decoder = Decoder(BEFORE_HELLO)
+    if header.startswith(b"\xda"):
+        # A string is checked once more of it than its limit has arrived.
+        header += b"x" * MAX_UNAUTHENTICATED_MESSAGE_BYTES
+    error = only_error(decoder.feed(header))
+    assert (error.code, error.fatal) == ("message_too_large", True)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"\xdb\x00\x08\x00\x00", b"\xc6\x00\x08\x00\x00", b"\xc9\x00\x08\x00\x00"],
+    ids=["str", "bin", "ext"],
+)
+def test_a_string_announcing_more_than_its_limit_is_refused_after_a_few_bytes(
+    header: bytes,
+) -> None:
+    decoder = Decoder(REQUESTS)
+    assert decoder.feed(raw([0, 7, "note", [{"text": None}]])[:-1] + header + b"x" * 8) == []
+    error = only_error(decoder.feed(b"x"))
+    assert (error.code, error.fatal) == ("message_too_large", True)
+
+
+def test_bytes_before_a_string_that_read_like_a_long_header_do_not_refuse_it() -> None:
+    # Each integer ends in bytes that, read from the wrong place, announce a long string.
+    items: list[Any] = []
+    for number in (0xDB7FFFFF, 0xC9FFFFFF, 0xC6FFFFFFFF, 0xDAFF):
+        items += [number, "z" * 300]
+    request = Request(7, "note", {"items": items})
+    assert decode(*in_chunks(pack(request), 11)) == [request]
+
+
+def test_new_limits_hold_from_the_message_after_the_one_returned() -> None:
+    big = Request(2, "note", {"text": "x" * (2 * MAX_UNAUTHENTICATED_MESSAGE_BYTES)})
+    decoder = Decoder(BEFORE_HELLO)
+    decoder.push(pack(END_TURN) + pack(big) + pack(EVENT))
+    assert decoder.next() == END_TURN
+    decoder.limit(REQUESTS)
+    assert [decoder.next(), decoder.next(), decoder.next()] == [big, EVENT, None]
+    assert not decoder.pending
+
+
+def test_a_bad_notification_is_marked_so_a_daemon_can_ignore_it() -> None:
+    error = only_error(decode(raw([2, "nvim_set_client_info", ["x", {}, "remote", {}, {}]])))
+    assert (error.code, error.notification, error.fatal) == ("invalid_message", True, False)
+    assert not only_error(decode(raw([0, 1, "x", ["positional"]]))).notification
 
 
 # What the server sends back ----------------------------------------------------------------------

@@ -17,7 +17,8 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -48,13 +49,28 @@ OUTBOX_MESSAGES = 1024
 """Messages queued for one connection. A subscriber whose outbox is full is too slow: it is
 disconnected (``slow_consumer``) rather than let the daemon's memory grow."""
 MAX_CONNECTIONS = 512
-"""Concurrent connections; beyond, a newcomer is told ``server_busy`` and closed."""
+"""Concurrent sessions (connections that have said hello); beyond, a newcomer is told
+``server_busy`` and closed."""
 MAX_WEB_CONNECTIONS = 256
 """Of those, the most that WebSocket may hold: a port open to browsers must not be able to
 take every slot from the narrator's own tools on the Unix socket."""
+UNIX_RESERVE = 32
+"""Of those, the sessions only the Unix socket may take: however many token holders connect over
+TCP and WebSocket, the narrator's own tools still get in."""
+MAX_PENDING = 64
+"""Connections that have not said hello yet, per TCP or WebSocket listener, counted apart from the
+sessions: a flood of connections that never say hello fills this share of its own listener and no
+more, and each one leaves after ``HELLO_TIMEOUT``. The Unix socket's peers are the daemon's own
+user (the socket is 0600): they may have as many waiting as there are sessions."""
+MAX_PENDING_PER_ADDRESS = 8
+"""Of a TCP or WebSocket listener's pending share, the most one peer address may hold, so that
+one host cannot take the whole share."""
 HELLO_TIMEOUT = 10.0
 """Seconds a connection may stay without a successful ``hello``: idle sockets cost nothing to
 open and must not pile up."""
+TOKEN_CHECK_SECONDS = 0.25
+"""How often the daemon looks for a changed token file: a revoked token's sessions end within
+this, even ones that only listen and never send a request."""
 READ_CHUNK = 65536
 SEND_TIMEOUT = 30.0
 """A reply that cannot be queued for this long means the peer stopped reading."""
@@ -88,6 +104,14 @@ class Config:
     """Whether the WebSocket listener also serves the table view (``--http``)."""
 
 
+def _peer_address(stream: ByteStream | WebSocketStream) -> str | None:
+    """The peer's IP address on TCP and WebSocket; None on the Unix socket."""
+    raw = stream.extra(SocketAttribute.raw_socket, None)
+    if raw is None or raw.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return str(stream.extra(SocketAttribute.remote_address)[0])
+
+
 def _peer_uid(stream: ByteStream | WebSocketStream) -> int | None:
     raw = stream.extra(SocketAttribute.raw_socket, None)
     if raw is None or raw.family != socket.AF_UNIX:
@@ -111,6 +135,7 @@ class Connection:
         self.id = f"c{next(_ids)}"
         self.transport = transport
         self.peer_uid = _peer_uid(stream)
+        self.address = _peer_address(stream)
         self.principal: Principal | None = None
         self.actor = Actor("observer")
         self.send, self.outbox = anyio.create_memory_object_stream[bytes](OUTBOX_MESSAGES)
@@ -221,8 +246,14 @@ class Connection:
             else:
                 await self.stream.aclose()
 
+    @property
+    def limits(self) -> wire.Limits:
+        """What one message from this peer may cost: far less before hello, when anyone who can
+        reach the port may be sending."""
+        return wire.REQUESTS if self.principal is not None else wire.BEFORE_HELLO
+
     async def reader(self) -> None:
-        decoder = wire.Decoder()
+        decoder = wire.Decoder(self.limits)
         with anyio.move_on_after(HELLO_TIMEOUT) as hello_scope:
             self.hello_scope = hello_scope
             while self.principal is None and self.closing is None:
@@ -240,28 +271,36 @@ class Connection:
                 return
 
     async def _read_some(self, decoder: wire.Decoder) -> bool:
+        """Read once and handle every message that completes, one at a time: a hello's success
+        raises the limits for the very next message."""
+        items: Iterator[wire.Message | wire.WireError]
         try:
             if isinstance(self.stream, WebSocketStream):
-                items = _one_message(await self.stream.receive())
+                self.stream.max_message_bytes = self.limits.message_bytes
+                items = iter(_one_message(await self.stream.receive(), self.limits))
             else:
-                items = decoder.feed(await self.stream.receive(READ_CHUNK))
+                decoder.push(await self.stream.receive(min(READ_CHUNK, self.limits.message_bytes)))
+                items = iter(decoder.next, None)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             return False
         except wire.WireError as e:
-            items = [e]
+            items = iter([e])
         for item in items:
             if isinstance(item, wire.WireError):
                 if item.fatal:
                     self.close_with(item)
                     return False
-                await self.reply(self._refusal(item))
+                # Notifications from clients carry nothing in this version and are ignored,
+                # malformed ones too (some MessagePack-RPC clients send one on connect).
+                if not item.notification:
+                    await self.reply(self._refusal(item))
             elif isinstance(item, wire.Request):
                 await self.handle(item)
+                decoder.limit(self.limits)
             elif isinstance(item, wire.Response):
                 # Clients answer nothing in this protocol: a response is a confused peer.
                 note = wire.WireError(wire.INVALID_MESSAGE, "clients send no responses")
                 await self.reply(self._refusal(note))
-            # Notifications from clients carry nothing in this version and are ignored.
             if self.closing is not None:
                 return False
         return True
@@ -400,6 +439,11 @@ class Connection:
             principal = Principal(f"uid:{self.peer_uid}", "narrator")
         else:
             raise RequestError("unauthenticated", "a token is required on this connection", "token")
+        busy = self.server.session_refusal(self.transport)
+        if busy is not None:
+            self.close_with(busy)
+            raise RequestError.relay(busy, busy.code)
+        self.server.promote(self)
         self.principal = principal
         self.narration = self.locale if narrate else None
         # The hello deadline is met: requests that came with the hello must not be cut by it.
@@ -437,13 +481,13 @@ def _page_limit(params: Mapping[str, Any]) -> int | None:
     return number(params, "limit", MAX_COMBAT_PAGE, 1, MAX_COMBAT_PAGE)
 
 
-def _one_message(data: bytes | str) -> list[wire.Message | wire.WireError]:
+def _one_message(data: bytes | str, limits: wire.Limits) -> list[wire.Message | wire.WireError]:
     """What one WebSocket message holds: exactly one protocol message, or the error saying why
     not. The frame boundary keeps the stream in step, so only errors msgpack itself calls fatal
     (bad bytes, too deep, too long) end the connection, as on a socket."""
     if isinstance(data, str):
         return [wire.WireError(wire.INVALID_MESSAGE, "text frames are not accepted: send binary")]
-    decoder = wire.Decoder()
+    decoder = wire.Decoder(limits)
     items = decoder.feed(data)
     if len(items) == 1 and not decoder.pending:
         return items
@@ -467,6 +511,12 @@ class Server:
         self.hub = hub
         self.tokens = Tokens(config.data_dir)
         self.connections: set[Connection] = set()
+        self.sessions: Counter[str] = Counter()
+        """Connections that have said hello, by transport."""
+        self.pending: Counter[str] = Counter()
+        """Connections that have not said hello yet, by listener (transport)."""
+        self.pending_from: Counter[str] = Counter()
+        """The same, on TCP and WebSocket, by peer address."""
         self.in_flight = 0
         self.draining = False
 
@@ -486,6 +536,27 @@ class Server:
         finally:
             self.in_flight -= 1
 
+    async def watch_tokens(self) -> None:
+        """End the sessions of revoked tokens as soon as the token file changes, including those
+        that only listen: checking at each request alone would leave a subscriber reading on."""
+        seen: object = None
+        while True:
+            await anyio.sleep(TOKEN_CHECK_SECONDS)
+            try:
+                records = self.tokens.load()
+            except (AuthError, OSError, ValueError, TypeError):
+                continue  # what is wrong with the file is said where it is read for a request
+            if records is seen:
+                continue
+            seen = records
+            for conn in list(self.connections):
+                if conn.principal is not None and not self.tokens.still_valid(conn.principal):
+                    conn.close_with(
+                        wire.WireError(
+                            "token_revoked", "the token of this session has been revoked"
+                        )
+                    )
+
     async def handle_web(self, gate: Gate, stream: ByteStream) -> None:
         """An HTTP connection: a file or an error answered, or a WebSocket session."""
         try:
@@ -497,17 +568,61 @@ class Server:
         if ws is not None:
             await self.handle(ws, "ws")
 
+    def session_refusal(self, transport: str) -> wire.WireError | None:
+        """``server_busy`` if a connection over ``transport`` cannot become a session now."""
+        limit = MAX_CONNECTIONS
+        taken = sum(self.sessions.values())
+        if transport != "unix" and taken < MAX_CONNECTIONS:
+            limit = MAX_CONNECTIONS - UNIX_RESERVE
+            taken = taken - self.sessions["unix"]
+        if transport == "ws" and taken < limit:
+            limit, taken = MAX_WEB_CONNECTIONS, self.sessions["ws"]
+        if taken < limit:
+            return None
+        return wire.WireError("server_busy", "more than {count} connections", count=limit)
+
+    def _admission(self, conn: Connection) -> wire.WireError | None:
+        """``server_busy`` if ``conn``, which has not said hello, may not even wait for it."""
+        busy = self.session_refusal(conn.transport)
+        if busy is not None:
+            return busy
+        limit = MAX_CONNECTIONS if conn.transport == "unix" else MAX_PENDING
+        if self.pending[conn.transport] >= limit:
+            return wire.WireError(
+                "server_busy",
+                "{count} connections are waiting for their hello here already",
+                count=limit,
+            )
+        if conn.address is not None and self.pending_from[conn.address] >= MAX_PENDING_PER_ADDRESS:
+            return wire.WireError(
+                "server_busy",
+                "{count} connections from this address are waiting for their hello already",
+                count=MAX_PENDING_PER_ADDRESS,
+            )
+        return None
+
+    def promote(self, conn: Connection) -> None:
+        """Count ``conn``, which has just said hello, as a session rather than pending."""
+        self._forget_pending(conn)
+        self.sessions[conn.transport] += 1
+
+    def _forget_pending(self, conn: Connection) -> None:
+        self.pending[conn.transport] -= 1
+        if conn.address is not None:
+            self.pending_from[conn.address] -= 1
+            if not self.pending_from[conn.address]:
+                del self.pending_from[conn.address]
+
     async def handle(self, stream: ByteStream | WebSocketStream, transport: str) -> None:
         conn = Connection(self, stream, transport)
-        framed = transport == "ws"
-        web = sum(c.transport == "ws" for c in self.connections) if framed else 0
-        if len(self.connections) >= MAX_CONNECTIONS or web >= MAX_WEB_CONNECTIONS:
-            limit = MAX_WEB_CONNECTIONS if framed else MAX_CONNECTIONS
-            conn.close_with(
-                wire.WireError("server_busy", "more than {count} connections", count=limit)
-            )
+        busy = self._admission(conn)
+        if busy is not None:
+            conn.close_with(busy)
             await conn.writer()
             return
+        self.pending[transport] += 1
+        if conn.address is not None:
+            self.pending_from[conn.address] += 1
         self.connections.add(conn)
         # Every log line of this connection's task carries its id.
         structlog.contextvars.bind_contextvars(connection=conn.id)
@@ -525,6 +640,10 @@ class Server:
         finally:
             self.hub.unsubscribe(conn)
             self.connections.discard(conn)
+            if conn.principal is None:
+                self._forget_pending(conn)
+            else:
+                self.sessions[conn.transport] -= 1
             log.info("disconnected", reason=conn.closing or "closed")
 
 
@@ -625,6 +744,7 @@ async def serve(
                 tg.start_soon(hub.run_hooks)
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
+                tg.start_soon(server.watch_tokens)
                 if config.socket_path is not None:
                     socket_lock = prepare_socket_path(config.socket_path)
                     unix = await anyio.create_unix_listener(config.socket_path)

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable
 from functools import cache
 from importlib import resources
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 import structlog
-from anyio.abc import ByteStream
+from anyio.abc import ByteStream, SocketAttribute
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import (
@@ -47,11 +48,19 @@ WS_PATH = "/ws"
 READ_CHUNK = 65536
 MAX_HEAD_BYTES = 16 * 1024
 """Longest HTTP request head (request line and headers): a browser's is well under 8 KiB."""
-HANDSHAKE_TIMEOUT = 10.0
-"""Seconds to send a whole request head: a client that trickles one must not hold a task."""
-MAX_HANDSHAKES = 64
+HANDSHAKE_TIMEOUT = 5.0
+"""Seconds to send a whole request head: a client that trickles one must not hold a handshake
+slot for long. A browser sends its head in one packet."""
+HEAD_IDLE_TIMEOUT = 2.0
+"""Seconds between two reads of a request head that bring nothing: a peer sending a byte now
+and then is dropped long before ``HANDSHAKE_TIMEOUT``."""
+MAX_HANDSHAKES = 128
 """HTTP requests being read or answered at once; beyond, a newcomer is closed unanswered. The
 connection limit counts sessions only, so this bounds what a flood of bare TCP opens costs."""
+MAX_HANDSHAKES_PER_ADDRESS = 16
+"""Of those, the most from one peer address, so that a few slow peers cannot hold them all: a
+browser opens up to six connections to a host at once to load a page, and a household's or a
+table's browsers may share one address."""
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 """The WebSocket close code sent with a fatal protocol error (the error notification, sent just
@@ -87,6 +96,8 @@ class WebSocketStream:
         # One buffer, not a list of parts: a message split into many empty continuation frames
         # must cost its bytes, not an entry per frame.
         self._message = bytearray()
+        self.max_message_bytes = wire.MAX_UNAUTHENTICATED_MESSAGE_BYTES
+        """The longest message the peer may send now; the connection raises it after hello."""
 
     def extra(self, attribute: Any, default: Any = None) -> Any:
         return self.stream.extra(attribute, default)
@@ -97,9 +108,9 @@ class WebSocketStream:
         while True:
             for event in self.ws.events():
                 if isinstance(event, BytesMessage):
-                    if len(self._message) + len(event.data) > wire.MAX_MESSAGE_BYTES:
+                    if len(self._message) + len(event.data) > self.max_message_bytes:
                         # Checked as the parts arrive, so a huge message is never held whole.
-                        raise wire.too_large()
+                        raise wire.too_large(self.max_message_bytes)
                     self._message += event.data
                     if event.message_finished:
                         data = bytes(self._message)
@@ -226,21 +237,31 @@ class Gate:
     def __init__(self, site: Site | None) -> None:
         self.site = site
         self.handshakes = 0
+        self.handshakes_from: Counter[str] = Counter()
 
     async def accept(self, stream: ByteStream) -> WebSocketStream | None:
         """Read one request. A WebSocket upgrade on ``/ws`` is accepted and returned; anything
         else is answered (a file, or an HTTP error), the stream closed and None returned."""
-        if self.handshakes >= MAX_HANDSHAKES:
+        address = str(stream.extra(SocketAttribute.remote_address, ("",))[0])
+        if (
+            self.handshakes >= MAX_HANDSHAKES
+            or self.handshakes_from[address] >= MAX_HANDSHAKES_PER_ADDRESS
+        ):
             await stream.aclose()
             return None
         self.handshakes += 1
+        self.handshakes_from[address] += 1
         try:
             with anyio.move_on_after(HANDSHAKE_TIMEOUT):
-                return await self._accept(stream)
+                with contextlib.suppress(TimeoutError):
+                    return await self._accept(stream)
             await stream.aclose()
             return None
         finally:
             self.handshakes -= 1
+            self.handshakes_from[address] -= 1
+            if not self.handshakes_from[address]:
+                del self.handshakes_from[address]
 
     async def _accept(self, stream: ByteStream) -> WebSocketStream | None:
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
@@ -306,7 +327,12 @@ async def _next_event(http: h11.Connection, stream: ByteStream) -> Any:
         if event is not h11.NEED_DATA:
             return event
         try:
-            data = await stream.receive(READ_CHUNK)
+            # A TimeoutError goes up: the peer is dropped unanswered, like one that ran out of
+            # HANDSHAKE_TIMEOUT.
+            with anyio.fail_after(HEAD_IDLE_TIMEOUT):
+                data = await stream.receive(READ_CHUNK)
+        except TimeoutError:
+            raise
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
             data = b""
         http.receive_data(data)

@@ -24,15 +24,17 @@ with one of four stable codes:
   a bin or ext value, a map key that is not a string). Not fatal.
 - ``nested_too_deeply``: arrays and maps nested past ``MAX_NESTING``. Not fatal, unless so deep
   that msgpack itself gave up.
-- ``message_too_large``: a message over ``MAX_MESSAGE_BYTES``, or a string, array or map over its
-  limit. Fatal.
+- ``message_too_large``: a message over the decoder's byte limit, a string, array or map whose
+  header announces more than its limit, or a message that decodes to more values than the
+  decoder's limit. Fatal, and detected as soon as the offending byte or header arrives.
 - ``malformed_msgpack``: bytes that are not msgpack, invalid UTF-8, a map key msgpack refuses (an
   integer, say). Fatal.
 
 After a non-fatal error exactly the bad message was consumed and decoding goes on;
 :func:`error_message` gives what to send back: an error response when the message was a request
-whose msgid could be read, else an ``ERROR_NOTIFICATION``. A fatal error means the byte stream can
-no longer be trusted: the server sends the final notification
+whose msgid could be read, else an ``ERROR_NOTIFICATION`` (a daemon sends nothing for a bad
+notification, ``WireError.notification``: clients' notifications are ignored). A fatal error
+means the byte stream can no longer be trusted: the server sends the final notification
 ``[2, "error", [{"code", "message", "field", "fatal": true}]]`` and closes the connection.
 """
 
@@ -59,6 +61,20 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 """Largest encoded message. The largest legitimate one (a combat snapshot or a page of history) is
 far smaller; the bound caps what one connection can make us buffer."""
 
+MAX_UNAUTHENTICATED_MESSAGE_BYTES = 8 * 1024
+"""Largest message on a connection that has not said hello yet. A hello is a few hundred bytes,
+and anyone who can reach a port can open a connection: what such a peer can make the daemon
+buffer and decode must stay small, whatever it sends."""
+
+MAX_REQUEST_VALUES = 16 * 1024
+"""Most values (arrays, maps and the items in them) one request may decode to. Decoding multiplies
+size: an empty map is one byte on the wire and about 64 in memory, so a 1 MiB message of them would
+cost some 70 MiB and hold the loop for a fifth of a second. The largest legitimate request (a
+``reorder_group`` naming 500 combatants) is a few hundred values."""
+
+MAX_UNAUTHENTICATED_VALUES = 256
+"""Most values one message may decode to before hello: a hello is a few dozen."""
+
 MAX_STRING_BYTES = 64 * 1024
 """Longest str (or bin) value: names, notes and descriptions are short human text, so a longer
 value is a bug or abuse, refused before anything downstream sees it."""
@@ -72,9 +88,10 @@ MAX_MAP_ITEMS = 4 * 1024
 records of a few dozen fields or tables keyed by combatant, far below this."""
 
 MAX_NESTING = 32
-"""Deepest nesting of arrays and maps inside params, a result or an error. Turnkeeper's values
-nest a handful of levels (the engine's plain codec also stops at 32); deeper input is hostile and
-would only cost recursion further up."""
+"""Deepest nesting of arrays and maps inside params, a result or an error, counted from the params
+map (the result, the error map) as level 1: the message array and the params array around it do
+not count. Turnkeeper's values nest a handful of levels (the engine's plain codec also stops at
+32); deeper input is hostile and would only cost recursion further up."""
 
 ERROR_NOTIFICATION = "error"
 """Method of the notification that reports an error no response can carry: one in a message
@@ -91,6 +108,56 @@ _RESPONSE = 1
 _NOTIFICATION = 2
 
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
+_LONGEST_HEADER = 5
+"""Bytes of the longest str, bin or ext header: a type byte and four of length (msgpack reads an
+ext's own type byte with its body)."""
+_LONGEST_FIXED = 8
+"""Bytes of the longest value or header part msgpack waits for other than a str, bin or ext body
+(a 64-bit number): when more than this is buffered, msgpack is inside such a body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one message a :class:`Decoder` reads may cost: ``message_bytes`` encoded, and
+    ``values`` decoded (arrays, maps and their items; ``None`` leaves them uncounted).
+
+    Array and map headers are held to what could fit the message, so one announcing more is
+    refused the moment it arrives, before anything is allocated for it. msgpack checks a
+    string's (bin's, ext's) length only once it is whole: the decoder reads the header itself
+    once a few bytes of the string are there, and in any case holds no more of one string than
+    ``max_value_bytes``.
+    """
+
+    message_bytes: int
+    values: int | None = None
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The most bytes of one scalar (a string, with its header) the decoder buffers."""
+        return min(MAX_STRING_BYTES + _LONGEST_HEADER, self.message_bytes)
+
+    def unpacker_options(self) -> dict[str, int]:
+        """The msgpack ``Unpacker`` bounds these limits imply."""
+        items = self.message_bytes if self.values is None else min(self.message_bytes, self.values)
+        return {
+            "max_buffer_size": self.max_value_bytes,
+            "max_str_len": min(MAX_STRING_BYTES, self.message_bytes),
+            "max_bin_len": min(MAX_STRING_BYTES, self.message_bytes),
+            "max_ext_len": min(MAX_STRING_BYTES, self.message_bytes),
+            "max_array_len": min(MAX_ARRAY_ITEMS, items),
+            # A map entry is a key and a value, each at least a byte and each a value.
+            "max_map_len": min(MAX_MAP_ITEMS, items // 2),
+        }
+
+
+FROM_DAEMON = Limits(MAX_MESSAGE_BYTES)
+"""What a client reads: any message the daemon may send (its values are not counted)."""
+
+REQUESTS = Limits(MAX_MESSAGE_BYTES, MAX_REQUEST_VALUES)
+"""What the daemon reads from a session that has said hello."""
+
+BEFORE_HELLO = Limits(MAX_UNAUTHENTICATED_MESSAGE_BYTES, MAX_UNAUTHENTICATED_VALUES)
+"""What the daemon reads from a connection that has not said hello (yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +207,9 @@ class WireError(TemplatedError):
 
     ``fatal`` is true when the byte stream can no longer be trusted and the connection must close.
     ``msgid`` is the id of the refused request when it could be read, so the request can be
-    answered; it is ``None`` otherwise and always for fatal errors. The message is ``template``
+    answered; it is ``None`` otherwise and always for fatal errors. ``notification`` is true when
+    the refused message is a notification (type 2), which a daemon ignores rather than answer.
+    The message is ``template``
     (a string literal) filled in with the named ``args``, so a server can translate it.
     """
 
@@ -152,6 +221,7 @@ class WireError(TemplatedError):
         *,
         fatal: bool = False,
         msgid: int | None = None,
+        notification: bool = False,
         **args: Arg,
     ) -> None:
         super().__init__(template, args)
@@ -159,6 +229,7 @@ class WireError(TemplatedError):
         self.field = field
         self.fatal = fatal
         self.msgid = msgid
+        self.notification = notification
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -200,78 +271,213 @@ def error_message(error: WireError, message: str | None = None) -> Response | No
 
 
 class Decoder:
-    """Turns the bytes of one connection, in whatever chunks they arrive, into messages."""
+    """Turns the bytes of one connection, in whatever chunks they arrive, into messages.
 
-    def __init__(self) -> None:
-        # The limits are checked as msgpack reads each header, before anything is allocated.
-        # feed() never lets the buffer reach max_buffer_size; it is set as a backstop.
-        # Integer map keys and the like are refused by msgpack itself (strict_map_key), so they
-        # are fatal; bin and ext values decode and are refused per message in _check_plain.
-        self._unpacker = msgpack.Unpacker(
-            raw=False,
-            strict_map_key=True,
-            max_buffer_size=MAX_MESSAGE_BYTES,
-            max_str_len=MAX_STRING_BYTES,
-            max_bin_len=MAX_STRING_BYTES,
-            max_array_len=MAX_ARRAY_ITEMS,
-            max_map_len=MAX_MAP_ITEMS,
-        )
+    ``limits`` bound each message; :meth:`limit` changes them from the next message on (a
+    daemon's connection gets roomier limits once it has said hello).
+    """
+
+    def __init__(self, limits: Limits = FROM_DAEMON) -> None:
+        self._limits = limits
+        self._unpacker = self._new_unpacker()
+        self._backlog = memoryview(b"")
+        # The chunks fed since the end of the last whole message: where its leftover bytes are
+        # when the limits change.
+        self._chunks: list[memoryview] = []
         self._fed = 0
         self._message_start = 0
+        self._values = 0
         self._fatal: WireError | None = None
+
+    def _new_unpacker(self) -> Any:
+        # The limits are checked as msgpack reads each header, before anything is allocated.
+        # Bytes are fed only as far as the current message may still grow and the buffer may
+        # hold, so max_buffer_size is a backstop. Integer map keys and the like are refused by
+        # msgpack itself (strict_map_key), so they are fatal; bin and ext values decode and are
+        # refused per message in _check_plain.
+        counted = self._limits.values is not None
+        return msgpack.Unpacker(
+            raw=False,
+            strict_map_key=True,
+            list_hook=self._count_array if counted else None,
+            object_hook=self._count_map if counted else None,
+            **self._limits.unpacker_options(),
+        )
 
     def feed(self, data: bytes) -> list[Message | WireError]:
         """Decode ``data``: every message it completes, with a ``WireError`` for each bad one.
 
         Items keep stream order. A fatal error is the last item; feeding again raises it.
         """
+        self.push(data)
+        decoded: list[Message | WireError] = []
+        while (item := self.next()) is not None:
+            decoded.append(item)
+        return decoded
+
+    def push(self, data: bytes) -> None:
+        """Queue ``data`` for :meth:`next`, which must have returned None since the last push.
+        Raises the fatal error, if there was one."""
         if self._fatal is not None:
             raise self._fatal
-        decoded: list[Message | WireError] = []
-        rest = memoryview(data)
-        while rest:
-            # Feed no more than the current message may still grow by, so a message over the limit
-            # is refused at its first excess byte and the unpacker never holds more than one.
-            room = MAX_MESSAGE_BYTES - (self._fed - self._message_start)
-            if room == 0:
-                decoded.append(self._fail(too_large()))
-                return decoded
-            chunk, rest = rest[:room], rest[room:]
-            self._unpacker.feed(chunk)
-            self._fed += len(chunk)
-            while True:
-                try:
-                    obj = next(self._unpacker)
-                except StopIteration:
-                    break
-                except ValueError as exc:
-                    decoded.append(self._fail(_stream_error(exc)))
-                    return decoded
-                # tell() is the end of the object just read; later it also counts a partial one.
-                self._message_start = self._unpacker.tell()
-                try:
-                    decoded.append(_parse(obj))
-                except WireError as err:
-                    decoded.append(err)
-        return decoded
+        assert not self._backlog, "push() before next() used up the bytes pushed before"
+        self._backlog = memoryview(data)
+
+    def next(self) -> Message | WireError | None:
+        """The next message, or the ``WireError`` for the next bad one; None when the bytes
+        pushed so far hold no more (and after a fatal error)."""
+        while self._fatal is None:
+            try:
+                obj = next(self._unpacker)
+            except StopIteration:
+                if self._waits_on_a_long_value():
+                    return self._fail(self._value_too_long())
+                if not self._backlog:
+                    return None
+                # Feed no more than the current message may still grow by, so a message over
+                # the limit is refused at its first excess byte.
+                room = self._limits.message_bytes - (self._fed - self._message_start)
+                if room <= 0:
+                    return self._fail(too_large(self._limits.message_bytes))
+                # msgpack buffers only what it has not parsed yet: the scalar it waits on.
+                buffered = self._fed - self._unpacker.tell()
+                room = min(room, self._limits.max_value_bytes - buffered)
+                if room <= 0:
+                    return self._fail(self._value_too_long())
+                chunk, self._backlog = self._backlog[:room], self._backlog[room:]
+                self._unpacker.feed(chunk)
+                self._chunks.append(chunk)
+                self._fed += len(chunk)
+                continue
+            except _TooMany:
+                return self._fail(
+                    WireError(
+                        MESSAGE_TOO_LARGE,
+                        "a message decodes to more than {limit} values",
+                        fatal=True,
+                        limit=self._limits.values or 0,
+                    )
+                )
+            except ValueError as exc:
+                return self._fail(_stream_error(exc))
+            # tell() is the end of the object just read; later it also counts a partial one.
+            self._message_start = self._unpacker.tell()
+            self._chunks = self._chunks[-1:]
+            self._values = 0
+            try:
+                return _parse(obj)
+            except WireError as err:
+                return err
+        return None
+
+    def limit(self, limits: Limits) -> None:
+        """Hold the messages after the last one returned to ``limits``."""
+        if limits == self._limits:
+            return
+        held = self._fed - self._message_start
+        leftover = b"".join(self._chunks)[-held:] if held else b""
+        self._backlog = memoryview(leftover + bytes(self._backlog))
+        self._limits = limits
+        self._unpacker = self._new_unpacker()
+        self._chunks = []
+        self._fed = self._message_start = self._values = 0
 
     @property
     def pending(self) -> bool:
         """Whether bytes of an incomplete message are held, waiting for the rest."""
-        return self._fed != self._message_start
+        return self._fed != self._message_start or bool(self._backlog)
+
+    def _value_too_long(self) -> WireError:
+        return WireError(
+            MESSAGE_TOO_LARGE,
+            "a value is longer than {limit} bytes",
+            fatal=True,
+            limit=self._limits.unpacker_options()["max_str_len"],
+        )
+
+    def _waits_on_a_long_value(self) -> bool:
+        """Whether msgpack waits on the body of a str, bin or ext whose header announced more
+        than the limit.
+
+        Past _LONGEST_FIXED bytes buffered, msgpack is inside such a body and its header ends
+        where the buffer starts (``tell()``). Which of the bytes before are the header is not
+        known, so every reading that fits is tried: the value is refused only when each one
+        announces too much, so a value within the limit is never refused for a wrong reading.
+        """
+        start = self._unpacker.tell()
+        buffered = self._fed - start
+        if buffered <= _LONGEST_FIXED:
+            return False
+        before = self._bytes_before(start, _LONGEST_HEADER)
+        lengths = [
+            length
+            for size in range(1, len(before) + 1)
+            if (length := _announced(before[-size:])) is not None and length > buffered
+        ]
+        return bool(lengths) and min(lengths) > self._limits.unpacker_options()["max_str_len"]
+
+    def _bytes_before(self, position: int, count: int) -> bytes:
+        """Up to ``count`` bytes of the stream just before ``position``, from the chunks kept."""
+        end = self._fed
+        parts: list[bytes] = []
+        for chunk in reversed(self._chunks):
+            begin = end - len(chunk)
+            if begin < position:
+                parts.append(bytes(chunk[max(0, position - count - begin) : position - begin]))
+                if position - count >= begin:
+                    break
+            end = begin
+        return b"".join(reversed(parts))
+
+    def _count_array(self, items: list[Any]) -> list[Any]:
+        self._tally(1 + len(items))
+        return items
+
+    def _count_map(self, entries: dict[str, Any]) -> dict[str, Any]:
+        self._tally(1 + 2 * len(entries))
+        return entries
+
+    def _tally(self, values: int) -> None:
+        # msgpack calls the hooks as each array and map is completed, so a message is stopped
+        # once it has cost its limit, not after it has been decoded whole.
+        self._values += values
+        assert self._limits.values is not None
+        if self._values > self._limits.values:
+            raise _TooMany
 
     def _fail(self, error: WireError) -> WireError:
         self._fatal = error
+        self._backlog = memoryview(b"")
+        self._chunks = []
         return error
 
 
-def too_large() -> WireError:
-    """The fatal error for a message over ``MAX_MESSAGE_BYTES``, however it is framed."""
+def _announced(header: bytes) -> int | None:
+    """The body length ``header`` announces if it is exactly a str, bin or ext header, else None.
+    An ext's body is its type byte and its data."""
+    kind, rest = header[0], header[1:]
+    if 0xA0 <= kind <= 0xBF and not rest:
+        return kind & 0x1F
+    if 0xD4 <= kind <= 0xD8 and not rest:  # fixext: 1 to 16 bytes
+        return 1 + (1 << (kind - 0xD4))
+    # str, bin and ext of 8, 16 and 32 bits of length.
+    sizes = {0xD9: 1, 0xC4: 1, 0xC7: 1, 0xDA: 2, 0xC5: 2, 0xC8: 2, 0xDB: 4, 0xC6: 4, 0xC9: 4}
+    if sizes.get(kind) != len(rest):
+        return None
+    return int.from_bytes(rest, "big") + (1 if kind in (0xC7, 0xC8, 0xC9) else 0)
+
+
+class _TooMany(Exception):  # noqa: N818 - internal signal, always turned into a WireError
+    """Raised from msgpack's hooks when a message decodes to more values than its limit."""
+
+
+def too_large(limit: int = MAX_MESSAGE_BYTES) -> WireError:
+    """The fatal error for a message over ``limit`` bytes, however it is framed."""
     return WireError(
         MESSAGE_TOO_LARGE,
         "a message is longer than {limit} bytes",
         fatal=True,
-        limit=MAX_MESSAGE_BYTES,
+        limit=limit,
     )
 
 
@@ -327,8 +533,12 @@ def _parse(obj: Any) -> Message:
         _check_plain(obj[3], "result", None)
         return Response(msgid, _error_body(obj[2]), obj[3])
     if kind == _NOTIFICATION:
-        _expect_length(obj, 3, None)
-        return Notification(_method(obj[1], None), _params(obj[2], None))
+        try:
+            _expect_length(obj, 3, None)
+            return Notification(_method(obj[1], None), _params(obj[2], None))
+        except WireError as err:
+            err.notification = True
+            raise
     raise WireError(INVALID_MESSAGE, "a message's type must be 0, 1 or 2", "type")
 
 
