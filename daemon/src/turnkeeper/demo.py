@@ -123,12 +123,23 @@ class _Table:
     def _follow(self, seq: int) -> None:
         """Narrate the watcher's events up to ``seq``."""
         while self.seq < seq:
+            self._next_event()
+
+    def _next_event(self) -> ev.Event:
+        """Narrate the watcher's next event of this combat."""
+        while True:
             note = self.session.watcher.notification()
             body = dict(note.params)
-            if note.method != "event" or body.pop("combat") != self.combat:
-                continue
-            self.seq = int(body.pop("seq"))
-            self.tell(body)
+            if note.method == "event" and body.pop("combat") == self.combat:
+                self.seq = int(body.pop("seq"))
+                return self.tell(body)
+
+    def until(self, event_name: str) -> None:
+        """Narrate the watcher's events up to the next ``event_name``: what a plugin does after
+        a command comes in its own time, and the script must not run ahead of it, or the log
+        would change from run to run."""
+        while self._next_event().name != event_name:
+            pass
 
     def tell(self, body: dict[str, Any]) -> ev.Event:
         """Fold one event (its wire body, without ``combat`` and ``seq``) and narrate it."""
@@ -312,6 +323,9 @@ def goblin_cave(t: _Table) -> None:
     window = t.state.window
     assert window is not None
     t(c.ClaimReaction(window.id, "fighter", t.state.reservations[0].id))
+    # The claim closes the window: the dnd3e-ready plugin resolves the readied attack's
+    # special (the shaman's Concentration check) from its after-hook.
+    t.until("outcome_recorded")
     t(c.FinishReaction(window.id, "fighter"))
     t.end_turn()
     t.act("attack", t.say("stabs the shaman"), "shaman")
