@@ -10,6 +10,7 @@ load (``--plugins rulesets``), so whatever else is installed cannot change what 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -273,6 +274,30 @@ def test_a_plugin_call_running_long_is_reported_while_it_runs_and_never_holds_th
         # Reported while the hook still ran: it sleeps 2.5 s.
         assert line["seconds"] < 2.5
         assert not [line for line in lines if line["event"] == "event_loop_blocked"]
+
+
+def test_an_async_plugin_keeps_its_event_loop_between_calls(tmp_path: Path) -> None:
+    """The keeping plugin ties an event and a task to its loop in its first call: every later
+    call finds the same loop (its event still usable), with pauses between calls, and the task
+    counts on while no call runs, as it did when hooks ran on the daemon's own loop."""
+    with _daemon(tmp_path, "keeping", extra=BUDGET) as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]), ("ock", [1, 2, 2]))
+        c.call("start_combat", request_id="start", combat="bank")
+        for n in range(1, 4):
+            _wait_for(c, lambda es, n=n: len(_named(es, "outcome_recorded")) == n)
+            time.sleep(0.5)
+            _end_turn(c, n)
+        events = _wait_for(c, lambda es: len(_named(es, "outcome_recorded")) == 4)
+        texts = [e["text"] for e in _named(events, "outcome_recorded")]
+        assert all(": same loop True, ticks " in text for text in texts), texts
+        ticks = [int(text.rsplit(" ", 1)[1]) for text in texts]
+        # Every 10 ms while no call runs: some 50 times in each pause, and a loop that ran
+        # only during calls would count about once.
+        assert all(b - a >= 10 for a, b in itertools.pairwise(ticks)), texts
+        assert not _named(events, "plugin_disabled")
+        listing = _loaded(c.call("list_plugins"))["keeping"]
+        assert (listing["calls"], listing["errors"], listing["timeouts"]) == (4, 0, 0)
 
 
 def test_a_hook_failing_every_time_is_disabled_though_another_of_its_hooks_succeeds_between(
