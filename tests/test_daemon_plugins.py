@@ -26,16 +26,19 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon import Client, Daemon, running
+from daemon import CallError, Client, Daemon, running
 from turnkeeper import host, server
 from turnkeeper.host import Hub
 from turnkeeper.store import Store
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
+from turnkeeper_engine.decide import MAX_CONDITION_ROUNDS, MAX_ITEMS, MAX_NAME, MAX_TEXT
 from turnkeeper_sdk import CombatView, hookimpl
 from turnkeeper_sdk.plugins import PluginHost
 
 TESTS = Path(__file__).resolve().parent
+BIG = "\U0001f600" * MAX_NAME
+"""The longest name, in four-byte characters: the most bytes one name field can take."""
 WAIT_SECONDS = 20.0
 """How long a test waits for the background hooks to act, on a busy machine."""
 DRAIN_SLACK = 5.0
@@ -240,6 +243,91 @@ def test_failing_plugins_are_disabled_for_the_combat_after_three_failures_the_re
         c.call("start_combat", request_id="other-start", combat="other")
         _wait_for(c, lambda es: bool(_named(es, "outcome_recorded")), combat="other")
         assert _loaded(c.call("list_plugins"))["raising"]["calls"] == 4
+
+
+def _applied(c: Client, request_id: str, method: str, **params: Any) -> bool:
+    """Whether the command was applied; refused only for the combat's size."""
+    try:
+        c.call(method, request_id=request_id, combat="full", **params)
+    except CallError as e:
+        refused = e
+    else:
+        return True
+    assert refused.code == "combat_too_large", refused
+    return False
+
+
+def _brimful(c: Client) -> None:
+    """Combat "full": maximal combatants, then conditions, the last one's note as long as fits,
+    so that not one more byte of content fits (as tests/test_limits.py's ``brimful``)."""
+    c.call("create_combat", request_id="full-create", combat_id="full", ruleset="marvel")
+    n = 0
+    while _applied(c, f"add-{n}", "add_combatant", **_maximal(n)):
+        n += 1
+    who = f"000{BIG[: MAX_NAME - 3]}"
+    tries = itertools.count()
+
+    def noted(size: int) -> bool:
+        return _applied(
+            c,
+            f"note-{next(tries)}",
+            "apply_condition",
+            target=who,
+            type="custom",
+            rounds=MAX_CONDITION_ROUNDS,
+            note="x" * size,
+        )
+
+    def fits(size: int) -> bool:
+        if not noted(size):
+            return False
+        c.call("undo", request_id=f"undo-{next(tries)}", combat="full")
+        return True
+
+    added = 0
+    while noted(MAX_TEXT):
+        added += 1
+    assert added
+    if not fits(1):
+        c.call("undo", request_id=f"undo-{next(tries)}", combat="full")
+        assert noted(MAX_TEXT // 2)
+    low, high = 1, MAX_TEXT
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    assert noted(low)
+    assert not noted(1)
+
+
+def _maximal(n: int) -> dict[str, Any]:
+    """A combatant whose every text field is as long as allowed, in four-byte characters."""
+    tag = BIG[: MAX_NAME - 3]
+    return {
+        "id": f"{n:03d}{tag}",
+        "display_name": BIG,
+        "controller": BIG,
+        "init_mod": n,  # no ties
+        "tags": [f"{i:02d}:{tag}" for i in range(MAX_ITEMS)],
+        "faces": [2, 3, 4],
+    }
+
+
+def test_a_failing_plugin_is_disabled_in_a_combat_full_to_its_size_limit(tmp_path: Path) -> None:
+    """Not one more byte of content fits the combat: the daemon's disable_plugin for the raising
+    plugin is taken all the same (room is kept for it), and it is not called there again."""
+    with _daemon(tmp_path, "raising", "outcome", extra=BUDGET) as d:
+        c = d.client()
+        _brimful(c)
+        c.call("start_combat", request_id="start", combat="full")
+        for n in range(1, 5):
+            _end_turn(c, n, combat="full")
+        events = _wait_for(c, lambda es: len(_named(es, "outcome_recorded")) == 5, combat="full")
+        (disabled,) = _named(events, "plugin_disabled")
+        assert disabled["plugin"] == "raising"
+        assert _recorded_by(events, "daemon") == ["disable_plugin"]
+        assert c.call("get_combat", combat="full")["view"]["disabled_plugins"] == ["raising"]
+        listing = _loaded(c.call("list_plugins"))["raising"]
+        assert (listing["calls"], listing["errors"], listing["disabled"]) == (3, 3, 1)
 
 
 def test_a_plugin_call_running_long_is_reported_while_it_runs_and_never_holds_the_loop(

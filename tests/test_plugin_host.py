@@ -18,6 +18,7 @@ import pytest
 
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.decide import MAX_DISABLED_PLUGINS
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger
 from turnkeeper_sdk import CheckAdjustment, hookimpl
 from turnkeeper_sdk.plugins import MAX_CHAIN, MAX_PROPOSALS, PluginHost
@@ -790,3 +791,34 @@ def test_an_async_plugins_loop_and_thread_serve_all_its_calls_and_run_between_th
     assert not keeps.threads[0].is_alive()
     assert keeps.cancelled.is_set()
     assert keeps.loops[0].is_closed()
+
+
+def test_a_failing_plugin_whose_disabling_is_refused_is_not_called_again_in_that_combat() -> None:
+    """The narrator has disabled as many plugins as a combat may: the host's disable_plugin for
+    a failing one is refused, and the host stops calling it there all the same (and says so);
+    another combat still calls it."""
+    rec = Recorder()
+    table = Table("marvel", {"bad": Raises(), "rec": rec}, seed=5)
+    _three(table)
+    for i in range(MAX_DISABLED_PLUGINS):
+        table.do(cmd.DisablePlugin(f"other-{i}"))
+    table.start()
+    for _ in range(5):
+        table.end_turn()
+    assert "bad" not in table.state.disabled_plugins
+    assert not [e for e in table.of(ev.CommandRecorded) if e.actor.via == "daemon"]
+    stats = table.host.stats["bad"]
+    assert (stats.calls, stats.errors, stats.disabled) == (3, 3, 1)
+    assert len([s for s in rec.seen if s[0] == "turn_start"]) == 6
+    (said,) = [d for what, d in table.problems if what == "plugin_disabled"]
+    assert (said["plugin"], said["recorded"], said["code"]) == (
+        "bad",
+        False,
+        "too_many_plugins_disabled",
+    )
+
+    async def elsewhere() -> None:
+        await table.host.call("on_turn_start", "elsewhere", (), combatant=table.state.combatants[0])
+
+    anyio.run(elsewhere)
+    assert stats.calls == 4

@@ -121,6 +121,10 @@ MAX_KEPT = 10_000
 CHAINS = "command chains"
 """What a plugin's failures to stay within ``MAX_CAUSED`` are counted under, beside its hooks."""
 
+MAX_REASON = 500
+"""Longest reason a ``disable_plugin`` the host sends gives (the error that disabled the
+plugin, cut): the daemon's log has it whole."""
+
 HOST_ACTOR = Actor("narrator", None, "daemon")
 """Who disables a failing plugin."""
 
@@ -1010,13 +1014,26 @@ class PluginHost:
             self.forget(combat_id)
 
     async def disable_failing(self, combat_id: str, apply: Apply) -> None:
+        """Disable for the combat every plugin that reached ``max_failures`` there. The host
+        stops calling it there first, whether or not the ``disable_plugin`` that records it
+        is refused (already disabled, the combat gone or ended, ``MAX_DISABLED_PLUGINS``
+        reached): a failing plugin is never called again in that combat, until a narrator
+        enables it."""
         for plugin, reason in self.failing(combat_id):
-            try:
-                await apply(HOST_ACTOR, cmd.DisablePlugin(plugin, reason[:500]))
-            except RefusedError:  # already disabled, or the combat is gone: nothing to do
-                continue
-            self.stats[plugin].disabled += 1
             self._off.setdefault(combat_id, set()).add(plugin)
+            self.stats[plugin].disabled += 1
+            try:
+                await apply(HOST_ACTOR, cmd.DisablePlugin(plugin, reason[:MAX_REASON]))
+            except RefusedError as e:
+                self.report(
+                    "plugin_disabled",
+                    plugin=plugin,
+                    combat=combat_id,
+                    reason=reason,
+                    recorded=False,
+                    code=e.code,
+                )
+                continue
             self.report("plugin_disabled", plugin=plugin, combat=combat_id, reason=reason)
 
 
