@@ -750,3 +750,58 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
     # never run.
     assert [c.note for c in vault.state.conditions] == ["a", "b"]
     assert seen == [("vault", "b")]
+
+
+@pytest.mark.anyio
+async def test_a_combat_whose_plugins_fall_behind_holds_up_only_its_own_clients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One worker for every combat, and no hook run yet: bank's client has taken its combat's
+    # share of the worker's queue and waits before its next command commits, while vault's
+    # client, on the same worker, is answered at once. Then the worker's combats take turns,
+    # one command's hooks each, rather than one combat's whole backlog first.
+    monkeypatch.setattr(host, "HOOK_WORKERS", 1)
+    monkeypatch.setattr(host, "HOOK_QUEUE", 6)
+    monkeypatch.setattr(host, "HOOK_QUEUE_PER_COMBAT", 3)
+    seen: list[tuple[str, str]] = []
+
+    class Records:
+        @hookimpl
+        def on_condition_applied(self, combat: CombatView, condition: Any) -> None:
+            seen.append((combat.id, condition.note))
+
+    plugins = PluginHost()
+    plugins.register(Records(), "records")
+    store = Store.open(tmp_path)
+    hub = Hub(store, plugins=plugins)
+
+    async def note(combat_id: str, text: str) -> None:
+        command = cmd.ApplyCondition("k", "custom", note=text)
+        await hub.execute("p", NARRATOR, combat_id, command, f"{combat_id}-{text}")
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for combat_id in ("bank", "vault"):
+            create = cmd.CreateCombat(combat_id, "marvel")
+            await hub.execute("p", NARRATOR, combat_id, create, f"create-{combat_id}")
+            await hub.execute("p", NARRATOR, combat_id, cmd.AddCombatant("k", "K"), combat_id)
+        await note("bank", "b1")
+        await note("bank", "b2")
+        bank = hub.combat("bank")
+        seq = bank.seq
+        with anyio.move_on_after(0.2) as blocked:
+            await note("bank", "b3")
+        assert blocked.cancelled_caught
+        assert bank.seq == seq
+        with anyio.fail_after(WAIT_SECONDS):  # the worker's queue has room for vault
+            await note("vault", "v1")
+        async with anyio.create_task_group() as hooks:
+            hooks.start_soon(hub.run_hooks)
+            with anyio.fail_after(WAIT_SECONDS):
+                await note("bank", "b3")
+                while len(seen) < 4:
+                    await anyio.sleep(0.01)
+            hooks.cancel_scope.cancel()
+        await store.stop()
+    store.close()
+    assert seen == [("bank", "b1"), ("vault", "v1"), ("bank", "b2"), ("bank", "b3")]
