@@ -822,3 +822,33 @@ def test_a_failing_plugin_whose_disabling_is_refused_is_not_called_again_in_that
 
     anyio.run(elsewhere)
     assert stats.calls == 4
+
+
+def test_a_base_exception_from_a_task_of_the_plugins_own_leaves_its_loop_serving() -> None:
+    """A task the plugin started raises SystemExit, which asyncio lets out of its loop: the
+    plugin's thread runs the loop again, and its later calls are served as before."""
+
+    class Exits:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.task: asyncio.Task[None] | None = None
+
+        async def _exit(self) -> None:
+            raise SystemExit(3)
+
+        @hookimpl
+        async def on_turn_start(self) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                self.task = asyncio.get_running_loop().create_task(self._exit())
+
+    exits = Exits()
+    table = Table("marvel", {"exits": exits}, seed=5)
+    _three(table)
+    table.start()
+    for _ in range(3):
+        table.end_turn()
+    assert exits.calls == 4
+    assert table.problems == []
+    assert exits.task is not None
+    assert isinstance(exits.task.exception(), SystemExit)

@@ -303,6 +303,7 @@ class _Runner:
         a loop other than the one its plugin's earlier calls ran on."""
         self._task: asyncio.Task[None] | None = None
         """The async call under way, held so that the loop does not lose it."""
+        self._closing = False
         # A daemon thread: one stuck in a hook must not keep the process from exiting.
         threading.Thread(
             target=self._serve, name=f"turnkeeper-plugin-{self.name}", daemon=True
@@ -316,6 +317,7 @@ class _Runner:
 
     def close(self) -> None:
         """Let the thread end once the call under way, if any, has returned."""
+        self._closing = True
         with contextlib.suppress(RuntimeError):  # its loop is closed already
             self._loop.call_soon_threadsafe(self._loop.stop)
 
@@ -323,15 +325,21 @@ class _Runner:
         loop = self._loop
         asyncio.set_event_loop(loop)
         try:
-            loop.run_forever()
+            while not self._closing:
+                try:
+                    loop.run_forever()
+                except BaseException as e:  # a task of the plugin's own raised SystemExit, say
+                    # No traceback: Python 3.11 formats one with ast.parse, which is not safe
+                    # beside the daemon's thread doing the same.
+                    log.warning("plugin_task_failed %s %s: %s", self.name, type(e).__name__, e)
             # What the plugin left running ends as at the close of any loop: cancelled.
             tasks = asyncio.all_tasks(loop)
             for task in tasks:
                 task.cancel()
             if tasks:
                 loop.run_until_complete(asyncio.wait(tasks, timeout=ABANDON_GRACE))
-        except BaseException:  # the plugin's own tasks may raise anything as they end
-            log.debug("plugin_loop_closing_failed", exc_info=True)
+        except BaseException as e:  # the plugin's own tasks may raise anything as they end
+            log.debug("plugin_loop_closing_failed %s %s: %s", self.name, type(e).__name__, e)
         finally:
             loop.close()
 
