@@ -10,6 +10,7 @@ load (``--plugins rulesets``), so whatever else is installed cannot change what 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -25,16 +26,19 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon import Client, Daemon, running
+from daemon import CallError, Client, Daemon, running
 from turnkeeper import host, server
 from turnkeeper.host import Hub
 from turnkeeper.store import Store
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
+from turnkeeper_engine.decide import MAX_CONDITION_ROUNDS, MAX_ITEMS, MAX_NAME, MAX_TEXT
 from turnkeeper_sdk import CombatView, hookimpl
 from turnkeeper_sdk.plugins import PluginHost
 
 TESTS = Path(__file__).resolve().parent
+BIG = "\U0001f600" * MAX_NAME
+"""The longest name, in four-byte characters: the most bytes one name field can take."""
 WAIT_SECONDS = 20.0
 """How long a test waits for the background hooks to act, on a busy machine."""
 DRAIN_SLACK = 5.0
@@ -241,6 +245,91 @@ def test_failing_plugins_are_disabled_for_the_combat_after_three_failures_the_re
         assert _loaded(c.call("list_plugins"))["raising"]["calls"] == 4
 
 
+def _applied(c: Client, request_id: str, method: str, **params: Any) -> bool:
+    """Whether the command was applied; refused only for the combat's size."""
+    try:
+        c.call(method, request_id=request_id, combat="full", **params)
+    except CallError as e:
+        refused = e
+    else:
+        return True
+    assert refused.code == "combat_too_large", refused
+    return False
+
+
+def _brimful(c: Client) -> None:
+    """Combat "full": maximal combatants, then conditions, the last one's note as long as fits,
+    so that not one more byte of content fits (as tests/test_limits.py's ``brimful``)."""
+    c.call("create_combat", request_id="full-create", combat_id="full", ruleset="marvel")
+    n = 0
+    while _applied(c, f"add-{n}", "add_combatant", **_maximal(n)):
+        n += 1
+    who = f"000{BIG[: MAX_NAME - 3]}"
+    tries = itertools.count()
+
+    def noted(size: int) -> bool:
+        return _applied(
+            c,
+            f"note-{next(tries)}",
+            "apply_condition",
+            target=who,
+            type="custom",
+            rounds=MAX_CONDITION_ROUNDS,
+            note="x" * size,
+        )
+
+    def fits(size: int) -> bool:
+        if not noted(size):
+            return False
+        c.call("undo", request_id=f"undo-{next(tries)}", combat="full")
+        return True
+
+    added = 0
+    while noted(MAX_TEXT):
+        added += 1
+    assert added
+    if not fits(1):
+        c.call("undo", request_id=f"undo-{next(tries)}", combat="full")
+        assert noted(MAX_TEXT // 2)
+    low, high = 1, MAX_TEXT
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    assert noted(low)
+    assert not noted(1)
+
+
+def _maximal(n: int) -> dict[str, Any]:
+    """A combatant whose every text field is as long as allowed, in four-byte characters."""
+    tag = BIG[: MAX_NAME - 3]
+    return {
+        "id": f"{n:03d}{tag}",
+        "display_name": BIG,
+        "controller": BIG,
+        "init_mod": n,  # no ties
+        "tags": [f"{i:02d}:{tag}" for i in range(MAX_ITEMS)],
+        "faces": [2, 3, 4],
+    }
+
+
+def test_a_failing_plugin_is_disabled_in_a_combat_full_to_its_size_limit(tmp_path: Path) -> None:
+    """Not one more byte of content fits the combat: the daemon's disable_plugin for the raising
+    plugin is taken all the same (room is kept for it), and it is not called there again."""
+    with _daemon(tmp_path, "raising", "outcome", extra=BUDGET) as d:
+        c = d.client()
+        _brimful(c)
+        c.call("start_combat", request_id="start", combat="full")
+        for n in range(1, 5):
+            _end_turn(c, n, combat="full")
+        events = _wait_for(c, lambda es: len(_named(es, "outcome_recorded")) == 5, combat="full")
+        (disabled,) = _named(events, "plugin_disabled")
+        assert disabled["plugin"] == "raising"
+        assert _recorded_by(events, "daemon") == ["disable_plugin"]
+        assert c.call("get_combat", combat="full")["view"]["disabled_plugins"] == ["raising"]
+        listing = _loaded(c.call("list_plugins"))["raising"]
+        assert (listing["calls"], listing["errors"], listing["disabled"]) == (3, 3, 1)
+
+
 def test_a_plugin_call_running_long_is_reported_while_it_runs_and_never_holds_the_loop(
     tmp_path: Path,
 ) -> None:
@@ -273,6 +362,30 @@ def test_a_plugin_call_running_long_is_reported_while_it_runs_and_never_holds_th
         # Reported while the hook still ran: it sleeps 2.5 s.
         assert line["seconds"] < 2.5
         assert not [line for line in lines if line["event"] == "event_loop_blocked"]
+
+
+def test_an_async_plugin_keeps_its_event_loop_between_calls(tmp_path: Path) -> None:
+    """The keeping plugin ties an event and a task to its loop in its first call: every later
+    call finds the same loop (its event still usable), with pauses between calls, and the task
+    counts on while no call runs, as it did when hooks ran on the daemon's own loop."""
+    with _daemon(tmp_path, "keeping", extra=BUDGET) as d:
+        c = d.client()
+        _combat(c, ("spidey", [2, 3, 4]), ("ock", [1, 2, 2]))
+        c.call("start_combat", request_id="start", combat="bank")
+        for n in range(1, 4):
+            _wait_for(c, lambda es, n=n: len(_named(es, "outcome_recorded")) == n)
+            time.sleep(0.5)
+            _end_turn(c, n)
+        events = _wait_for(c, lambda es: len(_named(es, "outcome_recorded")) == 4)
+        texts = [e["text"] for e in _named(events, "outcome_recorded")]
+        assert all(": same loop True, ticks " in text for text in texts), texts
+        ticks = [int(text.rsplit(" ", 1)[1]) for text in texts]
+        # Every 10 ms while no call runs: some 50 times in each pause, and a loop that ran
+        # only during calls would count about once.
+        assert all(b - a >= 10 for a, b in itertools.pairwise(ticks)), texts
+        assert not _named(events, "plugin_disabled")
+        listing = _loaded(c.call("list_plugins"))["keeping"]
+        assert (listing["calls"], listing["errors"], listing["timeouts"]) == (4, 0, 0)
 
 
 def test_a_hook_failing_every_time_is_disabled_though_another_of_its_hooks_succeeds_between(
@@ -637,3 +750,58 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
     # never run.
     assert [c.note for c in vault.state.conditions] == ["a", "b"]
     assert seen == [("vault", "b")]
+
+
+@pytest.mark.anyio
+async def test_a_combat_whose_plugins_fall_behind_holds_up_only_its_own_clients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One worker for every combat, and no hook run yet: bank's client has taken its combat's
+    # share of the worker's queue and waits before its next command commits, while vault's
+    # client, on the same worker, is answered at once. Then the worker's combats take turns,
+    # one command's hooks each, rather than one combat's whole backlog first.
+    monkeypatch.setattr(host, "HOOK_WORKERS", 1)
+    monkeypatch.setattr(host, "HOOK_QUEUE", 6)
+    monkeypatch.setattr(host, "HOOK_QUEUE_PER_COMBAT", 3)
+    seen: list[tuple[str, str]] = []
+
+    class Records:
+        @hookimpl
+        def on_condition_applied(self, combat: CombatView, condition: Any) -> None:
+            seen.append((combat.id, condition.note))
+
+    plugins = PluginHost()
+    plugins.register(Records(), "records")
+    store = Store.open(tmp_path)
+    hub = Hub(store, plugins=plugins)
+
+    async def note(combat_id: str, text: str) -> None:
+        command = cmd.ApplyCondition("k", "custom", note=text)
+        await hub.execute("p", NARRATOR, combat_id, command, f"{combat_id}-{text}")
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for combat_id in ("bank", "vault"):
+            create = cmd.CreateCombat(combat_id, "marvel")
+            await hub.execute("p", NARRATOR, combat_id, create, f"create-{combat_id}")
+            await hub.execute("p", NARRATOR, combat_id, cmd.AddCombatant("k", "K"), combat_id)
+        await note("bank", "b1")
+        await note("bank", "b2")
+        bank = hub.combat("bank")
+        seq = bank.seq
+        with anyio.move_on_after(0.2) as blocked:
+            await note("bank", "b3")
+        assert blocked.cancelled_caught
+        assert bank.seq == seq
+        with anyio.fail_after(WAIT_SECONDS):  # the worker's queue has room for vault
+            await note("vault", "v1")
+        async with anyio.create_task_group() as hooks:
+            hooks.start_soon(hub.run_hooks)
+            with anyio.fail_after(WAIT_SECONDS):
+                await note("bank", "b3")
+                while len(seen) < 4:
+                    await anyio.sleep(0.01)
+            hooks.cancel_scope.cancel()
+        await store.stop()
+    store.close()
+    assert seen == [("bank", "b1"), ("vault", "v1"), ("bank", "b2"), ("bank", "b3")]

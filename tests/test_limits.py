@@ -8,10 +8,11 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from story import Story
-from turnkeeper_engine import NARRATOR, RuleError, view
+from turnkeeper_engine import NARRATOR, RuleError, decide, view
 from turnkeeper_engine import commands as c
 from turnkeeper_engine.decide import (
     MAX_COMBATANTS,
+    MAX_DISABLED_PLUGINS,
     MAX_ITEMS,
     MAX_NAME,
     MAX_NUMBER,
@@ -188,3 +189,49 @@ def test_r16_the_record_of_hidden_stretches_is_bounded() -> None:
         refused = s.refuse(command)
         assert (refused.code, refused.field) == ("too_many_secrets", field)
     s.add("ogre")  # a visible one is still welcome
+
+
+def brimful() -> Story:
+    """A full combat (``filled``) topped up with conditions until not one more byte fits: the
+    last one's note as long as fits."""
+    s = filled()
+    who = s.state.combatants[0].id
+    added = 0
+    while _fits(s, _noted(who, MAX_TEXT)):
+        s.do(_noted(who, MAX_TEXT))
+        added += 1
+    assert added, "the last combatant left no room for a condition: the top-up needs one"
+    if not _fits(s, _noted(who, 1)):
+        # Less room than the shortest condition takes: the last one back, and half of it.
+        s.do(c.Undo())
+        s.do(_noted(who, MAX_TEXT // 2))
+    low, high = 1, MAX_TEXT
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if _fits(s, _noted(who, middle)) else (low, middle - 1)
+    s.do(_noted(who, low))
+    return s
+
+
+def _fits(s: Story, command: c.Command) -> bool:
+    return not isinstance(decide(s.state, command, s.now), RuleError)
+
+
+def _noted(who: str, size: int) -> c.ApplyCondition:
+    return c.ApplyCondition(who, "custom", note="x" * size)
+
+
+def test_disabling_a_plugin_is_never_refused_for_size_and_at_most_32_are_disabled() -> None:
+    """The daemon disables a failing plugin with disable_plugin: a combat full to the brim
+    takes it all the same (room is kept for it), up to MAX_DISABLED_PLUGINS names as long as
+    allowed, and its view still fits."""
+    s = brimful()
+    assert s.refuse(_noted(s.state.combatants[0].id, 1)).code == "combat_too_large"
+    for i in range(MAX_DISABLED_PLUGINS):
+        s.do(c.DisablePlugin(f"{i:02d}{BIG[: MAX_NAME - 2]}", "x" * MAX_TEXT))
+    assert len(s.state.disabled_plugins) == MAX_DISABLED_PLUGINS
+    assert view_bytes(s) <= MAX_VIEW_BYTES
+    refused = s.refuse(c.DisablePlugin("one-more"))
+    assert (refused.code, refused.field) == ("too_many_plugins_disabled", "plugin")
+    s.do(c.EnablePlugin(s.state.disabled_plugins[0]))
+    s.do(c.DisablePlugin("one-more"))

@@ -8,6 +8,7 @@ real process.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.decide import MAX_DISABLED_PLUGINS
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger
 from turnkeeper_sdk import CheckAdjustment, hookimpl
 from turnkeeper_sdk.plugins import MAX_CHAIN, MAX_PROPOSALS, PluginHost
@@ -708,3 +710,145 @@ def test_r5_the_turn_a_hook_is_given_names_the_current_turn() -> None:
     assert table.by("hurries") == ["end_turn"] * len(started)
     assert table.host.stats["hurries"].refused == 0
     assert [e.round for e in table.of(ev.TurnEnded) if e.combatant == "b"] == started
+
+
+WAIT_SECONDS = 20.0
+"""How long a test waits for a plugin's thread to act, on a busy machine."""
+
+
+class Keeps:
+    """Ties what it makes to its loop and its thread in the first call and counts on both in
+    every later one: a lock and a queue of its loop, a task of its own that works between
+    calls, a sqlite3 connection (usable only in the thread that opened it)."""
+
+    def __init__(self) -> None:
+        self.loops: list[asyncio.AbstractEventLoop] = []
+        self.threads: list[threading.Thread] = []
+        self.lock: asyncio.Lock | None = None
+        self.queue: asyncio.Queue[int] = asyncio.Queue()
+        self.handled: list[int] = []
+        self.worked = threading.Event()
+        self.cancelled = threading.Event()
+        self.db: sqlite3.Connection | None = None
+        self.counted: list[int] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def _work(self) -> None:
+        try:
+            while True:
+                self.handled.append(await self.queue.get())
+                await asyncio.sleep(0.01)  # runs only while the loop does
+                self.worked.set()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    @hookimpl
+    async def on_turn_start(self, combatant: Any) -> None:
+        self.loops.append(asyncio.get_running_loop())
+        self.threads.append(threading.current_thread())
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+            self.task = asyncio.get_running_loop().create_task(self._work())
+        async with self.lock:
+            await self.queue.put(len(self.loops))
+
+    @hookimpl
+    def on_turn_end(self) -> None:
+        self.threads.append(threading.current_thread())
+        if self.db is None:
+            self.db = sqlite3.connect(":memory:")
+            self.db.execute("create table turns (n)")
+        self.db.execute("insert into turns values (1)")
+        self.counted.append(self.db.execute("select count(*) from turns").fetchone()[0])
+
+
+def test_an_async_plugins_loop_and_thread_serve_all_its_calls_and_run_between_them() -> None:
+    """What a plugin ties to its loop or its thread in one call serves the next: its hooks run
+    on one loop and one thread for the host's life, and that loop runs between calls, so a
+    task it started goes on working. Its thread ends, its tasks cancelled, when the host
+    stops."""
+    keeps = Keeps()
+    table = Table("marvel", {"keeps": keeps}, seed=5)
+    _three(table)
+    table.start()
+    # No call is under way: the task works all the same.
+    assert keeps.worked.wait(WAIT_SECONDS)
+    for _ in range(3):
+        keeps.worked.clear()
+        table.end_turn()
+        assert keeps.worked.wait(WAIT_SECONDS)
+        time.sleep(0.1)  # a pause between calls costs nothing
+    assert table.problems == []
+    assert keeps.handled == [1, 2, 3, 4]
+    assert len(keeps.loops) == 4
+    assert all(loop is keeps.loops[0] for loop in keeps.loops)
+    assert len(keeps.threads) == 7
+    assert all(t is keeps.threads[0] for t in keeps.threads)
+    assert keeps.counted == [1, 2, 3]
+    table.host.stop()
+    keeps.threads[0].join(WAIT_SECONDS)
+    assert not keeps.threads[0].is_alive()
+    assert keeps.cancelled.is_set()
+    assert keeps.loops[0].is_closed()
+
+
+def test_a_failing_plugin_whose_disabling_is_refused_is_not_called_again_in_that_combat() -> None:
+    """The narrator has disabled as many plugins as a combat may: the host's disable_plugin for
+    a failing one is refused, and the host stops calling it there all the same (and says so);
+    another combat still calls it."""
+    rec = Recorder()
+    table = Table("marvel", {"bad": Raises(), "rec": rec}, seed=5)
+    _three(table)
+    for i in range(MAX_DISABLED_PLUGINS):
+        table.do(cmd.DisablePlugin(f"other-{i}"))
+    table.start()
+    for _ in range(5):
+        table.end_turn()
+    assert "bad" not in table.state.disabled_plugins
+    assert not [e for e in table.of(ev.CommandRecorded) if e.actor.via == "daemon"]
+    stats = table.host.stats["bad"]
+    assert (stats.calls, stats.errors, stats.disabled) == (3, 3, 1)
+    assert len([s for s in rec.seen if s[0] == "turn_start"]) == 6
+    (said,) = [d for what, d in table.problems if what == "plugin_disabled"]
+    assert (said["plugin"], said["recorded"], said["code"]) == (
+        "bad",
+        False,
+        "too_many_plugins_disabled",
+    )
+
+    async def elsewhere() -> None:
+        await table.host.call("on_turn_start", "elsewhere", (), combatant=table.state.combatants[0])
+
+    anyio.run(elsewhere)
+    assert stats.calls == 4
+
+
+def test_a_base_exception_from_a_task_of_the_plugins_own_leaves_its_loop_serving() -> None:
+    """A task the plugin started raises SystemExit, which asyncio lets out of its loop: the
+    plugin's thread runs the loop again, and its later calls are served as before."""
+
+    class Exits:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.task: asyncio.Task[None] | None = None
+
+        async def _exit(self) -> None:
+            raise SystemExit(3)
+
+        @hookimpl
+        async def on_turn_start(self) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                self.task = asyncio.get_running_loop().create_task(self._exit())
+
+    exits = Exits()
+    table = Table("marvel", {"exits": exits}, seed=5)
+    _three(table)
+    table.start()
+    for _ in range(3):
+        table.end_turn()
+    assert exits.calls == 4
+    assert table.problems == []
+    assert exits.task is not None
+    assert isinstance(exits.task.exception(), SystemExit)

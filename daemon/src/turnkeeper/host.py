@@ -91,7 +91,9 @@ CLOCK_ACTOR = Actor("narrator", None, "clock")
 
 HOOK_WORKERS = 4
 """Tasks running plugin hooks, each for the combats whose id hashes to it: a combat's hooks run
-one command after another, in event order, while other combats' hooks go on beside them."""
+one command after another, in event order, while other combats' hooks go on beside them. A
+worker's combats take turns, one command's hooks each, so a combat with a long backlog does not
+hold up the hooks of the others."""
 
 HOOK_QUEUE = 256
 """Commands of clients and the clock whose hooks have not run yet, per worker (the commands
@@ -100,6 +102,12 @@ next command waits for room before it is committed (never after: a committed com
 answered at once), so a client whose commands outrun the plugins is slowed down instead of the
 daemon's memory growing. The clock cannot wait: its command then runs no hooks (logged as
 ``plugin_hooks_skipped``)."""
+
+HOOK_QUEUE_PER_COMBAT = 32
+"""Places in its worker's ``HOOK_QUEUE`` one combat's commands may hold: a client that outruns
+its combat's plugins waits on that combat's own backlog, while the clients of the worker's other
+combats find room (unless eight combats are that far behind at once). The clock's commands
+count here too, but never wait for it."""
 
 
 class RequestError(TemplatedError):
@@ -160,6 +168,9 @@ class Combat:
     """Committed commands whose plugin hooks have not run yet, in commit order, each with
     whether it holds a place in its worker's ``HOOK_QUEUE`` (a client's command does). The
     combat is on its worker's list while any are due; the worker runs them oldest first."""
+    places: int = 0
+    """Places this combat's commands hold in its worker's ``HOOK_QUEUE``
+    (``HOOK_QUEUE_PER_COMBAT``)."""
 
 
 _Request = tuple[tuple[str, str], str]
@@ -452,12 +463,13 @@ class Hub:
             placed = observe = self._places[shard] < HOOK_QUEUE
             if placed:
                 self._places[shard] += 1
+                combat.places += 1
             else:
                 # The clock cannot wait, and the queue must stay bounded: plugins that are
                 # this far behind miss the hooks of this tick.
                 log.warning("plugin_hooks_skipped", combat=combat.id, command=command.name)
         else:
-            placed = await self._take_place(shard)
+            placed = await self._take_place(shard, combat)
             observe = True
         applied: Applied | None = None
         try:
@@ -467,24 +479,27 @@ class Hub:
             )
         finally:
             if placed and applied is None:
-                self._free_place(shard)
+                self._free_place(shard, combat)
             # Even when the command itself is refused, what its before hooks applied has hooks.
             if combat.hooks_due:
                 self._hooks_ready(combat, shard)
         return result
 
-    async def _take_place(self, shard: int) -> bool:
-        """Wait for room in a worker's ``HOOK_QUEUE`` and take a place: False when the workers
-        have stopped (the daemon is stopping), and hooks due then are not run."""
-        while self._places[shard] >= HOOK_QUEUE:
+    async def _take_place(self, shard: int, combat: Combat) -> bool:
+        """Wait for room in a worker's ``HOOK_QUEUE``, and in the combat's share of it, and
+        take a place: False when the workers have stopped (the daemon is stopping), and hooks
+        due then are not run."""
+        while self._places[shard] >= HOOK_QUEUE or combat.places >= HOOK_QUEUE_PER_COMBAT:
             if self._hooks_stopped:
                 return False
             await self._room[shard].wait()
         self._places[shard] += 1
+        combat.places += 1
         return True
 
-    def _free_place(self, shard: int) -> None:
+    def _free_place(self, shard: int, combat: Combat) -> None:
         self._places[shard] -= 1
+        combat.places -= 1
         self._room[shard].set()
         self._room[shard] = anyio.Event()
 
@@ -550,24 +565,26 @@ class Hub:
             while not ready:
                 self._ready_wake[shard] = anyio.Event()
                 await self._ready_wake[shard].wait()
-            await self._run_due(ready.pop(next(iter(ready))), shard)
+            combat = ready.pop(next(iter(ready)))
+            await self._run_due(combat, shard)
+            if combat.hooks_due:
+                # To the back of the list: the worker's combats take turns.
+                self._hooks_ready(combat, shard)
 
     async def _run_due(self, combat: Combat, shard: int) -> None:
+        """The hooks of a combat's oldest command due: the commands plugins cause join the
+        same list as they commit, so the order holds."""
         assert self.plugins is not None
-        # Every hook due, oldest first: the commands plugins cause join the same list as they
-        # commit, so the order holds.
-        while combat.hooks_due:
-            applied, placed = combat.hooks_due.popleft()
-            try:
-                await self.plugins.run(applied, partial(self._apply_proposed, combat))
-            except Exception:
-                # The host isolates each plugin already: this is the daemon's own
-                # failure (a store error, say). That command's hooks are lost; the
-                # worker goes on.
-                log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
-            finally:
-                if placed:
-                    self._free_place(shard)
+        applied, placed = combat.hooks_due.popleft()
+        try:
+            await self.plugins.run(applied, partial(self._apply_proposed, combat))
+        except Exception:
+            # The host isolates each plugin already: this is the daemon's own failure (a store
+            # error, say). That command's hooks are lost; the worker goes on.
+            log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
+        finally:
+            if placed:
+                self._free_place(shard, combat)
 
     async def _apply(
         self,

@@ -80,8 +80,8 @@ MAX_VIEW_BYTES = 960 * 1024
 role's is a part of it). The limits above bound one item each, and their product is many
 megabytes; this bounds the sum, so a combat's view always fits in one protocol message
 (1 MiB) with the response around it. Commands that add content are held to it with room left
-for play (``PLAY_BYTES``, ``PLAY_IDS``, ``PLAY_FIXED``), so the others never need refusing:
-a combat full of content can still be played to its end."""
+for play (``PLAY_BYTES``, ``PLAY_IDS``, ``PLAY_FIXED``, ``PLAY_PLUGINS``), so the others never
+need refusing: a combat full of content can still be played to its end."""
 PLAY_BYTES = 1280
 """Room kept per combatant for what play adds besides its ids: its check once rolled (the dice,
 ten rerolls, who supplied them) and the numbers of its hold and of its claim in a window."""
@@ -91,6 +91,15 @@ its hold and the combatant the hold names, its entries in a window's ``offered``
 and ``sequence``, and its claim."""
 PLAY_FIXED = 4096
 """Room kept once per combat: the turn in progress and a turn start's window."""
+MAX_DISABLED_PLUGINS = 32
+"""Plugins one combat may have disabled at once: far more than a daemon loads (it bundles
+four). Room is kept for all of them (``PLAY_PLUGINS``) rather than holding ``disable_plugin`` to
+``MAX_VIEW_BYTES``: it is how the daemon stops a failing plugin, which a full combat must not
+refuse."""
+PLAY_PLUGINS = MAX_DISABLED_PLUGINS * (4 * MAX_NAME + 3) + 2
+"""Room kept once per combat for ``MAX_DISABLED_PLUGINS`` names in ``disabled_plugins``, each
+as long as allowed in four-byte characters with its 3-byte header, and the 2 bytes more the
+list's header then takes."""
 
 
 @dataclass
@@ -170,18 +179,17 @@ _ADDS_CONTENT = frozenset(
         cmd.DeclareAction,
         cmd.AnnounceTrigger,
         cmd.ClaimReaction,
-        cmd.DisablePlugin,
     }
 )
-"""Commands that put what a table chose (text, conditions, reservations, plugin names) into the
-state: the only ones held to ``MAX_VIEW_BYTES``. What every other command adds is bounded per
-combatant and kept room for."""
+"""Commands that put what a table chose (text, conditions, reservations) into the state: the
+only ones held to ``MAX_VIEW_BYTES``. What every other command adds is bounded per combatant
+(or, for disabled plugins, per combat) and kept room for."""
 
 
 def _within_size(ctx: _Ctx) -> None:
     state = ctx.state
     longest = max((encoded_size(c.id) for c in state.combatants), default=0)
-    room = PLAY_FIXED + len(state.combatants) * (PLAY_BYTES + PLAY_IDS * longest)
+    room = PLAY_FIXED + PLAY_PLUGINS + len(state.combatants) * (PLAY_BYTES + PLAY_IDS * longest)
     size = encoded_size(view(state, NARRATOR)) + room
     if size > MAX_VIEW_BYTES:
         raise _reject(
@@ -1638,6 +1646,13 @@ def _disable_plugin(ctx: _Ctx, c: cmd.DisablePlugin) -> None:
     if c.plugin in ctx.state.disabled_plugins:
         raise _reject(
             "invalid_value", "plugin {plugin!r} is already disabled", "plugin", plugin=c.plugin
+        )
+    if len(ctx.state.disabled_plugins) >= MAX_DISABLED_PLUGINS:
+        raise _reject(
+            "too_many_plugins_disabled",
+            "at most {limit} plugins may be disabled in one combat",
+            "plugin",
+            limit=MAX_DISABLED_PLUGINS,
         )
     ctx.emit(ev.PluginDisabled(c.plugin, c.reason))
 

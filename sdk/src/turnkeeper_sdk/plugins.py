@@ -12,12 +12,14 @@ for that combat (a ``disable_plugin`` command, so the combat's log says so and i
 restart).
 
 No plugin code runs on the caller's event loop: each plugin has a thread of its own
-(:class:`_Runner`), where its hooks run one at a time, async ones on that thread's own event
-loop. The caller waits for a call at most its budget (and ``ABANDON_GRACE``); a call still
-running then is given up on and left to finish in its thread, and the plugin is not called again
-until it has. Python cannot kill a thread: a hook that never returns keeps its thread (and, in a
-busy loop, a share of the CPU) until the process ends, which is why the threads are daemon
-threads: they never hold up the process's exit.
+(:class:`_Runner`), where its hooks run one at a time, async ones on that thread's own event loop.
+The thread and its loop last from the plugin's first call until :meth:`PluginHost.stop` (or until
+the host is dropped), so whatever a hook ties to its loop or its thread (a session, an
+``asyncio.Lock``, a sqlite3 connection) serves its later calls too. The caller waits for a call at
+most its budget (and ``ABANDON_GRACE``); a call still running then is given up on and left to finish
+in its thread, and the plugin is not called again until it has. Python cannot kill a thread: a hook
+that never returns keeps its thread (and, in a busy loop, a share of the CPU) until the process
+ends, which is why the threads are daemon threads: they never hold up the process's exit.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import difflib
 import inspect
 import itertools
 import logging
-import queue
 import re
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
@@ -99,10 +101,6 @@ caller waits for the plugin's thread (at most its own budget): on a busy machine
 little late is a hiccup, and failing the calls of other combats for it would disable a sound
 plugin there. Past it, calls fail at once: a stuck plugin costs nobody any waiting."""
 
-RUNNER_IDLE = 10.0
-"""Seconds a plugin's thread waits for its next call before it ends (a new one starts with the
-next call): hosts come and go in tests, and their idle threads must not pile up."""
-
 PLUGIN_ROLE: Role = "narrator"
 """Plugins are installed by the daemon's operator and run in its process; their commands pass
 the narrator's validation (R16) and are recorded as ``plugin:<name>``."""
@@ -122,6 +120,10 @@ MAX_KEPT = 10_000
 
 CHAINS = "command chains"
 """What a plugin's failures to stay within ``MAX_CAUSED`` are counted under, beside its hooks."""
+
+MAX_REASON = 500
+"""Longest reason a ``disable_plugin`` the host sends gives (the error that disabled the
+plugin, cut): the daemon's log has it whole."""
 
 HOST_ACTOR = Actor("narrator", None, "daemon")
 """Who disables a failing plugin."""
@@ -277,58 +279,69 @@ def _wake(token: EventLoopToken, event: anyio.Event) -> None:
 
 
 class _Runner:
-    """One plugin's thread: its hook calls run there one at a time, never on the caller's event
-    loop, so no hook can hold the loop, whatever it does.
+    """One plugin's thread and its event loop, both kept from the plugin's first call until
+    the host stops: its hook calls run there one at a time, never on the caller's event loop,
+    so no hook can hold the loop, whatever it does. A synchronous hook runs in the thread (a
+    callback of its loop), an async one as a task of its loop; what a hook leaves on the loop
+    (a session, a lock, a task it started) is there, and runs, between calls, as it did when
+    hooks ran on the daemon's own loop.
 
     ``busy`` names the call under way: set by the caller as it hands a call over, cleared by
     the thread once the call has returned. A call the caller gave up on keeps it set, so the
-    plugin is not called again (and no second thread is spent on it) until that call ends."""
+    plugin is not called again (and no second call is queued behind it) until that call
+    ends."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.busy: HeldCall | None = None
-        self._inbox: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._guard = threading.Lock()
-        """Held briefly by both sides, so that an idle thread never ends with a call waiting."""
-        self._thread: threading.Thread | None = None
         self._idle: list[tuple[EventLoopToken, anyio.Event]] = []
         """Callers waiting for ``busy`` to clear: at most one per event loop (a plugin's
         callers take turns), each gone once it stops waiting."""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        """The thread's own event loop for async hooks, made on first use."""
+        self._loop = asyncio.new_event_loop()
+        """Made once, run by the thread only and closed by it when it ends: a call never meets
+        a loop other than the one its plugin's earlier calls ran on."""
+        self._task: asyncio.Task[None] | None = None
+        """The async call under way, held so that the loop does not lose it."""
+        self._closing = False
+        # A daemon thread: one stuck in a hook must not keep the process from exiting.
+        threading.Thread(
+            target=self._serve, name=f"turnkeeper-plugin-{self.name}", daemon=True
+        ).start()
 
     def start(self, job: _Job, held: HeldCall) -> None:
         """Hand a call over. The caller checked that ``busy`` is clear: at most one call is
-        ever waiting or running, so the inbox is bounded by construction."""
+        ever waiting or running."""
         self.busy = held
-        with self._guard:
-            self._inbox.put(job)
-            if self._thread is None:
-                # A daemon thread: one stuck in a hook must not keep the process from exiting.
-                self._thread = threading.Thread(
-                    target=self._serve, name=f"turnkeeper-plugin-{self.name}", daemon=True
-                )
-                self._thread.start()
+        self._loop.call_soon_threadsafe(self._begin, job)
+
+    def close(self) -> None:
+        """Let the thread end once the call under way, if any, has returned."""
+        self._closing = True
+        with contextlib.suppress(RuntimeError):  # its loop is closed already
+            self._loop.call_soon_threadsafe(self._loop.stop)
 
     def _serve(self) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
         try:
-            while True:
+            while not self._closing:
                 try:
-                    job = self._inbox.get(timeout=RUNNER_IDLE)
-                except queue.Empty:
-                    with self._guard:
-                        if self._inbox.empty():
-                            self._thread = None
-                            return
-                    continue
-                self._execute(job)
-                self.busy = None
-                _wake(job.token, job.done)
-                self.release_waiters()
+                    loop.run_forever()
+                except BaseException as e:  # a task of the plugin's own raised SystemExit, say
+                    # No traceback: Python 3.11 formats one with ast.parse, which is not safe
+                    # beside the daemon's thread doing the same.
+                    log.warning("plugin_task_failed %s %s: %s", self.name, type(e).__name__, e)
+            # What the plugin left running ends as at the close of any loop: cancelled.
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.wait(tasks, timeout=ABANDON_GRACE))
+        except BaseException as e:  # the plugin's own tasks may raise anything as they end
+            log.debug("plugin_loop_closing_failed %s %s: %s", self.name, type(e).__name__, e)
         finally:
-            if self._loop is not None:
-                self._loop.close()
-                self._loop = None
+            loop.close()
 
     def release_waiters(self) -> None:
         """End every wait in ``idle`` now (the host is stopping)."""
@@ -353,24 +366,51 @@ class _Runner:
                 self._idle.remove(waiter)
         return self.busy is None
 
-    def _execute(self, job: _Job) -> None:
+    def _begin(self, job: _Job) -> None:
         job.started = time.monotonic()
-        started = time.perf_counter()
         try:
             value = job.function(**job.args)
-            if inspect.isawaitable(value):
-                if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
-                value, job.cancelled = self._loop.run_until_complete(_within(value, job.budget))
-            if not job.cancelled and not isinstance(value, cmd.Command | CheckAdjustment | None):
-                # A generator runs only when consumed: consume it here, within the budget and
-                # the error handling, and never more of it than could be used.
-                value = list(itertools.islice(iter(value), MAX_PROPOSALS + 1))
-            job.value = value
         except BaseException as e:  # a plugin's failure is its own, whatever it raises
-            job.problem = f"{type(e).__name__}: {e}"
-        job.elapsed = time.perf_counter() - started
+            self._end(job, None, e)
+            return
+        if inspect.isawaitable(value):
+            self._task = self._loop.create_task(self._finish(job, value))
+        else:
+            self._end(job, value, None)
+
+    async def _finish(self, job: _Job, awaitable: Awaitable[Any]) -> None:
+        try:
+            value, job.cancelled = await _within(awaitable, job.budget)
+        except BaseException as e:  # as in ``_begin``
+            self._end(job, None, e)
+            return
+        self._end(job, value, None)
+
+    def _end(self, job: _Job, value: Any, error: BaseException | None) -> None:
+        if error is None and not job.cancelled:
+            try:
+                if not isinstance(value, cmd.Command | CheckAdjustment | None):
+                    # A generator runs only when consumed: consume it here, within the budget
+                    # and the error handling, and never more of it than could be used.
+                    value = list(itertools.islice(iter(value), MAX_PROPOSALS + 1))
+            except BaseException as e:  # as in ``_begin``
+                error = e
+        if error is not None:
+            job.problem = f"{type(error).__name__}: {error}"
+        else:
+            job.value = value
+        assert job.started is not None  # set as the call began
+        job.elapsed = time.monotonic() - job.started
         job.finished = True
+        self._task = None
+        self.busy = None
+        _wake(job.token, job.done)
+        self.release_waiters()
+
+
+def _close_all(runners: Mapping[str, _Runner]) -> None:
+    for runner in list(runners.values()):
+        runner.close()
 
 
 @dataclass
@@ -418,6 +458,9 @@ class PluginHost:
     def __post_init__(self) -> None:
         self._manager = pluggy.PluginManager(PROJECT)
         self._manager.add_hookspecs(hookspecs)
+        # Hosts come and go in tests without being stopped: their plugins' threads end with
+        # them rather than pile up. The finalizer holds the runners, never the host.
+        weakref.finalize(self, _close_all, self._runners)
 
     # ------------------------------------------------------------------------------ loading
 
@@ -688,13 +731,15 @@ class PluginHost:
 
     def stop(self) -> None:
         """Stop calling plugins, for a daemon that must exit whatever they do: every call
-        waited for is given up on at once, and no other is made. Call it from the event loop
-        the calls wait on."""
+        waited for is given up on at once, and no other is made; each plugin's thread ends
+        once its call under way, if any, returns. Call it from the event loop the calls wait
+        on."""
         self.stopped = True
         for job in list(self._waiting):
             job.done.set()
         for runner in list(self._runners.values()):
             runner.release_waiters()
+        _close_all(self._runners)
 
     def held(self) -> list[HeldCall]:
         """The hook calls plugins' threads are running, those given up on included. Safe to
@@ -977,13 +1022,26 @@ class PluginHost:
             self.forget(combat_id)
 
     async def disable_failing(self, combat_id: str, apply: Apply) -> None:
+        """Disable for the combat every plugin that reached ``max_failures`` there. The host
+        stops calling it there first, whether or not the ``disable_plugin`` that records it
+        is refused (already disabled, the combat gone or ended, ``MAX_DISABLED_PLUGINS``
+        reached): a failing plugin is never called again in that combat, until a narrator
+        enables it."""
         for plugin, reason in self.failing(combat_id):
-            try:
-                await apply(HOST_ACTOR, cmd.DisablePlugin(plugin, reason[:500]))
-            except RefusedError:  # already disabled, or the combat is gone: nothing to do
-                continue
-            self.stats[plugin].disabled += 1
             self._off.setdefault(combat_id, set()).add(plugin)
+            self.stats[plugin].disabled += 1
+            try:
+                await apply(HOST_ACTOR, cmd.DisablePlugin(plugin, reason[:MAX_REASON]))
+            except RefusedError as e:
+                self.report(
+                    "plugin_disabled",
+                    plugin=plugin,
+                    combat=combat_id,
+                    reason=reason,
+                    recorded=False,
+                    code=e.code,
+                )
+                continue
             self.report("plugin_disabled", plugin=plugin, combat=combat_id, reason=reason)
 
 
