@@ -237,7 +237,8 @@ SERVE_SETTINGS = (
     ),
     Setting(
         ("--max-db-mib",),
-        "a quota on the database size; past it commands fail with store_full "
+        "a quota on the database and its write-ahead log together; past it commands fail "
+        "with store_full "
         "(env TURNKEEPER_MAX_DB_MIB; default: none)",
         env="TURNKEEPER_MAX_DB_MIB",
         parse=_positive,
