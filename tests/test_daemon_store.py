@@ -19,6 +19,8 @@ import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
 from turnkeeper.private import exclusive_lock
+from turnkeeper_engine import State
+from turnkeeper_engine.plain import from_shared
 
 
 def _combat(c: Client, combat: str = "bank") -> Any:
@@ -145,7 +147,19 @@ def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_l
         c = d.client()
         assert c.call("get_combat", combat="bank") == before
         assert c.call("get_combat", combat="good")["seq"] == before["seq"]
-        assert "snapshot_unreadable" in d.log.read_text()
+        assert _logged(d, "snapshot_unreadable") == 1
+        # The replay is paid once: a fresh snapshot of the log's end replaces the bad one.
+        assert _logged(d, "snapshot_stored") == 1
+        d.kill()
+        with _db(d) as db:
+            stored = db.execute("SELECT seq, body FROM snapshots WHERE combat_id = 'bank'")
+            seq, fresh = stored.fetchone()
+        assert seq == before["seq"]
+        assert from_shared(State, msgpack.unpackb(fresh, raw=False)).seq == seq
+        d.start()
+        c = d.client()
+        assert c.call("get_combat", combat="bank") == before
+        assert _logged(d, "snapshot_unreadable") == 1
         turn = before["view"]["turn"]
         ref = {"round": turn["round"], "combatant": turn["combatant"]}
         c.call("end_turn", request_id="next", combat="bank", turn=ref)
@@ -153,6 +167,12 @@ def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_l
         d.kill()
         d.start()
         assert d.client().call("get_combat", combat="bank") == after
+        assert _logged(d, "snapshot_unreadable") == 1
+
+
+def _logged(d: Daemon, event: str) -> int:
+    """Lines of the daemon's log, over all its starts, that report ``event``."""
+    return sum(f'"{event}"' in line for line in d.log.read_text().splitlines())
 
 
 def _serve(data_dir: Path, socket: Path) -> subprocess.CompletedProcess[str]:

@@ -340,11 +340,11 @@ class Connection:
         assert target is not None
         combat_id = target
         if method == "get_combat":
-            return hub.view(combat_id, self.actor)
+            return await hub.view(combat_id, self.actor)
         if method == "history":
             after = number(params, "after", 0, 0, 2**53)
             limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-            return hub.history(combat_id, self.actor, after, limit, self.narration)
+            return await hub.history(combat_id, self.actor, after, limit, self.narration)
         if method == "subscribe":
             if combat_id in self.subscribed:
                 raise RequestError("already_subscribed", "subscribed to it already", "combat")
@@ -610,7 +610,6 @@ async def serve(
     announce(plugins)
     store = Store.open(config.data_dir, max_pages=config.max_db_pages)
     hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
-    hub.recover()
     server = Server(config, store, hub)
     bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
     socket_lock: int | None = None
@@ -620,6 +619,7 @@ async def serve(
         server.tokens.read()
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
+            await hub.recover()  # before any listener: every combat is known when serving
             async with anyio.create_task_group() as tg:
                 tg.start_soon(hub.run_clock)
                 tg.start_soon(hub.run_hooks)
