@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import msgpack  # type: ignore[import-untyped]
 import pytest
+from structlog.testing import capture_logs
 
 from turnkeeper import store as store_module
 from turnkeeper.store import DB_FILE, MAX_EVENTS_PER_READ, Batch, LoadedCombat, Store, StoreError
@@ -100,6 +101,7 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     data_dir = tmp_path / "nested" / "data"
     Store.open(data_dir).close()
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(data_dir.parent.stat().st_mode) == 0o700  # created by the daemon too
     assert (data_dir / DB_FILE).exists()
     with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
@@ -257,6 +259,39 @@ async def test_a_full_disk_fails_the_whole_transaction_and_keeps_nothing(tmp_pat
         await store.commit(batch("c1", 2))  # small enough: the store still works
     [combat] = store.load()
     assert logged(store, combat) == [(1, event(1)), (2, event(2))]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_database_over_its_share_of_a_new_quota_is_named_at_start_up(
+    tmp_path: Path,
+) -> None:
+    """An upgrade: the quota used to be the database's alone; now its WAL takes a share. A
+    database already past the rest is full from the start, and the log says so and what to do."""
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, 200, create=True, pad="x" * 4000))
+    store.close()
+    pages = sqlite3.connect(tmp_path / DB_FILE).execute("PRAGMA page_count").fetchone()[0]
+    quota = pages + pages // 8  # holds the database, but not in three quarters of it
+    with capture_logs() as logs:
+        store = Store.open(tmp_path, max_pages=quota)
+    [warning] = [e for e in logs if e["event"] == "store_over_quota"]
+    assert warning["database_mib"] == round(pages * 4096 / 2**20, 2)
+    assert warning["quota_mib"] == round(quota * 4096 / 2**20, 2)
+    assert "raise --max-db-mib to at least" in warning["advice"]
+    async with running(store):
+        with pytest.raises(StoreError) as full:
+            await store.commit(batch("c1", 201, pad="x" * 4000))
+    store.close()
+    assert full.value.code == "store_full"
+    # The advice is enough: at the quota it names, no warning, and commits fit.
+    needed = int(warning["advice"].rsplit(" ", 1)[1])
+    with capture_logs() as logs:
+        store = Store.open(tmp_path, max_pages=needed * 256)
+    assert [e for e in logs if e["event"] == "store_over_quota"] == []
+    async with running(store):
+        await store.commit(batch("c1", 201, pad="x" * 4000))
     store.close()
 
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import anyio
 import msgpack  # type: ignore[import-untyped]
+import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -79,6 +80,8 @@ BUSY_TIMEOUT_MS = 5000
 file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
 
 ErrorCode = Literal["store_failed", "store_full", "conflict"]
+
+log = structlog.get_logger("turnkeeper.store")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -250,6 +253,34 @@ def _lock(data_dir: Path) -> int:
         ) from e
 
 
+def _warn_if_full(
+    db: sqlite3.Connection, path: Path, share: int, quota: int, page_size: int
+) -> None:
+    """Log a warning if the database already fills its share of the quota (``share`` pages).
+
+    SQLite keeps a database larger than ``max_page_count`` as it is, so every commit would fail
+    with ``store_full`` from the start: the case of an upgrade from a daemon whose quota was the
+    database's alone, now that the WAL takes 1/WAL_SHARE of it."""
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    if pages < share:
+        return
+    mib = 2**20
+    # The smallest quota (in whole MiB) whose database share is larger than the database now.
+    needed = (pages + 1) * page_size * WAL_SHARE // (WAL_SHARE - 1) // mib + 1
+    log.warning(
+        "store_over_quota",
+        path=str(path),
+        database_mib=round(pages * page_size / mib, 2),
+        database_share_mib=round(share * page_size / mib, 2),
+        quota_mib=round(quota * page_size / mib, 2),
+        advice=(
+            f"every command will fail with store_full: the database may take"
+            f" {WAL_SHARE - 1}/{WAL_SHARE} of --max-db-mib and its write-ahead log the rest;"
+            f" raise --max-db-mib to at least {needed}"
+        ),
+    )
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
     # check_same_thread=False: the committer's connection is used from anyio's worker threads,
@@ -297,19 +328,18 @@ class Store:
     def open(cls, data_dir: Path, *, max_pages: int | None = None) -> Store:
         """Open (creating if missing) the store in ``data_dir``, for this process alone.
 
-        The directory is made private, or refused (see ``turnkeeper.private``); the database
-        and its WAL and shared-memory files are 0600. ``max_pages`` is an operator's quota on
+        The directory is created private, or refused if others may write in it
+        (``UnsafePathError``, see ``turnkeeper.private``); the database and its WAL and
+        shared-memory files are 0600. ``max_pages`` is an operator's quota on
         the database and its WAL together, in pages: the database may take all but
         1/WAL_SHARE of it (``PRAGMA max_page_count``), the WAL the rest (see ``_trim_wal``).
         Past it every commit fails with ``store_full``, exactly as on a full disk, which is
-        also how the tests make the disk full. Raises ``StoreError("store_failed")`` if the
-        directory is not private, another daemon holds it (the message names its pid), or the
+        also how the tests make the disk full. Raises ``StoreError("store_failed")`` if
+        another daemon holds the directory (the message names its pid), or the
         file cannot be opened or was written by another schema version.
         """
         try:
-            private_directory(data_dir, "data directory")
-        except PermissionError as e:
-            raise StoreError("store_failed", "{reason}", reason=str(e)) from e
+            private_directory(data_dir, "data directory", warn_readable=True)
         except OSError as e:
             raise StoreError(
                 "store_failed",
@@ -357,6 +387,7 @@ class Store:
                     writer.execute(f"PRAGMA max_page_count={int(max_pages - wal_pages)}")
                     (page_size,) = writer.execute("PRAGMA page_size").fetchone()
                     wal_limit = wal_pages * page_size
+                    _warn_if_full(writer, path, max_pages - wal_pages, max_pages, page_size)
                 reader = _connect(path)
                 loader = _connect(path)
                 for connection in (reader, loader):
