@@ -11,9 +11,16 @@ remembered-requests table stays empty: start-up never reads it.
 
 Each combat gets a number of events drawn uniformly around the mean (half to one and a half
 times), so about half the combats start from a snapshot plus a tail and half replay from zero.
-The baseline is the same daemon starting on an empty data dir, in the same repetition.
+The baseline is the same daemon starting on an empty data dir, in the same repetition. While
+the daemon rebuilds its combats behind the socket, a one-row ``list_combats`` probes it every
+10 ms: its latency is how long a request waits behind a rebuild.
+
+With ``--old-snapshots`` every snapshot is as a daemon from before states counted their events
+wrote it (an upgrade): the first start replays every log and stores fresh snapshots, and each
+repetition starts a copy of the data dir twice, to show what the second start costs.
 
     python bench/bench_recovery.py --events 1000000 --combats 1000 --reps 3
+    python bench/bench_recovery.py --old-snapshots --data-dir /tmp/old-data --reps 3
 
 Target: at most 2 s.
 """
@@ -161,22 +168,40 @@ def _rebuilt_lines(log: Path) -> int:
     return sum('"combats_rebuilt"' in line for line in log.read_text(errors="replace").splitlines())
 
 
-def start_up(root: Path, data_dir: Path) -> tuple[float, float, list[Any]]:
+PROBE_EVERY = 0.01
+"""Seconds between two probes of the event loop while the daemon rebuilds."""
+
+
+async def _probe(sock: Path, log: Path, before: int) -> list[float]:
+    """Latencies (s) of a one-row ``list_combats``, asked every PROBE_EVERY until the daemon
+    logs that every combat is rebuilt: how long a request waits behind the rebuild."""
+    conn = await tk.Conn.open(sock)
+    latencies: list[float] = []
+    deadline = time.monotonic() + REBUILD_TIMEOUT
+    while _rebuilt_lines(log) == before and time.monotonic() < deadline:
+        sent = time.perf_counter()
+        await conn.call("list_combats", {"limit": 1})
+        latencies.append(time.perf_counter() - sent)
+        await anyio.sleep(PROBE_EVERY)
+    await conn.aclose()
+    return latencies
+
+
+def start_up(root: Path, data_dir: Path) -> tuple[float, float, list[Any], list[float]]:
     """Seconds from process start to every page of ``list_combats`` answered, seconds until
-    the daemon logs that every combat is rebuilt, and the ``list_combats`` rows."""
+    the daemon logs that every combat is rebuilt, the ``list_combats`` rows, and the latencies
+    of the requests probing the daemon meanwhile."""
     server = tk.daemon(root, data_dir=data_dir)
     before = _rebuilt_lines(server.log_path)
     try:
         server.start()
         combats = anyio.run(_list, server.socket_path)
         seconds = time.perf_counter() - server.started_at
-        deadline = time.monotonic() + REBUILD_TIMEOUT
-        while _rebuilt_lines(server.log_path) == before and time.monotonic() < deadline:
-            time.sleep(0.05)
+        latencies = anyio.run(_probe, server.socket_path, server.log_path, before)
         rebuilt = time.perf_counter() - server.started_at
     finally:
         server.stop()
-    return seconds, rebuilt, combats
+    return seconds, rebuilt, combats, latencies
 
 
 def main() -> None:
@@ -221,10 +246,10 @@ def main() -> None:
         f"{stored:,} events, {snapshots} snapshots, {replayed:,} events to replay "
         f"(snapshot tails {tails:,}), {size / 2**20:.0f} MiB"
     )
-    runs: list[tuple[float, float, float, float]] = []
+    runs: list[tuple[float, float, float, float, float, float]] = []
     for rep in range(args.reps):
         empty_root = tk.workdir(f"recovery-empty-{rep}")
-        empty, _, _ = start_up(empty_root, empty_root / "data")
+        empty = start_up(empty_root, empty_root / "data")[0]
         run_root = tk.workdir(f"recovery-run-{rep}")
         used = data_dir
         if old:
@@ -232,22 +257,27 @@ def main() -> None:
             used = run_root / "data"
             shutil.rmtree(used, ignore_errors=True)
             shutil.copytree(data_dir, used)
-        full, rebuilt, combats = start_up(run_root, used)
+        full, rebuilt, combats, latencies = start_up(run_root, used)
         seqs = sum(c.get("seq", 0) for c in combats)
         bad = sum(1 for c in combats if "quarantined" in c)
         if seqs != stored or bad:
             raise RuntimeError(f"recovered {seqs} of {stored} events, {bad} quarantined")
         again = start_up(run_root, used)[1] if old else 0.0
-        runs.append((full, empty, rebuilt, again))
+        p99 = tk.percentile(latencies, 99) * 1000
+        worst = max(latencies, default=0.0) * 1000
+        runs.append((full, empty, rebuilt, again, p99, worst))
         print(
             f"rep {rep}: {full:.2f} s ({len(combats)} combats, {seqs:,} events); "
-            f"every combat rebuilt at {rebuilt:.2f} s; empty {empty:.2f} s"
+            f"every combat rebuilt at {rebuilt:.2f} s; empty {empty:.2f} s; "
+            f"{len(latencies)} probes meanwhile: p99 {p99:.1f} ms, max {worst:.1f} ms"
             + (f"; second start rebuilt at {again:.2f} s" if old else "")
         )
     full = tk.median([r[0] for r in runs])
     empty = tk.median([r[1] for r in runs])
     rebuilt = tk.median([r[2] for r in runs])
     again = tk.median([r[3] for r in runs])
+    p99 = tk.median([r[4] for r in runs])
+    worst = tk.median([r[5] for r in runs])
     print(
         f"\n{stored:,} events, snapshot every {SNAPSHOT_EVERY}"
         f"{', old snapshots' if old else ''}; medians of {args.reps} repetitions\n"
@@ -263,6 +293,8 @@ def main() -> None:
         ],
         ["recovery net of empty start (s)", f"{full - empty:.2f}", "", "", "", ""],
         ["start to every combat rebuilt (s)", f"{rebuilt:.2f}", "", "", "", ""],
+        ["list_combats latency while rebuilding, p99 (ms)", f"{p99:.1f}", "", "", "", ""],
+        ["list_combats latency while rebuilding, max (ms)", f"{worst:.1f}", "", "", "", ""],
     ]
     if old:
         rows.append(["second start to every combat rebuilt (s)", f"{again:.2f}", "", "", "", ""])

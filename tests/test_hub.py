@@ -157,3 +157,49 @@ async def test_a_combat_is_rebuilt_once_for_all_who_need_it_and_off_the_event_lo
     again.store.close()
     assert rebuilds == ["slow", "ready"]
     assert again.combats["slow"].seq > created  # the command ran, on the rebuilt state
+
+
+@pytest.mark.anyio
+async def test_r13_the_clock_ticks_other_combats_while_one_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart, a combat whose deadline passed is rebuilt before it ticks; a long
+    rebuild (an upgrade's replay) holds back no other combat's deadline meanwhile."""
+    timed = (("turn_time_limit", 1.0), ("turn_warning", 0.0))
+    store = Store.open(tmp_path)
+    hub = Hub(store, clock=lambda: 1000.0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for combat in ("held", "free"):
+            create = c.CreateCombat(combat, "marvel", options=timed)
+            await hub.execute("p", NARRATOR, combat, create, f"{combat}-create")
+            await hub.execute("p", NARRATOR, combat, c.AddCombatant("k", "K"), f"{combat}-add")
+            await hub.execute("p", NARRATOR, combat, c.StartCombat(), f"{combat}-start")
+        started = hub.combats["free"].seq
+        await store.stop()
+    store.close()
+
+    again = Hub(Store.open(tmp_path), clock=lambda: 2000.0)  # both turns' time is up
+    release = threading.Event()
+    replay = again.store.replay
+
+    def held(combat_id: str, after: int) -> Any:
+        if combat_id == "held":
+            release.wait(CALL_TIMEOUT)
+        return replay(combat_id, after)
+
+    monkeypatch.setattr(again.store, "replay", held)
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.store.run)
+        await again.recover()
+        tg.start_soon(again.run_clock)
+        with anyio.fail_after(CALL_TIMEOUT):
+            while again.combats["free"].seq == started:
+                await anyio.sleep(0.01)
+            assert not again.combats["held"].loaded
+            release.set()
+            while again.combats["held"].seq == started:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    await again.store.stop()
+    again.store.close()

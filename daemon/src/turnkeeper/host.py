@@ -289,8 +289,9 @@ class Hub:
         """Places taken in each worker's ``HOOK_QUEUE``."""
         self._room = [anyio.Event() for _ in range(self._workers)]
         self._hooks_stopped = False
-        self._limiter: anyio.CapacityLimiter | None = None
         """Set once the workers stop: nobody waits for room any more."""
+        self._limiter: anyio.CapacityLimiter | None = None
+        """Worker threads for rebuilds (``LOAD_THREADS``)."""
 
     # --------------------------------------------------------------------------- recovery
 
@@ -341,6 +342,7 @@ class Hub:
             finally:
                 combat.loading = None
                 done.set()
+            self._wake.set()  # the clock knows its deadline from its state now
 
     def _loads(self) -> anyio.CapacityLimiter:
         if self._limiter is None:  # made on first use: a limiter belongs to a running loop
@@ -454,6 +456,10 @@ class Hub:
                 seq = n
         except StoreError as e:  # an unreadable or missing event: this combat alone
             return _Rebuilt(State(), 0, 0, e.message)
+        if seq != loaded.last:  # rows removed behind the rebuild (another process on the file)
+            return _Rebuilt(
+                State(), 0, 0, f"seq {seq + 1} is missing (the log reached {loaded.last})"
+            )
         long_replay = seq - snapshot_seq >= self.snapshot_every
         fresh = to_shared(state) if seq > 0 and (passed_over or long_replay) else None
         return _Rebuilt(state, seq, snapshot_seq, fresh=fresh)
@@ -903,35 +909,38 @@ class Hub:
     async def run_clock(self) -> None:
         """Let time pass for every combat: sleep until the earliest turn-timer or window
         deadline (persisted in the state, so honoured after a restart), then tick (R13)."""
-        while True:
-            self._wake = anyio.Event()
-            now = self.clock()
-            due: list[tuple[float, Combat]] = []
-            for c in self.combats.values():
-                if c.quarantined is None:
-                    if c.summary is not None:
-                        stored = c.summary.get("deadline")
-                        deadline = float(stored) if isinstance(stored, int | float) else None
-                    else:
-                        deadline = next_deadline(c.state)
-                    if deadline is not None:
-                        due.append((max(deadline, c.clock_after), c))
-            for deadline, c in due:
-                if deadline <= now:
-                    if not c.loaded:
-                        await self._load_once(c)
-                        if c.quarantined is not None:
+        async with anyio.create_task_group() as rebuilds:
+            while True:
+                self._wake = anyio.Event()
+                now = self.clock()
+                due: list[tuple[float, Combat]] = []
+                for c in self.combats.values():
+                    if c.quarantined is None:
+                        if c.summary is not None:
+                            stored = c.summary.get("deadline")
+                            deadline = float(stored) if isinstance(stored, int | float) else None
+                        else:
+                            deadline = next_deadline(c.state)
+                        if deadline is not None:
+                            due.append((max(deadline, c.clock_after), c))
+                for deadline, c in due:
+                    if deadline <= now:
+                        if not c.loaded:
+                            # Never waited for: a long log takes long to replay, and the other
+                            # combats' deadlines go on meanwhile. Rebuilt, it wakes the clock.
+                            if c.loading is None:
+                                rebuilds.start_soon(self._load_once, c)
                             continue
-                    seq = c.seq
-                    try:
-                        await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
-                        spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
-                        c.clock_after = self.clock() + spent
-                    except Exception:
-                        # One combat's failed tick must not stop the clock, let alone the
-                        # daemon; a store that fails now may recover, so no spinning meanwhile.
-                        log.exception("tick_failed", combat=c.id)
-                        await anyio.sleep(CLOCK_RETRY_SECONDS)
-            soonest = min((d for d, _ in due if d > now), default=math.inf)
-            with anyio.move_on_after(max(0.0, soonest - self.clock())):
-                await self._wake.wait()
+                        seq = c.seq
+                        try:
+                            await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
+                            spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
+                            c.clock_after = self.clock() + spent
+                        except Exception:
+                            # One combat's failed tick must not stop the clock, let alone the
+                            # daemon; a store that fails now may recover, so no spinning meanwhile.
+                            log.exception("tick_failed", combat=c.id)
+                            await anyio.sleep(CLOCK_RETRY_SECONDS)
+                soonest = min((d for d, _ in due if d > now), default=math.inf)
+                with anyio.move_on_after(max(0.0, soonest - self.clock())):
+                    await self._wake.wait()
