@@ -82,6 +82,11 @@ LOAD_THREADS = 2
 to replay (an upgrade's first start) leaves room for another's first use, and rebuilds never
 take the threads the store's committer needs."""
 
+REBUILD_YIELD_EVENTS = 100
+"""Events a rebuild replays between two offers of the GIL to the event loop's thread (a few
+milliseconds of work): left to the interpreter's switch interval, each of the many hand-overs
+one request needs would wait up to 5 ms behind the rebuild."""
+
 CLOCK_RETRY_SECONDS = 1.0
 """After a failed tick the clock waits this long before trying again."""
 
@@ -449,6 +454,8 @@ class Hub:
             for n, body in self.store.replay(combat_id, seq):
                 if stop.is_set():
                     raise _AbandonedError
+                if n % REBUILD_YIELD_EVENTS == 0:
+                    time.sleep(0)  # hands the GIL to the event loop's thread if it waits
                 try:
                     state = evolve(state, event_from_plain(body))
                 except Exception as e:  # any failure to replay quarantines the combat
