@@ -717,12 +717,12 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
         for combat_id in ("bank", "vault"):
             create = cmd.CreateCombat(combat_id, "marvel")
             await hub.execute("p", NARRATOR, combat_id, create, f"create-{combat_id}")
-        vault = hub.combat("vault")
+        vault = await hub.combat("vault")
         # No worker runs yet: a client's command and a clock's take the two places.
         await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("k", "K"), "add")
         with anyio.fail_after(1):
             await hub._run(vault, None, host.CLOCK_ACTOR, cmd.AddCombatant("k", "K"))
-        bank = hub.combat("bank")
+        bank = await hub.combat("bank")
         seq = bank.seq
         with anyio.move_on_after(0.2) as blocked:
             await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("j", "J"), "add-j")

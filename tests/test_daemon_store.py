@@ -19,6 +19,8 @@ import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
 from turnkeeper.private import exclusive_lock
+from turnkeeper_engine import State
+from turnkeeper_engine.plain import from_shared
 
 
 def _combat(c: Client, combat: str = "bank") -> Any:
@@ -145,7 +147,19 @@ def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_l
         c = d.client()
         assert c.call("get_combat", combat="bank") == before
         assert c.call("get_combat", combat="good")["seq"] == before["seq"]
-        assert "snapshot_unreadable" in d.log.read_text()
+        assert _logged(d, "snapshot_unreadable") == 1
+        # The replay is paid once: a fresh snapshot of the log's end replaces the bad one.
+        assert _logged(d, "snapshot_stored") == 1
+        d.kill()
+        with _db(d) as db:
+            stored = db.execute("SELECT seq, body FROM snapshots WHERE combat_id = 'bank'")
+            seq, fresh = stored.fetchone()
+        assert seq == before["seq"]
+        assert from_shared(State, msgpack.unpackb(fresh, raw=False)).seq == seq
+        d.start()
+        c = d.client()
+        assert c.call("get_combat", combat="bank") == before
+        assert _logged(d, "snapshot_unreadable") == 1
         turn = before["view"]["turn"]
         ref = {"round": turn["round"], "combatant": turn["combatant"]}
         c.call("end_turn", request_id="next", combat="bank", turn=ref)
@@ -153,6 +167,12 @@ def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_l
         d.kill()
         d.start()
         assert d.client().call("get_combat", combat="bank") == after
+        assert _logged(d, "snapshot_unreadable") == 1
+
+
+def _logged(d: Daemon, event: str) -> int:
+    """Lines of the daemon's log, over all its starts, that report ``event``."""
+    return sum(f'"{event}"' in line for line in d.log.read_text().splitlines())
 
 
 def _serve(data_dir: Path, socket: Path) -> subprocess.CompletedProcess[str]:
@@ -233,9 +253,11 @@ def test_the_store_files_are_private_and_so_is_the_data_directory(tmp_path: Path
         assert stat.S_IMODE(os.stat(f"{d.socket}.lock").st_mode) == 0o600
 
 
-def test_a_data_and_socket_directory_others_may_read_are_tightened_and_logged(
+def test_existing_directories_others_may_read_are_used_as_they_are_and_named_in_the_log(
     tmp_path: Path,
 ) -> None:
+    # The operator chose them (``--data-dir .``, ``--socket ~/tk.sock``): never chmodded; the
+    # files the daemon makes in them are 0600, and so is the socket.
     d = Daemon(tmp_path)
     d.data_dir.mkdir(mode=0o755)
     os.chmod(d.data_dir, 0o755)
@@ -245,13 +267,17 @@ def test_a_data_and_socket_directory_others_may_read_are_tightened_and_logged(
     os.chmod(d.data_dir / "turnkeeper.db", 0o644)
     with running_daemon(d):
         _combat(d.client())
-        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o700
-        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o755
+        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o750
         for name in ("turnkeeper.db", "turnkeeper.db-wal", "turnkeeper.db-shm"):
             assert stat.S_IMODE(os.stat(d.data_dir / name).st_mode) == 0o600
-        tightened = [line for line in d.log.read_text().splitlines() if "tightened" in line]
-        assert len(tightened) == 3  # both directories and the database
-        assert any(str(d.data_dir) in line and "0755" in line for line in tightened)
+        assert stat.S_IMODE(os.stat(d.socket).st_mode) == 0o600
+        lines = d.log.read_text().splitlines()
+        [readable] = [line for line in lines if "directory_readable_by_others" in line]
+        assert str(d.data_dir) in readable
+        assert "0755" in readable
+        [tightened] = [line for line in lines if "permissions_tightened" in line]
+        assert "turnkeeper.db" in tightened  # the daemon's own file, found 0644
 
 
 @pytest.mark.parametrize("which", ["data", "socket"])

@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import threading
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
+from daemon import CALL_TIMEOUT
 from story import OBSERVER, Story, player
 from turnkeeper import host
 from turnkeeper.host import Hub, RequestError
 from turnkeeper.store import DB_FILE, Store
-from turnkeeper_engine import NARRATOR
+from turnkeeper_engine import NARRATOR, State
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.plain import to_shared
+from turnkeeper_engine.plain import from_shared, to_shared
 
 
 @pytest.fixture
@@ -84,9 +88,122 @@ async def test_r16_a_snapshot_that_miscounts_its_log_is_passed_over(tmp_path: Pa
         db.execute("UPDATE snapshots SET body = ? WHERE combat_id = 'k'", (miscounted,))
     db.close()
     again = Hub(Store.open(tmp_path))
-    again.recover()
-    rebuilt = again.combat("k").state
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.store.run)
+        await again.recover()
+        rebuilt = (await again.combat("k")).state
+        await again.store.stop()
+    again.store.close()
     assert (rebuilt.seq, rebuilt.secrets) == (state.seq, state.secrets)
+    # The replay is paid once: a snapshot of the log's end replaces the miscounting one.
+    [(seq, body)] = _snapshots(tmp_path)
+    assert (seq, from_shared(State, body)) == (state.seq, state)
+
+
+def _snapshots(data_dir: Path) -> list[tuple[int, Any]]:
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        rows = db.execute("SELECT seq, body FROM snapshots").fetchall()
+    return [(seq, msgpack.unpackb(body, raw=False)) for seq, body in rows]
+
+
+@pytest.mark.anyio
+async def test_a_combat_is_rebuilt_once_for_all_who_need_it_and_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command, a read and a subscription that arrive while a combat is being rebuilt all
+    wait for that one rebuild; meanwhile the loop serves the combats already rebuilt."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for combat in ("slow", "ready"):
+            await hub.execute("p", NARRATOR, combat, c.CreateCombat(combat, "marvel"), combat)
+        created = hub.combats["ready"].seq
+        await store.stop()
+    store.close()
+
+    again = Hub(Store.open(tmp_path))
+    release = threading.Event()
+    rebuilds: list[str] = []
+    replay = again.store.replay
+
+    def held(combat_id: str, after: int) -> Any:
+        rebuilds.append(combat_id)
+        if combat_id == "slow":
+            release.wait(CALL_TIMEOUT)
+        return replay(combat_id, after)
+
+    monkeypatch.setattr(again.store, "replay", held)
+    add = c.AddCombatant("k", "K")
+    answers: list[Any] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.store.run)
+        await again.recover()
+
+        async def need(job: Any) -> None:
+            answers.append(await job)
+
+        with anyio.fail_after(CALL_TIMEOUT):
+            tg.start_soon(need, again.view("slow", NARRATOR))
+            tg.start_soon(need, again.execute("p", NARRATOR, "slow", add, "add"))
+            tg.start_soon(need, again.history("slow", NARRATOR, 0, 10))
+            while rebuilds != ["slow"]:
+                await anyio.sleep(0.01)
+            # The rebuild of "slow" is held in its thread: the loop still answers for "ready".
+            assert (await again.view("ready", NARRATOR))["seq"] == created
+            assert answers == []
+            release.set()
+            while len(answers) < 3:
+                await anyio.sleep(0.01)
+        await again.store.stop()
+    again.store.close()
+    assert rebuilds == ["slow", "ready"]
+    assert again.combats["slow"].seq > created  # the command ran, on the rebuilt state
+
+
+@pytest.mark.anyio
+async def test_r13_the_clock_ticks_other_combats_while_one_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart, a combat whose deadline passed is rebuilt before it ticks; a long
+    rebuild (an upgrade's replay) holds back no other combat's deadline meanwhile."""
+    timed = (("turn_time_limit", 1.0), ("turn_warning", 0.0))
+    store = Store.open(tmp_path)
+    hub = Hub(store, clock=lambda: 1000.0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for combat in ("held", "free"):
+            create = c.CreateCombat(combat, "marvel", options=timed)
+            await hub.execute("p", NARRATOR, combat, create, f"{combat}-create")
+            await hub.execute("p", NARRATOR, combat, c.AddCombatant("k", "K"), f"{combat}-add")
+            await hub.execute("p", NARRATOR, combat, c.StartCombat(), f"{combat}-start")
+        started = hub.combats["free"].seq
+        await store.stop()
+    store.close()
+
+    again = Hub(Store.open(tmp_path), clock=lambda: 2000.0)  # both turns' time is up
+    release = threading.Event()
+    replay = again.store.replay
+
+    def held(combat_id: str, after: int) -> Any:
+        if combat_id == "held":
+            release.wait(CALL_TIMEOUT)
+        return replay(combat_id, after)
+
+    monkeypatch.setattr(again.store, "replay", held)
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.store.run)
+        await again.recover()
+        tg.start_soon(again.run_clock)
+        with anyio.fail_after(CALL_TIMEOUT):
+            while again.combats["free"].seq == started:
+                await anyio.sleep(0.01)
+            assert not again.combats["held"].loaded
+            release.set()
+            while again.combats["held"].seq == started:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    await again.store.stop()
     again.store.close()
 
 

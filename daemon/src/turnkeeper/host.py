@@ -13,12 +13,13 @@ import gc
 import hashlib
 import json
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -75,6 +76,16 @@ MAX_REASON_CHARS = 200
 SNAPSHOT_EVERY = 1000
 """Events between two snapshots of a combat: start-up replays at most this many per combat,
 and a snapshot (the state with its undo history, shared parts stored once) stays cheap."""
+
+LOAD_THREADS = 2
+"""Combats rebuilt at once, each in a worker thread of the hub's own: a combat with a long log
+to replay (an upgrade's first start) leaves room for another's first use, and rebuilds never
+take the threads the store's committer needs."""
+
+REBUILD_YIELD_EVENTS = 100
+"""Events a rebuild replays between two offers of the GIL to the event loop's thread (a few
+milliseconds of work): left to the interpreter's switch interval, each of the many hand-overs
+one request needs would wait up to 5 ms behind the rebuild."""
 
 CLOCK_RETRY_SECONDS = 1.0
 """After a failed tick the clock waits this long before trying again."""
@@ -161,6 +172,8 @@ class Combat:
     views_seq: int = -1
     loaded: bool = True
     """False while only the stored summary is known (see ``Hub.recover``)."""
+    loading: anyio.Event | None = None
+    """Set while a task rebuilds the combat: the others that need it wait for that one."""
     summary: dict[str, Plain] | None = None
     clock_after: float = 0.0
     """The clock ticks this combat no earlier than this (``MAX_CLOCK_EVENTS_PER_SECOND``)."""
@@ -171,6 +184,33 @@ class Combat:
     places: int = 0
     """Places this combat's commands hold in its worker's ``HOOK_QUEUE``
     (``HOOK_QUEUE_PER_COMBAT``)."""
+
+
+class _AbandonedError(Exception):
+    """The task that wanted a rebuild was cancelled: its worker thread stops reading."""
+
+
+@dataclass(frozen=True)
+class _Rebuilt:
+    """What a rebuild (in a worker thread) found: the state at ``seq``, and ``fresh``, the
+    state as plain data when the combat is worth a new snapshot (see ``Hub._rebuild``)."""
+
+    state: State
+    seq: int
+    snapshot_seq: int
+    quarantined: str | None = None
+    fresh: Any = None
+
+
+def _summary(state: State, seq: int) -> dict[str, Plain]:
+    """What start-up needs of a combat before rebuilding it (``Store.summaries``)."""
+    return {
+        "ruleset": state.ruleset,
+        "phase": state.phase,
+        "round": state.round,
+        "seq": seq,
+        "deadline": next_deadline(state),
+    }
 
 
 _Request = tuple[tuple[str, str], str]
@@ -268,13 +308,16 @@ class Hub:
         self._room = [anyio.Event() for _ in range(self._workers)]
         self._hooks_stopped = False
         """Set once the workers stop: nobody waits for room any more."""
+        self._limiter: anyio.CapacityLimiter | None = None
+        """Worker threads for rebuilds (``LOAD_THREADS``)."""
 
     # --------------------------------------------------------------------------- recovery
 
-    def recover(self) -> None:
+    async def recover(self) -> None:
         """Know every combat at once from its stored summary, so the daemon serves right away;
         a combat without one is rebuilt now. The others are rebuilt by ``warm`` behind the
-        daemon's back, or on first use, whichever comes first."""
+        daemon's back, or on first use, whichever comes first. Call with the store running: a
+        rebuild may store a fresh snapshot."""
         for combat_id, summary in self.store.summaries():
             if isinstance(summary, dict) and isinstance(summary.get("seq"), int):
                 self.combats[combat_id] = Combat(
@@ -282,19 +325,18 @@ class Hub:
                 )
             else:
                 combat = Combat(combat_id, State(), 0, loaded=False)
-                self._load(combat)
+                await self._load_once(combat)
                 self.combats[combat_id] = combat
         self.ids = sorted(self.combats)
 
     async def warm(self) -> None:
-        """Rebuild every combat not yet rebuilt, one at a time, letting requests in between."""
+        """Rebuild every combat not yet rebuilt, one at a time, while requests are served."""
         started = time.perf_counter()
         rebuilt = 0
         for combat in list(self.combats.values()):
             if not combat.loaded:
-                self._load(combat)
+                await self._load_once(combat)
                 rebuilt += 1
-                await anyio.sleep(0)
         log.info(
             "combats_rebuilt",
             combats=rebuilt,
@@ -304,28 +346,101 @@ class Hub:
         gc.collect()
         gc.freeze()
 
-    def _load(self, combat: Combat) -> None:
-        """Rebuild one combat from its snapshot and the events after it; a combat that cannot
-        be read is quarantined (reported and readable as an error), the others are unaffected."""
+    async def _load_once(self, combat: Combat) -> None:
+        """Rebuild ``combat`` unless it is: once, however many tasks need it at the same time
+        (a command, a read, the clock, ``warm``); the others wait for that one. A rebuild
+        cancelled with its task leaves the combat as it was, for the next task to rebuild."""
+        while not combat.loaded:
+            if combat.loading is not None:
+                await combat.loading.wait()
+                continue
+            combat.loading = done = anyio.Event()
+            try:
+                await self._load(combat)
+            finally:
+                combat.loading = None
+                done.set()
+            self._wake.set()  # the clock knows its deadline from its state now
+
+    def _loads(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:  # made on first use: a limiter belongs to a running loop
+            self._limiter = anyio.CapacityLimiter(LOAD_THREADS)
+        return self._limiter
+
+    async def _load(self, combat: Combat) -> None:
+        """Rebuild one combat from its snapshot and the events after it, in a worker thread
+        so that a long log never stalls the daemon; a combat that cannot be read is
+        quarantined (reported and readable as an error), the others are unaffected. A
+        rebuild that replayed a long log stores a snapshot at its end before the combat
+        serves, so the next start does not replay it again."""
+        stop = threading.Event()
+        try:
+            rebuilt = await anyio.to_thread.run_sync(
+                self._rebuild, combat.id, stop, abandon_on_cancel=True, limiter=self._loads()
+            )
+        except BaseException:
+            stop.set()  # an abandoned thread stops at its next event
+            raise
+        quarantined = rebuilt.quarantined
+        seq, snapshot_seq = rebuilt.seq, rebuilt.snapshot_seq
+        # The summary is written in the transaction of the last batch: a log that ends before
+        # it lost acknowledged events, and the next command would reuse their seqs.
+        claimed = combat.summary.get("seq") if combat.summary is not None else None
+        if quarantined is None and isinstance(claimed, int) and claimed > seq:
+            quarantined = f"seq {seq + 1} is missing (the last command stored reached {claimed})"
+        if quarantined is not None:
+            log.error("combat_quarantined", combat=combat.id, reason=quarantined)
+        elif rebuilt.fresh is not None:
+            # Through the committer like any snapshot, and before any command on the combat
+            # (they wait for this rebuild), so it is of the log as it ends; refused otherwise.
+            fresh = Batch(
+                combat_id=combat.id,
+                first_seq=seq + 1,
+                events=(),
+                ruleset=None,
+                request=None,
+                response=None,
+                at=self.clock(),
+                snapshot=rebuilt.fresh,
+                summary=_summary(rebuilt.state, seq),
+            )
+            try:
+                await self.store.commit(fresh)
+            except StoreError as e:  # only the next start pays: it replays this log again
+                log.warning("snapshot_not_stored", combat=combat.id, seq=seq, reason=str(e))
+            else:
+                snapshot_seq = seq
+                log.info("snapshot_stored", combat=combat.id, seq=seq)
+        combat.state = rebuilt.state
+        combat.seq = seq
+        combat.snapshot_seq = snapshot_seq
+        combat.quarantined = quarantined
+        combat.loaded = True
+        combat.summary = None
+
+    def _rebuild(self, combat_id: str, stop: threading.Event) -> _Rebuilt:
+        """``_load``'s work, in a worker thread: the stored snapshot (passed over if it does
+        not decode or miscounts its log), then the events after it, streamed from the store.
+        ``fresh`` is set when the stored snapshot was passed over or the replay was as long as
+        ``snapshot_every``. Raises ``_AbandonedError`` once ``stop`` is set."""
         # A rebuild makes many long-lived objects and frees few: the cyclic collector would
         # only rescan them.
         gc.disable()
         try:
-            loaded = self.store.load_one(combat.id)
+            loaded = self.store.load_one(combat_id)
         except Exception as e:  # an unreadable combat is quarantined alone
-            log.exception("combat_quarantined", combat=combat.id)
-            combat.quarantined = f"its stored log could not be read: {e}"
-            combat.loaded = True
-            combat.summary = None
-            return
+            log.exception("combat_quarantined", combat=combat_id)
+            return _Rebuilt(State(), 0, 0, f"its stored log could not be read: {e}")
         finally:
             gc.enable()
         for warning in loaded.warnings:
-            log.warning("snapshot_unreadable", combat=loaded.combat_id, detail=warning)
+            log.warning("snapshot_unreadable", combat=combat_id, detail=warning)
+        if loaded.quarantined is not None:
+            return _Rebuilt(State(), 0, 0, loaded.quarantined)
         state = State()
         seq = 0
-        quarantined = loaded.quarantined
-        if quarantined is None and loaded.snapshot is not None:
+        passed_over = bool(loaded.warnings)
+        if loaded.snapshot is not None:
             seq, body = loaded.snapshot
             problem: str | None = None
             try:
@@ -341,50 +456,53 @@ class Hub:
             if problem is not None:
                 log.warning(
                     "snapshot_unreadable",
-                    combat=loaded.combat_id,
+                    combat=combat_id,
                     detail=f"snapshot at seq {seq} {problem}, replaying the log",
                 )
                 state = State()
                 seq = 0
-                try:
-                    loaded = self.store.load_one(combat.id, use_snapshot=False)
-                    quarantined = loaded.quarantined
-                except Exception as unread:  # as above: this combat alone
-                    quarantined = f"its stored log could not be read: {unread}"
+                passed_over = True
         snapshot_seq = seq
-        if quarantined is None:
-            for seq, body in loaded.events:
+        try:
+            for n, body in self.store.replay(combat_id, seq):
+                if stop.is_set():
+                    raise _AbandonedError
+                if n % REBUILD_YIELD_EVENTS == 0:
+                    time.sleep(0)  # hands the GIL to the event loop's thread if it waits
                 try:
                     state = evolve(state, event_from_plain(body))
                 except Exception as e:  # any failure to replay quarantines the combat
-                    quarantined = f"replay failed at event {seq}: {e}"
-                    break
-        # The summary is written in the transaction of the last batch: a log that ends before
-        # it lost acknowledged events, and the next command would reuse their seqs.
-        claimed = combat.summary.get("seq") if combat.summary is not None else None
-        if quarantined is None and isinstance(claimed, int) and claimed > seq:
-            quarantined = f"seq {seq + 1} is missing (the last command stored reached {claimed})"
-        if quarantined is not None:
-            log.error("combat_quarantined", combat=loaded.combat_id, reason=quarantined)
-        combat.state = state
-        combat.seq = seq
-        combat.snapshot_seq = snapshot_seq
-        combat.quarantined = quarantined
-        combat.loaded = True
-        combat.summary = None
+                    return _Rebuilt(State(), 0, 0, f"replay failed at event {n}: {e}")
+                seq = n
+        except StoreError as e:  # an unreadable or missing event: this combat alone
+            return _Rebuilt(State(), 0, 0, e.message)
+        if seq != loaded.last:  # rows removed behind the rebuild (another process on the file)
+            return _Rebuilt(
+                State(), 0, 0, f"seq {seq + 1} is missing (the log reached {loaded.last})"
+            )
+        long_replay = seq - snapshot_seq >= self.snapshot_every
+        fresh = to_shared(state) if seq > 0 and (passed_over or long_replay) else None
+        return _Rebuilt(state, seq, snapshot_seq, fresh=fresh)
 
     # --------------------------------------------------------------------------- commands
 
-    def combat(self, combat_id: str) -> Combat:
+    async def combat(self, combat_id: str) -> Combat:
+        """The combat, rebuilt first if it was not yet; refused if unknown or quarantined."""
         found = self.combats.get(combat_id)
         if found is None:
             raise RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
-        if not found.loaded:
-            self._load(found)
+        await self._load_once(found)
         if found.quarantined is not None:
             # The reason is a diagnostic (what failed to decode, and how): told as it is.
             raise RequestError("combat_quarantined", "{reason}", "combat", reason=found.quarantined)
         return found
+
+    def _quarantine(self, combat: Combat, error: StoreError) -> RequestError:
+        """Quarantine a served combat whose stored log turned out unreadable where a read
+        reached it (history, a catch-up): its answer is the refusal to raise."""
+        combat.quarantined = error.message
+        log.error("combat_quarantined", combat=combat.id, reason=error.message)
+        return RequestError("combat_quarantined", "{reason}", "combat", reason=error.message)
 
     async def execute(
         self,
@@ -440,7 +558,7 @@ class Hub:
                 self.combats[combat_id] = combat
                 bisect.insort(self.ids, combat_id)
                 return result
-        return await self._run(self.combat(combat_id), request, actor, command)
+        return await self._run(await self.combat(combat_id), request, actor, command)
 
     @property
     def hooked(self) -> bool:
@@ -628,13 +746,7 @@ class Hub:
                 response={"fingerprint": request[1], "result": response} if request else None,
                 at=now,
                 snapshot=to_shared(state) if snapshot else None,
-                summary={
-                    "ruleset": state.ruleset,
-                    "phase": state.phase,
-                    "round": state.round,
-                    "seq": last,
-                    "deadline": next_deadline(state),
-                },
+                summary=_summary(state, last),
             )
             try:
                 await self.store.commit(batch)
@@ -685,8 +797,8 @@ class Hub:
 
     # ----------------------------------------------------------------------------- queries
 
-    def view(self, combat_id: str, actor: Actor) -> Plain:
-        combat = self.combat(combat_id)
+    async def view(self, combat_id: str, actor: Actor) -> Plain:
+        combat = await self.combat(combat_id)
         if combat.views_seq != combat.seq:
             combat.views.clear()
             combat.views_seq = combat.seq
@@ -696,11 +808,14 @@ class Hub:
             combat.views[audience] = {"combat": combat.id, "seq": combat.seq, "view": seen}
         return combat.views[audience]
 
-    def history(
+    async def history(
         self, combat_id: str, actor: Actor, after: int, limit: int, locale: str | None = None
     ) -> Plain:
-        combat = self.combat(combat_id)
-        stored = self.store.events_after(combat.id, after, limit)
+        combat = await self.combat(combat_id)
+        try:
+            stored = self.store.events_after(combat.id, after, limit)
+        except StoreError as e:
+            raise self._quarantine(combat, e) from e
         events = [(seq, event_from_plain(body)) for seq, body in stored]
         return {
             "combat": combat.id,
@@ -715,7 +830,8 @@ class Hub:
         """A command result's ``events`` (as shown to ``actor``) with their narrated lines:
         results are kept encoded for retries, so these are decoded to be told."""
         assert isinstance(events, list)
-        state = _telling(self.combat(combat_id).state, actor)
+        # The command that made them just ran: the combat is rebuilt.
+        state = _telling(self.combats[combat_id].state, actor)
         told: list[Plain] = []
         for item in events:
             assert isinstance(item, dict)
@@ -767,7 +883,7 @@ class Hub:
     async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
         """Missed events first, then live, with no gap and no duplicate: the catch-up is read
         and the subscriber registered while the combat's writer is held."""
-        combat = self.combat(combat_id)
+        combat = await self.combat(combat_id)
         async with combat.lock:
             if after < 0 or after > combat.seq:
                 raise RequestError(
@@ -780,7 +896,10 @@ class Hub:
                     "after",
                     limit=MAX_CATCH_UP,
                 )
-            stored = self.store.events_after(combat.id, after, MAX_CATCH_UP)
+            try:
+                stored = self.store.events_after(combat.id, after, MAX_CATCH_UP)
+            except StoreError as e:
+                raise self._quarantine(combat, e) from e
             events = [(seq, event_from_plain(body)) for seq, body in stored]
             shown = _numbered(events, combat.state, subscriber.actor, locale=subscriber.narration)
             packed = _packed(combat.id, shown)
@@ -816,35 +935,38 @@ class Hub:
     async def run_clock(self) -> None:
         """Let time pass for every combat: sleep until the earliest turn-timer or window
         deadline (persisted in the state, so honoured after a restart), then tick (R13)."""
-        while True:
-            self._wake = anyio.Event()
-            now = self.clock()
-            due: list[tuple[float, Combat]] = []
-            for c in self.combats.values():
-                if c.quarantined is None:
-                    if c.summary is not None:
-                        stored = c.summary.get("deadline")
-                        deadline = float(stored) if isinstance(stored, int | float) else None
-                    else:
-                        deadline = next_deadline(c.state)
-                    if deadline is not None:
-                        due.append((max(deadline, c.clock_after), c))
-            for deadline, c in due:
-                if deadline <= now:
-                    if not c.loaded:
-                        self._load(c)
-                        if c.quarantined is not None:
+        async with anyio.create_task_group() as rebuilds:
+            while True:
+                self._wake = anyio.Event()
+                now = self.clock()
+                due: list[tuple[float, Combat]] = []
+                for c in self.combats.values():
+                    if c.quarantined is None:
+                        if c.summary is not None:
+                            stored = c.summary.get("deadline")
+                            deadline = float(stored) if isinstance(stored, int | float) else None
+                        else:
+                            deadline = next_deadline(c.state)
+                        if deadline is not None:
+                            due.append((max(deadline, c.clock_after), c))
+                for deadline, c in due:
+                    if deadline <= now:
+                        if not c.loaded:
+                            # Never waited for: a long log takes long to replay, and the other
+                            # combats' deadlines go on meanwhile. Rebuilt, it wakes the clock.
+                            if c.loading is None:
+                                rebuilds.start_soon(self._load_once, c)
                             continue
-                    seq = c.seq
-                    try:
-                        await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
-                        spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
-                        c.clock_after = self.clock() + spent
-                    except Exception:
-                        # One combat's failed tick must not stop the clock, let alone the
-                        # daemon; a store that fails now may recover, so no spinning meanwhile.
-                        log.exception("tick_failed", combat=c.id)
-                        await anyio.sleep(CLOCK_RETRY_SECONDS)
-            soonest = min((d for d, _ in due if d > now), default=math.inf)
-            with anyio.move_on_after(max(0.0, soonest - self.clock())):
-                await self._wake.wait()
+                        seq = c.seq
+                        try:
+                            await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
+                            spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
+                            c.clock_after = self.clock() + spent
+                        except Exception:
+                            # One combat's failed tick must not stop the clock, let alone the
+                            # daemon; a store that fails now may recover, so no spinning meanwhile.
+                            log.exception("tick_failed", combat=c.id)
+                            await anyio.sleep(CLOCK_RETRY_SECONDS)
+                soonest = min((d for d, _ in due if d > now), default=math.inf)
+                with anyio.move_on_after(max(0.0, soonest - self.clock())):
+                    await self._wake.wait()

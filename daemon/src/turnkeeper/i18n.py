@@ -167,6 +167,8 @@ PYTHON_KEYWORDS: Mapping[str, tuple[int, ...]] = {
     "AuthError": (2,),
     "StoreError": (2,),
     "TokenFileError": (1,),
+    "UnsafePathError": (1,),
+    "SocketPathError": (1,),
     "WireError": (2,),
     "PlainError": (1,),
     # The daemon's own texts.

@@ -1,12 +1,14 @@
 """Directories and files only the daemon's own user may touch: the data directory (every combat's
 log, the remembered results, the tokens) and the Unix socket's directory.
 
-The rule, for a directory that already exists: it must be a directory owned by this user (a
-symlink to one is followed only if this user owns the link too). If group or others may write in
-it, start-up is refused: someone else may already have put or swapped a file there, and tightening
-the mode now would not undo that. If they may only read or search it, the daemon tightens it to
-0700 and says so in the log, since what it held may have been read. Files the daemon creates in
-it are 0600; one found looser is tightened the same way.
+A directory the daemon creates (with any missing parents) is created 0700. A directory that
+already exists was chosen by the operator (``--data-dir .``, ``--socket ~/tk.sock``) and is
+never chmodded: it must be a directory owned by this user (a symlink to one is followed only if
+this user owns the link too), and if group or others may write in it, start-up is refused, since
+someone else may already have put or swapped a file there. One that others may only read or
+search is used as it is: the files the daemon makes in it are 0600 and the socket 0600, which is
+what protects them; for the data directory the log says so. A file of the daemon's found looser
+than 0600 is tightened, and the log says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import stat
 from pathlib import Path
 
 import structlog
+
+from turnkeeper_engine.errors import Arg, TemplatedError
 
 PRIVATE_DIR = 0o700
 """Mode of a directory only its owner may list, enter or change."""
@@ -39,32 +43,48 @@ class LockHeldError(BlockingIOError):
         self.holder = holder
 
 
-def private_directory(path: Path, what: str) -> None:
-    """Make ``path`` a directory only this user can use (creating it 0700 if missing), or raise
-    ``PermissionError`` naming the directory and what is wrong. ``what`` says what it is for
-    ("data directory", "socket directory"), in the log and the error."""
-    if not os.path.lexists(path):
-        path.mkdir(mode=PRIVATE_DIR, parents=True)
+class UnsafePathError(TemplatedError):
+    """A directory other users could tamper with, refused; the message names it and says what
+    to do (a template, as every error's)."""
+
+    def __init__(self, template: str, **args: Arg) -> None:
+        super().__init__(template, args)
+
+
+def private_directory(path: Path, what: str, *, warn_readable: bool = False) -> None:
+    """Create ``path`` 0700 (and its missing parents) if it is missing; else check that no other
+    user may change it, never changing its mode. Raises ``UnsafePathError`` naming the
+    directory and what is wrong. With ``warn_readable``, a directory others may list is
+    reported in the log. ``what`` says what it is for ("data directory"), in the log."""
+    missing: list[Path] = []
+    top = path
+    while not os.path.lexists(top):
+        missing.append(top)
+        top = top.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=PRIVATE_DIR)
         # mkdir's mode is filtered by the umask, which may leave it looser or tighter.
-        os.chmod(path, PRIVATE_DIR)
+        os.chmod(directory, PRIVATE_DIR)
+    if missing:
         return
     uid = os.getuid()
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) and info.st_uid == uid:
         info = os.stat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        raise PermissionError(
-            f"the {what} {path} is not a directory owned by this user (uid {uid})"
+        raise UnsafePathError(
+            "{path} is not a directory owned by this user (uid {uid})", path=str(path), uid=uid
         )
     mode = stat.S_IMODE(info.st_mode)
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise PermissionError(
-            f"the {what} {path} has mode {mode:04o}: other users may write in it;"
-            " check what it holds, then chmod 700 it"
+        raise UnsafePathError(
+            "{path} has mode {mode}: other users may write in it; check what it holds, then"
+            " chmod go-w it, or choose another directory",
+            path=str(path),
+            mode=f"{mode:04o}",
         )
-    if mode & ~PRIVATE_DIR:
-        os.chmod(path, PRIVATE_DIR)
-        log.warning("permissions_tightened", path=str(path), what=what, was=f"{mode:04o}")
+    if warn_readable and mode & ~PRIVATE_DIR:
+        log.warning("directory_readable_by_others", path=str(path), what=what, mode=f"{mode:04o}")
 
 
 def private_file(path: Path, what: str, *, create: bool) -> None:
@@ -116,6 +136,7 @@ __all__ = [
     "PRIVATE_DIR",
     "PRIVATE_FILE",
     "LockHeldError",
+    "UnsafePathError",
     "exclusive_lock",
     "private_directory",
     "private_file",

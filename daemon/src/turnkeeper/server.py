@@ -30,6 +30,7 @@ from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskStatus
 from anyio.streams.stapled import MultiListener
 
 from turnkeeper_engine import Actor
+from turnkeeper_engine.errors import Arg, TemplatedError
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
@@ -379,11 +380,11 @@ class Connection:
         assert target is not None
         combat_id = target
         if method == "get_combat":
-            return hub.view(combat_id, self.actor)
+            return await hub.view(combat_id, self.actor)
         if method == "history":
             after = number(params, "after", 0, 0, 2**53)
             limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-            return hub.history(combat_id, self.actor, after, limit, self.narration)
+            return await hub.history(combat_id, self.actor, after, limit, self.narration)
         if method == "subscribe":
             if combat_id in self.subscribed:
                 raise RequestError("already_subscribed", "subscribed to it already", "combat")
@@ -647,12 +648,20 @@ class Server:
             log.info("disconnected", reason=conn.closing or "closed")
 
 
+class SocketPathError(TemplatedError):
+    """The Unix socket's path is another's (a live daemon's socket, or a file that is not a
+    socket of this user): refused, and never replaced."""
+
+    def __init__(self, template: str, **args: Arg) -> None:
+        super().__init__(template, args)
+
+
 def prepare_socket_path(path: Path) -> int:
     """Make ready to bind ``path``; return its lock, to close once the socket is removed.
 
     The socket's directory is made private (see ``turnkeeper.private``: in a shared place like
     /tmp another user could have made it first, to catch the socket). ``<path>.lock`` is held by
-    the daemon serving on the path, so a second one is refused (``AddressInUse``, naming the
+    the daemon serving on the path, so a second one is refused (``SocketPathError``, naming the
     first one's pid) before it looks at the socket, even while the first is still binding. A
     socket of this user that no daemon answers on is then a dead daemon's, and is removed;
     anything else on the path is left alone and refused.
@@ -661,8 +670,8 @@ def prepare_socket_path(path: Path) -> int:
     try:
         lock = exclusive_lock(path.with_name(path.name + ".lock"))
     except LockHeldError as e:
-        raise OSError(
-            errno.EADDRINUSE, f"a daemon (pid {e.holder}) is already listening on {path}"
+        raise SocketPathError(
+            "a daemon (pid {pid}) is already listening on {path}", pid=e.holder, path=str(path)
         ) from None
     try:
         _remove_stale_socket(path)
@@ -678,7 +687,9 @@ def _remove_stale_socket(path: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
-        raise FileExistsError(f"{path} exists and is not a socket of this user: not replaced")
+        raise SocketPathError(
+            "{path} exists and is not a socket of this user: not replaced", path=str(path)
+        )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         # A daemon of a version without the lock may still answer on it.
@@ -692,7 +703,7 @@ def _remove_stale_socket(path: Path) -> None:
         raise
     finally:
         probe.close()
-    raise OSError(errno.EADDRINUSE, f"a daemon is already listening on {path}")
+    raise SocketPathError("a daemon is already listening on {path}", path=str(path))
 
 
 def _remove_own_socket(path: Path, made: os.stat_result) -> None:
@@ -729,7 +740,6 @@ async def serve(
     announce(plugins)
     store = Store.open(config.data_dir, max_pages=config.max_db_pages)
     hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
-    hub.recover()
     server = Server(config, store, hub)
     bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
     socket_lock: int | None = None
@@ -739,6 +749,7 @@ async def serve(
         server.tokens.read()
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
+            await hub.recover()  # before any listener: every combat is known when serving
             async with anyio.create_task_group() as tg:
                 tg.start_soon(hub.run_clock)
                 tg.start_soon(hub.run_hooks)

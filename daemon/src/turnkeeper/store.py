@@ -15,13 +15,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 import msgpack  # type: ignore[import-untyped]
+import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -78,6 +80,8 @@ BUSY_TIMEOUT_MS = 5000
 file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
 
 ErrorCode = Literal["store_failed", "store_full", "conflict"]
+
+log = structlog.get_logger("turnkeeper.store")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -155,25 +159,29 @@ class Batch:
     at: float
     snapshot: Any = None
     """The combat's state after this batch, as plain data, when the caller takes a snapshot;
-    written in the same transaction, so a kill mid-snapshot leaves the previous one."""
+    written in the same transaction, so a kill mid-snapshot leaves the previous one. A batch
+    of no events may carry one (of the state at ``first_seq - 1``, the end of the log): a
+    rebuild that could not start from the stored snapshot leaves a fresh one for the next."""
     summary: Any = None
     """Plain data the caller wants back at start-up without replaying (see ``summaries``)."""
 
 
 @dataclass(frozen=True)
 class LoadedCombat:
-    """A combat as found at start-up: the snapshot (if any) and the events after it.
+    """A combat as found at start-up: its snapshot (if any) and where its log ends.
 
-    ``warnings`` name what was passed over while loading (an unreadable snapshot); the caller
-    logs them. ``quarantined`` is the reason the combat cannot be trusted (then ``events`` is
-    empty); other combats load regardless.
+    The events after the snapshot are read with ``replay``, a page at a time. ``warnings``
+    name what was passed over while loading (an unreadable snapshot); the caller logs them.
+    ``quarantined`` is the reason the combat cannot be trusted (a gap in its log); other
+    combats load regardless.
     """
 
     combat_id: str
     ruleset: str
     created_at: float
     snapshot: tuple[int, Any] | None
-    events: list[tuple[int, dict[str, Any]]]
+    last: int
+    """The last seq stored (0 for a combat without events)."""
     warnings: list[str] = field(default_factory=list)
     quarantined: str | None = None
 
@@ -245,6 +253,34 @@ def _lock(data_dir: Path) -> int:
         ) from e
 
 
+def _warn_if_full(
+    db: sqlite3.Connection, path: Path, share: int, quota: int, page_size: int
+) -> None:
+    """Log a warning if the database already fills its share of the quota (``share`` pages).
+
+    SQLite keeps a database larger than ``max_page_count`` as it is, so every commit would fail
+    with ``store_full`` from the start: the case of an upgrade from a daemon whose quota was the
+    database's alone, now that the WAL takes 1/WAL_SHARE of it."""
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    if pages < share:
+        return
+    mib = 2**20
+    # The smallest quota (in whole MiB) whose database share is larger than the database now.
+    needed = (pages + 1) * page_size * WAL_SHARE // (WAL_SHARE - 1) // mib + 1
+    log.warning(
+        "store_over_quota",
+        path=str(path),
+        database_mib=round(pages * page_size / mib, 2),
+        database_share_mib=round(share * page_size / mib, 2),
+        quota_mib=round(quota * page_size / mib, 2),
+        advice=(
+            f"every command will fail with store_full: the database may take"
+            f" {WAL_SHARE - 1}/{WAL_SHARE} of --max-db-mib and its write-ahead log the rest;"
+            f" raise --max-db-mib to at least {needed}"
+        ),
+    )
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
     # check_same_thread=False: the committer's connection is used from anyio's worker threads,
@@ -266,6 +302,7 @@ class Store:
         self,
         writer: sqlite3.Connection,
         reader: sqlite3.Connection,
+        loader: sqlite3.Connection,
         lock: int,
         wal_limit: int | None,
     ) -> None:
@@ -273,7 +310,11 @@ class Store:
         self._wal = Path(writer.execute("PRAGMA database_list").fetchone()[2] + "-wal")
         self._wal_limit = wal_limit  # bytes the WAL may take under a quota; None without one
         self._writer = writer  # touched only by the committer, inside one worker thread at a time
-        self._reader = reader
+        self._reader = reader  # the event loop's: short statements, each on a fresh snapshot
+        # Rebuilds read on their own connection, from worker threads: a statement of theirs on
+        # the loop's connection would pin what the loop's reads see to its start.
+        self._loader = loader
+        self._loading = threading.Lock()
         self._send: MemoryObjectSendStream[_Pending]
         self._receive: MemoryObjectReceiveStream[_Pending]
         self._send, self._receive = anyio.create_memory_object_stream[_Pending](COMMIT_QUEUE)
@@ -287,19 +328,18 @@ class Store:
     def open(cls, data_dir: Path, *, max_pages: int | None = None) -> Store:
         """Open (creating if missing) the store in ``data_dir``, for this process alone.
 
-        The directory is made private, or refused (see ``turnkeeper.private``); the database
-        and its WAL and shared-memory files are 0600. ``max_pages`` is an operator's quota on
+        The directory is created private, or refused if others may write in it
+        (``UnsafePathError``, see ``turnkeeper.private``); the database and its WAL and
+        shared-memory files are 0600. ``max_pages`` is an operator's quota on
         the database and its WAL together, in pages: the database may take all but
         1/WAL_SHARE of it (``PRAGMA max_page_count``), the WAL the rest (see ``_trim_wal``).
         Past it every commit fails with ``store_full``, exactly as on a full disk, which is
-        also how the tests make the disk full. Raises ``StoreError("store_failed")`` if the
-        directory is not private, another daemon holds it (the message names its pid), or the
+        also how the tests make the disk full. Raises ``StoreError("store_failed")`` if
+        another daemon holds the directory (the message names its pid), or the
         file cannot be opened or was written by another schema version.
         """
         try:
-            private_directory(data_dir, "data directory")
-        except PermissionError as e:
-            raise StoreError("store_failed", "{reason}", reason=str(e)) from e
+            private_directory(data_dir, "data directory", warn_readable=True)
         except OSError as e:
             raise StoreError(
                 "store_failed",
@@ -347,8 +387,11 @@ class Store:
                     writer.execute(f"PRAGMA max_page_count={int(max_pages - wal_pages)}")
                     (page_size,) = writer.execute("PRAGMA page_size").fetchone()
                     wal_limit = wal_pages * page_size
+                    _warn_if_full(writer, path, max_pages - wal_pages, max_pages, page_size)
                 reader = _connect(path)
-                reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                loader = _connect(path)
+                for connection in (reader, loader):
+                    connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             except BaseException:
                 writer.close()
                 raise
@@ -363,13 +406,14 @@ class Store:
         except BaseException:
             os.close(lock)
             raise
-        return cls(writer, reader, lock, wal_limit)
+        return cls(writer, reader, loader, lock, wal_limit)
 
     def close(self) -> None:
         """Close the database. Call after ``run`` has returned (or was never started)."""
         self._send.close()
         self._receive.close()
         self._reader.close()
+        self._loader.close()
         self._writer.close()
         os.close(self._lock)
 
@@ -523,7 +567,8 @@ class Store:
             is None
         ):
             raise _ConflictError(f"combat {b.combat_id!r} does not exist")
-        if pending.events:
+        if pending.events or pending.snapshot is not None:
+            # A snapshot alone (see ``Batch``) must be of the log as it ends, like events.
             (last,) = db.execute(
                 "SELECT coalesce(max(seq), 0) FROM events WHERE combat_id = ?", (b.combat_id,)
             ).fetchone()
@@ -531,6 +576,7 @@ class Store:
                 raise _ConflictError(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
+        if pending.events:
             db.executemany(
                 "INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", pending.events
             )
@@ -583,21 +629,25 @@ class Store:
     # -- reading ---------------------------------------------------------------------------------
 
     def load(self) -> Iterator[LoadedCombat]:
-        """Every combat, in creation order, with its snapshot and the events after it; one at
-        a time, so start-up holds one combat's log in memory, not every combat's.
+        """Every combat, in creation order, with its snapshot; one at a time.
 
         For start-up recovery. Every stored event was acknowledged (or committed for a command
         whose reply was lost, and remembered for its retry): a SQLite commit is atomic, so no
-        row can be torn, and none is ever dropped. The whole log is read, before the snapshot
-        too: an event that does not decode or a gap anywhere in the sequence quarantines that
-        combat alone. An unreadable snapshot only costs time: the combat is loaded from the
-        whole log instead, and ``warnings`` says so.
+        row can be torn, and none is ever dropped. A gap anywhere in a combat's sequence, before
+        the snapshot too, quarantines that combat alone; it is found by counting the rows, so a
+        load reads no event body. An event that does not decode is found where it is read:
+        ``replay`` after the snapshot, ``events_after`` (history) before it. An unreadable
+        snapshot only costs time: the combat is replayed from its whole log instead, and
+        ``warnings`` says so.
         """
-        combats = self._reader.execute(
-            "SELECT combat_id, ruleset, created_at FROM combats ORDER BY created_at, rowid"
-        ).fetchall()
+        with self._loading:
+            combats = self._loader.execute(
+                "SELECT combat_id, ruleset, created_at FROM combats ORDER BY created_at, rowid"
+            ).fetchall()
         for row in combats:
-            yield self._load_combat(*row, use_snapshot=True)
+            with self._loading:
+                loaded = self._load_combat(self._loader, *row)
+            yield loaded
 
     def summaries(self) -> list[tuple[str, Any]]:
         """Every combat in creation order with its last summary (None if it has none or the
@@ -614,32 +664,61 @@ class Store:
                 result.append((combat_id, None))
         return result
 
-    def load_one(self, combat_id: str, *, use_snapshot: bool = True) -> LoadedCombat:
-        """One combat, as ``load`` gives it: for rebuilding combats one at a time.
+    def load_one(self, combat_id: str) -> LoadedCombat:
+        """One combat, as ``load`` gives it: for rebuilding combats one at a time, from any
+        thread (see ``replay``)."""
 
-        ``use_snapshot=False`` returns the whole log and no snapshot: for a caller that could
-        not use the stored snapshot.
+        with self._loading:
+            row = self._loader.execute(
+                "SELECT combat_id, ruleset, created_at FROM combats WHERE combat_id = ?",
+                (combat_id,),
+            ).fetchone()
+            if row is None:
+                raise StoreError("store_failed", "no combat {id!r} in the store", id=combat_id)
+            return self._load_combat(self._loader, *row)
+
+    def replay(self, combat_id: str, after: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The combat's events after ``after``, decoded, in order: for rebuilding it.
+
+        Read MAX_EVENTS_PER_READ at a time on the loader's own connection, which any thread
+        may use (one call at a time): a rebuild runs in a worker thread, and no read
+        transaction stays open between pages to hold back checkpoints (and so the WAL's size)
+        however long the log. Raises ``StoreError("store_failed")`` naming the seq of an event
+        that does not decode or is missing.
         """
-        row = self._reader.execute(
-            "SELECT combat_id, ruleset, created_at FROM combats WHERE combat_id = ?", (combat_id,)
-        ).fetchone()
-        if row is None:
-            raise StoreError("store_failed", "no combat {id!r} in the store", id=combat_id)
-        return self._load_combat(*row, use_snapshot=use_snapshot)
+        expected = after + 1
+        while True:
+            with self._loading:
+                rows = self._loader.execute(
+                    "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ?"
+                    " ORDER BY seq LIMIT ?",
+                    (combat_id, expected - 1, MAX_EVENTS_PER_READ),
+                ).fetchall()
+            for seq, body in rows:
+                if seq != expected:
+                    raise StoreError(
+                        "store_failed",
+                        "seq {seq} is missing (next stored is {next})",
+                        seq=expected,
+                        next=seq,
+                    )
+                yield seq, self._event(seq, body)
+                expected += 1
+            if len(rows) < MAX_EVENTS_PER_READ:
+                return
 
+    @staticmethod
     def _load_combat(
-        self, combat_id: str, ruleset: str, created_at: float, *, use_snapshot: bool
+        db: sqlite3.Connection, combat_id: str, ruleset: str, created_at: float
     ) -> LoadedCombat:
         def quarantined(reason: str) -> LoadedCombat:
-            return LoadedCombat(combat_id, ruleset, created_at, None, [], quarantined=reason)
+            return LoadedCombat(combat_id, ruleset, created_at, None, 0, quarantined=reason)
 
         snapshot: tuple[int, Any] | None = None
         warnings: list[str] = []
-        row = None
-        if use_snapshot:
-            row = self._reader.execute(
-                "SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat_id,)
-            ).fetchone()
+        row = db.execute(
+            "SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat_id,)
+        ).fetchone()
         if row is not None:
             try:
                 snapshot = (row[0], _unpack(row[1]))
@@ -648,29 +727,26 @@ class Store:
                     f"combat {combat_id}: snapshot at seq {row[0]} is unreadable ({e}),"
                     " loaded from the whole log"
                 )
-        after = 0 if snapshot is None else snapshot[0]
-        events: list[tuple[int, dict[str, Any]]] = []
-        expected = 1
-        # Iterated, not fetched: the events before the snapshot are checked, not kept. Closed
-        # on every path, since an open cursor holds a read transaction that stops checkpoints.
-        with contextlib.closing(
-            self._reader.execute(
-                "SELECT seq, body FROM events WHERE combat_id = ? ORDER BY seq", (combat_id,)
-            )
-        ) as rows:
-            for seq, body in rows:
-                if seq != expected:
-                    return quarantined(f"seq {expected} is missing (next stored is {seq})")
-                try:
-                    event = _unpack_event(body)
-                except ValueError as e:
-                    return quarantined(f"event {seq} is unreadable: {e}")
-                if seq > after:
-                    events.append((seq, event))
-                expected += 1
-        if after >= expected:
-            return quarantined(f"seq {expected} is missing (the snapshot is at seq {after})")
-        return LoadedCombat(combat_id, ruleset, created_at, snapshot, events, warnings)
+        # Seqs are unique (the primary key), so 1..last without a gap is exactly last rows.
+        count, first, last = db.execute(
+            "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM events"
+            " WHERE combat_id = ?",
+            (combat_id,),
+        ).fetchone()
+        if count != last or first != 1:
+            # Only a damaged log pays for finding where: a walk of its seqs.
+            expected = 1
+            with contextlib.closing(
+                db.execute("SELECT seq FROM events WHERE combat_id = ? ORDER BY seq", (combat_id,))
+            ) as seqs:
+                for (seq,) in seqs:
+                    if seq != expected:
+                        break
+                    expected += 1
+            return quarantined(f"seq {expected} is missing (next stored is {seq})")
+        if row is not None and row[0] > last:
+            return quarantined(f"seq {last + 1} is missing (the snapshot is at seq {row[0]})")
+        return LoadedCombat(combat_id, ruleset, created_at, snapshot, last, warnings)
 
     def events_after(
         self, combat_id: str, seq: int, limit: int
@@ -683,9 +759,7 @@ class Store:
             "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ))),
         ).fetchall()
-        return [
-            (s, self._decoded(_unpack_event, body, f"event {s} of {combat_id}")) for s, body in rows
-        ]
+        return [(s, self._event(s, body)) for s, body in rows]
 
     def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The combat id and response remembered for a retried request, or None if forgotten."""
@@ -695,15 +769,24 @@ class Store:
         ).fetchone()
         if row is None:
             return None
-        return row[0], self._decoded(_unpack, row[1], f"response to {principal}/{request_id}")
-
-    @staticmethod
-    def _decoded(decode: Callable[[object], Any], body: object, what: str) -> Any:
         try:
-            return decode(body)
+            return row[0], _unpack(row[1])
         except ValueError as e:
             raise StoreError(
-                "store_failed", "{what} is unreadable: {reason}", what=what, reason=str(e)
+                "store_failed",
+                "the response remembered for {principal}/{request} is unreadable: {reason}",
+                principal=principal,
+                request=request_id,
+                reason=str(e),
+            ) from e
+
+    @staticmethod
+    def _event(seq: int, body: object) -> dict[str, Any]:
+        try:
+            return _unpack_event(body)
+        except ValueError as e:
+            raise StoreError(
+                "store_failed", "event {seq} is unreadable: {reason}", seq=seq, reason=str(e)
             ) from e
 
 
