@@ -787,7 +787,7 @@ async def test_a_combat_whose_plugins_fall_behind_holds_up_only_its_own_clients(
             await hub.execute("p", NARRATOR, combat_id, cmd.AddCombatant("k", "K"), combat_id)
         await note("bank", "b1")
         await note("bank", "b2")
-        bank = hub.combat("bank")
+        bank = await hub.combat("bank")
         seq = bank.seq
         with anyio.move_on_after(0.2) as blocked:
             await note("bank", "b3")
