@@ -8,8 +8,9 @@ measured window):
 
 - ``empty maps`` and ``2-byte strings``: one message, a tree of arrays of 250, three deep;
 - ``unfinished``: arrays of 255 nested in each other, each holding 254 2-byte strings before the
-  next array, never closed. Values are counted as arrays complete, so these strings are the most
-  a connection can make the daemon hold: its byte limit over 3 bytes a string.
+  next array, never closed: before the daemon read headers itself, values were counted only as
+  arrays completed, so these strings were the most a connection could make it hold (its byte
+  limit over 3 bytes a string); now each array's items count when its header arrives.
 
 For each case, a fresh daemon (TCP on loopback, JSON log to a file) and a pinger, a process of
 its own: the narrator's ``list_combats`` on the Unix socket every ``PING_EVERY`` seconds, the

@@ -99,17 +99,39 @@ def test_before_hello_a_header_beyond_the_limit_is_refused_when_it_arrives(
 
 
 @pytest.mark.parametrize("transport", ["unix", "tcp"])
-def test_a_string_announcing_more_than_its_limit_is_refused_after_a_few_bytes(
+def test_a_string_announcing_more_than_its_limit_is_refused_when_its_header_arrives(
     daemon: Daemon, transport: str
 ) -> None:
     # msgpack itself learns a string is too long only when it is whole; the daemon reads the
-    # header once a few bytes of the string are there.
+    # header itself.
     c = _open(daemon, transport)
     try:
         _hello(c, daemon, transport)
         header = b"\x94\x00\x02\xacl" + b"ist_combats\x91\x81\xa3pad\xdb"
-        _send(c, header + (wire.MAX_MESSAGE_BYTES // 2).to_bytes(4, "big") + b"x" * 9)
+        _send(c, header + (wire.MAX_MESSAGE_BYTES // 2).to_bytes(4, "big"))
         assert _final(c).params["code"] == wire.MESSAGE_TOO_LARGE
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        pytest.param(b"\xdc\x10\x00" * 5, wire.MESSAGE_TOO_LARGE, id="arrays_of_4096"),
+        pytest.param(b"\x91" * (4 * wire.MAX_NESTING + 1), wire.NESTED_TOO_DEEPLY, id="deep"),
+    ],
+)
+def test_a_session_s_array_headers_that_never_close_are_refused_as_they_arrive(
+    daemon: Daemon, transport: str, headers: bytes, code: str
+) -> None:
+    # msgpack allocates an array's items at its header: 1000 such headers of 4096 items, 3 KB
+    # on the wire, held 27 MiB per session until the daemon counted them on arrival.
+    c = _open(daemon, transport)
+    try:
+        _hello(c, daemon, transport)
+        _send(c, b"\x94\x00\x02\xacl" + b"ist_combats\x91" + headers)
+        assert _final(c).params["code"] == code
     finally:
         c.close()
 

@@ -111,9 +111,10 @@ _PLAIN_SCALARS = (type(None), bool, int, float, str)
 _LONGEST_HEADER = 5
 """Bytes of the longest str, bin or ext header: a type byte and four of length (msgpack reads an
 ext's own type byte with its body)."""
-_LONGEST_FIXED = 8
-"""Bytes of the longest value or header part msgpack waits for other than a str, bin or ext body
-(a 64-bit number): when more than this is buffered, msgpack is inside such a body."""
+_MAX_SCANNED_DEPTH = 4 * MAX_NESTING
+"""Deepest nesting a counted decoder lets msgpack build before it is refused outright. Deeper
+than ``MAX_NESTING`` (plus the message and params arrays) is refused per message, not fatally;
+this bound only stops a message that never closes its arrays from costing a level each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +122,12 @@ class Limits:
     """What one message a :class:`Decoder` reads may cost: ``message_bytes`` encoded, and
     ``values`` decoded (arrays, maps and their items; ``None`` leaves them uncounted).
 
-    Array and map headers are held to what could fit the message, so one announcing more is
-    refused the moment it arrives, before anything is allocated for it. msgpack checks a
-    string's (bin's, ext's) length only once it is whole: the decoder reads the header itself
-    once a few bytes of the string are there, and in any case holds no more of one string than
-    ``max_value_bytes``.
+    With ``values`` counted (what a daemon reads from its peers), the decoder reads every header
+    itself before msgpack sees it: an array or map counts the items it announces the moment its
+    header arrives (msgpack allocates them then, before any item is there), a str, bin or ext
+    announcing more than its limit is refused then too, and so is nesting past
+    ``_MAX_SCANNED_DEPTH``. Without, msgpack's own bounds hold and the decoder holds no more of
+    one string than ``max_value_bytes``.
     """
 
     message_bytes: int
@@ -280,13 +282,10 @@ class Decoder:
     def __init__(self, limits: Limits = FROM_DAEMON) -> None:
         self._limits = limits
         self._unpacker = self._new_unpacker()
+        self._scanner = _Scanner(limits) if limits.values is not None else None
         self._backlog = memoryview(b"")
-        # The chunks fed since the end of the last whole message: where its leftover bytes are
-        # when the limits change.
-        self._chunks: list[memoryview] = []
         self._fed = 0
         self._message_start = 0
-        self._values = 0
         self._fatal: WireError | None = None
 
     def _new_unpacker(self) -> Any:
@@ -295,14 +294,7 @@ class Decoder:
         # hold, so max_buffer_size is a backstop. Integer map keys and the like are refused by
         # msgpack itself (strict_map_key), so they are fatal; bin and ext values decode and are
         # refused per message in _check_plain.
-        counted = self._limits.values is not None
-        return msgpack.Unpacker(
-            raw=False,
-            strict_map_key=True,
-            list_hook=self._count_array if counted else None,
-            object_hook=self._count_map if counted else None,
-            **self._limits.unpacker_options(),
-        )
+        return msgpack.Unpacker(raw=False, strict_map_key=True, **self._limits.unpacker_options())
 
     def feed(self, data: bytes) -> list[Message | WireError]:
         """Decode ``data``: every message it completes, with a ``WireError`` for each bad one.
@@ -330,40 +322,35 @@ class Decoder:
             try:
                 obj = next(self._unpacker)
             except StopIteration:
-                if self._waits_on_a_long_value():
-                    return self._fail(self._value_too_long())
                 if not self._backlog:
                     return None
-                # Feed no more than the current message may still grow by, so a message over
-                # the limit is refused at its first excess byte.
-                room = self._limits.message_bytes - (self._fed - self._message_start)
-                if room <= 0:
-                    return self._fail(too_large(self._limits.message_bytes))
                 # msgpack buffers only what it has not parsed yet: the scalar it waits on.
-                buffered = self._fed - self._unpacker.tell()
-                room = min(room, self._limits.max_value_bytes - buffered)
+                room = self._limits.max_value_bytes - (self._fed - self._unpacker.tell())
+                if self._scanner is None:
+                    # Feed no more than the current message may still grow by, so a message
+                    # over the limit is refused at its first excess byte.
+                    grow = self._limits.message_bytes - (self._fed - self._message_start)
+                    if grow <= 0:
+                        return self._fail(too_large(self._limits.message_bytes))
+                    room = min(room, grow)
                 if room <= 0:
                     return self._fail(self._value_too_long())
-                chunk, self._backlog = self._backlog[:room], self._backlog[room:]
+                chunk = self._backlog[:room]
+                if self._scanner is not None:
+                    # Up to the end of the current message at most: the next one is read
+                    # under the limits in force once this one is handled.
+                    try:
+                        chunk = chunk[: self._scanner.scan(chunk)]
+                    except WireError as err:
+                        return self._fail(err)
+                self._backlog = self._backlog[len(chunk) :]
                 self._unpacker.feed(chunk)
-                self._chunks.append(chunk)
                 self._fed += len(chunk)
                 continue
-            except _TooMany:
-                return self._fail(
-                    WireError(
-                        MESSAGE_TOO_LARGE,
-                        "a message decodes to more than {limit} values",
-                        fatal=True,
-                        limit=self._limits.values or 0,
-                    )
-                )
             except ValueError as exc:
                 return self._fail(_stream_error(exc))
             # tell() is the end of the object just read; later it also counts a partial one.
             self._message_start = self._unpacker.tell()
-            self._chunks = self._chunks[-1:]
-            self._values = 0
             try:
                 return _parse(obj)
             except WireError as err:
@@ -371,16 +358,18 @@ class Decoder:
         return None
 
     def limit(self, limits: Limits) -> None:
-        """Hold the messages after the last one returned to ``limits``."""
+        """Hold the messages after the last one returned to ``limits``. Only a counted decoder
+        changes them: it never gives msgpack a byte past the message it reads, so the next
+        message is read whole under the new limits."""
         if limits == self._limits:
             return
-        held = self._fed - self._message_start
-        leftover = b"".join(self._chunks)[-held:] if held else b""
-        self._backlog = memoryview(leftover + bytes(self._backlog))
+        assert self._scanner is not None
+        assert limits.values is not None
+        assert self._fed == self._message_start, "limits change between messages only"
         self._limits = limits
         self._unpacker = self._new_unpacker()
-        self._chunks = []
-        self._fed = self._message_start = self._values = 0
+        self._scanner = _Scanner(limits)
+        self._fed = self._message_start = 0
 
     @property
     def pending(self) -> bool:
@@ -388,87 +377,146 @@ class Decoder:
         return self._fed != self._message_start or bool(self._backlog)
 
     def _value_too_long(self) -> WireError:
-        return WireError(
-            MESSAGE_TOO_LARGE,
-            "a value is longer than {limit} bytes",
-            fatal=True,
-            limit=self._limits.unpacker_options()["max_str_len"],
-        )
-
-    def _waits_on_a_long_value(self) -> bool:
-        """Whether msgpack waits on the body of a str, bin or ext whose header announced more
-        than the limit.
-
-        Past _LONGEST_FIXED bytes buffered, msgpack is inside such a body and its header ends
-        where the buffer starts (``tell()``). Which of the bytes before are the header is not
-        known, so every reading that fits is tried: the value is refused only when each one
-        announces too much, so a value within the limit is never refused for a wrong reading.
-        """
-        start = self._unpacker.tell()
-        buffered = self._fed - start
-        if buffered <= _LONGEST_FIXED:
-            return False
-        before = self._bytes_before(start, _LONGEST_HEADER)
-        lengths = [
-            length
-            for size in range(1, len(before) + 1)
-            if (length := _announced(before[-size:])) is not None and length > buffered
-        ]
-        return bool(lengths) and min(lengths) > self._limits.unpacker_options()["max_str_len"]
-
-    def _bytes_before(self, position: int, count: int) -> bytes:
-        """Up to ``count`` bytes of the stream just before ``position``, from the chunks kept."""
-        end = self._fed
-        parts: list[bytes] = []
-        for chunk in reversed(self._chunks):
-            begin = end - len(chunk)
-            if begin < position:
-                parts.append(bytes(chunk[max(0, position - count - begin) : position - begin]))
-                if position - count >= begin:
-                    break
-            end = begin
-        return b"".join(reversed(parts))
-
-    def _count_array(self, items: list[Any]) -> list[Any]:
-        self._tally(1 + len(items))
-        return items
-
-    def _count_map(self, entries: dict[str, Any]) -> dict[str, Any]:
-        self._tally(1 + 2 * len(entries))
-        return entries
-
-    def _tally(self, values: int) -> None:
-        # msgpack calls the hooks as each array and map is completed, so a message is stopped
-        # once it has cost its limit, not after it has been decoded whole.
-        self._values += values
-        assert self._limits.values is not None
-        if self._values > self._limits.values:
-            raise _TooMany
+        return _value_too_long(self._limits)
 
     def _fail(self, error: WireError) -> WireError:
         self._fatal = error
         self._backlog = memoryview(b"")
-        self._chunks = []
         return error
 
 
-def _announced(header: bytes) -> int | None:
-    """The body length ``header`` announces if it is exactly a str, bin or ext header, else None.
-    An ext's body is its type byte and its data."""
-    kind, rest = header[0], header[1:]
-    if 0xA0 <= kind <= 0xBF and not rest:
-        return kind & 0x1F
-    if 0xD4 <= kind <= 0xD8 and not rest:  # fixext: 1 to 16 bytes
-        return 1 + (1 << (kind - 0xD4))
-    # str, bin and ext of 8, 16 and 32 bits of length.
-    sizes = {0xD9: 1, 0xC4: 1, 0xC7: 1, 0xDA: 2, 0xC5: 2, 0xC8: 2, 0xDB: 4, 0xC6: 4, 0xC9: 4}
-    if sizes.get(kind) != len(rest):
-        return None
-    return int.from_bytes(rest, "big") + (1 if kind in (0xC7, 0xC8, 0xC9) else 0)
+def _value_too_long(limits: Limits) -> WireError:
+    return WireError(
+        MESSAGE_TOO_LARGE,
+        "a value is longer than {limit} bytes",
+        fatal=True,
+        limit=limits.unpacker_options()["max_str_len"],
+    )
 
 
-class _TooMany(Exception):  # noqa: N818 - internal signal, always turned into a WireError
-    """Raised from msgpack's hooks when a message decodes to more values than its limit."""
+_FIXED_SIZES = {
+    **dict.fromkeys((0xC0, 0xC1, 0xC2, 0xC3), 0),
+    0xCA: 4,
+    0xCB: 8,
+    **{0xCC + i: 1 << i for i in range(4)},  # uint 8 to 64
+    **{0xD0 + i: 1 << i for i in range(4)},  # int 8 to 64
+    **{0xD4 + i: 1 + (1 << i) for i in range(5)},  # fixext 1 to 16, with its type byte
+}
+"""Bytes after the type byte of a value whose size the type byte alone gives (nil, booleans,
+numbers, fixext; 0xc1 is never used: msgpack refuses it once fed)."""
+
+_LENGTH_BYTES = {
+    0xC4: 1, 0xC5: 2, 0xC6: 4,  # bin
+    0xC7: 1, 0xC8: 2, 0xC9: 4,  # ext (a type byte follows the length)
+    0xD9: 1, 0xDA: 2, 0xDB: 4,  # str
+    0xDC: 2, 0xDD: 4,  # array
+    0xDE: 2, 0xDF: 4,  # map
+}  # fmt: skip
+"""Bytes of length after the type byte of the headers that carry one."""
+
+
+class _Scanner:
+    """Reads the headers of a peer's messages as their bytes arrive, before msgpack does.
+
+    msgpack allocates an array or map the moment its header is read and checks nesting and a
+    string's length only later: a message that announces much and never ends would cost the
+    daemon what it announced. The scanner counts what each header announces against
+    ``Limits.values``, refuses a string, bin or ext longer than the limit and nesting past
+    ``_MAX_SCANNED_DEPTH`` when the header arrives, and the message's bytes at the first
+    excess one. It passes over bodies by their length, so its work is a step per value.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        assert limits.values is not None
+        self._limits = limits
+        self._open: list[int] = []  # the items still due in each array or map being read
+        self._skip = 0  # bytes of a body (or of a number) still to pass
+        self._kind = 0  # the type byte of a header whose length bytes are still coming
+        self._length = bytearray()
+        self._need = 0
+        self._size = 0  # bytes of the current message so far
+        self._values = 0
+
+    def scan(self, data: memoryview) -> int:
+        """How many of ``data``'s bytes to feed msgpack: all of them, or up to the end of the
+        current message. Raises the fatal ``WireError`` for a message over its limits."""
+        limits = self._limits
+        allowed = limits.message_bytes - self._size
+        at, end = 0, min(len(data), allowed + 1)
+        while at < end:
+            if self._skip:
+                step = min(self._skip, end - at)
+                self._skip -= step
+                at += step
+                if not self._skip and self._value_done():
+                    break
+            elif self._need:
+                step = min(self._need, end - at)
+                self._length += data[at : at + step]
+                self._need -= step
+                at += step
+                if not self._need and self._header(self._kind, int.from_bytes(self._length)):
+                    break
+            else:
+                kind = data[at]
+                at += 1
+                if self._type(kind):
+                    break
+        self._size += at
+        if self._size > limits.message_bytes:
+            raise too_large(limits.message_bytes)
+        if not self._open and not self._skip and not self._need:
+            self._size = self._values = 0
+        return at
+
+    def _type(self, kind: int) -> bool:
+        """Read a type byte; True when it ends the message."""
+        if kind <= 0x7F or kind >= 0xE0:
+            return self._value_done()
+        if kind <= 0x8F:
+            return self._header(0xDE, kind & 0x0F)
+        if kind <= 0x9F:
+            return self._header(0xDC, kind & 0x0F)
+        if kind <= 0xBF:
+            return self._header(0xDB, kind & 0x1F)
+        if kind in _FIXED_SIZES:
+            self._skip = _FIXED_SIZES[kind]
+            return not self._skip and self._value_done()
+        self._kind, self._need = kind, _LENGTH_BYTES[kind]
+        self._length.clear()
+        return False
+
+    def _header(self, kind: int, length: int) -> bool:
+        """A header's length has come; True when it ends the message."""
+        if kind in (0xDC, 0xDD, 0xDE, 0xDF):
+            items = length * 2 if kind >= 0xDE else length
+            self._values += 1 + items
+            if self._values > (self._limits.values or 0):
+                raise WireError(
+                    MESSAGE_TOO_LARGE,
+                    "a message decodes to more than {limit} values",
+                    fatal=True,
+                    limit=self._limits.values or 0,
+                )
+            if not items:
+                return self._value_done()
+            if len(self._open) >= _MAX_SCANNED_DEPTH:
+                raise WireError(NESTED_TOO_DEEPLY, "the msgpack data nests too deeply", fatal=True)
+            self._open.append(items)
+            return False
+        if length > self._limits.unpacker_options()["max_str_len"]:
+            raise _value_too_long(self._limits)
+        self._skip = length + (1 if kind in (0xC7, 0xC8, 0xC9) else 0)
+        return not self._skip and self._value_done()
+
+    def _value_done(self) -> bool:
+        """A whole value has been read; True when it was the message itself."""
+        while self._open:
+            self._open[-1] -= 1
+            if self._open[-1]:
+                return False
+            self._open.pop()
+        return True
 
 
 def too_large(limit: int = MAX_MESSAGE_BYTES) -> WireError:
