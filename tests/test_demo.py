@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from turnkeeper import demo
 from turnkeeper.demo import run
 
 SKIRMISH = "### Bots: a skirmish (SensibleBot players and NPCs over the socket)"
@@ -105,3 +106,17 @@ def test_the_english_log_shows_no_protocol_code_nor_internal_id() -> None:
         "  (Bots play from here: one for each player (Spider-Man, Hawkeye) and one for the "
         "narrator (Crossbones, the Hydra agents); the narrator ends the fight after round 3.)"
     ) in log
+
+
+def test_the_demo_plays_through_without_the_dnd3e_ready_plugin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The plugin is a distribution of its own: without it the cave scene has no Concentration
+    # check to wait for, and the demo goes on rather than waiting for one.
+    monkeypatch.setattr(demo, "_SEEDED_PLUGINS", ())
+    monkeypatch.setenv("TURNKEEPER_NO_PLUGINS", "dnd3e-ready")
+    lines: list[str] = []
+    run(lines.append)
+    log = "\n".join(lines)
+    assert "Concentration" not in log
+    assert "Lidda" in log
