@@ -23,6 +23,7 @@ import pytest
 from daemon import CALL_TIMEOUT, Client, Daemon, running
 from story import Story
 from turnkeeper.auth import SECRET_PREFIX, TOKEN_BYTES, new_secret
+from turnkeeper.cli import _tcp
 from turnkeeper.watch import GaveUp, render, watch
 from turnkeeper_engine import NARRATOR, view
 from turnkeeper_engine import commands as c
@@ -472,3 +473,8 @@ def test_the_board_names_the_bonus_round_once_and_the_ruleset_by_its_title() -> 
     story.end_turn()
     board = render({"view": to_plain(view(story.state, NARRATOR))})
     assert board.splitlines()[0].endswith("— round 1"), board
+
+
+def test_an_ipv6_listen_address_is_written_in_brackets() -> None:
+    assert _tcp("[::1]:7616") == ("::1", 7616)
+    assert _tcp("127.0.0.1:7616") == ("127.0.0.1", 7616)

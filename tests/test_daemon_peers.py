@@ -18,7 +18,7 @@ import pytest
 
 from daemon import CALL_TIMEOUT, Client, Daemon, running
 from turnkeeper.server import MAX_CONNECTIONS, MAX_PENDING, MAX_PENDING_PER_ADDRESS, UNIX_RESERVE
-from turnkeeper.websocket import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS
+from turnkeeper.websocket import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS, peer_key
 from turnkeeper_sdk import wire
 
 TRANSPORTS = ["unix", "tcp", "ws"]
@@ -395,3 +395,12 @@ def test_a_head_trickled_a_byte_at_a_time_is_dropped_within_the_handshake_timeou
         assert dropped
     # Generous: the bound is HANDSHAKE_TIMEOUT, the machine may be slow.
     assert time.monotonic() - started < HANDSHAKE_TIMEOUT + 10
+
+
+def test_an_ipv6_host_counts_as_one_peer_for_its_whole_slash_64() -> None:
+    # One host is routinely given a /64: counted address by address, it would be billions of
+    # peers and no per-address bound would hold it.
+    assert peer_key("2001:db8:1:2::1") == peer_key("2001:db8:1:2:ffff:ffff:ffff:fffe")
+    assert peer_key("2001:db8:1:2::1") != peer_key("2001:db8:1:3::1")
+    assert peer_key("::ffff:192.0.2.7") == peer_key("192.0.2.7") == "192.0.2.7"
+    assert peer_key("192.0.2.7") != peer_key("192.0.2.8")

@@ -48,6 +48,9 @@ def _tcp(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError("expected HOST:PORT, e.g. 127.0.0.1:7616")
+    # An IPv6 host is written in brackets, as in a URL: [::1]:7616.
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     return host or "127.0.0.1", int(port)
 
 

@@ -42,7 +42,7 @@ from .methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from .private import PRIVATE_FILE, LockHeldError, exclusive_lock, private_directory
 from .store import Store, StoreError
 from .watchdog import Watchdog
-from .websocket import CLOSE_POLICY, Gate, Site, WebSocketStream
+from .websocket import CLOSE_POLICY, Gate, Site, WebSocketStream, peer_key
 
 log = structlog.get_logger("turnkeeper.server")
 
@@ -110,7 +110,7 @@ def _peer_address(stream: ByteStream | WebSocketStream) -> str | None:
     raw = stream.extra(SocketAttribute.raw_socket, None)
     if raw is None or raw.family not in (socket.AF_INET, socket.AF_INET6):
         return None
-    return str(stream.extra(SocketAttribute.remote_address)[0])
+    return peer_key(str(stream.extra(SocketAttribute.remote_address)[0]))
 
 
 def _peer_uid(stream: ByteStream | WebSocketStream) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import ipaddress
 import json
 import re
 from collections import Counter
@@ -230,6 +231,21 @@ def _catalogue(locale: str) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode()
 
 
+def peer_key(address: str) -> str:
+    """What the per-address bounds count a peer by: its IPv4 address, or the /64 network of an
+    IPv6 one, since one host is routinely given a whole /64 and would otherwise count as
+    billions of peers."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
 class Gate:
     """The HTTP side of a ``--ws`` or ``--http`` listener: answers plain requests, hands
     WebSocket upgrades on."""
@@ -242,7 +258,7 @@ class Gate:
     async def accept(self, stream: ByteStream) -> WebSocketStream | None:
         """Read one request. A WebSocket upgrade on ``/ws`` is accepted and returned; anything
         else is answered (a file, or an HTTP error), the stream closed and None returned."""
-        address = str(stream.extra(SocketAttribute.remote_address, ("",))[0])
+        address = peer_key(str(stream.extra(SocketAttribute.remote_address, ("",))[0]))
         if (
             self.handshakes >= MAX_HANDSHAKES
             or self.handshakes_from[address] >= MAX_HANDSHAKES_PER_ADDRESS
