@@ -174,12 +174,15 @@ class Tokens:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / TOKEN_FILE
-        self._cache: tuple[tuple[int, int], list[TokenRecord] | TokenFileError] | None = None
+        self._cache: tuple[tuple[int, ...], list[TokenRecord] | TokenFileError] | None = None
         self._good: list[TokenRecord] = []
         """The last tokens read without a problem: what a running daemon keeps using while
         the file is malformed."""
         self._problem: str | None = None
         """The problem last logged by ``load``, so that it is logged once, not per request."""
+        self._ids: tuple[list[TokenRecord], frozenset[str]] = ([], frozenset())
+        """The ids of the tokens last loaded, with the list they come from: a session's check
+        is a lookup, not a scan of every token, however many sessions and tokens there are."""
 
     def read(self) -> list[TokenRecord]:
         """The tokens, re-read only when the file changed (a revocation takes effect at once,
@@ -191,7 +194,8 @@ class Tokens:
             self._cache = None
             self._good = []
             return []
-        stamp = (st.st_mtime_ns, st.st_size)
+        # A token command replaces the file (a new inode) even within one tick of the clock.
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._cache is None or self._cache[0] != stamp:
             try:
                 text = self.path.read_text()
@@ -232,8 +236,10 @@ class Tokens:
         """False once the token a session authenticated with has been revoked."""
         if not principal.key.startswith("token:"):
             return True
-        token_id = principal.key.removeprefix("token:")
-        return any(r.id == token_id for r in self.load())
+        records = self.load()
+        if records is not self._ids[0]:
+            self._ids = (records, frozenset(r.id for r in records))
+        return principal.key.removeprefix("token:") in self._ids[1]
 
     def _save(self, records: list[TokenRecord]) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
