@@ -14,6 +14,7 @@ import pytest
 
 from daemon import CallError, Client, Daemon, create_many, running
 from turnkeeper.host import MAX_COMBAT_PAGE
+from turnkeeper_sdk import wire
 from turnkeeper_sdk.aio import AsyncClient
 
 MANY = MAX_COMBAT_PAGE + 7
@@ -176,7 +177,9 @@ def test_a_daemon_with_few_combats_still_answers_every_one_without_paging(
 ) -> None:
     with running(tmp_path) as d:
         gm = Client.unix(d.socket)
-        assert gm.hello()["limits"]["max_combat_page"] == MAX_COMBAT_PAGE
+        limits = gm.hello()["limits"]
+        assert limits["max_combat_page"] == MAX_COMBAT_PAGE
+        assert limits["max_request_values"] == wire.MAX_REQUEST_VALUES
         create_many(gm, ["b", "a"])
         assert [row["combat"] for row in gm.call("list_combats")] == ["a", "b"]
         assert gm.call("subscribe_all") == {"seqs": {"a": 2, "b": 2}, "until": "b", "more": False}

@@ -468,6 +468,7 @@ class Connection:
             "events": [{"name": name, "since": 1} for name in _event_names()],
             "limits": {
                 "max_message_bytes": wire.MAX_MESSAGE_BYTES,
+                "max_request_values": wire.MAX_REQUEST_VALUES,
                 "outbox_messages": OUTBOX_MESSAGES,
                 "max_history_page": MAX_HISTORY_PAGE,
                 "max_combat_page": MAX_COMBAT_PAGE,

@@ -235,6 +235,7 @@ export interface HelloResult {
   events: { name: string; since: number }[];
   limits: {
     max_message_bytes: number;
+    max_request_values: number;
     outbox_messages: number;
     max_history_page: number;
     max_combat_page: number;
