@@ -15,6 +15,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
+from wsproto.events import TextMessage
 
 from daemon import CallError, Client, Daemon, running
 from turnkeeper.methods import MAX_HISTORY_PAGE, MAX_ID_CHARS
@@ -765,6 +766,21 @@ def test_a_websocket_text_frame_is_refused_and_the_session_goes_on(gm: Client) -
     assert (note.params["code"], note.params["fatal"]) == ("invalid_message", False)
     assert "binary" in note.params["message"]
     assert gm.call("list_combats")
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+def test_a_websocket_text_message_that_never_ends_is_held_to_the_message_limit(
+    gm: Client,
+) -> None:
+    # Text is refused once whole; a text message sent in parts that never finishes must not
+    # be read for ever.
+    ws = gm.sock.ws  # type: ignore[attr-defined]
+    part = "x" * 65536
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        for _ in range(wire.MAX_MESSAGE_BYTES // len(part) + 2):
+            gm.sock.sock.sendall(ws.send(TextMessage(data=part, message_finished=False)))  # type: ignore[attr-defined]
+    (final,) = _until_closed(gm, 10.0)
+    assert final.params["code"] == "message_too_large"
 
 
 @pytest.mark.parametrize("transport", ["ws"], indirect=True)
