@@ -253,11 +253,10 @@ def test_the_store_files_are_private_and_so_is_the_data_directory(tmp_path: Path
         assert stat.S_IMODE(os.stat(f"{d.socket}.lock").st_mode) == 0o600
 
 
-def test_existing_directories_others_may_read_are_used_as_they_are_and_named_in_the_log(
+def test_readable_directories_holding_only_turnkeepers_files_are_tightened_and_logged(
     tmp_path: Path,
 ) -> None:
-    # The operator chose them (``--data-dir .``, ``--socket ~/tk.sock``): never chmodded; the
-    # files the daemon makes in them are 0600, and so is the socket.
+    # As an older daemon left them: made with the umask's mode, the database 0644.
     d = Daemon(tmp_path)
     d.data_dir.mkdir(mode=0o755)
     os.chmod(d.data_dir, 0o755)
@@ -267,17 +266,40 @@ def test_existing_directories_others_may_read_are_used_as_they_are_and_named_in_
     os.chmod(d.data_dir / "turnkeeper.db", 0o644)
     with running_daemon(d):
         _combat(d.client())
-        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o755
-        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o750
+        assert stat.S_IMODE(os.stat(d.data_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(d.socket.parent).st_mode) == 0o700
         for name in ("turnkeeper.db", "turnkeeper.db-wal", "turnkeeper.db-shm"):
             assert stat.S_IMODE(os.stat(d.data_dir / name).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(d.socket).st_mode) == 0o600
-        lines = d.log.read_text().splitlines()
-        [readable] = [line for line in lines if "directory_readable_by_others" in line]
-        assert str(d.data_dir) in readable
-        assert "0755" in readable
-        [tightened] = [line for line in lines if "permissions_tightened" in line]
-        assert "turnkeeper.db" in tightened  # the daemon's own file, found 0644
+        tightened = [
+            line for line in d.log.read_text().splitlines() if "permissions_tightened" in line
+        ]
+        said = "\n".join(tightened)
+        assert f'{d.data_dir}"' in said
+        assert "0755" in said
+        assert f'{d.socket.parent}"' in said
+        assert "0750" in said
+        assert "turnkeeper.db" in said  # the daemon's own file, found 0644
+
+
+@pytest.mark.parametrize("which", ["data", "socket"])
+def test_a_readable_directory_holding_other_files_is_refused_and_left_as_it_is(
+    tmp_path: Path, which: str
+) -> None:
+    # Chosen for more than Turnkeeper (``--data-dir .``, ``--socket ~/tk.sock``): not chmodded
+    # under the operator.
+    data_dir, socket = tmp_path / "data", tmp_path / "run" / "turnkeeper.sock"
+    loose = data_dir if which == "data" else socket.parent
+    loose.mkdir()
+    os.chmod(loose, 0o755)
+    (loose / "notes.txt").write_text("mine")
+    refused = _serve(data_dir, socket)
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr
+    assert str(loose) in said
+    assert "0755" in said
+    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o755
+    assert os.listdir(loose) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("which", ["data", "socket"])

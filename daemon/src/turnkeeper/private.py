@@ -1,14 +1,15 @@
 """Directories and files only the daemon's own user may touch: the data directory (every combat's
 log, the remembered results, the tokens) and the Unix socket's directory.
 
-A directory the daemon creates (with any missing parents) is created 0700. A directory that
-already exists was chosen by the operator (``--data-dir .``, ``--socket ~/tk.sock``) and is
-never chmodded: it must be a directory owned by this user (a symlink to one is followed only if
-this user owns the link too), and if group or others may write in it, start-up is refused, since
-someone else may already have put or swapped a file there. One that others may only read or
-search is used as it is: the files the daemon makes in it are 0600 and the socket 0600, which is
-what protects them; for the data directory the log says so. A file of the daemon's found looser
-than 0600 is tightened, and the log says so.
+A directory the daemon creates (with any missing parents) is created 0700. One that already
+exists must be a directory owned by this user (a symlink to one is followed only if this user
+owns the link too). If group or others may write in it, start-up is refused and it is left as
+it is, since someone else may already have put or swapped a file there. If they may only read
+or search it, it is tightened to 0700 (and the log says so) when it holds nothing but the
+daemon's own files, as a directory an older daemon made does; one that holds other files was
+chosen by the operator for more than Turnkeeper (``--data-dir .``, ``--socket ~/tk.sock``) and
+is refused rather than chmodded under them. A file of the daemon's found looser than 0600 is
+tightened, and the log says so.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -51,11 +53,11 @@ class UnsafePathError(TemplatedError):
         super().__init__(template, args)
 
 
-def private_directory(path: Path, what: str, *, warn_readable: bool = False) -> None:
+def private_directory(path: Path, what: str, ours: Callable[[str], bool]) -> None:
     """Create ``path`` 0700 (and its missing parents) if it is missing; else check that no other
-    user may change it, never changing its mode. Raises ``UnsafePathError`` naming the
-    directory and what is wrong. With ``warn_readable``, a directory others may list is
-    reported in the log. ``what`` says what it is for ("data directory"), in the log."""
+    user may change it, and tighten it to 0700 if others may read it and it holds only the
+    daemon's files (``ours`` tells them by name). Raises ``UnsafePathError`` naming the
+    directory and what is wrong. ``what`` says what it is for ("data directory"), in the log."""
     missing: list[Path] = []
     top = path
     while not os.path.lexists(top):
@@ -83,8 +85,17 @@ def private_directory(path: Path, what: str, *, warn_readable: bool = False) -> 
             path=str(path),
             mode=f"{mode:04o}",
         )
-    if warn_readable and mode & ~PRIVATE_DIR:
-        log.warning("directory_readable_by_others", path=str(path), what=what, mode=f"{mode:04o}")
+    if not mode & ~PRIVATE_DIR:
+        return
+    if not all(ours(name) for name in os.listdir(path)):
+        raise UnsafePathError(
+            "{path} has mode {mode}: other users may read it, and it holds files that are not"
+            " Turnkeeper's; give Turnkeeper a directory of its own, or chmod go-rwx it",
+            path=str(path),
+            mode=f"{mode:04o}",
+        )
+    os.chmod(path, PRIVATE_DIR)
+    log.warning("permissions_tightened", path=str(path), what=what, was=f"{mode:04o}")
 
 
 def private_file(path: Path, what: str, *, create: bool) -> None:

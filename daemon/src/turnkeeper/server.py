@@ -667,7 +667,9 @@ def prepare_socket_path(path: Path) -> int:
     socket of this user that no daemon answers on is then a dead daemon's, and is removed;
     anything else on the path is left alone and refused.
     """
-    private_directory(path.parent, "socket directory")
+    private_directory(
+        path.parent, "socket directory", lambda name: name in (path.name, path.name + ".lock")
+    )
     try:
         lock = exclusive_lock(path.with_name(path.name + ".lock"))
     except LockHeldError as e:

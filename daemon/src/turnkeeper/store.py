@@ -38,6 +38,13 @@ LOCK_FILE = "turnkeeper.lock"
 """Locked (``flock``, exclusive) by the one process using the data directory, and holding its
 pid: two daemons on one store would each number a combat's events from their own memory."""
 
+
+def _ours(name: str) -> bool:
+    """Whether a file of the data directory is Turnkeeper's: the database and its WAL and
+    shared memory, the lock, the token file (``tokens.json``, and its ``.tmp`` while saved)."""
+    return name.startswith(("turnkeeper.", "tokens."))
+
+
 SCHEMA_VERSION = 1
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at."""
 
@@ -339,7 +346,7 @@ class Store:
         file cannot be opened or was written by another schema version.
         """
         try:
-            private_directory(data_dir, "data directory", warn_readable=True)
+            private_directory(data_dir, "data directory", _ours)
         except OSError as e:
             raise StoreError(
                 "store_failed",
