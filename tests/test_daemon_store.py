@@ -18,7 +18,7 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
-from turnkeeper.private import exclusive_lock
+from turnkeeper.private import exclusive_lock, private_directory
 from turnkeeper_engine import State
 from turnkeeper_engine.plain import from_shared
 
@@ -348,3 +348,13 @@ def test_the_quota_bounds_the_database_and_its_write_ahead_log_together(tmp_path
         d.kill()
         d.start()
         assert d.client().call("get_combat", combat="bank")["seq"] == seq
+
+
+def test_a_setgid_directory_only_its_owner_may_read_is_private_as_it_is(tmp_path: Path) -> None:
+    # Made inside a setgid project tree with umask 077: the special bits let nobody read it.
+    shared = tmp_path / "sg"
+    shared.mkdir()
+    os.chmod(shared, 0o2700)
+    (shared / "notes.txt").write_text("mine")
+    private_directory(shared, "data directory", lambda name: name.startswith("turnkeeper."))
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o2700

@@ -85,7 +85,8 @@ def private_directory(path: Path, what: str, ours: Callable[[str], bool]) -> Non
             path=str(path),
             mode=f"{mode:04o}",
         )
-    if not mode & ~PRIVATE_DIR:
+    # Only the group's and others' permissions: setgid or sticky bits let nobody read it.
+    if not mode & 0o077:
         return
     if not all(ours(name) for name in os.listdir(path)):
         raise UnsafePathError(
@@ -94,7 +95,7 @@ def private_directory(path: Path, what: str, ours: Callable[[str], bool]) -> Non
             path=str(path),
             mode=f"{mode:04o}",
         )
-    os.chmod(path, PRIVATE_DIR)
+    os.chmod(path, mode & ~0o077)
     log.warning("permissions_tightened", path=str(path), what=what, was=f"{mode:04o}")
 
 

@@ -97,7 +97,7 @@ class WebSocketStream:
         # One buffer, not a list of parts: a message split into many empty continuation frames
         # must cost its bytes, not an entry per frame.
         self._message = bytearray()
-        self._text = 0  # characters of a text message so far (its text is not kept)
+        self._text = 0  # bytes of a text message so far (its text is not kept)
         self.max_message_bytes = wire.MAX_UNAUTHENTICATED_MESSAGE_BYTES
         """The longest message the peer may send now; the connection raises it after hello."""
 
@@ -121,7 +121,7 @@ class WebSocketStream:
                 elif isinstance(event, TextMessage):
                     # Refused once whole, but held to the same size meanwhile: a text message
                     # that never ends must not be read for ever.
-                    self._text += len(event.data)
+                    self._text += len(event.data.encode())
                     if self._text > self.max_message_bytes:
                         raise wire.too_large(self.max_message_bytes)
                     if event.message_finished:

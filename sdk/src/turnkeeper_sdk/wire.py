@@ -23,7 +23,8 @@ with one of four stable codes:
 - ``invalid_message``: well-formed msgpack that is not a Turnkeeper message (wrong shape or types,
   a bin or ext value, a map key that is not a string). Not fatal.
 - ``nested_too_deeply``: arrays and maps nested past ``MAX_NESTING``. Not fatal, unless so deep
-  that msgpack itself gave up.
+  that the decoder stops reading (arrays and maps left open past ``_MAX_SCANNED_DEPTH`` when it
+  counts values, else where msgpack itself gives up).
 - ``message_too_large``: a message over the decoder's byte limit, a string, array or map whose
   header announces more than its limit, or a message that decodes to more values than the
   decoder's limit. Fatal, and detected as soon as the offending byte or header arrives.
@@ -289,11 +290,11 @@ class Decoder:
         self._fatal: WireError | None = None
 
     def _new_unpacker(self) -> Any:
-        # The limits are checked as msgpack reads each header, before anything is allocated.
-        # Bytes are fed only as far as the current message may still grow and the buffer may
-        # hold, so max_buffer_size is a backstop. Integer map keys and the like are refused by
-        # msgpack itself (strict_map_key), so they are fatal; bin and ext values decode and are
-        # refused per message in _check_plain.
+        # msgpack checks these bounds as it reads each header; a counted decoder's scanner has
+        # read the headers first, and feeds msgpack no further than the message's end and its
+        # buffer's room, so for it they are a backstop. Integer map keys and the like are
+        # refused by msgpack itself (strict_map_key), so they are fatal; bin and ext values
+        # decode and are refused per message in _check_plain.
         return msgpack.Unpacker(raw=False, strict_map_key=True, **self._limits.unpacker_options())
 
     def feed(self, data: bytes) -> list[Message | WireError]:
@@ -429,6 +430,9 @@ class _Scanner:
     def __init__(self, limits: Limits) -> None:
         assert limits.values is not None
         self._limits = limits
+        # Read once: the scanner consults them at every header.
+        self._max_values = limits.values
+        self._max_str = limits.unpacker_options()["max_str_len"]
         self._open: list[int] = []  # the items still due in each array or map being read
         self._skip = 0  # bytes of a body (or of a number) still to pass
         self._kind = 0  # the type byte of a header whose length bytes are still coming
@@ -491,12 +495,12 @@ class _Scanner:
         if kind in (0xDC, 0xDD, 0xDE, 0xDF):
             items = length * 2 if kind >= 0xDE else length
             self._values += 1 + items
-            if self._values > (self._limits.values or 0):
+            if self._values > self._max_values:
                 raise WireError(
                     MESSAGE_TOO_LARGE,
                     "a message decodes to more than {limit} values",
                     fatal=True,
-                    limit=self._limits.values or 0,
+                    limit=self._max_values,
                 )
             if not items:
                 return self._value_done()
@@ -504,7 +508,7 @@ class _Scanner:
                 raise WireError(NESTED_TOO_DEEPLY, "the msgpack data nests too deeply", fatal=True)
             self._open.append(items)
             return False
-        if length > self._limits.unpacker_options()["max_str_len"]:
+        if length > self._max_str:
             raise _value_too_long(self._limits)
         self._skip = length + (1 if kind in (0xC7, 0xC8, 0xC9) else 0)
         return not self._skip and self._value_done()
