@@ -179,3 +179,15 @@ def create_many(gm: Client, ids: list[str]) -> None:
     )
     for i in range(len(ids)):
         assert gm.response(first + i).error is None
+
+
+def add_spidey(c: Client, combat: str = "bank") -> None:
+    """A marvel combat ``combat`` with Spider-Man (``spidey``) in it, not started."""
+    c.call("create_combat", request_id=f"{combat}-1", combat_id=combat, ruleset="marvel")
+    c.call(
+        "add_combatant",
+        request_id=f"{combat}-2",
+        combat=combat,
+        id="spidey",
+        display_name="Spider-Man",
+    )

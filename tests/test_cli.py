@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from daemon import CALL_TIMEOUT, Client, Daemon, running
+from daemon import CALL_TIMEOUT, Client, Daemon, add_spidey, running
 from story import Story
 from turnkeeper.auth import SECRET_PREFIX, TOKEN_BYTES, new_secret
 from turnkeeper.cli import _tcp
@@ -294,17 +294,6 @@ def test_one_line_per_request_is_logged_only_with_debug(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------- watch
 
 
-def _combat(c: Client, combat: str = "bank") -> None:
-    c.call("create_combat", request_id=f"{combat}-1", combat_id=combat, ruleset="marvel")
-    c.call(
-        "add_combatant",
-        request_id=f"{combat}-2",
-        combat=combat,
-        id="spidey",
-        display_name="Spider-Man",
-    )
-
-
 def _roll(c: Client) -> None:
     """Spider-Man rolls and the combat starts: the board shows him in the order."""
     c.call("roll_initiative", request_id="roll", combat="bank", combatant="spidey", faces=[6, 6, 6])
@@ -322,7 +311,7 @@ def _board_with(boards: queue.Queue[str], text: str) -> str:
 @pytest.fixture
 def watched(tmp_path: Path) -> Iterator[Daemon]:
     with running(tmp_path) as d:
-        _combat(d.client())
+        add_spidey(d.client())
         yield d
 
 
@@ -403,7 +392,7 @@ def test_watch_warns_of_a_locale_it_does_not_speak_and_takes_a_token_secret(
     tmp_path: Path,
 ) -> None:
     with running(tmp_path, tcp=True) as d:
-        _combat(d.client())
+        add_spidey(d.client())
         secret = d.token("observer")
         args = ["watch", "bank", "--once", "--tcp", f"127.0.0.1:{d.tcp_port}", "--token", secret]
         french = turnkeeper(*args, "--locale", "fr")

@@ -6,24 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from daemon import CallError, Client, running
-
-
-def _combat(c, combat: str = "bank") -> None:  # type: ignore[no-untyped-def]
-    c.call("create_combat", request_id=f"{combat}-1", combat_id=combat, ruleset="marvel")
-    c.call(
-        "add_combatant",
-        request_id=f"{combat}-2",
-        combat=combat,
-        id="spidey",
-        display_name="Spider-Man",
-    )
+from daemon import CallError, Client, add_spidey, running
 
 
 def test_r5_a_retried_request_id_applies_once_even_across_a_kill(tmp_path: Path) -> None:
     with running(tmp_path) as d:
         c = d.client()
-        _combat(c)
+        add_spidey(c)
         first = c.call("start_combat", request_id="start", combat="bank")
         d.kill()
         d.start()
@@ -37,7 +26,7 @@ def test_r5_a_retried_request_id_applies_once_even_across_a_kill(tmp_path: Path)
 def test_subscribe_replays_missed_events_then_goes_live_without_gaps(tmp_path: Path) -> None:
     with running(tmp_path) as d:
         writer, reader = d.client(), d.client()
-        _combat(writer)
+        add_spidey(writer)
         assert reader.call("subscribe", combat="bank", after=1)["seq"] == 4
         writer.call("start_combat", request_id="start", combat="bank")
         seqs = [reader.notification().params["seq"] for _ in range(8)]
@@ -46,7 +35,7 @@ def test_subscribe_replays_missed_events_then_goes_live_without_gaps(tmp_path: P
 
 def test_sigterm_drains_and_exits_zero_with_the_socket_removed(tmp_path: Path) -> None:
     with running(tmp_path) as d:
-        _combat(d.client())
+        add_spidey(d.client())
         assert d.stop() == 0
         assert not d.socket.exists()
         d.start()
@@ -73,13 +62,13 @@ def test_tcp_requires_a_token(tmp_path: Path) -> None:
         assert (refused.value.code, refused.value.field) == ("unauthenticated", "token")
         c = Client.tcp(d.tcp_port)
         assert c.hello(secret)["session"]["role"] == "narrator"
-        _combat(c)
+        add_spidey(c)
 
 
 def test_start_up_is_the_last_snapshot_plus_the_tail(tmp_path: Path) -> None:
     with running(tmp_path, False, "--snapshot-every", "5") as d:
         c = d.client()
-        _combat(c)
+        add_spidey(c)
         c.call("start_combat", request_id="start", combat="bank")
         for n in range(6):
             turn = c.call("get_combat", combat="bank")["view"]["turn"]
@@ -108,7 +97,7 @@ def test_watch_prints_the_live_board(tmp_path: Path) -> None:
 
     with running(tmp_path) as d:
         c = d.client()
-        _combat(c)
+        add_spidey(c)
         c.call("add_combatant", request_id="add", combat="bank", id="ock", display_name="Ock")
         c.call(
             "roll_initiative", request_id="r1", combat="bank", combatant="spidey", faces=[6, 6, 6]
@@ -141,11 +130,15 @@ def test_watch_prints_the_live_board(tmp_path: Path) -> None:
 def test_a_full_store_is_an_error_to_the_client_never_an_acknowledged_loss(
     tmp_path: Path,
 ) -> None:
+    # The quota bounds the database and its write-ahead log together.
+    quota = 1 << 20
+    files = [tmp_path / "data" / name for name in ("turnkeeper.db", "turnkeeper.db-wal")]
     with running(tmp_path, False, "--max-db-mib", "1") as d:
         c = d.client()
-        _combat(c)
+        add_spidey(c)
         code = None
         acknowledged = 0
+        largest = 0
         for n in range(5000):
             try:
                 c.call(
@@ -160,7 +153,10 @@ def test_a_full_store_is_an_error_to_the_client_never_an_acknowledged_loss(
             except CallError as e:
                 code = e.code
                 break
+            largest = max(largest, sum(f.stat().st_size for f in files if f.exists()))
         assert code == "store_full"
+        assert acknowledged > 100  # most of the quota held conditions before it was full
+        assert largest <= quota
         seq = c.call("get_combat", combat="bank")["seq"]
         d.kill()
         d.start()
@@ -174,8 +170,8 @@ def test_a_corrupt_combat_is_quarantined_and_the_others_still_load(tmp_path: Pat
 
     with running(tmp_path) as d:
         c = d.client()
-        _combat(c, "good")
-        _combat(c, "bad")
+        add_spidey(c, "good")
+        add_spidey(c, "bad")
         c.call("start_combat", request_id="bad-start", combat="bad")
         d.kill()
         db = sqlite3.connect(d.data_dir / "turnkeeper.db")
@@ -196,11 +192,11 @@ def test_a_corrupt_combat_is_quarantined_and_the_others_still_load(tmp_path: Pat
 def test_subscribe_all_follows_every_combat_new_ones_included(tmp_path: Path) -> None:
     with running(tmp_path) as d:
         writer, reader = d.client(), d.client()
-        _combat(writer, "first")
+        add_spidey(writer, "first")
         everything = {"seqs": {"first": 4}, "until": "first", "more": False}
         assert reader.call("subscribe_all") == everything
         writer.call("start_combat", request_id="first-start", combat="first")
-        _combat(writer, "second")
+        add_spidey(writer, "second")
         seen = [
             (n.params["combat"], n.params["seq"]) for n in (reader.notification() for _ in range(9))
         ]
@@ -228,8 +224,8 @@ def test_no_peer_narrator_makes_even_the_own_uid_show_a_token(tmp_path: Path) ->
 def test_after_a_restart_list_combats_answers_from_the_stored_summaries(tmp_path: Path) -> None:
     with running(tmp_path) as d:
         c = d.client()
-        _combat(c, "one")
-        _combat(c, "two")
+        add_spidey(c, "one")
+        add_spidey(c, "two")
         c.call("start_combat", request_id="two-start", combat="two")
         before = c.call("list_combats")
         d.kill()
@@ -261,7 +257,7 @@ def test_requests_sent_together_with_hello_are_all_answered(tmp_path: Path) -> N
 def test_a_bridge_reusing_a_request_id_for_another_user_is_refused(tmp_path: Path) -> None:
     with running(tmp_path) as d:
         gm = d.client()
-        _combat(gm)
+        add_spidey(gm)
         gm.call(
             "add_combatant",
             request_id="x",

@@ -821,7 +821,7 @@ def test_a_message_in_many_tiny_fragments_is_whole_and_costs_only_its_bytes(gm: 
 @pytest.mark.parametrize("transport", ["ws"], indirect=True)
 def test_closing_a_websocket_with_answers_still_queued_is_quiet(daemon: Daemon, gm: Client) -> None:
     # Many requests, then the close frame in the same write: the answers still queued when the
-    # close is answered must be dropped, not sent after it (test_zz checks the log has no error).
+    # close is answered must be dropped, not sent after it (the log check finds no error line).
     requests = b"".join(
         _frame(0x2, msgpack.packb([0, 100 + i, "get_combat", [{"combat": CALM}]]))
         for i in range(400)

@@ -691,6 +691,21 @@ async def test_hooks_run_in_event_order_and_a_full_queue_slows_the_writers(
     assert len(set(seen)) == writers
 
 
+def _recording_hub(tmp_path: Path) -> tuple[Hub, list[tuple[str, str]]]:
+    """A hub on a real store, with one plugin recording each condition applied (combat, note)
+    as its hook runs."""
+    seen: list[tuple[str, str]] = []
+
+    class Records:
+        @hookimpl
+        def on_condition_applied(self, combat: CombatView, condition: Any) -> None:
+            seen.append((combat.id, condition.note))
+
+    plugins = PluginHost()
+    plugins.register(Records(), "records")
+    return Hub(Store.open(tmp_path), plugins=plugins), seen
+
+
 @pytest.mark.anyio
 async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -701,17 +716,8 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
     # bounded.
     monkeypatch.setattr(host, "HOOK_QUEUE", 2)
     monkeypatch.setattr(host, "HOOK_WORKERS", 1)
-    seen: list[tuple[str, str]] = []
-
-    class Records:
-        @hookimpl
-        def on_condition_applied(self, combat: CombatView, condition: Any) -> None:
-            seen.append((combat.id, condition.note))
-
-    plugins = PluginHost()
-    plugins.register(Records(), "records")
-    store = Store.open(tmp_path)
-    hub = Hub(store, plugins=plugins)
+    hub, seen = _recording_hub(tmp_path)
+    store = hub.store
     async with anyio.create_task_group() as tg:
         await tg.start(store.run)
         for combat_id in ("bank", "vault"):
@@ -763,17 +769,8 @@ async def test_a_combat_whose_plugins_fall_behind_holds_up_only_its_own_clients(
     monkeypatch.setattr(host, "HOOK_WORKERS", 1)
     monkeypatch.setattr(host, "HOOK_QUEUE", 6)
     monkeypatch.setattr(host, "HOOK_QUEUE_PER_COMBAT", 3)
-    seen: list[tuple[str, str]] = []
-
-    class Records:
-        @hookimpl
-        def on_condition_applied(self, combat: CombatView, condition: Any) -> None:
-            seen.append((combat.id, condition.note))
-
-    plugins = PluginHost()
-    plugins.register(Records(), "records")
-    store = Store.open(tmp_path)
-    hub = Hub(store, plugins=plugins)
+    hub, seen = _recording_hub(tmp_path)
+    store = hub.store
 
     async def note(combat_id: str, text: str) -> None:
         command = cmd.ApplyCondition("k", "custom", note=text)

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from daemon import CALL_TIMEOUT, CallError, Client, Daemon, add_spidey, running
 from turnkeeper.private import exclusive_lock, private_directory
 from turnkeeper_engine import State
 from turnkeeper_engine.plain import from_shared
@@ -25,14 +25,7 @@ from turnkeeper_engine.plain import from_shared
 
 def _combat(c: Client, combat: str = "bank") -> Any:
     """A started combat: seq 9, the result of its last command returned."""
-    c.call("create_combat", request_id=f"{combat}-1", combat_id=combat, ruleset="marvel")
-    c.call(
-        "add_combatant",
-        request_id=f"{combat}-2",
-        combat=combat,
-        id="spidey",
-        display_name="Spider-Man",
-    )
+    add_spidey(c, combat)
     return c.call("start_combat", request_id=f"{combat}-start", combat=combat)
 
 
@@ -317,37 +310,6 @@ def test_a_directory_others_may_write_in_is_refused_and_left_as_it_is(
     assert "0777" in said
     assert stat.S_IMODE(os.stat(loose).st_mode) == 0o777
     assert os.listdir(loose) == []
-
-
-def test_the_quota_bounds_the_database_and_its_write_ahead_log_together(tmp_path: Path) -> None:
-    quota = 1 << 20
-    files = [tmp_path / "data" / name for name in ("turnkeeper.db", "turnkeeper.db-wal")]
-    with running(tmp_path, False, "--max-db-mib", "1") as d:
-        c = d.client()
-        _combat(c)
-        largest = 0
-        code = None
-        for n in range(5000):
-            try:
-                c.call(
-                    "apply_condition",
-                    request_id=f"fill-{n}",
-                    combat="bank",
-                    target="spidey",
-                    type="custom",
-                    note="x" * 1500,
-                )
-            except CallError as e:
-                code = e.code
-                break
-            largest = max(largest, sum(f.stat().st_size for f in files if f.exists()))
-        assert code == "store_full"
-        assert n > 100  # most of the quota held conditions before it was full
-        assert largest <= quota
-        seq = c.call("get_combat", combat="bank")["seq"]
-        d.kill()
-        d.start()
-        assert d.client().call("get_combat", combat="bank")["seq"] == seq
 
 
 def test_a_setgid_directory_only_its_owner_may_read_is_private_as_it_is(tmp_path: Path) -> None:
