@@ -335,7 +335,7 @@ class Decoder:
                         return self._fail(too_large(self._limits.message_bytes))
                     room = min(room, grow)
                 if room <= 0:
-                    return self._fail(self._value_too_long())
+                    return self._fail(_value_too_long(self._limits))
                 chunk = self._backlog[:room]
                 if self._scanner is not None:
                     # Up to the end of the current message at most: the next one is read
@@ -376,9 +376,6 @@ class Decoder:
     def pending(self) -> bool:
         """Whether bytes of an incomplete message are held, waiting for the rest."""
         return self._fed != self._message_start or bool(self._backlog)
-
-    def _value_too_long(self) -> WireError:
-        return _value_too_long(self._limits)
 
     def _fail(self, error: WireError) -> WireError:
         self._fatal = error
