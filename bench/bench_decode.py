@@ -10,7 +10,10 @@ measured window):
 - ``unfinished``: arrays of 255 nested in each other, each holding 254 2-byte strings before the
   next array, never closed: before the daemon read headers itself, values were counted only as
   arrays completed, so these strings were the most a connection could make it hold (its byte
-  limit over 3 bytes a string); now each array's items count when its header arrives.
+  limit over 3 bytes a string); now each array's items count when its header arrives;
+- ``wide strings``: one array announcing as many items as a session's value limit allows, then
+  that many 60-byte strings each holding a character outside the BMP (which Python stores at
+  4 bytes a character), never closed: the most a session can make the daemon hold now.
 
 For each case, a fresh daemon (TCP on loopback, JSON log to a file) and a pinger, a process of
 its own: the narrator's ``list_combats`` on the Unix socket every ``PING_EVERY`` seconds, the
@@ -46,6 +49,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 import tkbench as tk
 
+from turnkeeper_sdk import wire
 from turnkeeper_sdk.client import Client
 
 FAN_OUT = 250
@@ -75,16 +79,31 @@ def _unfinished() -> bytes:
     return head + level * min(MSGPACK_DEPTH, (MESSAGE_BYTES - 1024) // len(level))
 
 
+WIDE_STRINGS = wire.MAX_REQUEST_VALUES - 16
+"""Strings of the wide payload: the value limit, less what the message and params cost."""
+
+
+def _wide() -> bytes:
+    """``[0, 1, "hello", [{"protocol": 1, "pad": [...`` one array of WIDE_STRINGS 60-byte
+    strings with a 4-byte character each, never closed."""
+    head: bytes = msgpack.packb([0, 1, "hello", [{"protocol": 1, "pad": None}]])[:-1]
+    item: bytes = msgpack.packb("\U0001f600" + "x" * 56)
+    return head + b"\xdc" + WIDE_STRINGS.to_bytes(2, "big") + item * WIDE_STRINGS
+
+
 PAYLOADS: dict[str, Any] = {
     "empty maps": _tree({}, 1),
     "2-byte strings": _tree("ab", 3),
-    "unfinished": None,
+    "unfinished": _unfinished,
+    "wide strings": _wide,
 }
+"""A tree sent as one message, or a function making bytes that never end a message."""
 
 
 def _message(payload: str) -> bytes:
-    if PAYLOADS[payload] is None:
-        return _unfinished()
+    if callable(PAYLOADS[payload]):
+        made: bytes = PAYLOADS[payload]()
+        return made
     data: bytes = msgpack.packb([0, 1, "hello", [{"protocol": 1, "pad": PAYLOADS[payload]}]])
     return data
 
@@ -163,7 +182,7 @@ def _one(root: Path, payload: str, attackers: int, session: bool) -> dict[str, f
     server = tk.daemon(root, "--tcp", f"127.0.0.1:{port}").start()
     try:
         data = _message(payload)
-        wait = WINDOW if PAYLOADS[payload] is None else ATTACK_TIMEOUT
+        wait = WINDOW if callable(PAYLOADS[payload]) else ATTACK_TIMEOUT
         pinger = Pinger(server.socket_path)
         time.sleep(1.0)
         quiet_start = time.perf_counter()
