@@ -61,7 +61,7 @@ def test_every_command_says_what_it_does_in_its_own_docstring(cls: type[c.Comman
 
 
 @pytest.mark.parametrize("cls", c.COMMANDS.values(), ids=list(c.COMMANDS))
-def test_r16_the_engine_refuses_a_player_exactly_the_narrator_only_commands(
+def test_the_engine_refuses_a_player_exactly_the_narrator_only_commands_r16(
     cls: type[c.Command],
 ) -> None:
     story = Story("marvel")
