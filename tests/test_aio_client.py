@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -15,7 +16,7 @@ from daemon import Daemon, create_many, running
 from turnkeeper.host import MAX_COMBAT_PAGE
 from turnkeeper_engine.model import ActionSpec, TurnRef
 from turnkeeper_sdk import wire
-from turnkeeper_sdk.aio import AsyncClient, Event, Subscription
+from turnkeeper_sdk.aio import AsyncClient, CommandResult, Event, Subscription
 from turnkeeper_sdk.errors import CallError, ConnectionLost, TooFarBehindError
 
 WAIT = 10.0
@@ -98,6 +99,59 @@ async def test_typed_calls_run_a_small_marvel_combat(daemon: Daemon) -> None:
         # The generic call gives a command its request id as the typed methods do.
         created = await client.call("create_combat", combat_id="vault", ruleset="dnd3e")
         assert created["seq"] == 2
+
+
+def _named(result: CommandResult, event: str) -> None:
+    """Check a command was recorded and had ``event`` among its events."""
+    names = [e["event"] for e in result["events"]]
+    assert names[0] == "command_recorded", names
+    assert event in names, names
+
+
+def _one(result: CommandResult, event: str) -> dict[str, Any]:
+    return next(e for e in result["events"] if e["event"] == event)
+
+
+@pytest.mark.anyio
+async def test_every_typed_command_method_is_applied_by_a_live_daemon(daemon: Daemon) -> None:
+    # The bookkeeping and narrator tools a small combat does not reach, each called once
+    # through its typed method and checked by the event the daemon answers with.
+    async with AsyncClient.unix(daemon.socket) as client:
+        await client.create_combat(combat_id="all", ruleset="marvel")
+        for who, group in (("spidey", None), ("ock", None), ("thug", None), ("h1", "hydra")):
+            await client.add_combatant("all", id=who, display_name=who.title(), group=group)
+        await client.add_combatant("all", id="h2", display_name="H2", group="hydra")
+        await client.add_combatant("all", id="goon", display_name="Goon", hidden=True)
+        _named(await client.reveal_combatant("all", combatant="goon"), "combatant_revealed")
+        _named(await client.mark_surprised("all", combatant="thug"), "surprise_marked")
+        rolled = await client.roll_initiative("all", combatant="spidey", faces=(6, 6, 6))
+        _named(rolled, "initiative_rolled")
+        _named(await client.order_ties("all", combatants=["ock", "thug"]), "ties_ordered")
+        _named(
+            await client.reorder_group("all", group="hydra", combatants=["h2", "h1"]),
+            "group_reordered",
+        )
+        await client.start_combat("all")
+        _named(await client.surprise("all", target="ock", by=["spidey"]), "condition_applied")
+        opened = await client.announce_trigger("all", facts={"event": "attack"}, offer=["ock"])
+        window = _one(opened, "window_opened")["window"]["id"]
+        _named(await client.close_window("all", window=window), "window_closed")
+        applied = await client.apply_condition("all", target="ock", type="custom", note="webbed")
+        condition = _one(applied, "condition_applied")["condition"]["id"]
+        _named(await client.remove_condition("all", condition=condition), "condition_removed")
+        recorded = await client.record_outcome(
+            "all", kind="dc", text="DC 15", values={"dc": 15}, template="DC {dc}", args={"dc": 15}
+        )
+        _named(recorded, "outcome_recorded")
+        _named(await client.disable_plugin("all", plugin="surprise"), "plugin_disabled")
+        _named(await client.enable_plugin("all", plugin="surprise"), "plugin_enabled")
+        assert (await client.tick("all"))["events"] == []  # nothing is due yet
+        _named(await client.defeat_combatant("all", combatant="goon"), "combatant_defeated")
+        _named(await client.revive_combatant("all", combatant="goon"), "combatant_revived")
+        _named(await client.remove_combatant("all", combatant="thug"), "combatant_removed")
+        _named(await client.undo("all"), "command_undone")
+        view = (await client.get_combat("all"))["view"]
+        assert [c["status"] for c in view["combatants"] if c["id"] == "thug"] == ["active"]
 
 
 @pytest.mark.anyio

@@ -24,6 +24,7 @@ from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine import model, views
 from turnkeeper_sdk import wire
+from turnkeeper_sdk.methods import COMMAND_ENVELOPE, WHO_TEXT
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "protocol.md").read_text()
@@ -78,7 +79,8 @@ def _tables(text: str, first_header: str) -> list[list[list[str]]]:
         if not line.startswith("|"):
             current = None
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        # A cell's own pipes are escaped (`"before"` \| `"after"`).
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         if current is None:
             current = [] if cells[0] == first_header else None
             if current is not None:
@@ -181,6 +183,32 @@ def test_rule_errors_named_per_command_are_documented_codes() -> None:
         assert line, f"{name}: no 'Rule errors:' line"
         named = set(re.findall(r"`([a-z_]+)`", line.group(1)))
         assert named <= documented, _missing(named, documented, f"{name} names unknown codes")
+
+
+# Each method as the method table declares it ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_each_method_says_who_may_call_it_as_the_method_table_does(name: str) -> None:
+    section = " ".join(_section(f"### `{name}`").split())
+    who = WHO_TEXT[METHODS[name].who]
+    # "narrator" must not match the start of "narrator; a player for its own combatant".
+    assert re.search(rf"Who: {re.escape(who)}[.:( ]", section), f"{name}: not 'Who: {who}'"
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_each_method_documents_exactly_its_params_and_which_are_required(name: str) -> None:
+    method = METHODS[name]
+    header = "Field" if method.kind == "command" else "Param"
+    rows = [row for table in _tables(_section(f"### `{name}`"), header) for row in table]
+    assert [row[0] for row in rows] == [f"`{p.name}`" for p in method.params]
+    for row, param in zip(rows, method.params, strict=True):
+        assert row[2].startswith("yes") == param.required, f"{name}.{param.name}: {row[2]!r}"
+
+
+def test_the_command_envelope_is_the_method_tables() -> None:
+    rows = _tables(_section("## Command methods"), "Param")[0]
+    assert [row[0] for row in rows] == [f"`{p.name}`" for p in COMMAND_ENVELOPE]
 
 
 # Field tables ---------------------------------------------------------------------------------

@@ -1,20 +1,34 @@
-"""The protocol's methods: what each takes, who may call it, and since which API level.
+"""The protocol's methods as the daemon reads their params.
 
-Every engine command is a method of the same name; its params are the command's fields plus
-``combat``, ``request_id`` and, for bridges, ``as``. The rest are queries and session methods.
+Each method is declared once, in the SDK (:mod:`turnkeeper_sdk.methods`, re-exported here):
+name, kind, since, summary, who may call it, params. Every engine command is a method of the
+same name; its params are the command's fields plus ``combat``, ``request_id`` and, for
+bridges, ``as``. The rest are queries and session methods.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.plain import PlainError, from_plain
+from turnkeeper_sdk.methods import COMMAND_METHODS, METHODS, QUERY_METHODS, SESSION_METHODS, Method
 
 from .host import RequestError
+
+__all__ = [
+    "COMMAND_METHODS",
+    "MAX_HISTORY_PAGE",
+    "MAX_ID_CHARS",
+    "METHODS",
+    "QUERY_METHODS",
+    "SESSION_METHODS",
+    "Method",
+    "command",
+    "number",
+    "text",
+]
 
 MAX_ID_CHARS = 128
 """Longest combat or request id: ids are keys, not documents."""
@@ -22,49 +36,9 @@ MAX_HISTORY_PAGE = 1000
 """Most events one ``history`` call returns; page with ``after``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Method:
-    """One method as ``hello`` lists it."""
-
-    name: str
-    kind: str  # "session", "query" or "command"
-    since: int
-    summary: str
-
-
-SESSION_METHODS = (
-    Method("hello", "session", 1, "Open the session: versions, credentials, metadata."),
-)
-QUERY_METHODS = (
-    Method("list_combats", "query", 1, "Every combat, with its phase, round and last seq."),
-    Method("get_combat", "query", 1, "A combat as the caller may see it, with its last seq."),
-    Method("history", "query", 1, "Recorded events after a seq, as the caller may see them."),
-    Method("subscribe", "query", 1, "Missed events after a seq, then live ones."),
-    Method("unsubscribe", "query", 1, "Stop the events of a combat."),
-    Method("subscribe_all", "query", 1, "Live events of every combat, new ones included."),
-    Method("unsubscribe_all", "query", 1, "Stop the events of subscribe_all."),
-    Method(
-        "list_plugins", "query", 1, "The daemon's plugins: loaded (with counters), failed, skipped."
-    ),
-)
-
-
-def summary(cls: type[cmd.Command]) -> str:
-    """A command method's summary in ``hello``: the first paragraph of the command's docstring,
-    on one line, with the page's markup (``x`` reads `x`)."""
-    first = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
-    return " ".join(first.split()).replace("``", "`")
-
-
-COMMAND_METHODS = tuple(
-    Method(name, "command", 1, summary(cls)) for name, cls in cmd.COMMANDS.items()
-)
-METHODS: Mapping[str, Method] = {
-    m.name: m for m in (*SESSION_METHODS, *QUERY_METHODS, *COMMAND_METHODS)
-}
-
-
 def text(params: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
+    """The id param ``name``: a string of 1 to ``MAX_ID_CHARS`` characters, or ``None`` when
+    left out and not ``required``."""
     value = params.get(name)
     if value is None:
         if required:
@@ -78,6 +52,7 @@ def text(params: Mapping[str, Any], name: str, *, required: bool = True) -> str 
 
 
 def number(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """The integer param ``name`` (``default`` when left out), from ``low`` to ``high``."""
     value = params.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise RequestError(

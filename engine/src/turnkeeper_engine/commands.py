@@ -11,10 +11,20 @@ from typing import ClassVar, Literal
 
 from .model import ActionSpec, Boundary, OptionValue, Trigger, TriggerFacts, TurnRef
 
+Who = Literal["narrator", "controller"]
+"""Who may send a command (R16): ``narrator`` (the narrator role, a narrator bridge, the clock,
+plugins) or ``controller`` (the narrator, or a player for a combatant it controls)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Command:
+    """What every command is: a wire ``name`` and who may send it."""
+
     name: ClassVar[str]
+    who: ClassVar[Who] = "narrator"
+    """Narrator-only unless a command says otherwise, so a new command gives players nothing
+    until its author decides it should. The protocol's method table reads it; a test holds
+    ``decide``'s permission check (R16) to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,7 @@ class RollInitiative(Command):
     """Roll (or supply ``faces`` for) a combatant's check; a group member rolls for its group."""
 
     name: ClassVar[str] = "roll_initiative"
+    who: ClassVar[Who] = "controller"
     combatant: str
     faces: tuple[int, ...] | None = None
     edges: int = 0
@@ -102,6 +113,7 @@ class OrderTies(Command):
     """Supply the order of tied combatants before any roll-off (R4, marvel)."""
 
     name: ClassVar[str] = "order_ties"
+    who: ClassVar[Who] = "controller"
     combatants: tuple[str, ...]
 
 
@@ -126,6 +138,7 @@ class EndTurn(Command):
     """End the current turn; the next in the order begins, or the next round (R5)."""
 
     name: ClassVar[str] = "end_turn"
+    who: ClassVar[Who] = "controller"
     turn: TurnRef
 
 
@@ -134,6 +147,7 @@ class DeclareAction(Command):
     """Take an action in the current turn (R6). Opens a reaction window (R12)."""
 
     name: ClassVar[str] = "declare_action"
+    who: ClassVar[Who] = "controller"
     turn: TurnRef
     action: ActionSpec
 
@@ -147,6 +161,7 @@ class Hold(Command):
     first of the next: holding ends that round in the same command (R9)."""
 
     name: ClassVar[str] = "hold"
+    who: ClassVar[Who] = "controller"
     turn: TurnRef
     number: int | None = None
     when: Literal["before", "after"] | None = None
@@ -158,6 +173,7 @@ class TakeHeldTurn(Command):
     """Say when a held turn is taken: just ``before`` or just ``after`` another combatant."""
 
     name: ClassVar[str] = "take_held_turn"
+    who: ClassVar[Who] = "controller"
     combatant: str
     when: Literal["before", "after"]
     other: str
@@ -168,6 +184,7 @@ class Reserve(Command):
     """Reserve (marvel, R10) or ready (dnd3e, R11) an action with a trigger."""
 
     name: ClassVar[str] = "reserve"
+    who: ClassVar[Who] = "controller"
     turn: TurnRef
     reserved_type: str
     action: ActionSpec
@@ -179,6 +196,7 @@ class Refocus(Command):
     """dnd3e: spend the full round to move up to 20 + initiative bonus (R14)."""
 
     name: ClassVar[str] = "refocus"
+    who: ClassVar[Who] = "controller"
     turn: TurnRef
 
 
@@ -196,6 +214,7 @@ class ClaimReaction(Command):
     """Claim a reaction in an open window, with a reservation or a stated action."""
 
     name: ClassVar[str] = "claim_reaction"
+    who: ClassVar[Who] = "controller"
     window: str
     combatant: str
     reservation: str | None = None
@@ -210,6 +229,7 @@ class PassReaction(Command):
     (R12)."""
 
     name: ClassVar[str] = "pass_reaction"
+    who: ClassVar[Who] = "controller"
     window: str
     combatant: str
 
@@ -228,6 +248,7 @@ class FinishReaction(Command):
     """The reacting combatant is done; the next claim resolves or the turn resumes."""
 
     name: ClassVar[str] = "finish_reaction"
+    who: ClassVar[Who] = "controller"
     window: str
     combatant: str
 

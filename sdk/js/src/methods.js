@@ -1,8 +1,12 @@
-// The protocol's methods by wire name, as protocol.md lists them. The client makes one camelCase
-// function of each; its tests check this list against a live daemon's hello.
+// The protocol's methods by wire name, GENERATED from the method table
+// (turnkeeper_sdk/methods.py) by `python -m turnkeeper_sdk.aio._generate`: do not edit.
+// The client makes one camelCase function of each; its tests check this list against a
+// live daemon's hello.
 
 /** Session methods: the client says hello itself on every connection. */
-export const SESSION_METHODS = Object.freeze(["hello"]);
+export const SESSION_METHODS = Object.freeze([
+  "hello",
+]);
 
 /** Queries and subscriptions: they read, and take no `request_id`. */
 export const QUERY_METHODS = Object.freeze([

@@ -9,9 +9,15 @@
   (:mod:`turnkeeper_sdk.aio`, :mod:`turnkeeper_sdk.client`).
 - Bots: the :class:`Bot` base and :class:`SensibleBot`, a policy for any combatant.
 - Tests: the in-process :class:`~turnkeeper_sdk.testing.Table` and its pytest fixture.
+
+The clients and the bots are imported when first named (``turnkeeper_sdk.AsyncClient``), so a
+plugin importing :mod:`turnkeeper_sdk.hookspecs` does not load the async client and the bots.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from turnkeeper_engine import (
     CONDITION_TYPES,
@@ -28,12 +34,32 @@ from turnkeeper_engine import (
     visible,
 )
 
-from .aio import AsyncClient, Subscription
-from .bot import Bot
 from .errors import CallError, CallTimeoutError, ConnectionLost, TooFarBehindError, TurnkeeperError
 from .hookspecs import CheckAdjustment, hookimpl
-from .policy import SensibleBot
 from .views import CombatView, outcome
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient, Subscription
+    from .bot import Bot
+    from .policy import SensibleBot
+
+_LAZY = {
+    "AsyncClient": ".aio",
+    "Subscription": ".aio",
+    "Bot": ".bot",
+    "SensibleBot": ".policy",
+}
+"""Public names imported on first use, and the module each comes from."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # looked up once: the next use finds it here
+    return value
+
 
 __all__ = [
     "CONDITION_TYPES",
