@@ -64,7 +64,7 @@ def test_every_message_of_the_sources_has_a_pt_br_translation_and_no_catalogue_i
 def test_extraction_reaches_every_layer_the_texts_are_written_in() -> None:
     """A keyword missing from the extraction would leave a layer out unnoticed: each has texts."""
     found = {m.id: {where for where, _ in m.locations} for m in i18n.extract(ROOT) if m.id}
-    assert found["no combatant {id!r}"] == {"engine/src/turnkeeper_engine/decide.py"}
+    assert found["no combatant {id!r}"] == {"engine/src/turnkeeper_engine/decide/checks.py"}
     assert "engine/src/turnkeeper_engine/plain.py" in found["must be a map"]
     assert found["method must be a string"] == {"sdk/src/turnkeeper_sdk/wire.py"}
     assert found["no combat {id!r}"] == {"daemon/src/turnkeeper/host.py"}
@@ -116,7 +116,7 @@ def _python_sources() -> list[Path]:
 
 def _relayed(template: ast.expr, within: ast.FunctionDef | None, positions: dict[str, int]) -> bool:
     """A template that is not written here but passed on: another error's (``e.template``), or
-    the parameter of a helper that is itself checked where it is called (``_reject``)."""
+    the parameter of a helper that is itself checked where it is called (``reject``)."""
     if isinstance(template, ast.Attribute) and template.attr == "template":
         return True
     return (
