@@ -1,19 +1,21 @@
-"""Rulesets and condition types are registered by name, so a third party (a plugin) can add a
-game system the engine has never heard of, through the SDK alone."""
+"""Rulesets and condition types come in a rule book the caller passes, so a third party (a
+plugin) can add a game system the engine has never heard of, through the SDK alone, and two
+books in one process never leak into each other."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 import pytest
 
 from story import Story, of
+from turnkeeper_engine import NameTakenError, SeededDice, State, decide
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.dice import DiceSource
 from turnkeeper_engine.model import ActionSpec, Check, Combatant, OptionValue
-from turnkeeper_sdk import CONDITION_TYPES, RULESETS, ConditionType, Ruleset
+from turnkeeper_sdk import BUNDLED_RULES, ConditionType, RuleBook, Ruleset
 
 
 class Countdown(Ruleset):
@@ -62,16 +64,17 @@ class Countdown(Ruleset):
         return (hold_seq,)
 
 
-@pytest.fixture
-def countdown() -> Iterator[None]:
-    RULESETS.register("countdown", Countdown())
-    yield
-    RULESETS.unregister("countdown")
+class Impostor(Countdown):
+    """Another system under a name the bundled book gives to marvel."""
+
+    name: ClassVar[str] = "marvel"
 
 
-@pytest.mark.usefixtures("countdown")
-def test_a_registered_ruleset_runs_a_combat_by_its_own_rules() -> None:
-    s = Story("countdown")
+COUNTDOWN = BUNDLED_RULES.with_rulesets([Countdown()])
+
+
+def test_a_ruleset_in_the_book_runs_a_combat_by_its_own_rules() -> None:
+    s = Story("countdown", rules=COUNTDOWN)
     s.add("fast", init_mod=3)
     s.add("slow", init_mod=1)
     s.roll("fast", 4)
@@ -84,40 +87,46 @@ def test_a_registered_ruleset_runs_a_combat_by_its_own_rules() -> None:
     assert s.run_round() == ["slow", "fast"]
 
 
-def test_a_taken_ruleset_name_is_refused_unless_replacing() -> None:
-    with pytest.raises(ValueError, match="already registered"):
-        RULESETS.register("marvel", Countdown())
-    original = RULESETS.get("marvel")
-    assert original is not None
-    RULESETS.register("marvel", original, replace=True)
-    assert RULESETS.get("marvel") is original
+def test_a_taken_ruleset_name_is_refused_and_the_same_ruleset_again_changes_nothing() -> None:
+    with pytest.raises(NameTakenError, match="already in the rule book"):
+        BUNDLED_RULES.with_rulesets(
+            [Countdown.__new__(type("Marvel", (Countdown,), {"name": "marvel"}))]
+        )
+    marvel = BUNDLED_RULES.ruleset("marvel")
+    assert marvel is not None
+    assert BUNDLED_RULES.with_rulesets([marvel]).ruleset("marvel") is marvel
 
 
-def test_unknown_ruleset_is_refused_with_its_field() -> None:
-    from turnkeeper_engine import State, decide
-
-    refused = decide(State(), c.CreateCombat("x", "pf2e"), 0.0)
+def test_a_larger_book_leaves_the_one_it_came_from_as_it_was() -> None:
+    assert BUNDLED_RULES.ruleset("countdown") is None
+    assert COUNTDOWN.ruleset("countdown") is not None
+    refused = decide(
+        State(), c.CreateCombat("x", "countdown"), 0.0, dice=SeededDice(0), rules=BUNDLED_RULES
+    )
     assert not isinstance(refused, list)
     assert (refused.code, refused.field) == ("unknown_ruleset", "ruleset")
 
 
-@pytest.fixture
-def burning() -> Iterator[None]:
-    CONDITION_TYPES.register("burning", ConditionType("burning", "On fire."))
-    yield
-    CONDITION_TYPES.unregister("burning")
+def test_unknown_ruleset_is_refused_with_its_field() -> None:
+    refused = decide(
+        State(), c.CreateCombat("x", "pf2e"), 0.0, dice=SeededDice(0), rules=RuleBook()
+    )
+    assert not isinstance(refused, list)
+    assert (refused.code, refused.field) == ("unknown_ruleset", "ruleset")
 
 
-@pytest.mark.usefixtures("burning")
+BURNING = BUNDLED_RULES.with_condition_types([ConditionType("burning", "On fire.")])
+
+
 @pytest.mark.parametrize("ruleset", ["marvel", "dnd3e"])
-def test_r13_a_registered_condition_type_can_be_applied(ruleset: str) -> None:
-    s = Story(ruleset)
+def test_r13_a_condition_type_in_the_book_can_be_applied(ruleset: str) -> None:
+    s = Story(ruleset, rules=BURNING)
     s.add("a")
     events = s.do(c.ApplyCondition("a", "burning", rounds=2))
     assert of(events, ev.ConditionApplied)[0].condition.type == "burning"
 
 
-def test_r13_unregistered_or_foreign_condition_types_are_refused() -> None:
+def test_r13_condition_types_not_in_the_book_or_foreign_are_refused() -> None:
     s = Story("dnd3e")
     s.add("a")
     assert s.refuse(c.ApplyCondition("a", "burning")).field == "type"

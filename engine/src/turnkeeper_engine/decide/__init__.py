@@ -21,10 +21,10 @@ from typing import Any
 
 from .. import commands as cmd
 from .. import events as ev
-from ..dice import DiceSource, SystemDice
+from ..dice import DiceSource
 from ..errors import Rejected, RuleError
 from ..model import NARRATOR, Actor, State
-from ..rulesets import RULESETS
+from ..rulebook import RuleBook
 from .authorize import authorize
 from .bookkeeping import disable_plugin, enable_plugin, record_outcome
 from .checks import check_size
@@ -99,27 +99,29 @@ def decide(
     now: float,
     *,
     actor: Actor = NARRATOR,
-    dice: DiceSource | None = None,
+    dice: DiceSource,
+    rules: RuleBook,
 ) -> list[ev.Event] | RuleError:
     """Decide what ``command`` does to ``state`` at time ``now`` (seconds, from the caller's
-    clock: the engine never reads one, R13). Returns the events, or the rule error that refused
-    the command, in which case nothing changes."""
+    clock: the engine never reads one, R13), for ``actor``, rolling ``dice`` (the engine never
+    rolls on its own) by the rulesets and condition types of ``rules``. Returns the events, or
+    the rule error that refused the command, in which case nothing changes."""
     try:
-        return _decide(state, command, now, actor, dice or SystemDice())
+        return _decide(state, command, now, actor, dice, rules)
     except Rejected as refused:
         return refused.error
 
 
 def _decide(
-    state: State, command: cmd.Command, now: float, actor: Actor, dice: DiceSource
+    state: State, command: cmd.Command, now: float, actor: Actor, dice: DiceSource, book: RuleBook
 ) -> list[ev.Event]:
     if isinstance(command, cmd.CreateCombat):
-        return create_combat(state, command, now, actor)
+        return create_combat(state, command, now, actor, book)
     if state.phase == "none":
         raise reject("no_combat", "there is no combat yet: create one first")
     if state.phase == "ended" and not isinstance(command, cmd.Undo):
         raise reject("combat_ended", "the combat has ended")
-    rules = RULESETS.get(state.ruleset)
+    rules = book.ruleset(state.ruleset)
     if rules is None:
         raise reject(
             "unknown_ruleset",
@@ -127,7 +129,7 @@ def _decide(
             "ruleset",
             ruleset=state.ruleset,
         )
-    ctx = Ctx(state, now, actor, dice, rules)
+    ctx = Ctx(state, now, actor, dice, rules, book)
     authorize(ctx, command)
     ctx.emit(ev.CommandRecorded(command.name, actor, now))
     _HANDLERS[type(command)](ctx, command)

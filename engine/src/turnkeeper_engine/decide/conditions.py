@@ -6,14 +6,13 @@ from __future__ import annotations
 from .. import commands as cmd
 from .. import events as ev
 from ..model import Clock, Condition
-from ..registry import CONDITION_TYPES
 from .checks import check_names, check_text, find_active, find_combatant, require_in_rounds
 from .context import MAX_CONDITION_ROUNDS, Ctx, reject
 
 
 def apply_condition(ctx: Ctx, c: cmd.ApplyCondition) -> None:
     """``apply_condition``: a condition of a known type, anchored to a combatant's turns."""
-    kind = CONDITION_TYPES.get(c.type)
+    kind = ctx.book.condition_type(c.type)
     if kind is None or (kind.rulesets and ctx.rules.name not in kind.rulesets):
         raise reject(
             "unknown_condition_type", "no condition type {type!r} here", "type", type=c.type

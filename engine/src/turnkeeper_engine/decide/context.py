@@ -10,6 +10,7 @@ from ..dice import DiceSource
 from ..errors import Arg, Rejected
 from ..evolve import evolve
 from ..model import Actor, OptionValue, State
+from ..rulebook import RuleBook
 from ..rulesets import Ruleset
 
 MAX_REROLLS = 10
@@ -71,13 +72,14 @@ list's header then takes."""
 @dataclass
 class Ctx:
     """One command being decided: the state as its events so far left it, and what it is
-    decided with (time, actor, dice, the combat's ruleset)."""
+    decided with (time, actor, dice, the combat's ruleset and the whole rule book)."""
 
     state: State
     now: float
     actor: Actor
     dice: DiceSource
     rules: Ruleset
+    book: RuleBook
     events: list[ev.Event] = field(default_factory=list)
 
     def emit(self, event: ev.Event) -> None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from .. import commands as cmd
 from .. import events as ev
 from ..model import Actor, Combatant, State
-from ..rulesets import RULESETS
+from ..rulebook import RuleBook
 from .checks import (
     check_names,
     check_number,
@@ -22,14 +22,16 @@ from .flow import advance, expire_conditions, maybe_close, next_reaction
 from .placing import group_of, roll, slot, slot_by_chain
 
 
-def create_combat(state: State, c: cmd.CreateCombat, now: float, actor: Actor) -> list[ev.Event]:
+def create_combat(
+    state: State, c: cmd.CreateCombat, now: float, actor: Actor, book: RuleBook
+) -> list[ev.Event]:
     """``create_combat``: a new combat with its ruleset and options."""
     if actor.role != "narrator":
         raise reject("forbidden", "only a narrator creates a combat", "actor")
     if state.phase != "none":
         raise reject("combat_exists", "this combat already exists", "combat_id")
     check_text(c.combat_id, "combat_id")
-    rules = RULESETS.get(c.ruleset)
+    rules = book.ruleset(c.ruleset)
     if rules is None:
         raise reject("unknown_ruleset", "no ruleset {ruleset!r}", "ruleset", ruleset=c.ruleset)
     options = check_options(rules, c.options)

@@ -18,8 +18,9 @@ COMMON_OPTIONS: Mapping[str, tuple[OptionValue, tuple[OptionValue, ...] | type]]
 
 
 class Ruleset:
-    """A game system's initiative rules. Subclass it and register an instance under its name
-    (``RULESETS.register``) to add a system; the engine asks it, never the other way round."""
+    """A game system's initiative rules. Subclass it and put an instance in the rule book
+    (``RuleBook.with_rulesets``, or a plugin's ``turnkeeper_rulesets``) to add a system; the
+    engine asks it, never the other way round."""
 
     name: ClassVar[str]
     title: ClassVar[str]
