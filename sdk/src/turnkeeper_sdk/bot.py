@@ -65,7 +65,7 @@ import anyio
 
 from turnkeeper_engine import BUNDLED_RULES, RuleBook, View
 from turnkeeper_engine.model import Combatant, Reservation, Turn, TurnRef, Window
-from turnkeeper_engine.plain import from_newer
+from turnkeeper_engine.plain import from_plain
 
 from .aio import AsyncClient, CombatSnapshot
 from .errors import CallError, ConnectionLost, TooFarBehindError
@@ -303,7 +303,9 @@ class Bot:
 
     async def _drive(self, play: _Play, snapshot: CombatSnapshot) -> None:
         while True:
-            combat = CombatView(from_newer(View, snapshot["view"]), snapshot["seq"], self.rules)
+            # A newer daemon may send fields this SDK does not know: skipped, not refused.
+            seen = from_plain(View, snapshot["view"], strict=False)
+            combat = CombatView(seen, snapshot["seq"], self.rules)
             if combat.phase == "ended":
                 await self.on_combat_end(combat)
                 return
