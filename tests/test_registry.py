@@ -4,18 +4,28 @@ books in one process never leak into each other."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Literal
 
 import pytest
 
 from story import Story, of
-from turnkeeper_engine import NameTakenError, SeededDice, State, decide
+from turnkeeper_engine import ClaimOrder, NameTakenError, SeededDice, State, decide
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.dice import DiceSource
-from turnkeeper_engine.model import ActionSpec, Check, Combatant, OptionValue
-from turnkeeper_sdk import BUNDLED_RULES, ConditionType, RuleBook, Ruleset
+from turnkeeper_engine.model import (
+    ActionSpec,
+    Check,
+    Claim,
+    Combatant,
+    OptionValue,
+    Trigger,
+    TriggerFacts,
+    Window,
+)
+from turnkeeper_sdk import BUNDLED_RULES, ConditionType, RuleBook, Ruleset, hookimpl
+from turnkeeper_sdk.testing import Table
 
 
 class Countdown(Ruleset):
@@ -29,7 +39,6 @@ class Countdown(Ruleset):
     supplied_tie_order: ClassVar[bool] = False
     reserve_mode: ClassVar[Literal["reserve", "ready"]] = "reserve"
     claim_costs_reaction: ClassVar[bool] = True
-    fresh_sequence_checks: ClassVar[bool] = False
     holds_carry_over: ClassVar[bool] = True
 
     def roll(
@@ -132,3 +141,71 @@ def test_r13_condition_types_not_in_the_book_or_foreign_are_refused() -> None:
     assert s.refuse(c.ApplyCondition("a", "burning")).field == "type"
     # `surprised` belongs to marvel (R8).
     assert s.refuse(c.ApplyCondition("a", "surprised")).code == "unknown_condition_type"
+
+
+class Standoff(Countdown):
+    """A third system defined here, not bundled: Countdown's dice, with rules of its own where
+    the engine asks a ruleset how to play. A natural 10 earns a bonus round, the slowest
+    claimant reacts first, and whoever takes a reserved action goes to the head of the
+    order for the rest of the combat."""
+
+    name: ClassVar[str] = "standoff"
+    title: ClassVar[str] = "Standoff"
+
+    def bonus_round(self, order: Sequence[Combatant]) -> tuple[str, ...]:
+        return tuple(c.id for c in order if c.check is not None and c.check.rolled == (10,))
+
+    def order_claims(
+        self, claims: Sequence[tuple[Combatant, Claim]], order: tuple[str, ...], dice: DiceSource
+    ) -> ClaimOrder:
+        latest = {i: n for n, i in enumerate(order)}
+        return ClaimOrder(tuple(sorted((c.id for c, _ in claims), key=latest.__getitem__))[::-1])
+
+    def readied_reaction(
+        self, state: State, readier: str, window: Window, reserved_round: int
+    ) -> list[ev.Event]:
+        head = state.get(state.order[0])
+        assert head is not None
+        assert head.place is not None
+        order = (readier, *(i for i in state.order if i != readier))
+        return [ev.PlaceChanged(readier, head.place + 1, order, "readied_action")]
+
+
+class StandoffPlugin:
+    """How a third party ships a game system: a plugin whose registration hook returns it."""
+
+    @hookimpl
+    def turnkeeper_rulesets(self) -> list[Ruleset]:
+        return [Standoff()]
+
+
+def test_a_third_ruleset_from_a_plugin_plays_by_its_own_rules() -> None:
+    table = Table("standoff", plugins={"standoff": StandoffPlugin()})
+    assert table.host.plugins["standoff"].provides == ("ruleset:standoff",)
+    assert BUNDLED_RULES.ruleset("standoff") is None  # the plugin's book only
+    for cid, mod, face in (("ann", 1, 10), ("bob", 2, 6), ("cid", 0, 4)):
+        table.add(cid, init_mod=mod, faces=(face,))
+    # Bonus round: the natural 10 alone (R7 asks the ruleset).
+    table.start()
+    assert (table.state.phase, table.state.bonus) == ("bonus_round", ("ann",))
+    table.end_turn()
+    assert table.state.round == 1
+    assert table.state.turn is not None
+    assert table.state.turn.combatant == "ann"  # 11 against bob's 8 and cid's 4
+    # Bob reserves (marvel-like "reserve" mode); cid claims without one, stating its action.
+    table.end_turn()
+    action = ActionSpec("strike", description="quick draw")
+    table.do(c.Reserve(table.turn(), "action", action, Trigger("when anyone moves")))
+    facts = TriggerFacts("announced", text="ann reaches for her gun")
+    window = of(table.do(c.AnnounceTrigger(facts, ("bob", "cid"))), ev.WindowOpened)[0].window
+    bob = next(r.id for r in table.state.reservations if r.combatant == "bob")
+    table.do(c.ClaimReaction(window.id, "bob", reservation=bob))
+    events = table.do(c.ClaimReaction(window.id, "cid", action=ActionSpec("strike")))
+    # The slowest claimant first (R12 asks the ruleset), no fresh checks.
+    (ordered,) = of(events, ev.SequenceOrdered)
+    assert (ordered.sequence, ordered.checks) == (("cid", "bob"), ())
+    table.do(c.FinishReaction(window.id, "cid"))
+    table.do(c.FinishReaction(window.id, "bob"))
+    # Bob took a reserved action: Standoff puts him at the head of the order, above Ann's 11.
+    assert table.state.order == ("bob", "ann", "cid")
+    assert table.of(ev.PlaceChanged)[-1].place == 12

@@ -17,7 +17,7 @@ from .evolve import UNDO_DEPTH, evolve, fold
 from .model import NARRATOR, Actor, State, next_deadline
 from .plain import PlainError, from_plain, to_plain
 from .rulebook import BUNDLED_RULES, ConditionType, NameTakenError, RuleBook
-from .rulesets import Ruleset
+from .rulesets import ClaimOrder, Ruleset
 from .views import View, view, visible
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "NARRATOR",
     "UNDO_DEPTH",
     "Actor",
+    "ClaimOrder",
     "ConditionType",
     "DiceSource",
     "Engine",

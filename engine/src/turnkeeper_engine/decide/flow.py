@@ -9,8 +9,8 @@ from typing import Literal
 
 from .. import events as ev
 from ..evolve import tick_clocks
-from ..model import ActionSpec, Check, Hold, RollOff, TriggerFacts, TurnKind, Window, perceives
-from ..order import Unit, slot_index, sort_units
+from ..model import ActionSpec, Hold, TriggerFacts, TurnKind, Window, perceives
+from ..order import slot_index
 from .context import Ctx
 from .placing import order_key
 
@@ -318,25 +318,13 @@ def close_now(ctx: Ctx, reason: str) -> None:
     if not w.claims:
         _after_window(ctx, w)
         return
-    claimants = [cl.combatant for cl in w.claims]
-    checks: list[tuple[str, Check]] = []
-    rolloffs: list[RollOff] = []
-    if ctx.rules.fresh_sequence_checks and len(claimants) > 1:
-        # R12: a fresh check for everyone involved, for this sequence only; no bonus round.
-        units = []
-        for cl in w.claims:
-            i = cl.combatant
-            c = ctx.state.get(i)
-            assert c is not None
-            check = ctx.rules.roll(c, ctx.dice, faces=cl.faces, supplied_by=cl.supplied_by)
-            checks.append((i, check))
-            units.append(Unit((i,), ctx.rules.tie_key(c, check.total, check.fantastic)))
-        ordered, rolloffs = sort_units(units, ctx.dice, ctx.rules.rolloff_sides)
-        sequence = tuple(u.members[0] for u in ordered)
-    else:
-        position = {i: n for n, i in enumerate(ctx.state.order)}
-        sequence = tuple(sorted(claimants, key=lambda i: position.get(i, len(position))))
-    ctx.emit(ev.SequenceOrdered(w.id, sequence, tuple(checks), tuple(rolloffs)))
+    claims = []
+    for cl in w.claims:
+        c = ctx.state.get(cl.combatant)
+        assert c is not None
+        claims.append((c, cl))
+    ordered = ctx.rules.order_claims(claims, ctx.state.order, ctx.dice)
+    ctx.emit(ev.SequenceOrdered(w.id, ordered.sequence, ordered.checks, ordered.rolloffs))
     next_reaction(ctx)
 
 

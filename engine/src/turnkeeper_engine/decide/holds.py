@@ -7,6 +7,7 @@ from typing import Literal
 
 from .. import commands as cmd
 from .. import events as ev
+from ..model import Hold
 from .checks import (
     check_number,
     find_active,
@@ -15,7 +16,7 @@ from .checks import (
     require_no_window,
 )
 from .context import Ctx, reject
-from .flow import advance, expire_conditions, next_normal, priority
+from .flow import advance, expire_conditions, next_normal
 
 
 def hold_now(
@@ -139,9 +140,7 @@ def _break_after_cycle(ctx: Ctx, a: str, b: str) -> None:
     ha, hb = ctx.state.hold_of(a), ctx.state.hold_of(b)
     assert ha is not None
     assert hb is not None
-    first, second = sorted(
-        (ha, hb), key=lambda h: priority(ctx, h), reverse=ctx.rules.mutual_after_higher_last
-    )
+    first, second = sorted((ha, hb), key=lambda h: _mutual_priority(ctx, h))
     turn = ctx.state.turn
     nxt = next_normal(ctx)
     if turn is not None:
@@ -154,3 +153,9 @@ def _break_after_cycle(ctx: Ctx, a: str, b: str) -> None:
         # hold carried over, which lapses there): its own place is its very next moment.
         ctx.emit(ev.HoldPlanned(first.combatant, "at" if first.number is not None else None))
     ctx.emit(ev.HoldPlanned(second.combatant, "after", first.combatant))
+
+
+def _mutual_priority(ctx: Ctx, h: Hold) -> tuple[int, ...]:
+    c = ctx.state.get(h.combatant)
+    assert c is not None
+    return ctx.rules.mutual_wait_priority(c, h.seq)

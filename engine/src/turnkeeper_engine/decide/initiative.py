@@ -96,17 +96,7 @@ def start_combat(ctx: Ctx, c: cmd.StartCombat) -> None:
         ctx.state.tie_order if ctx.rules.supplied_tie_order else (),
     )
     order = tuple(i for u in ordered for i in u.members)
-    bonus: tuple[str, ...] = ()
-    if ctx.rules.bonus_round:
-        bonus = tuple(
-            i
-            for i in order
-            if (b := ctx.state.get(i)) is not None
-            and b.status == "active"
-            and b.check is not None
-            and b.check.fantastic
-            and not b.surprised
-        )
+    bonus = ctx.rules.bonus_round(tuple(b for i in order if (b := ctx.state.get(i)) is not None))
     ctx.emit(ev.CombatStarted(order, tuple(rolloffs), bonus))
     ctx.emit(ev.RoundStarted(0 if bonus else 1))
     advance(ctx, None)

@@ -79,7 +79,7 @@ def claim_reaction(ctx: Ctx, c: cmd.ClaimReaction) -> None:
         action = replace(check_action(ctx, action), type=action.type or "reaction")
     supplied_by = None
     if c.faces is not None:
-        if not ctx.rules.fresh_sequence_checks:
+        if not ctx.rules.claim_faces:
             raise reject(
                 "not_in_ruleset", "{ruleset} rolls no fresh checks", "faces", ruleset=ctx.rules.name
             )
@@ -110,14 +110,8 @@ def pass_reaction(ctx: Ctx, c: cmd.PassReaction) -> None:
             "already_answered", "{name} has answered already", "combatant", name=combatant.name
         )
     ctx.emit(ev.ReactionPassed(c.combatant, w.id))
-    if ctx.rules.readied_moves_initiative and c.combatant in w.offered:
-        # R11: in a later round the trigger alone moves the readier up and costs its regular
-        # turn, "whether that action is taken or not".
-        for r in ctx.state.reservations:
-            if r.combatant == c.combatant and r.round < (ctx.state.round or 0):
-                ctx.emit(ev.ReservationUsed(c.combatant, r.id))
-                _readier_moves(ctx, c.combatant, w, r.round)
-                break
+    for event in ctx.rules.readied_pass(ctx.state, c.combatant, w):
+        ctx.emit(event)
     maybe_close(ctx)
 
 
@@ -137,24 +131,7 @@ def finish_reaction(ctx: Ctx, c: cmd.FinishReaction) -> None:
         raise reject("not_reacting", "that combatant is not the one reacting now", "combatant")
     ctx.emit(ev.ReactionFinished(c.combatant, w.id))
     claim = next(cl for cl in w.claims if cl.combatant == c.combatant)
-    if ctx.rules.readied_moves_initiative and claim.reserved_round is not None:
-        _readier_moves(ctx, c.combatant, w, claim.reserved_round)
+    if claim.reserved_round is not None:
+        for event in ctx.rules.readied_reaction(ctx.state, c.combatant, w, claim.reserved_round):
+            ctx.emit(event)
     next_reaction(ctx)
-
-
-def _readier_moves(ctx: Ctx, readier: str, w: Window, reserved_round: int) -> None:
-    """R11: the readier's place becomes immediately ahead of the triggering combatant, at its
-    count; in a later round, before its normal place, it also loses that round's regular turn."""
-    trigger_actor = w.facts.actor
-    if trigger_actor is None or trigger_actor == readier or trigger_actor not in ctx.state.order:
-        return
-    other = ctx.state.get(trigger_actor)
-    assert other is not None
-    assert other.place is not None
-    rest = tuple(i for i in ctx.state.order if i != readier)
-    index = rest.index(trigger_actor)
-    order = (*rest[:index], readier, *rest[index:])
-    ctx.emit(ev.PlaceChanged(readier, other.place, order, "readied_action"))
-    round_no = ctx.state.round or 0
-    if reserved_round < round_no and readier not in ctx.state.reached:
-        ctx.emit(ev.TurnForgone(readier, round_no))

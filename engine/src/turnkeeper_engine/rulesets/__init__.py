@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import Ruleset
+from .base import ClaimOrder, Ruleset
 from .dnd3e import DND3E, DnD3e
 from .marvel import MARVEL, Marvel
 
-__all__ = ["DND3E", "MARVEL", "DnD3e", "Marvel", "Ruleset"]
+__all__ = ["DND3E", "MARVEL", "ClaimOrder", "DnD3e", "Marvel", "Ruleset"]
