@@ -42,7 +42,16 @@ import tkbench as tk
 
 from turnkeeper.host import MAX_COMBAT_PAGE, SNAPSHOT_EVERY
 from turnkeeper.store import DB_FILE, Store
-from turnkeeper_engine import Actor, RuleError, SeededDice, State, decide, evolve, next_deadline
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    Actor,
+    RuleError,
+    SeededDice,
+    State,
+    decide,
+    evolve,
+    next_deadline,
+)
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.model import TurnRef
 from turnkeeper_engine.plain import event_to_plain, to_shared
@@ -70,7 +79,7 @@ def _play(
 
     def run(command: cmd.Command) -> None:
         nonlocal state, snapshot, snapshot_seq
-        decided = decide(state, command, now, actor=NARRATOR, dice=dice)
+        decided = decide(state, command, now, actor=NARRATOR, dice=dice, rules=BUNDLED_RULES)
         if isinstance(decided, RuleError):
             raise RuntimeError(f"{combat}: {command} refused: {decided}")
         for event in decided:

@@ -7,7 +7,16 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from turnkeeper_engine import NARRATOR, Actor, Engine, RuleError, State, evolve
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    NARRATOR,
+    Actor,
+    Engine,
+    RuleBook,
+    RuleError,
+    State,
+    evolve,
+)
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import TurnRef
@@ -30,11 +39,12 @@ class QueueDice:
 
 
 class Story:
-    """One combat driven through the engine, keeping every event it produced."""
+    """One combat driven through the engine, keeping every event it produced, by the rulesets
+    of ``rules``."""
 
-    def __init__(self, ruleset: str, **options: Any) -> None:
+    def __init__(self, ruleset: str, *, rules: RuleBook = BUNDLED_RULES, **options: Any) -> None:
         self.dice = QueueDice()
-        self.engine = Engine(self.dice)
+        self.engine = Engine(self.dice, rules=rules)
         self.now = 0.0
         self.log: list[ev.Event] = []
         self.do(c.CreateCombat("test", ruleset, tuple(options.items())))

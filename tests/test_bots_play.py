@@ -42,6 +42,7 @@ import pytest
 from daemon import Daemon, running
 from test_properties import turn_history_problems
 from turnkeeper_engine import (
+    BUNDLED_RULES,
     NARRATOR,
     Actor,
     Engine,
@@ -314,7 +315,7 @@ class Director:
     async def stir(self) -> None:
         """What a narrator does between turns now and then."""
         snapshot = await self.client.get_combat(self.combat)
-        combat = CombatView(from_plain(View, snapshot["view"]), snapshot["seq"])
+        combat = CombatView(from_plain(View, snapshot["view"]), snapshot["seq"], BUNDLED_RULES)
         rng = self.rng
         active = [c for c in combat.order() if c.status == "active"]
         seen = [c for c in active if not c.hidden]
@@ -437,7 +438,7 @@ def test_r16_a_hidden_attacker_never_leaves_a_window_waiting_on_a_blind_player()
     """Found by the bots: a hidden NPC attacked a player character whose reservation waited for
     exactly that; the window waited for the player's answer, yet the player could not see it,
     and the combat stalled. A hidden actor's moment now fires no player's predicate."""
-    engine = Engine(SeededDice(1))
+    engine = Engine(SeededDice(1), rules=BUNDLED_RULES)
     ana = Actor("player", "ana")
     predicate = Predicate(kinds=("attack",), targets=("pc",))
     for command, actor in (

@@ -39,7 +39,17 @@ from typing import Any
 import pytest
 
 from daemon import CallError, Client, Daemon
-from turnkeeper_engine import NARRATOR, RuleError, State, decide, fold, to_plain, view
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    NARRATOR,
+    RuleError,
+    SeededDice,
+    State,
+    decide,
+    fold,
+    to_plain,
+    view,
+)
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.commands import Undo
 from turnkeeper_engine.plain import event_from_plain
@@ -333,7 +343,9 @@ class Run:
         """Undo reaches into state no view shows (the undo history, restored from a snapshot
         after a restart): the daemon must answer it exactly as ``state``, a replay of the log,
         would. (The next check finds its events in the log like any acknowledged request's.)"""
-        expected = decide(state, Undo(), time.time(), actor=NARRATOR)
+        expected = decide(
+            state, Undo(), time.time(), actor=NARRATOR, dice=SeededDice(0), rules=BUNDLED_RULES
+        )
         request_id = f"probe-{cycle}-{combat}"
         params = {"request_id": request_id, "combat": combat}
         probe = Request(request_id, "undo", params, combat, None, cycle)

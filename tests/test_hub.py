@@ -19,7 +19,7 @@ from story import OBSERVER, Story, player
 from turnkeeper import host
 from turnkeeper.host import Hub, RequestError
 from turnkeeper.store import DB_FILE, Store
-from turnkeeper_engine import NARRATOR, State
+from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.plain import from_shared, to_shared
@@ -222,7 +222,7 @@ def test_r16_a_line_never_borrows_the_name_of_a_combatant_hidden_now() -> None:
     for actor in (OBSERVER, player("u2")):
         lines = {
             item["seq"]: item["summary"]
-            for item in host._numbered(numbered, s.state, actor, locale="en")
+            for item in host._numbered(numbered, s.state, actor, locale="en", rules=BUNDLED_RULES)
         }
         assert "Assassin" not in " ".join(str(text) for text in lines.values())
         assert rolled[0] in lines

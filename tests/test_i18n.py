@@ -20,12 +20,11 @@ from turnkeeper.demo import run
 from turnkeeper.host import RequestError
 from turnkeeper.narrate import narrate
 from turnkeeper_dnd3e_ready import Dnd3eReadyPlugin
-from turnkeeper_engine import RULESETS, RuleError, State, decide, evolve
+from turnkeeper_engine import BUNDLED_RULES, RuleError, SeededDice, State, decide, evolve
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Phase, Predicate, Trigger
 from turnkeeper_engine.plain import PlainError, from_plain
-from turnkeeper_engine.registry import CONDITION_TYPES
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.testing import Table
 
@@ -64,7 +63,7 @@ def test_every_message_of_the_sources_has_a_pt_br_translation_and_no_catalogue_i
 def test_extraction_reaches_every_layer_the_texts_are_written_in() -> None:
     """A keyword missing from the extraction would leave a layer out unnoticed: each has texts."""
     found = {m.id: {where for where, _ in m.locations} for m in i18n.extract(ROOT) if m.id}
-    assert found["no combatant {id!r}"] == {"engine/src/turnkeeper_engine/decide.py"}
+    assert found["no combatant {id!r}"] == {"engine/src/turnkeeper_engine/decide/checks.py"}
     assert "engine/src/turnkeeper_engine/plain.py" in found["must be a map"]
     assert found["method must be a string"] == {"sdk/src/turnkeeper_sdk/wire.py"}
     assert found["no combat {id!r}"] == {"daemon/src/turnkeeper/host.py"}
@@ -116,7 +115,7 @@ def _python_sources() -> list[Path]:
 
 def _relayed(template: ast.expr, within: ast.FunctionDef | None, positions: dict[str, int]) -> bool:
     """A template that is not written here but passed on: another error's (``e.template``), or
-    the parameter of a helper that is itself checked where it is called (``_reject``)."""
+    the parameter of a helper that is itself checked where it is called (``reject``)."""
     if isinstance(template, ast.Attribute) and template.attr == "template":
         return True
     return (
@@ -266,7 +265,7 @@ def _told(story: Story, locale: str) -> list[str]:
     state, lines = State(), []
     for event in story.log:
         state = evolve(state, event)
-        line = narrate(event, state, locale)
+        line = narrate(event, state, locale, rules=BUNDLED_RULES)
         if line:
             lines.append(line.strip())
     return lines
@@ -390,19 +389,21 @@ def test_a_dnd3e_ready_counterspell_is_told_in_pt_br_and_in_english_as_the_plugi
     assert window is not None
     table.do(c.ClaimReaction(window.id, "mialee", table.state.reservations[0].id))
     outcomes = table.of(ev.OutcomeRecorded)
-    assert [narrate(e, table.state, "pt-BR") for e in outcomes] == [
+    assert [narrate(e, table.state, "pt-BR", rules=BUNDLED_RULES) for e in outcomes] == [
         "    Teste de Identificar Magia de Mialee para reconhecer a magia: 18 + 6 = 24 contra "
         "CD 15 + 3 = 18: reconhece fireball.",
         "    Mialee usa dissipar magia como contramágica: teste de dissipar 6 + 10 = 16 contra "
         "CD 11 + 5 = 16: a magia fireball de Gruk é anulada.",
     ]
-    assert [narrate(e, table.state, "en") for e in outcomes] == [
+    assert [narrate(e, table.state, "en", rules=BUNDLED_RULES) for e in outcomes] == [
         "    Mialee's Spellcraft check to identify the spell: 18 + 6 = 24 against DC 15 + 3 = 18: "
         "identifies fireball.",
         "    Mialee counterspells with dispel magic: dispel check 6 + 10 = 16 against DC 11 + 5 = "
         "16: Gruk's fireball is ruined.",
     ]
-    assert [f"    {e.text}" for e in outcomes] == [narrate(e, table.state) for e in outcomes]
+    assert [f"    {e.text}" for e in outcomes] == [
+        narrate(e, table.state, rules=BUNDLED_RULES) for e in outcomes
+    ]
 
 
 def test_an_outcome_whose_template_no_catalogue_has_is_told_in_english() -> None:
@@ -410,9 +411,9 @@ def test_an_outcome_whose_template_no_catalogue_has_is_told_in_english() -> None
     is its text in every language."""
     state = State()
     theirs = ev.OutcomeRecorded("glow", "Ann glows.", None, (), "{name} glows.", (("name", "Ann"),))
-    assert narrate(theirs, state, "pt-BR") == "    Ann glows."
+    assert narrate(theirs, state, "pt-BR", rules=BUNDLED_RULES) == "    Ann glows."
     plain = ev.OutcomeRecorded("note", "Ann glows.", None, ())
-    assert narrate(plain, state, "pt-BR") == "    Ann glows."
+    assert narrate(plain, state, "pt-BR", rules=BUNDLED_RULES) == "    Ann glows."
 
 
 def test_the_demo_tells_the_seeds_in_pt_br_when_asked() -> None:
@@ -486,7 +487,7 @@ def test_rule_words_among_an_error_s_arguments_are_translated_too() -> None:
     refused = s.refuse(c.DeclareAction(s.turn, ActionSpec("power", description="escudo")))
     assert refused.message == "no standard action left this turn"
     assert i18n.localize(refused, "pt-BR") == "não resta ação padrão neste turno"
-    early = decide(State(), c.EndCombat(), 0.0)
+    early = decide(State(), c.EndCombat(), 0.0, dice=SeededDice(0), rules=BUNDLED_RULES)
     assert isinstance(early, RuleError)
     assert i18n.localize(early, "pt-BR") == "ainda não há combate: crie um primeiro"
 
@@ -505,12 +506,10 @@ def test_decoding_and_wire_errors_are_told_in_pt_br() -> None:
 
 
 def test_the_catalogue_has_every_action_type_phase_and_condition_of_the_engine() -> None:
-    for name in RULESETS:
-        rules = RULESETS.get(name)
-        assert rules is not None
+    for name, rules in BUNDLED_RULES.rulesets.items():
         assert set(rules.action_types) <= set(i18n.TERMS["action_type"]), name
     assert set(typing.get_args(Phase)) == set(i18n.TERMS["phase"])
-    assert set(CONDITION_TYPES) == set(i18n.TERMS["condition"])
+    assert set(BUNDLED_RULES.condition_types) == set(i18n.TERMS["condition"])
 
 
 @pytest.mark.parametrize(
@@ -532,8 +531,8 @@ def test_a_narrators_condition_is_told_by_its_note(locale: str, noted: str, plai
         ev.ConditionApplied,
     )
     (without,) = of_kind(s.do(c.ApplyCondition("sabretooth", "custom")), ev.ConditionApplied)
-    assert narrate(with_note, s.state, locale) == noted
-    assert narrate(without, s.state, locale) == plain
+    assert narrate(with_note, s.state, locale, rules=BUNDLED_RULES) == noted
+    assert narrate(without, s.state, locale, rules=BUNDLED_RULES) == plain
 
 
 def of_kind(events: list[ev.Event], kind: type[ev.Event]) -> list[ev.Event]:

@@ -8,7 +8,7 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from story import Story
-from turnkeeper_engine import NARRATOR, RuleError, decide, view
+from turnkeeper_engine import BUNDLED_RULES, NARRATOR, RuleError, SeededDice, decide, view
 from turnkeeper_engine import commands as c
 from turnkeeper_engine.decide import (
     MAX_COMBATANTS,
@@ -71,7 +71,13 @@ def test_a_hold_number_out_of_range_is_refused() -> None:
 def test_time_options_must_be_finite_and_in_range(value: float) -> None:
     from turnkeeper_engine import State, decide
 
-    refused = decide(State(), c.CreateCombat("x", "marvel", (("turn_time_limit", value),)), 0.0)
+    refused = decide(
+        State(),
+        c.CreateCombat("x", "marvel", (("turn_time_limit", value),)),
+        0.0,
+        dice=SeededDice(0),
+        rules=BUNDLED_RULES,
+    )
     assert not isinstance(refused, list)
     assert (refused.code, refused.field) == ("invalid_option", "options.turn_time_limit")
 
@@ -214,7 +220,9 @@ def brimful() -> Story:
 
 
 def _fits(s: Story, command: c.Command) -> bool:
-    return not isinstance(decide(s.state, command, s.now), RuleError)
+    return not isinstance(
+        decide(s.state, command, s.now, dice=SeededDice(0), rules=BUNDLED_RULES), RuleError
+    )
 
 
 def _noted(who: str, size: int) -> c.ApplyCondition:

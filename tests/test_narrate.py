@@ -14,7 +14,7 @@ import pytest
 from story import Story, player
 from turnkeeper import i18n
 from turnkeeper.narrate import narrate
-from turnkeeper_engine import RULESETS, State, evolve
+from turnkeeper_engine import BUNDLED_RULES, State, evolve
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts
@@ -28,7 +28,7 @@ def _told(story: Story, locale: str, since: int = 0) -> list[str]:
     state, lines = State(), []
     for i, event in enumerate(story.log):
         state = evolve(state, event)
-        line = narrate(event, state, locale)
+        line = narrate(event, state, locale, rules=BUNDLED_RULES)
         if line and i >= since:
             lines.append(line.strip())
     return lines
@@ -117,9 +117,7 @@ def test_every_command_an_undo_can_take_back_has_words() -> None:
 
 
 def test_every_action_kind_of_the_bundled_rulesets_has_words() -> None:
-    for name in RULESETS:
-        rules = RULESETS.get(name)
-        assert rules is not None
+    for name, rules in BUNDLED_RULES.rulesets.items():
         assert set(rules.catalogue) <= set(i18n.TERMS["action_kind"]), name
 
 

@@ -12,7 +12,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from turnkeeper_engine import NARRATOR, RULESETS, Actor, Engine, RuleError, SeededDice, State, fold
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    NARRATOR,
+    Actor,
+    Engine,
+    RuleError,
+    SeededDice,
+    State,
+    SystemDice,
+    fold,
+)
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
@@ -170,13 +180,13 @@ class CombatMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.engine = Engine()
+        self.engine = Engine(SystemDice(), rules=BUNDLED_RULES)
         self.now = 0.0
         self.log: list[ev.Event] = []
         self.effective: list[list[ev.Event]] = []
         self.history: list[State] = []
         self.next_id = 0
-        self.rules = RULESETS.get(self.ruleset)
+        self.rules = BUNDLED_RULES.ruleset(self.ruleset)
         assert self.rules is not None
 
     # ------------------------------------------------------------------------------- running
@@ -289,7 +299,7 @@ class CombatMachine(RuleBasedStateMachine):
         start: bool,
         data: st.DataObject,
     ) -> None:
-        self.engine = Engine(SeededDice(seed))
+        self.engine = Engine(SeededDice(seed), rules=BUNDLED_RULES)
         options: dict[str, Any] = {
             "turn_time_limit": limit,
             "turn_warning": TURN_WARNING,

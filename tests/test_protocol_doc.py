@@ -32,7 +32,7 @@ SOURCES = ("daemon/src", "sdk/src", "engine/src", "plugins")
 
 # Each constructor whose first argument is an error code, as a string literal.
 LITERAL_CODE = re.compile(
-    r"\b(?:_reject|Rejected|RuleError|RequestError|AuthError|StoreError|WireError|close_with"
+    r"\b(?:reject|Rejected|RuleError|RequestError|AuthError|StoreError|WireError|close_with"
     r"|ErrorBody|_error_note|_NotPlain)\(\s*[\"']([a-z][a-z0-9_]*)[\"']"
 )
 # The same constructors with a module constant instead (the wire codec's codes).

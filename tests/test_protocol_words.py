@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from daemon import Client, running
-from turnkeeper_engine import RULESETS
+from turnkeeper_engine import BUNDLED_RULES
 from turnkeeper_engine import commands as cmd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +21,7 @@ GENERATED = re.compile(r"^[A-Z]\w*\(\w+: ")
 def _sentence(summary: str) -> bool:
     # A ruleset's name may open it in lower case ("dnd3e: spend the full round...").
     opening = summary.split(":")[0]
-    return (summary[0].isupper() or opening in RULESETS) and summary.endswith(".")
+    return (summary[0].isupper() or opening in BUNDLED_RULES.rulesets) and summary.endswith(".")
 
 
 def test_hello_gives_every_method_a_sentence_of_its_own(tmp_path: Path) -> None:

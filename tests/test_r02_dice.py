@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from story import Story, of, player
-from turnkeeper_engine import Engine, SeededDice, SystemDice, fold
+from turnkeeper_engine import BUNDLED_RULES, Engine, SeededDice, SystemDice, decide, fold
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import Check, RollOff
@@ -94,7 +96,7 @@ def test_r2_replaying_events_never_rolls_again(ruleset: str) -> None:
 @pytest.mark.parametrize("ruleset", RULESETS)
 def test_r2_seeded_dice_are_reproducible(ruleset: str) -> None:
     def run(seed: int) -> list[ev.Event]:
-        engine = Engine(SeededDice(seed))
+        engine = Engine(SeededDice(seed), rules=BUNDLED_RULES)
         log: list[ev.Event] = []
         commands: list[c.Command] = [c.CreateCombat("seeded", ruleset)]
         commands += [c.AddCombatant(f"n{i}", f"N{i}") for i in range(8)]
@@ -113,8 +115,10 @@ def test_r2_seeded_dice_are_reproducible(ruleset: str) -> None:
     assert checks != [e.check.rolled for e in of(run(617), ev.InitiativeRolled)]
 
 
-def test_r2_the_default_dice_source_is_the_system_generator() -> None:
-    assert isinstance(Engine().dice, SystemDice)
+def test_r2_the_engine_never_rolls_on_its_own_and_system_dice_roll_every_face() -> None:
+    # No default: a caller always says which dice the engine rolls (the daemon, SystemDice).
+    for function in (decide, Engine):
+        assert inspect.signature(function).parameters["dice"].default is inspect.Parameter.empty
     faces = {SystemDice().roll(6) for _ in range(600)}
     assert faces == {1, 2, 3, 4, 5, 6}
 

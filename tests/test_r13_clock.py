@@ -11,7 +11,7 @@ import pytest
 
 import turnkeeper_engine
 from story import Story, names, of
-from turnkeeper_engine import Engine, RuleError, State, decide, fold
+from turnkeeper_engine import BUNDLED_RULES, Engine, RuleError, SeededDice, State, decide, fold
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 
@@ -83,8 +83,12 @@ def test_r13_turn_started_at_is_the_time_given() -> None:
 def test_r13_same_command_at_different_times_differs_only_in_time() -> None:
     s = dnd_story()
     state = s.state
-    early = turnkeeper_engine.decide(state, c.StartCombat(), 10.0)
-    late = turnkeeper_engine.decide(state, c.StartCombat(), 99.0)
+    early = turnkeeper_engine.decide(
+        state, c.StartCombat(), 10.0, dice=SeededDice(0), rules=BUNDLED_RULES
+    )
+    late = turnkeeper_engine.decide(
+        state, c.StartCombat(), 99.0, dice=SeededDice(0), rules=BUNDLED_RULES
+    )
     assert isinstance(early, list)
     assert isinstance(late, list)
     assert [e.name for e in early] == [e.name for e in late]
@@ -243,7 +247,7 @@ def test_r13_deadline_survives_a_restart() -> None:
     turn = restored.turn
     assert turn is not None
     assert (turn.deadline, turn.warn_at) == (1060.0, 1050.0)
-    engine = Engine(s.dice, restored)
+    engine = Engine(s.dice, restored, rules=BUNDLED_RULES)
     result = engine.handle(c.Tick(), 1060.0)
     assert isinstance(result, list)
     assert [e.name for e in result][:3] == [
@@ -399,7 +403,13 @@ def test_r13_a_held_turn_later_in_the_round_is_not_a_second_turn_start() -> None
 
 @pytest.mark.parametrize("limit", [0, 0.0, 0.999, -1.0, 86_400.5])
 def test_r13_a_turn_time_limit_outside_one_second_to_a_day_is_refused(limit: float) -> None:
-    created = decide(State(), c.CreateCombat("x", "dnd3e", (("turn_time_limit", limit),)), 0.0)
+    created = decide(
+        State(),
+        c.CreateCombat("x", "dnd3e", (("turn_time_limit", limit),)),
+        0.0,
+        dice=SeededDice(0),
+        rules=BUNDLED_RULES,
+    )
     assert isinstance(created, RuleError)
     assert (created.code, created.field) == ("invalid_option", "options.turn_time_limit")
 
@@ -416,5 +426,11 @@ def test_r13_a_turn_time_limit_outside_one_second_to_a_day_is_refused(limit: flo
     ],
 )
 def test_r13_time_options_from_their_minimum_are_accepted(name: str, value: float) -> None:
-    created = decide(State(), c.CreateCombat("x", "dnd3e", ((name, value),)), 0.0)
+    created = decide(
+        State(),
+        c.CreateCombat("x", "dnd3e", ((name, value),)),
+        0.0,
+        dice=SeededDice(0),
+        rules=BUNDLED_RULES,
+    )
     assert not isinstance(created, RuleError), created

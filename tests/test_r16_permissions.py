@@ -244,9 +244,9 @@ def test_r16_observer_is_read_only(actor: Actor) -> None:
 
 def test_r16_observer_cannot_create_a_combat() -> None:
     s = Story("marvel")
-    from turnkeeper_engine import Engine
+    from turnkeeper_engine import BUNDLED_RULES, Engine
 
-    engine = Engine(s.dice)
+    engine = Engine(s.dice, rules=BUNDLED_RULES)
     error = engine.handle(c.CreateCombat("x", "marvel"), 0.0, OBSERVER)
     assert not isinstance(error, list)
     assert (error.code, error.field) == ("forbidden", "actor")

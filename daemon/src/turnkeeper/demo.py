@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from turnkeeper_engine import State, evolve
+from turnkeeper_engine import BUNDLED_RULES, State, evolve
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.errors import Arg
@@ -145,7 +145,8 @@ class _Table:
         """Fold one event (its wire body, without ``combat`` and ``seq``) and narrate it."""
         event = event_from_plain(body)
         self.state = evolve(self.state, event)
-        line = narrate(event, self.state, self.locale)
+        # The scenes play the bundled rulesets only.
+        line = narrate(event, self.state, self.locale, rules=BUNDLED_RULES)
         if line:
             self.out(line)
         return event

@@ -25,8 +25,10 @@ import anyio
 import structlog
 
 from turnkeeper_engine import (
+    BUNDLED_RULES,
     Actor,
     DiceSource,
+    RuleBook,
     RuleError,
     State,
     SystemDice,
@@ -247,6 +249,8 @@ def _numbered(
     actor: Actor,
     plains: list[dict[str, Plain]] | None = None,
     locale: str | None = None,
+    *,
+    rules: RuleBook,
 ) -> list[Plain]:
     """Events as ``actor`` may see them, each with its sequence number, judged by what was
     hidden when each happened, not by ``state``, the latest (R16). ``plains`` are
@@ -261,7 +265,7 @@ def _numbered(
             body = plains[i] if plains is not None and seen is event else event_to_plain(seen)
             item: dict[str, Plain] = {"seq": seq, **body}
             if locale is not None:
-                item["summary"] = narrate(seen, told, locale)
+                item["summary"] = narrate(seen, told, locale, rules=rules)
             shown.append(item)
     return shown
 
@@ -275,7 +279,9 @@ def _packed(combat_id: str, shown: list[Plain]) -> list[bytes]:
 
 
 class Hub:
-    """Every combat of one daemon, its store, its dice and its clock."""
+    """Every combat of one daemon, its store, its dice, its rule book and its clock. The rule
+    book is ``rules`` if given, else the plugin host's (the bundled rules and what the plugins
+    added), else the bundled rules."""
 
     def __init__(
         self,
@@ -284,12 +290,17 @@ class Hub:
         clock: Callable[[], float] = time.time,
         snapshot_every: int = SNAPSHOT_EVERY,
         plugins: PluginHost | None = None,
+        rules: RuleBook | None = None,
     ) -> None:
         self.store = store
         self.plugins = plugins
         """Plugins' hooks run only while ``run_hooks`` runs."""
         self.snapshot_every = snapshot_every
         self.dice: DiceSource = dice or SystemDice()
+        self.rules: RuleBook = (
+            rules if rules is not None else plugins.rules if plugins is not None else BUNDLED_RULES
+        )
+        """What ``decide``, the plugins' views and narration play by."""
         self.clock = clock
         self.combats: dict[str, Combat] = {}
         self.ids: list[str] = []
@@ -628,7 +639,7 @@ class Hub:
 
     async def _prepare(self, combat: Combat, actor: Actor, command: cmd.Command) -> cmd.Command:
         assert self.plugins is not None
-        view = CombatView(combat.state, combat.seq)
+        view = CombatView(combat.state, combat.seq, self.rules)
         apply = partial(self._apply_plugins, combat)
         return await self.plugins.prepare(view, command, apply, actor)
 
@@ -720,7 +731,9 @@ class Hub:
         lock so the list is in commit order."""
         async with combat.lock:
             now = self.clock()
-            decided = decide(combat.state, command, now, actor=actor, dice=self.dice)
+            decided = decide(
+                combat.state, command, now, actor=actor, dice=self.dice, rules=self.rules
+            )
             if isinstance(decided, RuleError):
                 raise RequestError.relay(decided, decided.code, decided.field)
             if not decided:
@@ -735,7 +748,7 @@ class Hub:
             response: Plain = {
                 "combat": combat.id,
                 "seq": combat.seq + len(decided),
-                "events": _numbered(numbered, state, actor, plains),
+                "events": _numbered(numbered, state, actor, plains, rules=self.rules),
             }
             batch = Batch(
                 combat_id=combat.id,
@@ -776,7 +789,12 @@ class Hub:
             if audience not in packed:
                 try:
                     shown = _numbered(
-                        numbered, combat.state, subscriber.actor, plains, subscriber.narration
+                        numbered,
+                        combat.state,
+                        subscriber.actor,
+                        plains,
+                        subscriber.narration,
+                        rules=self.rules,
                     )
                     packed[audience] = _packed(combat.id, shown)
                 except Exception:
@@ -823,7 +841,7 @@ class Hub:
             # The last seq this page read: a page can show fewer events than it read (R16),
             # so the next page starts after ``until``, not after the last event shown.
             "until": stored[-1][0] if stored else after,
-            "events": _numbered(events, combat.state, actor, locale=locale),
+            "events": _numbered(events, combat.state, actor, locale=locale, rules=self.rules),
         }
 
     def told(self, combat_id: str, events: Plain, actor: Actor, locale: str) -> list[Plain]:
@@ -836,7 +854,8 @@ class Hub:
         for item in events:
             assert isinstance(item, dict)
             body = {k: v for k, v in item.items() if k != "seq"}
-            told.append({**item, "summary": narrate(event_from_plain(body), state, locale)})
+            summary = narrate(event_from_plain(body), state, locale, rules=self.rules)
+            told.append({**item, "summary": summary})
         return told
 
     def plugin_listing(self) -> Plain:
@@ -901,7 +920,13 @@ class Hub:
             except StoreError as e:
                 raise self._quarantine(combat, e) from e
             events = [(seq, event_from_plain(body)) for seq, body in stored]
-            shown = _numbered(events, combat.state, subscriber.actor, locale=subscriber.narration)
+            shown = _numbered(
+                events,
+                combat.state,
+                subscriber.actor,
+                locale=subscriber.narration,
+                rules=self.rules,
+            )
             packed = _packed(combat.id, shown)
             if len(packed) > subscriber.room():
                 raise RequestError(

@@ -162,7 +162,7 @@ SOURCES: tuple[tuple[str, str], ...] = (
 PYTHON_KEYWORDS: Mapping[str, tuple[int, ...]] = {
     # Errors: the template follows the code (PlainError has no code).
     "Rejected": (2,),
-    "_reject": (2,),
+    "reject": (2,),
     "RequestError": (2,),
     "AuthError": (2,),
     "StoreError": (2,),

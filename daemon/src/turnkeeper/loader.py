@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from turnkeeper_engine import BUNDLED_RULES
 from turnkeeper_sdk.plugins import DEFAULT_BUDGET, PluginHost, Report
 
 log = structlog.get_logger("turnkeeper.plugins")
@@ -65,8 +66,15 @@ def log_report(what: str, **details: Any) -> None:
 
 def load(choice: PluginChoice, report: Report = log_report) -> PluginHost:
     """A plugin host with every plugin ``choice`` names loaded (or listed as failed or
-    skipped)."""
-    host = PluginHost(budget=choice.budget, allow=choice.allow, block=choice.block, report=report)
+    skipped). Their rule book starts from the bundled rules: the daemon plays marvel and
+    dnd3e whichever plugins load, and the ``rulesets`` plugin only lists them."""
+    host = PluginHost(
+        budget=choice.budget,
+        allow=choice.allow,
+        block=choice.block,
+        report=report,
+        rules=BUNDLED_RULES,
+    )
     host.load_entry_points()
     for path in choice.paths:
         _load_path(host, path)

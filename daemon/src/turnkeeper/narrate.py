@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from turnkeeper_engine import RULESETS, State, d616_display
+from turnkeeper_engine import RuleBook, State, d616_display
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.errors import Arg
 from turnkeeper_engine.model import ActionSpec, Check, RollOff
@@ -21,12 +21,13 @@ from . import i18n
 
 
 class _Teller:
-    """One event's telling: the state for names, the locale for words."""
+    """One event's telling: the state for names, the locale and the ruleset for words."""
 
-    def __init__(self, state: State, locale: str) -> None:
+    def __init__(self, state: State, locale: str, book: RuleBook) -> None:
         self.state = state
         self.locale = locale
-        rules = RULESETS.get(state.ruleset)
+        self.book = book
+        rules = book.ruleset(state.ruleset)
         self.delays = rules is not None and not rules.holds_carry_over
         """A hold is a D&D 3e delay: it never lasts past the round."""
         self.readies = rules is not None and rules.reserve_mode == "ready"
@@ -97,7 +98,7 @@ def _rolloffs(s: _Teller, rolloffs: tuple[RollOff, ...]) -> str:
 
 
 def _created(s: _Teller, e: ev.CombatCreated) -> str:
-    rules = RULESETS.get(e.ruleset)
+    rules = s.book.ruleset(e.ruleset)
     title = rules.title if rules is not None else e.ruleset
     return "== " + s.say("Combat {id!r} ({ruleset})", id=e.combat_id, ruleset=title) + " =="
 
@@ -415,8 +416,11 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
 }
 
 
-def narrate(event: ev.Event, state: State, locale: str = i18n.DEFAULT) -> str | None:
+def narrate(
+    event: ev.Event, state: State, locale: str = i18n.DEFAULT, *, rules: RuleBook
+) -> str | None:
     """One line for ``event`` in ``locale``, or None for events a reader does not need
-    (bookkeeping). ``state`` is the state after the event, for names and the ruleset's words."""
+    (bookkeeping). ``state`` is the state after the event, for names; ``rules`` has its
+    ruleset, for the ruleset's own words."""
     tell = _TELL.get(type(event))
-    return tell(_Teller(state, locale), event) if tell else None
+    return tell(_Teller(state, locale, rules), event) if tell else None

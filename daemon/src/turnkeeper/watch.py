@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from turnkeeper_engine import RULESETS
+from turnkeeper_engine import BUNDLED_RULES
 from turnkeeper_engine.errors import Arg
 from turnkeeper_sdk.client import Client
 
@@ -46,7 +46,8 @@ def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT) -> str:
     by_id = {c["id"]: c for c in view["combatants"]}
     phase = view["phase"]
     round_no = view["round"]
-    rules = RULESETS.get(view["ruleset"])
+    # A client knows the rulesets Turnkeeper ships; another shows by its name, in marvel's words.
+    rules = BUNDLED_RULES.ruleset(view["ruleset"])
     title = rules.title if rules is not None else view["ruleset"]
     heading = f"{view['combat_id']} ({title}) — {i18n.term(locale, 'phase', phase)}"
     # The bonus round is its own phase, already named: only the rounds after it are numbered.

@@ -2,7 +2,8 @@
 
 ``decide(state, command, now)`` answers a command with events or a ``RuleError``;
 ``evolve(state, event)`` folds an event into the state. ``Engine`` wraps the two for callers
-that keep one combat in memory. Rulesets and condition types are registered by name.
+that keep one combat in memory. Rulesets and condition types come in a ``RuleBook`` the caller
+passes (``BUNDLED_RULES``: the ones Turnkeeper ships), and dice in a ``DiceSource``.
 """
 
 from __future__ import annotations
@@ -15,21 +16,22 @@ from .errors import RuleError
 from .evolve import UNDO_DEPTH, evolve, fold
 from .model import NARRATOR, Actor, State, next_deadline
 from .plain import PlainError, from_plain, to_plain
-from .registry import CONDITION_TYPES, ConditionType, Registry
-from .rulesets import RULESETS, Ruleset
+from .rulebook import BUNDLED_RULES, ConditionType, NameTakenError, RuleBook
+from .rulesets import ClaimOrder, Ruleset
 from .views import View, view, visible
 
 __all__ = [
-    "CONDITION_TYPES",
+    "BUNDLED_RULES",
     "NARRATOR",
-    "RULESETS",
     "UNDO_DEPTH",
     "Actor",
+    "ClaimOrder",
     "ConditionType",
     "DiceSource",
     "Engine",
+    "NameTakenError",
     "PlainError",
-    "Registry",
+    "RuleBook",
     "RuleError",
     "Ruleset",
     "SeededDice",

@@ -11,7 +11,6 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from contextvars import ContextVar
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -159,7 +158,7 @@ def from_shared(tp: type[T], data: Mapping[str, Any]) -> T:
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise PlainError("must be an array", "nodes")
-    return from_plain(tp, data.get("root"), "root", 0, _Shared(nodes))  # type: ignore[no-any-return]
+    return _decode(tp, data.get("root"), "root", 0, _Shared(nodes), True)  # type: ignore[no-any-return]
 
 
 class _Shared:
@@ -173,25 +172,19 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-_NEWER: ContextVar[bool] = ContextVar("turnkeeper_plain_newer", default=False)
-"""Set while decoding what a daemon sent (``from_newer``): unknown fields are skipped."""
+def from_plain(tp: Any, data: Any, *, strict: bool = True) -> Any:
+    """Decode ``data`` as a value of type ``tp``, or raise ``PlainError`` naming the field.
+
+    ``strict`` refuses a field ``tp`` does not have: what a client sends and what the store
+    holds is decoded so. A client decodes what a daemon sent with ``strict=False``, skipping
+    the fields it does not know: a newer daemon may add optional fields (protocol.md, API
+    contract), and a client must go on working."""
+    return _decode(tp, data, "", 0, None, strict)
 
 
-def from_newer(tp: type[T], data: Any) -> T:
-    """Decode a value a daemon sent, skipping fields this version does not know: a newer
-    daemon may add optional fields (protocol.md, API contract), and a client must go on
-    working. What a client sends is decoded with ``from_plain``, which refuses them."""
-    token = _NEWER.set(True)
-    try:
-        return typing.cast(T, from_plain(tp, data))
-    finally:
-        _NEWER.reset(token)
-
-
-def from_plain(
-    tp: Any, data: Any, field: str = "", depth: int = 0, shared: _Shared | None = None
+def _decode(
+    tp: Any, data: Any, field: str, depth: int, shared: _Shared | None, strict: bool
 ) -> Any:
-    """Decode ``data`` as a value of type ``tp``, or raise ``PlainError`` naming the field."""
     if depth > MAX_DEPTH:
         raise PlainError("nested too deeply", field)
     if tp in _SCALARS:
@@ -215,13 +208,13 @@ def from_plain(
             if option is type(None):
                 continue
             try:
-                return from_plain(option, data, field, depth + 1, shared)
+                return _decode(option, data, field, depth + 1, shared, strict)
             except PlainError as e:
                 errors.append(e)
         raise errors[0]
     if origin is tuple:
         if shared is not None and isinstance(data, Mapping):
-            return _shared_node(tp, data, field, depth, shared)
+            return _shared_node(tp, data, field, depth, shared, strict)
         if not isinstance(data, list | tuple):
             raise PlainError("must be an array", field)
         if len(args) == 2 and args[1] is Ellipsis:
@@ -233,7 +226,7 @@ def from_plain(
         decoded = []
         for i, (arg, v) in enumerate(items):
             try:
-                decoded.append(from_plain(arg, v, "", depth + 1, shared))
+                decoded.append(_decode(arg, v, "", depth + 1, shared, strict))
             except PlainError as e:
                 # Paths are built only on the way out of a failure, not for every value.
                 raise e.within(f"{field}[{i}]") from None
@@ -242,11 +235,11 @@ def from_plain(
         if not isinstance(data, list | tuple):
             raise PlainError("must be an array", field)
         (arg,) = args
-        return frozenset(from_plain(arg, v, f"{field}[]", depth + 1, shared) for v in data)
+        return frozenset(_decode(arg, v, f"{field}[]", depth + 1, shared, strict) for v in data)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if shared is not None:
-            return _shared_node(tp, data, field, depth, shared)
-        return _dataclass(tp, data, field, depth, None)
+            return _shared_node(tp, data, field, depth, shared, strict)
+        return _dataclass(tp, data, field, depth, None, strict)
     return _scalar(tp, data, field)
 
 
@@ -270,7 +263,7 @@ def _scalar(tp: Any, data: Any, field: str) -> Any:
     raise TypeError(f"no plain decoding for {tp!r}")
 
 
-def _shared_node(tp: Any, data: Any, field: str, depth: int, shared: _Shared) -> Any:
+def _shared_node(tp: Any, data: Any, field: str, depth: int, shared: _Shared, strict: bool) -> Any:
     """A model object or tuple stored once in ``to_shared`` data, decoded once."""
     ref = data.get(REF) if isinstance(data, Mapping) else None
     if isinstance(ref, bool) or not isinstance(ref, int) or not 0 <= ref < len(shared.nodes):
@@ -280,9 +273,9 @@ def _shared_node(tp: Any, data: Any, field: str, depth: int, shared: _Shared) ->
         if get_origin(tp) is tuple:
             if not isinstance(body, list):
                 raise PlainError("must be an array", path)
-            shared.decoded[ref] = from_plain(tp, body, path, depth + 1, shared)
+            shared.decoded[ref] = _decode(tp, body, path, depth + 1, shared, strict)
         else:
-            shared.decoded[ref] = _dataclass(tp, body, path, depth, shared)
+            shared.decoded[ref] = _dataclass(tp, body, path, depth, shared, strict)
     node = shared.decoded[ref]
     expected = tuple if get_origin(tp) is tuple else tp
     if not isinstance(node, expected):
@@ -304,13 +297,15 @@ def _layout(cls: type) -> tuple[tuple[str, Any, bool], ...]:
     )
 
 
-def _dataclass(tp: type[T], data: Any, field: str, depth: int, shared: _Shared | None) -> T:
+def _dataclass(
+    tp: type[T], data: Any, field: str, depth: int, shared: _Shared | None, strict: bool
+) -> T:
     if not isinstance(data, Mapping):
         raise PlainError("must be a map", field)
     cls = typing.cast(type, tp)
     layout = _layout(cls)
     names = _names_of(cls)
-    if not _NEWER.get():
+    if strict:
         for key in data:
             if key not in names:
                 raise PlainError("unknown field", f"{field}.{key}" if field else str(key))
@@ -318,7 +313,7 @@ def _dataclass(tp: type[T], data: Any, field: str, depth: int, shared: _Shared |
     for name, hint, required in layout:
         if name in data:
             try:
-                values[name] = from_plain(hint, data[name], "", depth + 1, shared)
+                values[name] = _decode(hint, data[name], "", depth + 1, shared, strict)
             except PlainError as e:
                 path = f"{field}.{name}" if field else name
                 raise e.within(path) from None

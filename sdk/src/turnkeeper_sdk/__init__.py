@@ -4,7 +4,8 @@
   :class:`CheckAdjustment`, the read-only :class:`CombatView`, the engine's command and
   event values they return and receive, and :func:`outcome` for outcomes told in the table's
   language.
-- Rulesets: the ruleset interface and registry (to add a game system), condition types.
+- Rulesets: the ruleset interface (to add a game system), condition types, and the
+  :class:`RuleBook` that holds them (:data:`BUNDLED_RULES`: the ones Turnkeeper ships).
 - Clients: the wire codec (:mod:`turnkeeper_sdk.wire`) and the clients
   (:mod:`turnkeeper_sdk.aio`, :mod:`turnkeeper_sdk.client`).
 - Bots: the :class:`Bot` base and :class:`SensibleBot`, a policy for any combatant.
@@ -20,10 +21,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from turnkeeper_engine import (
-    CONDITION_TYPES,
-    RULESETS,
+    BUNDLED_RULES,
     Actor,
     ConditionType,
+    RuleBook,
     RuleError,
     Ruleset,
     State,
@@ -62,8 +63,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CONDITION_TYPES",
-    "RULESETS",
+    "BUNDLED_RULES",
     "Actor",
     "AsyncClient",
     "Bot",
@@ -73,6 +73,7 @@ __all__ = [
     "CombatView",
     "ConditionType",
     "ConnectionLost",
+    "RuleBook",
     "RuleError",
     "Ruleset",
     "SensibleBot",

@@ -63,9 +63,9 @@ from typing import Any
 
 import anyio
 
-from turnkeeper_engine import View
+from turnkeeper_engine import BUNDLED_RULES, RuleBook, View
 from turnkeeper_engine.model import Combatant, Reservation, Turn, TurnRef, Window
-from turnkeeper_engine.plain import from_newer
+from turnkeeper_engine.plain import from_plain
 
 from .aio import AsyncClient, CombatSnapshot
 from .errors import CallError, ConnectionLost, TooFarBehindError
@@ -186,11 +186,21 @@ class Bot:
 
     ``combatants`` names the combatants to play; ``None`` plays those the session controls: a
     player's own combatants, or, connected as narrator, every narrator-run one (no controller).
+    ``rules`` is the rule book its views carry (``CombatView.rules``): the rulesets it knows how
+    to play; a bot for a ruleset a daemon's plugin adds passes a book that has it.
     """
 
-    def __init__(self, client: AsyncClient, combatants: Collection[str] | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        combatants: Collection[str] | None = None,
+        *,
+        rules: RuleBook = BUNDLED_RULES,
+    ) -> None:
         self.client = client
         """The session the bot plays through."""
+        self.rules = rules
+        """The rule book the bot's views carry."""
         self.refused: Counter[str] = Counter()
         """Refusals met so far, by error code (those in :data:`STALE` and any other)."""
         self._combatants = frozenset(combatants) if combatants is not None else None
@@ -293,7 +303,9 @@ class Bot:
 
     async def _drive(self, play: _Play, snapshot: CombatSnapshot) -> None:
         while True:
-            combat = CombatView(from_newer(View, snapshot["view"]), snapshot["seq"])
+            # A newer daemon may send fields this SDK does not know: skipped, not refused.
+            seen = from_plain(View, snapshot["view"], strict=False)
+            combat = CombatView(seen, snapshot["seq"], self.rules)
             if combat.phase == "ended":
                 await self.on_combat_end(combat)
                 return

@@ -46,11 +46,12 @@ import pluggy
 from anyio.lowlevel import EventLoopToken
 
 from turnkeeper_engine import (
-    CONDITION_TYPES,
+    BUNDLED_RULES,
     NARRATOR,
-    RULESETS,
     Actor,
     ConditionType,
+    NameTakenError,
+    RuleBook,
     RuleError,
     Ruleset,
     State,
@@ -62,7 +63,6 @@ from turnkeeper_engine import events as ev
 from turnkeeper_engine.dice import SeededDice
 from turnkeeper_engine.model import Role
 from turnkeeper_engine.plain import PlainError, command_from_plain, command_to_plain
-from turnkeeper_engine.registry import Registry
 
 from . import hookspecs
 from .hookspecs import DELEGATED_TAG, HOOKS, PROJECT, REGISTRATION_HOOKS, CheckAdjustment
@@ -198,10 +198,10 @@ _BEFORE: Mapping[type[cmd.Command], tuple[str, ...]] = {
 """The hooks that come before each command that has any."""
 
 
-def _refusal(state: State, command: cmd.Command, actor: Actor) -> RuleError | None:
+def _refusal(state: State, command: cmd.Command, actor: Actor, rules: RuleBook) -> RuleError | None:
     """Whether the engine would refuse ``command`` now: decided on throwaway dice and thrown
     away, so that hooks run only for a command that will be applied."""
-    decided = decide(state, command, 0.0, actor=actor, dice=SeededDice(0))
+    decided = decide(state, command, 0.0, actor=actor, dice=SeededDice(0), rules=rules)
     return decided if isinstance(decided, RuleError) else None
 
 
@@ -423,6 +423,10 @@ class PluginHost:
     """If set, only these entry points are loaded."""
     block: frozenset[str] = frozenset()
     report: Report = _log_report
+    rules: RuleBook = BUNDLED_RULES
+    """The rule book: the one the host is given, extended by the rulesets and condition types
+    each plugin contributes as it loads. Whoever runs the engine with these plugins passes it
+    on (to ``decide``, the views, narration)."""
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[LoadFailure] = field(default_factory=list)
     skipped: list[LoadFailure] = field(default_factory=list)
@@ -554,13 +558,10 @@ class PluginHost:
         return tuple(found)
 
     def _register_types(self, name: str) -> tuple[str, ...]:
-        """Rulesets and condition types come once, at load; a taken name is never replaced."""
+        """Rulesets and condition types come once, at load, into ``rules``; a name the book
+        gives to another item already is never replaced."""
         provides: list[str] = []
-        sources: tuple[tuple[str, Registry[Any]], ...] = (
-            ("turnkeeper_rulesets", RULESETS),
-            ("turnkeeper_condition_types", CONDITION_TYPES),
-        )
-        for hook, registry in sources:
+        for hook in ("turnkeeper_rulesets", "turnkeeper_condition_types"):
             for impl in getattr(self._manager.hook, hook).get_hookimpls():
                 if impl.plugin_name != name:
                     continue
@@ -574,14 +575,15 @@ class PluginHost:
                         self.report("plugin_bad_registration", plugin=name, item=repr(item))
                         continue
                     kind = "ruleset" if isinstance(item, Ruleset) else "condition"
-                    taken = registry.get(item.name)
-                    # The engine's own rulesets are importable without any plugin host; their
-                    # bundled plugin hands over the very same objects.
-                    if taken is not None and taken is not item:
+                    try:
+                        self.rules = (
+                            self.rules.with_rulesets((item,))
+                            if isinstance(item, Ruleset)
+                            else self.rules.with_condition_types((item,))
+                        )
+                    except NameTakenError:
                         self.report("plugin_name_taken", plugin=name, what=f"{kind}:{item.name}")
                         continue
-                    if taken is None:
-                        registry.register(item.name, item)
                     provides.append(f"{kind}:{item.name}")
         return tuple(provides)
 
@@ -823,7 +825,7 @@ class PluginHost:
         before = _BEFORE.get(type(command), ())
         if not any(getattr(self._manager.hook, hook).get_hookimpls() for hook in before):
             return command
-        if not isinstance(state, State) or _refusal(state, command, actor) is not None:
+        if not isinstance(state, State) or _refusal(state, command, actor, self.rules) is not None:
             return command
         if isinstance(command, cmd.RollInitiative):
             found = await self.adjustment(combat, command.combatant)
@@ -835,7 +837,7 @@ class PluginHost:
                 edges=command.edges + adjust.edges,
                 troubles=command.troubles + adjust.troubles,
             )
-            refused = _refusal(state, adjusted, actor)
+            refused = _refusal(state, adjusted, actor, self.rules)
             if refused is not None:
                 # The plugins' adjustment must not cost the client its roll.
                 self._refused(names, adjusted, combat.id, refused)
@@ -847,7 +849,7 @@ class PluginHost:
         for plugin, proposed in await self.before_start(combat):
             done = await self._submit(plugin, proposed, combat.id, apply)
             if done is not None:
-                combat = CombatView(done.after, done.seq)
+                combat = CombatView(done.after, done.seq, self.rules)
         groups: set[str] = set()
         for c in combat.active():
             if c.check is not None or (c.group is not None and c.group in groups):
@@ -860,7 +862,7 @@ class PluginHost:
                 roll = cmd.RollInitiative(c.id, edges=adjust.edges, troubles=adjust.troubles)
                 done = await self._submit(names, roll, combat.id, apply)
                 if done is not None:
-                    combat = CombatView(done.after, done.seq)
+                    combat = CombatView(done.after, done.seq, self.rules)
         await self.disable_failing(combat.id, apply)
         return command
 
@@ -923,9 +925,9 @@ class PluginHost:
         """Call the hooks ``applied``'s events stand for; return the commands plugins
         proposed, in order, each with its plugin's name."""
         after = applied.after
-        combat = CombatView(after, applied.seq)
+        combat = CombatView(after, applied.seq, self.rules)
         proposed: list[tuple[str, cmd.Command]] = []
-        for hook, kwargs in _hook_calls(applied):
+        for hook, kwargs in _hook_calls(applied, self.rules):
             outcomes = await self.call(
                 hook, after.combat_id, after.disabled_plugins, **kwargs, combat=combat
             )
@@ -1045,7 +1047,7 @@ class PluginHost:
             self.report("plugin_disabled", plugin=plugin, combat=combat_id, reason=reason)
 
 
-def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
+def _hook_calls(applied: Applied, rules: RuleBook) -> list[tuple[str, dict[str, Any]]]:
     """Which hooks the events of one command stand for, with their arguments. The events are
     replayed from the state before the command, so each hook sees its subject as it stood at
     its event: the turn just started, the window as it closed, the condition as it expired."""
@@ -1100,7 +1102,10 @@ def _hook_calls(applied: Applied) -> list[tuple[str, dict[str, Any]]]:
                     calls.append(
                         (
                             "on_trigger",
-                            {"window": still, "offered": CombatView(after, 0).offered(window)},
+                            {
+                                "window": still,
+                                "offered": CombatView(after, 0, rules).offered(window),
+                            },
                         )
                     )
             case ev.WindowClosed():

@@ -29,7 +29,7 @@ import random
 from collections.abc import Callable, Collection, Mapping
 from typing import Literal
 
-from turnkeeper_engine import RULESETS
+from turnkeeper_engine import BUNDLED_RULES, RuleBook
 from turnkeeper_engine.model import (
     ActionSpec,
     Combatant,
@@ -91,8 +91,9 @@ class SensibleBot(Bot):
         *,
         seed: int | None = None,
         words: Words = english,
+        rules: RuleBook = BUNDLED_RULES,
     ) -> None:
-        super().__init__(client, combatants)
+        super().__init__(client, combatants, rules=rules)
         self.random = random.Random(seed)
         """Every choice this bot makes comes from here."""
         self.words = words
@@ -125,7 +126,7 @@ class SensibleBot(Bot):
     # Callbacks -----------------------------------------------------------------------------
 
     async def on_my_turn(self, combat: CombatView, turn: Turn, combatant: Combatant) -> None:
-        rules = RULESETS.get(combat.ruleset)
+        rules = combat.rules
         ref = turn.ref
         enemies = self.enemies(combat, combatant)
         target = self.random.choice(enemies) if enemies else None
@@ -193,7 +194,7 @@ class SensibleBot(Bot):
                 combat.id, window=window.id, combatant=combatant.id, reservation=reservation.id
             )
             return
-        rules = RULESETS.get(combat.ruleset)
+        rules = combat.rules
         actor = self._foe(combat, combatant, window)
         stated = rules is not None and rules.reserve_mode == "reserve" and combatant.reaction
         if reservation is None and claim and stated and actor is not None:
@@ -206,7 +207,7 @@ class SensibleBot(Bot):
         await self.client.pass_reaction(combat.id, window=window.id, combatant=combatant.id)
 
     async def on_reaction_window(self, combat: CombatView, window: Window) -> None:
-        rules = RULESETS.get(combat.ruleset)
+        rules = combat.rules
         if rules is None or rules.reserve_mode != "reserve" or window.status != "open":
             return
         if self.random.random() >= self.join_chance:
@@ -245,7 +246,7 @@ class SensibleBot(Bot):
         # who come before this combatant's own place; else (a dnd3e delay) no plan: the floor.
         ids = [c.id for c in combat.order()]
         later = [c for c in others if ids.index(c.id) > ids.index(me.id)]
-        rules = RULESETS.get(combat.ruleset)
+        rules = combat.rules
         carries = rules is not None and rules.holds_carry_over
         if not later and not carries:
             await self.client.hold(combat.id, turn=ref)

@@ -25,7 +25,17 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
-from turnkeeper_engine import NARRATOR, Actor, DiceSource, RuleError, State, decide, evolve
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    NARRATOR,
+    Actor,
+    DiceSource,
+    RuleBook,
+    RuleError,
+    State,
+    decide,
+    evolve,
+)
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.dice import SeededDice
@@ -43,7 +53,8 @@ START_TIME = 1_000_000.0
 class Table:
     """One combat in process, with plugins. Commands go through the same steps as in the
     daemon: plugins' before hooks, the engine, then every hook the events stand for, and the
-    commands plugins propose, recorded as theirs."""
+    commands plugins propose, recorded as theirs. ``rules`` is the rule book the table starts
+    from; the plugins' rulesets and condition types are added to it, as in the daemon."""
 
     def __init__(
         self,
@@ -55,10 +66,11 @@ class Table:
         budget: float = DEFAULT_BUDGET,
         options: Mapping[str, OptionValue] | None = None,
         combat_id: str = "table",
+        rules: RuleBook = BUNDLED_RULES,
     ) -> None:
         self.problems: list[tuple[str, dict[str, Any]]] = []
         """What the host reported: failures, refusals, disabled plugins."""
-        self.host = PluginHost(budget=budget, report=self._report)
+        self.host = PluginHost(budget=budget, report=self._report, rules=rules)
         for name, plugin in (plugins or {}).items():
             if self.host.register(plugin, name) is None:
                 raise ValueError(f"plugin {name!r} did not load: {self.host.failures[-1].error}")
@@ -108,7 +120,9 @@ class Table:
         return self._commit(actor, command)
 
     def _commit(self, actor: Actor, command: cmd.Command) -> Applied | None:
-        decided = decide(self.state, command, self.now, actor=actor, dice=self.dice)
+        decided = decide(
+            self.state, command, self.now, actor=actor, dice=self.dice, rules=self.host.rules
+        )
         if isinstance(decided, RuleError):
             raise RefusedError(decided.code, decided.message, decided.field)
         if not decided:
@@ -150,7 +164,7 @@ class Table:
 
     @property
     def view(self) -> CombatView:
-        return CombatView(self.state, self.seq)
+        return CombatView(self.state, self.seq, self.host.rules)
 
     @property
     def events(self) -> list[ev.Event]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from turnkeeper_engine import State, View
+from turnkeeper_engine import RuleBook, Ruleset, State, View
 from turnkeeper_engine.commands import RecordOutcome
 from turnkeeper_engine.model import (
     Combatant,
@@ -33,10 +33,12 @@ from turnkeeper_engine.model import (
 @dataclass(frozen=True, slots=True)
 class CombatView:
     """One combat as a command left it, at sequence number ``seq``: the engine's whole ``State``
-    (plugins) or a role's ``View`` of it (bots, from ``get_combat``)."""
+    (plugins) or a role's ``View`` of it (bots, from ``get_combat``), with the rule book it is
+    played by (``book``: the daemon's for plugins, the bot's own for bots)."""
 
     state: State | View
     seq: int
+    book: RuleBook
 
     @property
     def id(self) -> str:
@@ -45,6 +47,11 @@ class CombatView:
     @property
     def ruleset(self) -> str:
         return self.state.ruleset
+
+    @property
+    def rules(self) -> Ruleset | None:
+        """The combat's ruleset, from the rule book; None if the book does not have it."""
+        return self.book.ruleset(self.state.ruleset)
 
     @property
     def phase(self) -> Phase:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Literal
 
+from .. import events as ev
 from ..dice import DiceSource, roll_d20
-from ..model import Check, Combatant, OptionValue
+from ..model import Check, Combatant, OptionValue, State, Window
 from .base import Ruleset
 
 DELAY_FLOOR_BASE = -10
@@ -44,11 +45,8 @@ class DnD3e(Ruleset):
     supplied_tie_order: ClassVar[bool] = False
     reserve_mode: ClassVar[Literal["reserve", "ready"]] = "ready"
     claim_costs_reaction: ClassVar[bool] = False
-    fresh_sequence_checks: ClassVar[bool] = False
-    readied_moves_initiative: ClassVar[bool] = True
     holds_carry_over: ClassVar[bool] = False
     refocus: ClassVar[bool] = True
-    mutual_after_higher_last: ClassVar[bool] = True
 
     def roll(
         self,
@@ -108,6 +106,47 @@ class DnD3e(Ruleset):
 
     def refocus_number(self, combatant: Combatant) -> int:
         return REFOCUS_ROLL + combatant.init_mod
+
+    def mutual_wait_priority(self, combatant: Combatant, hold_seq: int) -> tuple[int, ...]:
+        # R9: of two delayers each waiting for the other, the higher initiative bonus goes last.
+        return tuple(-k for k in self.holder_priority(combatant, hold_seq))
+
+    def readied_reaction(
+        self, state: State, readier: str, window: Window, reserved_round: int
+    ) -> list[ev.Event]:
+        return _readier_moves(state, readier, window, reserved_round)
+
+    def readied_pass(self, state: State, readier: str, window: Window) -> list[ev.Event]:
+        if readier not in window.offered:
+            return []
+        # R11: in a later round the trigger alone moves the readier up and costs its regular
+        # turn, "whether that action is taken or not".
+        for r in state.reservations:
+            if r.combatant == readier and r.round < (state.round or 0):
+                return [
+                    ev.ReservationUsed(readier, r.id),
+                    *_readier_moves(state, readier, window, r.round),
+                ]
+        return []
+
+
+def _readier_moves(state: State, readier: str, w: Window, reserved_round: int) -> list[ev.Event]:
+    """R11: the readier's place becomes immediately ahead of the triggering combatant, at its
+    count; in a later round, before its normal place, it also loses that round's regular turn."""
+    trigger_actor = w.facts.actor
+    if trigger_actor is None or trigger_actor == readier or trigger_actor not in state.order:
+        return []
+    other = state.get(trigger_actor)
+    assert other is not None
+    assert other.place is not None
+    rest = tuple(i for i in state.order if i != readier)
+    index = rest.index(trigger_actor)
+    order = (*rest[:index], readier, *rest[index:])
+    moved: list[ev.Event] = [ev.PlaceChanged(readier, other.place, order, "readied_action")]
+    round_no = state.round or 0
+    if reserved_round < round_no and readier not in state.reached:
+        moved.append(ev.TurnForgone(readier, round_no))
+    return moved
 
 
 DND3E = DnD3e()

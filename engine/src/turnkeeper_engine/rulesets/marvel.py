@@ -3,12 +3,13 @@ reserving (R3, R4, R6–R10, R12)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Literal
 
 from ..dice import DiceSource, roll_d616
-from ..model import Check, Combatant, OptionValue
-from .base import Ruleset
+from ..model import Check, Claim, Combatant, OptionValue
+from ..order import Unit, sort_units
+from .base import ClaimOrder, Ruleset
 
 
 class Marvel(Ruleset):
@@ -31,11 +32,10 @@ class Marvel(Ruleset):
     }
     rolloff_sides: ClassVar[int] = 6
     supplied_tie_order: ClassVar[bool] = True
-    bonus_round: ClassVar[bool] = True
     surprise: ClassVar[bool] = True
     reserve_mode: ClassVar[Literal["reserve", "ready"]] = "reserve"
     claim_costs_reaction: ClassVar[bool] = True
-    fresh_sequence_checks: ClassVar[bool] = True
+    claim_faces: ClassVar[bool] = True
     holds_carry_over: ClassVar[bool] = True
 
     def roll(
@@ -70,6 +70,32 @@ class Marvel(Ruleset):
 
     def holder_priority(self, combatant: Combatant, hold_seq: int) -> tuple[int, ...]:
         return (hold_seq,)
+
+    def bonus_round(self, order: Sequence[Combatant]) -> tuple[str, ...]:
+        # R7: every active combatant whose check was Fantastic, unless it is surprised (R8).
+        return tuple(
+            c.id
+            for c in order
+            if c.status == "active"
+            and c.check is not None
+            and c.check.fantastic
+            and not c.surprised
+        )
+
+    def order_claims(
+        self, claims: Sequence[tuple[Combatant, Claim]], order: tuple[str, ...], dice: DiceSource
+    ) -> ClaimOrder:
+        if len(claims) < 2:
+            return super().order_claims(claims, order, dice)
+        # R12: a fresh check for everyone involved, for this sequence only; no bonus round.
+        checks: list[tuple[str, Check]] = []
+        units = []
+        for c, claim in claims:
+            check = self.roll(c, dice, faces=claim.faces, supplied_by=claim.supplied_by)
+            checks.append((c.id, check))
+            units.append(Unit((c.id,), self.tie_key(c, check.total, check.fantastic)))
+        ordered, rolloffs = sort_units(units, dice, self.rolloff_sides)
+        return ClaimOrder(tuple(u.members[0] for u in ordered), tuple(checks), tuple(rolloffs))
 
 
 MARVEL = Marvel()

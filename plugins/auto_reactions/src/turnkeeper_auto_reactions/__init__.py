@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from turnkeeper_engine import RULESETS, Ruleset
+from turnkeeper_engine import Ruleset
 from turnkeeper_engine.commands import AnnounceTrigger, ClaimReaction, Command, PassReaction
 from turnkeeper_engine.model import (
     ActionSpec,
@@ -124,10 +124,6 @@ def _fits(reservation: Reservation, facts: TriggerFacts) -> bool:
     return reservation.combatant != facts.actor and predicate.matches(facts)
 
 
-def _rules(combat: CombatView) -> Ruleset | None:
-    return RULESETS.get(combat.ruleset)
-
-
 def _can_stand(rules: Ruleset | None, combatant: Combatant) -> bool:
     """Whether a combatant may react with a standing reaction now."""
     return (
@@ -151,7 +147,7 @@ def _standing_claim(
     combat: CombatView, window: Window, combatant: Combatant
 ) -> ClaimReaction | None:
     """The claim of a standing reaction the window's moment calls for, if any."""
-    rules = _rules(combat)
+    rules = combat.rules
     facts = window.facts
     reaction = _standing_for(combat, rules, combatant, facts)
     if rules is None or reaction is None:
@@ -191,7 +187,7 @@ class AutoReactionsPlugin:
             action.zone,
             f"standing reactions to {combatant.name}'s {action.kind}",
         )
-        rules = _rules(combat)
+        rules = combat.rules
         reactors = tuple(
             c.id for c in combat.order() if _standing_for(combat, rules, c, facts) is not None
         )

@@ -1,0 +1,31 @@
+"""Time passing (R13): turn timers' warnings and expiry, and reaction windows' deadlines."""
+
+from __future__ import annotations
+
+from .. import commands as cmd
+from .. import events as ev
+from .context import Ctx
+from .flow import close_now, end_turn_now
+from .holds import hold_now
+
+
+def tick(ctx: Ctx, c: cmd.Tick) -> None:
+    """``tick``: time passed; what came due (a window's deadline, a turn timer) happens."""
+    w = ctx.state.window
+    if w is not None and w.has_deadline and w.status == "open" and ctx.now >= w.deadline:
+        close_now(ctx, "deadline")
+    turn = ctx.state.turn
+    if turn is None or ctx.state.window is not None:
+        return
+    if turn.warn_at is not None and not turn.warned and ctx.now >= turn.warn_at:
+        assert turn.deadline is not None
+        ctx.emit(ev.TurnTimerWarning(turn.combatant, turn.round, turn.deadline))
+    if turn.deadline is not None and ctx.now >= turn.deadline:
+        expiry = str(ctx.opts.get("turn_expiry"))
+        can_hold = not turn.acted and turn.kind != "floor"
+        action = "hold" if expiry == "hold" and can_hold else "end_turn"
+        ctx.emit(ev.TurnTimerExpired(turn.combatant, turn.round, action))
+        if action == "hold":
+            hold_now(ctx, None)
+        else:
+            end_turn_now(ctx, "timer")
