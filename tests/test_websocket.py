@@ -26,6 +26,7 @@ from story import NARRATOR, Story, player
 from turnkeeper.host import _numbered
 from turnkeeper.server import MAX_WEB_CONNECTIONS
 from turnkeeper.websocket import HANDSHAKE_TIMEOUT, HEAD_IDLE_TIMEOUT, MAX_HEAD_BYTES
+from turnkeeper_engine import BUNDLED_RULES
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 
@@ -364,15 +365,15 @@ def test_r16_a_hidden_combatants_turn_is_not_told_to_players_as_resuming() -> No
     s.do(c.StartCombat())
     assert s.current == "sly"
     ended = [(99, ev.SequenceEnded("w1"))]
-    (mine,) = _numbered(ended, s.state, NARRATOR, locale="en")
-    (theirs,) = _numbered(ended, s.state, player("u1"), locale="en")
+    (mine,) = _numbered(ended, s.state, NARRATOR, locale="en", rules=BUNDLED_RULES)
+    (theirs,) = _numbered(ended, s.state, player("u1"), locale="en", rules=BUNDLED_RULES)
     assert isinstance(mine, dict)
     assert isinstance(theirs, dict)
     assert "resumes" in str(mine["summary"])
     assert theirs["summary"] is None
     # Only the hidden one claimed: the player's sequence is empty, and nothing is told of it.
     ordered = [(98, ev.SequenceOrdered("w1", (), (), ()))]
-    (line,) = _numbered(ordered, s.state, player("u1"), locale="en")
+    (line,) = _numbered(ordered, s.state, player("u1"), locale="en", rules=BUNDLED_RULES)
     assert isinstance(line, dict)
     assert line["summary"] is None
 

@@ -1,5 +1,6 @@
 """Reaction windows answered (R11, R12): triggers announced, reactions claimed and passed,
-windows closed by the narrator, and reactions finished; a readied action moving its readier."""
+windows closed by the narrator, and reactions finished, with what the ruleset makes of a
+reserved action taken or a trigger let pass (``readied_reaction``, ``readied_pass``)."""
 
 from __future__ import annotations
 
