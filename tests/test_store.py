@@ -63,6 +63,12 @@ def reopen(data_dir: Path) -> Store:
     return Store.open(data_dir)
 
 
+def loaded(store: Store) -> list[LoadedCombat]:
+    """Every combat in creation order, as start-up finds each (``Hub.recover`` reads the
+    summaries' list of combats, then loads them one at a time)."""
+    return [store.load_one(combat_id) for combat_id, _ in store.summaries()]
+
+
 def logged(store: Store, combat: LoadedCombat) -> list[tuple[int, dict[str, Any]]]:
     """The events a rebuild of ``combat`` replays: those after its snapshot."""
     return list(
@@ -87,7 +93,7 @@ async def test_committed_events_survive_a_reopen(tmp_path: Path) -> None:
     store.close()
 
     store = reopen(tmp_path / "data")
-    [combat] = store.load()
+    [combat] = loaded(store)
     events = logged(store, combat)
     store.close()
     assert (combat.combat_id, combat.ruleset, combat.created_at) == ("c1", "marvel", 1000.0)
@@ -138,9 +144,9 @@ async def test_concurrent_commits_all_land_in_fewer_transactions(tmp_path: Path)
         for i in range(combats):
             tg.start_soon(store.commit, batch(f"c{i}", 1, 2, create=True))
     assert 1 <= store.transactions < combats
-    loaded = list(store.load())
-    assert sorted(c.combat_id for c in loaded) == sorted(f"c{i}" for i in range(combats))
-    assert all(logged(store, c) == [(1, event(1)), (2, event(2))] for c in loaded)
+    found = loaded(store)
+    assert sorted(c.combat_id for c in found) == sorted(f"c{i}" for i in range(combats))
+    assert all(logged(store, c) == [(1, event(1)), (2, event(2))] for c in found)
     store.close()
 
 
@@ -174,9 +180,9 @@ async def test_a_duplicate_seq_is_a_conflict_for_its_own_batch_only(tmp_path: Pa
         "unknown combat": "conflict",
         "combat twice": "conflict",
     }
-    loaded = {c.combat_id: logged(store, c) for c in store.load()}
+    logs = {c.combat_id: logged(store, c) for c in loaded(store)}
     store.close()
-    assert loaded == {"c1": [(1, event(1)), (2, event(2)), (3, event(3))], "c2": [(1, event(1))]}
+    assert logs == {"c1": [(1, event(1)), (2, event(2)), (3, event(3))], "c2": [(1, event(1))]}
 
 
 @pytest.mark.anyio
@@ -191,9 +197,9 @@ async def test_a_remembered_request_answers_after_a_reopen(tmp_path: Path) -> No
     assert e.value.code == "conflict"
 
     store = reopen(tmp_path)
-    assert store.lookup_request("alice", "r1") == ("c1", response)
-    assert store.lookup_request("bob", "r1") is None
-    [combat] = store.load()
+    assert await store.lookup_request("alice", "r1") == ("c1", response)
+    assert await store.lookup_request("bob", "r1") is None
+    [combat] = loaded(store)
     assert logged(store, combat) == [(1, event(1))]
     store.close()
 
@@ -207,7 +213,7 @@ async def test_an_unreadable_last_event_fails_the_replay_and_keeps_its_seq(tmp_p
     corrupt(tmp_path, "c1", 3)
 
     store = reopen(tmp_path)
-    [combat] = store.load()
+    [combat] = loaded(store)
     assert (combat.quarantined, combat.last) == (None, 3)  # no body is read to load it
     with pytest.raises(StoreError) as unreadable:
         logged(store, combat)
@@ -235,7 +241,7 @@ async def test_garbage_or_a_gap_mid_log_is_found_in_that_combat_only(tmp_path: P
         db.execute("DELETE FROM events WHERE combat_id = 'gap' AND seq = 2")
 
     store = reopen(tmp_path)
-    bad, good, gap = store.load()
+    bad, good, gap = loaded(store)
     assert bad.combat_id == "bad"
     with pytest.raises(StoreError) as unreadable:
         logged(store, bad)
@@ -257,7 +263,7 @@ async def test_a_full_disk_fails_the_whole_transaction_and_keeps_nothing(tmp_pat
             await store.commit(batch("c1", 2, 50, pad="x" * 2000))
         assert e.value.code == "store_full"
         await store.commit(batch("c1", 2))  # small enough: the store still works
-    [combat] = store.load()
+    [combat] = loaded(store)
     assert logged(store, combat) == [(1, event(1)), (2, event(2))]
     store.close()
 
@@ -324,7 +330,7 @@ async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_
         reader.execute("COMMIT")
         await store.commit(batch("c1", seq))  # let go of, the WAL is checkpointed: room again
         assert wal.stat().st_size <= share
-    [combat] = store.load()
+    [combat] = loaded(store)
     assert [s for s, _ in logged(store, combat)] == list(range(1, seq + 1))
     store.close()
     reader.close()
@@ -367,7 +373,7 @@ async def test_stop_commits_what_was_queued_then_refuses(tmp_path: Path) -> None
     with pytest.raises(StoreError) as e:
         await store.commit(batch("late", 1, create=True))
     assert e.value.code == "store_failed"
-    assert len(list(store.load())) == len(results) == 20
+    assert len(loaded(store)) == len(results) == 20
     store.close()
 
 
@@ -412,8 +418,8 @@ async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
         await store.commit(batch("c1", 1, create=True, request=("old", "r"), at=1.0))
         for seq in range(2, 6):
             await store.commit(batch("c1", seq, request=("busy", f"r{seq}"), at=day + seq))
-    assert store.lookup_request("old", "r") is None
-    assert [store.lookup_request("busy", f"r{seq}") is not None for seq in range(2, 6)] == [
+    assert await store.lookup_request("old", "r") is None
+    assert [await store.lookup_request("busy", f"r{seq}") is not None for seq in range(2, 6)] == [
         False,
         False,
         True,
@@ -436,7 +442,7 @@ async def test_load_starts_after_the_snapshot_and_an_unreadable_one_is_passed_ov
         db.execute("INSERT INTO snapshots VALUES ('broken', 1, ?)", (b"\xc1",))
 
     store = reopen(tmp_path)
-    snap, broken = store.load()
+    snap, broken = loaded(store)
     assert snap.snapshot == (2, {"round": 2})
     assert logged(store, snap) == [(3, event(3)), (4, event(4))]
     assert list(store.replay("snap", 0)) == [(n, event(n)) for n in range(1, 5)]
@@ -464,7 +470,7 @@ async def test_a_gap_before_the_snapshot_quarantines_an_unreadable_event_is_foun
     corrupt(tmp_path, "unreadable", 1)
 
     store = reopen(tmp_path)
-    unreadable, gap, short = store.load()
+    unreadable, gap, short = loaded(store)
     # Loading reads no body before the snapshot: the rows are counted. Reading one (history)
     # finds it unreadable.
     assert (unreadable.quarantined, logged(store, unreadable)) == (None, [(5, event(5))])
