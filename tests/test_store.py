@@ -3,11 +3,13 @@ commands share transactions, and a failed or refused batch never leaves a part b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -504,3 +506,159 @@ async def test_a_crashed_committer_still_answers_the_batch_it_took(tmp_path: Pat
             tg.start_soon(commit)
     store.close()
     assert codes == ["store_failed"]
+
+
+def forget_all_requests(data_dir: Path) -> None:
+    """Delete every remembered request from the database, behind the store's back: what is
+    still answered then comes from its memory."""
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db, db:
+        db.execute("DELETE FROM requests")
+
+
+@pytest.mark.anyio
+async def test_a_retry_is_answered_from_memory_newest_kept_per_principal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "MAX_RECENT_PER_PRINCIPAL", 2)
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response=1))
+        for seq in range(2, 5):
+            await store.commit(batch("c1", seq, request=("alice", f"r{seq}"), response=seq))
+        await store.commit(batch("c1", 5, request=("bob", "r1"), response=5))
+        # Past the memory, the database answers (in a worker thread).
+        assert await store.lookup_request("alice", "r1") == ("c1", 1)
+        forget_all_requests(tmp_path)
+        assert [await store.lookup_request("alice", f"r{n}") for n in range(1, 5)] == [
+            None,
+            None,
+            ("c1", 3),
+            ("c1", 4),
+        ]
+        assert await store.lookup_request("bob", "r1") == ("c1", 5)  # alice's took none of it
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_the_recent_answers_are_bounded_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = len(msgpack.packb({"result": "x" * 100})) + store_module.RECENT_ENTRY_BYTES
+    monkeypatch.setattr(store_module, "MAX_RECENT_BYTES", 3 * size)
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        for seq in range(2, 8):
+            principal = ("alice", "bob", "carol")[seq % 3]
+            request = (principal, f"r{seq}")
+            await store.commit(batch("c1", seq, request=request, response={"result": "x" * 100}))
+        forget_all_requests(tmp_path)
+        answered = [
+            seq
+            for seq in range(2, 8)
+            if await store.lookup_request(("alice", "bob", "carol")[seq % 3], f"r{seq}")
+        ]
+    store.close()
+    assert answered == [5, 6, 7]
+
+
+@pytest.mark.anyio
+async def test_a_request_id_never_stored_is_ruled_out_without_reading_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(tmp_path)
+    read: list[tuple[str, str]] = []
+    stored_request = store._stored_request
+
+    def counted(principal: str, request_id: str) -> Any:
+        read.append((principal, request_id))
+        return stored_request(principal, request_id)
+
+    monkeypatch.setattr(store, "_stored_request", counted)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response=1))
+        assert [await store.lookup_request("alice", f"new-{n}") for n in range(200)] == [None] * 200
+        assert await store.lookup_request("alice", "r1") == ("c1", 1)  # from memory
+    store.close()
+    # A filter may say "maybe" for an id never stored (rarely): the database then says no.
+    assert len(read) <= 2
+
+
+@pytest.mark.anyio
+async def test_a_request_remembered_before_a_restart_is_found_once_the_filter_is_built(
+    tmp_path: Path,
+) -> None:
+    """After a restart memory is empty: the filter, built from the database before the first
+    transaction, sends a retry of an older request to the database, which answers it."""
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response="one"))
+    store.close()
+
+    store = reopen(tmp_path)
+    async with running(store):
+        assert await store.lookup_request("alice", "r1") == ("c1", "one")  # no filter yet
+        await store.commit(batch("c1", 2, request=("alice", "r2"), response="two"))
+        assert await store.lookup_request("alice", "r1") == ("c1", "one")
+        assert await store.lookup_request("alice", "r2") == ("c1", "two")
+        assert await store.lookup_request("alice", "r3") is None
+        with pytest.raises(StoreError) as again:
+            await store.commit(batch("c1", 3, request=("alice", "r1"), response="again"))
+    store.close()
+    assert again.value.code == "conflict"
+
+
+@pytest.mark.anyio
+async def test_one_request_id_twice_in_a_group_refuses_the_second_batch_alone(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    outcomes: dict[str, str] = {}
+
+    async def commit(name: str, b: Batch) -> None:
+        try:
+            await store.commit(b)
+            outcomes[name] = "ok"
+        except StoreError as e:
+            outcomes[name] = e.code
+
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        before = store.transactions
+        async with anyio.create_task_group() as tg:  # queued together: one transaction
+            tg.start_soon(commit, "first", batch("c1", 2, request=("alice", "r"), response=1))
+            tg.start_soon(commit, "other", batch("c2", 1, create=True))
+            tg.start_soon(commit, "second", batch("c1", 3, request=("alice", "r"), response=2))
+        assert store.transactions == before + 1
+        assert await store.lookup_request("alice", "r") == ("c1", 1)
+    assert outcomes == {"first": "ok", "other": "ok", "second": "conflict"}
+    assert [s for s, _ in logged(store, store.load_one("c1"))] == [1, 2]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_is_encoded_in_the_committers_thread_and_a_failing_one_left_out(
+    tmp_path: Path,
+) -> None:
+    loop_thread = threading.get_ident()
+    encoded_in: list[int] = []
+
+    def snapshot() -> Any:
+        encoded_in.append(threading.get_ident())
+        return {"round": 3}
+
+    def broken() -> Any:
+        raise ValueError("cannot encode")
+
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, 3, create=True))
+        await store.commit(dataclasses.replace(batch("c1", 4), snapshot=snapshot))
+        with capture_logs() as logs:
+            await store.commit(dataclasses.replace(batch("c1", 5), snapshot=broken))
+    [combat] = loaded(store)
+    store.close()
+    assert len(encoded_in) == 1
+    assert loop_thread not in encoded_in
+    assert [e["event"] for e in logs] == ["snapshot_not_encoded"]
+    assert (combat.snapshot, combat.last) == ((4, {"round": 3}), 5)
