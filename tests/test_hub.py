@@ -379,3 +379,37 @@ async def test_unsubscribing_leaves_the_combats_followed_and_no_other(tmp_path: 
         assert other.sent != []
         await store.stop()
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_retry_sent_while_the_first_is_still_looked_up_gets_the_first_answer(
+    tmp_path: Path,
+) -> None:
+    """After a restart a request id is looked up in the database, in a worker thread: the
+    same request sent twice meanwhile runs once, and both get its answer."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "create")
+        await store.stop()
+    store.close()
+
+    again = Hub(Store.open(tmp_path))
+    answers: list[Any] = []
+
+    async def add() -> None:
+        answers.append(await again.execute("p", NARRATOR, "k", c.AddCombatant("x", "X"), "add"))
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.store.run)
+        await again.recover()
+        seq = again.combats["k"].seq
+        async with anyio.create_task_group() as both:
+            both.start_soon(add)
+            both.start_soon(add)
+        await again.store.stop()
+    again.store.close()
+    assert answers[0] == answers[1]
+    assert answers[0]["seq"] == again.combats["k"].seq > seq
+    assert len(again.combats["k"].state.combatants) == 1

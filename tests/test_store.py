@@ -662,3 +662,20 @@ async def test_a_snapshot_is_encoded_in_the_committers_thread_and_a_failing_one_
     assert loop_thread not in encoded_in
     assert [e["event"] for e in logs] == ["snapshot_not_encoded"]
     assert (combat.snapshot, combat.last) == ((4, {"round": 3}), 5)
+
+
+@pytest.mark.anyio
+async def test_the_filter_rebuilt_from_the_database_still_finds_every_stored_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "FILTER_REBUILD_KEYS", 2)
+    monkeypatch.setattr(store_module, "MAX_RECENT_PER_PRINCIPAL", 1)  # memory holds the last
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        for seq in range(2, 10):
+            await store.commit(batch("c1", seq, request=("alice", f"r{seq}"), response=seq))
+        found = [await store.lookup_request("alice", f"r{seq}") for seq in range(2, 10)]
+        assert await store.lookup_request("alice", "r10") is None
+    store.close()
+    assert found == [("c1", seq) for seq in range(2, 10)]

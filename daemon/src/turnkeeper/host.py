@@ -544,19 +544,21 @@ class Hub:
         fingerprint = _fingerprint(combat_id, actor, command)
         while key in self._in_flight:
             await self._in_flight[key].wait()
-        remembered = await self.store.lookup_request(principal, request_id)
-        if remembered is not None:
-            stored = remembered[1]
-            if stored.get("fingerprint") != fingerprint:
-                raise RequestError(
-                    "request_id_reused",
-                    "this request_id was used for a different command",
-                    "request_id",
-                )
-            return stored["result"]  # type: ignore[no-any-return]
+        # In flight from here: the lookup may wait for a database read, and a retry arriving
+        # meanwhile must wait for this one's answer, not run beside it.
         done = anyio.Event()
         self._in_flight[key] = done
         try:
+            remembered = await self.store.lookup_request(principal, request_id)
+            if remembered is not None:
+                stored = remembered[1]
+                if stored.get("fingerprint") != fingerprint:
+                    raise RequestError(
+                        "request_id_reused",
+                        "this request_id was used for a different command",
+                        "request_id",
+                    )
+                return stored["result"]  # type: ignore[no-any-return]
             return await self._execute((key, fingerprint), actor, combat_id, command)
         finally:
             del self._in_flight[key]

@@ -288,7 +288,19 @@ class _Filter:
 
     def __init__(self) -> None:
         self._bits = bytearray(FILTER_BITS // 8)
-        self.added = 0
+        self._added = 0
+        self._built_with = 0
+        """Request ids the filter was built with: those stored then, some pruned since."""
+
+    def built(self) -> None:
+        """Mark the ids added so far as those the database held when the filter was built."""
+        self._built_with = self._added
+
+    @property
+    def worn(self) -> bool:
+        """Whether ``FILTER_REBUILD_KEYS`` ids were added since it was built: time to build it
+        again from the database, without the ids pruned since."""
+        return self._added - self._built_with > FILTER_REBUILD_KEYS
 
     @staticmethod
     def _probes(principal: str, request_id: str) -> Iterator[int]:
@@ -305,7 +317,7 @@ class _Filter:
         bits = self._bits
         for at in self._probes(principal, request_id):
             bits[at >> 3] |= 1 << (at & 7)
-        self.added += 1
+        self._added += 1
 
     def maybe(self, principal: str, request_id: str) -> bool:
         bits = self._bits
@@ -640,7 +652,7 @@ class Store:
                 for pending in group:
                     pending.error = full
                 return
-        if self._filter is None or self._filter.added > FILTER_REBUILD_KEYS:
+        if self._filter is None or self._filter.worn:
             self._filter = self._build_filter()
         for pending in group:
             self._encode_snapshot(pending)
@@ -780,6 +792,7 @@ class Store:
         ) as rows:
             for principal, request_id in rows:
                 built.add(principal, request_id)
+        built.built()
         return built
 
     def _remember(self, group: Sequence[_Pending]) -> None:
