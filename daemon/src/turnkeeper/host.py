@@ -165,7 +165,7 @@ class Subscriber(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Combat:
     id: str
     state: State
@@ -213,6 +213,11 @@ class _Rebuilt:
     snapshot_seq: int
     quarantined: str | None = None
     fresh: bool = False
+
+
+_UNBUILT = State()
+"""The state of every combat known only from its summary (states are immutable, so one serves
+them all): a hundred thousand combats start without a hundred thousand empty states."""
 
 
 def _summary(state: State, seq: int) -> dict[str, Plain]:
@@ -344,7 +349,7 @@ class Hub:
         for combat_id, summary in self.store.summaries():
             if isinstance(summary, dict) and isinstance(summary.get("seq"), int):
                 self.combats[combat_id] = Combat(
-                    combat_id, State(), summary["seq"], loaded=False, summary=summary
+                    combat_id, _UNBUILT, summary["seq"], loaded=False, summary=summary
                 )
             else:
                 combat = Combat(combat_id, State(), 0, loaded=False)
