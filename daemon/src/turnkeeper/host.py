@@ -1054,10 +1054,13 @@ class Hub:
                     try:
                         await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
                         spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
-                        # A due tick that records nothing (the engine's rules found nothing to
-                        # do at that deadline) is tried again later, not spun on.
-                        wait = spent if c.seq > seq else CLOCK_RETRY_SECONDS
-                        c.clock_after = self.clock() + wait
+                        c.clock_after = self.clock() + spent
+                        still = self._due(c)
+                        if c.seq == seq and still is not None and still <= self.clock():
+                            # The tick found nothing to do at a deadline still due (the
+                            # engine's rules and ``next_deadline`` disagree): the heap would
+                            # hand it straight back, so it is tried again later, not spun on.
+                            c.clock_after = self.clock() + CLOCK_RETRY_SECONDS
                     except Exception:
                         # One combat's failed tick must not stop the clock, let alone the
                         # daemon; a store that fails now may recover, so no spinning meanwhile.
