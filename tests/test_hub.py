@@ -22,6 +22,7 @@ from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.model import TriggerFacts, TurnRef
 from turnkeeper_engine.plain import from_shared, to_shared
 
 
@@ -226,3 +227,189 @@ def test_r16_a_line_never_borrows_the_name_of_a_combatant_hidden_now() -> None:
         }
         assert "Assassin" not in " ".join(str(text) for text in lines.values())
         assert rolled[0] in lines
+
+
+class _Now:
+    """A clock the test moves by hand."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def _started(hub: Hub, combat: str, **options: float) -> None:
+    """a (18) then b (6), marvel, started at the hub's time."""
+    create = c.CreateCombat(combat, "marvel", options=tuple(options.items()))
+    await hub.execute("p", NARRATOR, combat, create, f"{combat}-create")
+    for who, faces in (("a", (6, 6, 6)), ("b", (2, 2, 2))):
+        await hub.execute("p", NARRATOR, combat, c.AddCombatant(who, who), f"{combat}-{who}")
+        roll = c.RollInitiative(who, faces=faces)
+        await hub.execute("p", NARRATOR, combat, roll, f"{combat}-roll-{who}")
+    await hub.execute("p", NARRATOR, combat, c.StartCombat(), f"{combat}-start")
+
+
+async def _until_changed(hub: Hub, combat: str, seq: int) -> None:
+    with anyio.fail_after(CALL_TIMEOUT):
+        while hub.combats[combat].seq == seq:
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_r13_the_clock_follows_a_deadline_that_moves_later_or_disappears(
+    tmp_path: Path,
+) -> None:
+    """The clock's heap holds each combat at the deadline its last command left: a turn ended
+    early is ticked at the next turn's deadline, an ended combat never."""
+    now = _Now(1000.0)
+    store = Store.open(tmp_path)
+    hub = Hub(store, clock=now)
+    timed = {"turn_time_limit": 1.0, "turn_warning": 0.0}
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for combat in ("due", "later", "gone"):
+            await _started(hub, combat, **timed)  # each turn's deadline: 1001.0
+        tg.start_soon(hub.run_clock)
+        now.t = 1000.5
+        end = c.EndTurn(TurnRef(1, "a"))
+        await hub.execute("p", NARRATOR, "later", end, "later-end")  # b's turn: until 1001.5
+        await hub.execute("p", NARRATOR, "gone", c.EndCombat(), "gone-end")
+        seqs = {combat: hub.combats[combat].seq for combat in hub.combats}
+        now.t = 1001.2
+        await _until_changed(hub, "due", seqs["due"])
+        await anyio.wait_all_tasks_blocked()  # the clock asleep again: its pass is over
+        assert hub.combats["later"].seq == seqs["later"]
+        now.t = 1001.6
+        await _until_changed(hub, "later", seqs["later"])
+        await anyio.wait_all_tasks_blocked()
+        assert hub.combats["gone"].seq == seqs["gone"]
+        tg.cancel_scope.cancel()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_r13_a_deadline_sooner_than_the_clock_sleeps_until_wakes_it(tmp_path: Path) -> None:
+    """The clock sleeps until the soonest deadline on its heap; a command that brings one
+    sooner (a window of 1 s opened in a turn of a day) wakes it."""
+    now = _Now(1000.0)
+    store = Store.open(tmp_path)
+    hub = Hub(store, clock=now)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await _started(hub, "k", turn_time_limit=86400.0, window_deadline=1.0)
+        tg.start_soon(hub.run_clock)
+        await anyio.wait_all_tasks_blocked()  # asleep until the turn's end, a day away
+        announce = c.AnnounceTrigger(TriggerFacts("announced", "b"))
+        await hub.execute("p", NARRATOR, "k", announce, "k-announce")
+        assert hub.combats["k"].state.window is not None
+        now.t = 1001.5
+        with anyio.fail_after(CALL_TIMEOUT):
+            while hub.combats["k"].state.window is not None:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_the_clocks_heap_stays_bounded_however_often_a_deadline_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each move leaves an outdated entry behind; past one per combat and the slack, the heap
+    is rebuilt from the live entries."""
+    monkeypatch.setattr(host, "CLOCK_HEAP_SLACK", 4)
+    now = _Now(1000.0)
+    store = Store.open(tmp_path)
+    hub = Hub(store, clock=now)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await _started(hub, "k", turn_time_limit=60.0)
+        for n in range(30):
+            now.t += 1.0
+            turn = hub.combats["k"].state.turn
+            assert turn is not None
+            end = c.EndTurn(TurnRef(turn.round, turn.combatant))
+            await hub.execute("p", NARRATOR, "k", end, f"end-{n}")
+            assert len(hub._deadlines) <= 2 * len(hub.combats) + 4
+        await store.stop()
+    store.close()
+
+
+class _Follower:
+    """A subscriber that keeps what it is sent."""
+
+    actor = NARRATOR
+    narration: str | None = None
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def deliver(self, data: bytes) -> bool:
+        self.sent.append(data)
+        return True
+
+    def room(self) -> int:
+        return 1000
+
+
+@pytest.mark.anyio
+async def test_unsubscribing_leaves_the_combats_followed_and_no_other(tmp_path: Path) -> None:
+    """A disconnect ends the subscriber's subscriptions, whatever number of combats the
+    daemon holds; another subscriber of the same combat keeps its own."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    one, other = _Follower(), _Follower()
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for n in range(40):
+            await hub.execute("p", NARRATOR, f"c{n}", c.CreateCombat(f"c{n}", "marvel"), f"r{n}")
+        for combat in ("c3", "c7"):
+            await hub.subscribe(combat, one, hub.combats[combat].seq)
+        await hub.subscribe("c3", other, hub.combats["c3"].seq)
+        hub.unsubscribe(one, "c3")
+        assert hub.combats["c3"].subscribers == {other}
+        assert hub.combats["c7"].subscribers == {one}
+        hub.unsubscribe(one, "nowhere")  # not followed: nothing to do
+        hub.unsubscribe(one)
+        assert all(one not in combat.subscribers for combat in hub.combats.values())
+        assert hub.combats["c3"].subscribers == {other}
+        await hub.execute("p", NARRATOR, "c7", c.AddCombatant("k", "K"), "add")
+        assert one.sent == []
+        await hub.execute("p", NARRATOR, "c3", c.AddCombatant("k", "K"), "add-3")
+        assert other.sent != []
+        await store.stop()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_retry_sent_while_the_first_is_still_looked_up_gets_the_first_answer(
+    tmp_path: Path,
+) -> None:
+    """After a restart a request id is looked up in the database, in a worker thread: the
+    same request sent twice meanwhile runs once, and both get its answer."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "create")
+        await store.stop()
+    store.close()
+
+    again = Hub(Store.open(tmp_path))
+    answers: list[Any] = []
+
+    async def add() -> None:
+        answers.append(await again.execute("p", NARRATOR, "k", c.AddCombatant("x", "X"), "add"))
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.store.run)
+        await again.recover()
+        seq = again.combats["k"].seq
+        async with anyio.create_task_group() as both:
+            both.start_soon(add)
+            both.start_soon(add)
+        await again.store.stop()
+    again.store.close()
+    assert answers[0] == answers[1]
+    assert answers[0]["seq"] == again.combats["k"].seq > seq
+    assert len(again.combats["k"].state.combatants) == 1

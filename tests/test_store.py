@@ -3,11 +3,13 @@ commands share transactions, and a failed or refused batch never leaves a part b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,12 @@ def reopen(data_dir: Path) -> Store:
     return Store.open(data_dir)
 
 
+def loaded(store: Store) -> list[LoadedCombat]:
+    """Every combat in creation order, as start-up finds each (``Hub.recover`` reads the
+    summaries' list of combats, then loads them one at a time)."""
+    return [store.load_one(combat_id) for combat_id, _ in store.summaries()]
+
+
 def logged(store: Store, combat: LoadedCombat) -> list[tuple[int, dict[str, Any]]]:
     """The events a rebuild of ``combat`` replays: those after its snapshot."""
     return list(
@@ -87,7 +95,7 @@ async def test_committed_events_survive_a_reopen(tmp_path: Path) -> None:
     store.close()
 
     store = reopen(tmp_path / "data")
-    [combat] = store.load()
+    [combat] = loaded(store)
     events = logged(store, combat)
     store.close()
     assert (combat.combat_id, combat.ruleset, combat.created_at) == ("c1", "marvel", 1000.0)
@@ -138,9 +146,9 @@ async def test_concurrent_commits_all_land_in_fewer_transactions(tmp_path: Path)
         for i in range(combats):
             tg.start_soon(store.commit, batch(f"c{i}", 1, 2, create=True))
     assert 1 <= store.transactions < combats
-    loaded = list(store.load())
-    assert sorted(c.combat_id for c in loaded) == sorted(f"c{i}" for i in range(combats))
-    assert all(logged(store, c) == [(1, event(1)), (2, event(2))] for c in loaded)
+    found = loaded(store)
+    assert sorted(c.combat_id for c in found) == sorted(f"c{i}" for i in range(combats))
+    assert all(logged(store, c) == [(1, event(1)), (2, event(2))] for c in found)
     store.close()
 
 
@@ -174,9 +182,9 @@ async def test_a_duplicate_seq_is_a_conflict_for_its_own_batch_only(tmp_path: Pa
         "unknown combat": "conflict",
         "combat twice": "conflict",
     }
-    loaded = {c.combat_id: logged(store, c) for c in store.load()}
+    logs = {c.combat_id: logged(store, c) for c in loaded(store)}
     store.close()
-    assert loaded == {"c1": [(1, event(1)), (2, event(2)), (3, event(3))], "c2": [(1, event(1))]}
+    assert logs == {"c1": [(1, event(1)), (2, event(2)), (3, event(3))], "c2": [(1, event(1))]}
 
 
 @pytest.mark.anyio
@@ -191,9 +199,9 @@ async def test_a_remembered_request_answers_after_a_reopen(tmp_path: Path) -> No
     assert e.value.code == "conflict"
 
     store = reopen(tmp_path)
-    assert store.lookup_request("alice", "r1") == ("c1", response)
-    assert store.lookup_request("bob", "r1") is None
-    [combat] = store.load()
+    assert await store.lookup_request("alice", "r1") == ("c1", response)
+    assert await store.lookup_request("bob", "r1") is None
+    [combat] = loaded(store)
     assert logged(store, combat) == [(1, event(1))]
     store.close()
 
@@ -207,7 +215,7 @@ async def test_an_unreadable_last_event_fails_the_replay_and_keeps_its_seq(tmp_p
     corrupt(tmp_path, "c1", 3)
 
     store = reopen(tmp_path)
-    [combat] = store.load()
+    [combat] = loaded(store)
     assert (combat.quarantined, combat.last) == (None, 3)  # no body is read to load it
     with pytest.raises(StoreError) as unreadable:
         logged(store, combat)
@@ -235,7 +243,7 @@ async def test_garbage_or_a_gap_mid_log_is_found_in_that_combat_only(tmp_path: P
         db.execute("DELETE FROM events WHERE combat_id = 'gap' AND seq = 2")
 
     store = reopen(tmp_path)
-    bad, good, gap = store.load()
+    bad, good, gap = loaded(store)
     assert bad.combat_id == "bad"
     with pytest.raises(StoreError) as unreadable:
         logged(store, bad)
@@ -257,7 +265,7 @@ async def test_a_full_disk_fails_the_whole_transaction_and_keeps_nothing(tmp_pat
             await store.commit(batch("c1", 2, 50, pad="x" * 2000))
         assert e.value.code == "store_full"
         await store.commit(batch("c1", 2))  # small enough: the store still works
-    [combat] = store.load()
+    [combat] = loaded(store)
     assert logged(store, combat) == [(1, event(1)), (2, event(2))]
     store.close()
 
@@ -324,7 +332,7 @@ async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_
         reader.execute("COMMIT")
         await store.commit(batch("c1", seq))  # let go of, the WAL is checkpointed: room again
         assert wal.stat().st_size <= share
-    [combat] = store.load()
+    [combat] = loaded(store)
     assert [s for s, _ in logged(store, combat)] == list(range(1, seq + 1))
     store.close()
     reader.close()
@@ -367,7 +375,7 @@ async def test_stop_commits_what_was_queued_then_refuses(tmp_path: Path) -> None
     with pytest.raises(StoreError) as e:
         await store.commit(batch("late", 1, create=True))
     assert e.value.code == "store_failed"
-    assert len(list(store.load())) == len(results) == 20
+    assert len(loaded(store)) == len(results) == 20
     store.close()
 
 
@@ -412,8 +420,8 @@ async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
         await store.commit(batch("c1", 1, create=True, request=("old", "r"), at=1.0))
         for seq in range(2, 6):
             await store.commit(batch("c1", seq, request=("busy", f"r{seq}"), at=day + seq))
-    assert store.lookup_request("old", "r") is None
-    assert [store.lookup_request("busy", f"r{seq}") is not None for seq in range(2, 6)] == [
+    assert await store.lookup_request("old", "r") is None
+    assert [await store.lookup_request("busy", f"r{seq}") is not None for seq in range(2, 6)] == [
         False,
         False,
         True,
@@ -436,7 +444,7 @@ async def test_load_starts_after_the_snapshot_and_an_unreadable_one_is_passed_ov
         db.execute("INSERT INTO snapshots VALUES ('broken', 1, ?)", (b"\xc1",))
 
     store = reopen(tmp_path)
-    snap, broken = store.load()
+    snap, broken = loaded(store)
     assert snap.snapshot == (2, {"round": 2})
     assert logged(store, snap) == [(3, event(3)), (4, event(4))]
     assert list(store.replay("snap", 0)) == [(n, event(n)) for n in range(1, 5)]
@@ -464,7 +472,7 @@ async def test_a_gap_before_the_snapshot_quarantines_an_unreadable_event_is_foun
     corrupt(tmp_path, "unreadable", 1)
 
     store = reopen(tmp_path)
-    unreadable, gap, short = store.load()
+    unreadable, gap, short = loaded(store)
     # Loading reads no body before the snapshot: the rows are counted. Reading one (history)
     # finds it unreadable.
     assert (unreadable.quarantined, logged(store, unreadable)) == (None, [(5, event(5))])
@@ -498,3 +506,176 @@ async def test_a_crashed_committer_still_answers_the_batch_it_took(tmp_path: Pat
             tg.start_soon(commit)
     store.close()
     assert codes == ["store_failed"]
+
+
+def forget_all_requests(data_dir: Path) -> None:
+    """Delete every remembered request from the database, behind the store's back: what is
+    still answered then comes from its memory."""
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db, db:
+        db.execute("DELETE FROM requests")
+
+
+@pytest.mark.anyio
+async def test_a_retry_is_answered_from_memory_newest_kept_per_principal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "MAX_RECENT_PER_PRINCIPAL", 2)
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response=1))
+        for seq in range(2, 5):
+            await store.commit(batch("c1", seq, request=("alice", f"r{seq}"), response=seq))
+        await store.commit(batch("c1", 5, request=("bob", "r1"), response=5))
+        # Past the memory, the database answers (in a worker thread).
+        assert await store.lookup_request("alice", "r1") == ("c1", 1)
+        forget_all_requests(tmp_path)
+        assert [await store.lookup_request("alice", f"r{n}") for n in range(1, 5)] == [
+            None,
+            None,
+            ("c1", 3),
+            ("c1", 4),
+        ]
+        assert await store.lookup_request("bob", "r1") == ("c1", 5)  # alice's took none of it
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_the_recent_answers_are_bounded_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = len(msgpack.packb({"result": "x" * 100})) + store_module.RECENT_ENTRY_BYTES
+    monkeypatch.setattr(store_module, "MAX_RECENT_BYTES", 3 * size)
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        for seq in range(2, 8):
+            principal = ("alice", "bob", "carol")[seq % 3]
+            request = (principal, f"r{seq}")
+            await store.commit(batch("c1", seq, request=request, response={"result": "x" * 100}))
+        forget_all_requests(tmp_path)
+        answered = [
+            seq
+            for seq in range(2, 8)
+            if await store.lookup_request(("alice", "bob", "carol")[seq % 3], f"r{seq}")
+        ]
+    store.close()
+    assert answered == [5, 6, 7]
+
+
+@pytest.mark.anyio
+async def test_a_request_id_never_stored_is_ruled_out_without_reading_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(tmp_path)
+    read: list[tuple[str, str]] = []
+    stored_request = store._stored_request
+
+    def counted(principal: str, request_id: str) -> Any:
+        read.append((principal, request_id))
+        return stored_request(principal, request_id)
+
+    monkeypatch.setattr(store, "_stored_request", counted)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response=1))
+        assert [await store.lookup_request("alice", f"new-{n}") for n in range(200)] == [None] * 200
+        assert await store.lookup_request("alice", "r1") == ("c1", 1)  # from memory
+    store.close()
+    # A filter may say "maybe" for an id never stored (rarely): the database then says no.
+    assert len(read) <= 2
+
+
+@pytest.mark.anyio
+async def test_a_request_remembered_before_a_restart_is_found_once_the_filter_is_built(
+    tmp_path: Path,
+) -> None:
+    """After a restart memory is empty: the filter, built from the database before the first
+    transaction, sends a retry of an older request to the database, which answers it."""
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response="one"))
+    store.close()
+
+    store = reopen(tmp_path)
+    async with running(store):
+        assert await store.lookup_request("alice", "r1") == ("c1", "one")  # no filter yet
+        await store.commit(batch("c1", 2, request=("alice", "r2"), response="two"))
+        assert await store.lookup_request("alice", "r1") == ("c1", "one")
+        assert await store.lookup_request("alice", "r2") == ("c1", "two")
+        assert await store.lookup_request("alice", "r3") is None
+        with pytest.raises(StoreError) as again:
+            await store.commit(batch("c1", 3, request=("alice", "r1"), response="again"))
+    store.close()
+    assert again.value.code == "conflict"
+
+
+@pytest.mark.anyio
+async def test_one_request_id_twice_in_a_group_refuses_the_second_batch_alone(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    outcomes: dict[str, str] = {}
+
+    async def commit(name: str, b: Batch) -> None:
+        try:
+            await store.commit(b)
+            outcomes[name] = "ok"
+        except StoreError as e:
+            outcomes[name] = e.code
+
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        before = store.transactions
+        async with anyio.create_task_group() as tg:  # queued together: one transaction
+            tg.start_soon(commit, "first", batch("c1", 2, request=("alice", "r"), response=1))
+            tg.start_soon(commit, "other", batch("c2", 1, create=True))
+            tg.start_soon(commit, "second", batch("c1", 3, request=("alice", "r"), response=2))
+        assert store.transactions == before + 1
+        assert await store.lookup_request("alice", "r") == ("c1", 1)
+    assert outcomes == {"first": "ok", "other": "ok", "second": "conflict"}
+    assert [s for s, _ in logged(store, store.load_one("c1"))] == [1, 2]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_is_encoded_in_the_committers_thread_and_a_failing_one_left_out(
+    tmp_path: Path,
+) -> None:
+    loop_thread = threading.get_ident()
+    encoded_in: list[int] = []
+
+    def snapshot() -> Any:
+        encoded_in.append(threading.get_ident())
+        return {"round": 3}
+
+    def broken() -> Any:
+        raise ValueError("cannot encode")
+
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, 3, create=True))
+        await store.commit(dataclasses.replace(batch("c1", 4), snapshot=snapshot))
+        with capture_logs() as logs:
+            await store.commit(dataclasses.replace(batch("c1", 5), snapshot=broken))
+    [combat] = loaded(store)
+    store.close()
+    assert len(encoded_in) == 1
+    assert loop_thread not in encoded_in
+    assert [e["event"] for e in logs] == ["snapshot_not_encoded"]
+    assert (combat.snapshot, combat.last) == ((4, {"round": 3}), 5)
+
+
+@pytest.mark.anyio
+async def test_the_filter_rebuilt_from_the_database_still_finds_every_stored_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "FILTER_REBUILD_KEYS", 2)
+    monkeypatch.setattr(store_module, "MAX_RECENT_PER_PRINCIPAL", 1)  # memory holds the last
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        for seq in range(2, 10):
+            await store.commit(batch("c1", seq, request=("alice", f"r{seq}"), response=seq))
+        found = [await store.lookup_request("alice", f"r{seq}") for seq in range(2, 10)]
+        assert await store.lookup_request("alice", "r10") is None
+    store.close()
+    assert found == [("c1", seq) for seq in range(2, 10)]

@@ -11,6 +11,8 @@ import bisect
 import dataclasses
 import gc
 import hashlib
+import heapq
+import itertools
 import json
 import math
 import threading
@@ -19,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 import structlog
@@ -99,6 +101,11 @@ recorded before that minimum) would otherwise write thousands a second. After a 
 recorded n events the combat's next tick waits n / this many seconds: a deadline due meanwhile
 is deferred, never dropped, and that tick applies it (and all else due) late."""
 
+CLOCK_HEAP_SLACK = 1024
+"""Outdated entries the clock's heap may hold beyond one per combat before it is rebuilt from
+the live ones: a deadline that moves leaves its old entry behind (dropped when it comes up), and
+a deadline moved later again and again would otherwise grow the heap with every command."""
+
 CLOCK_ACTOR = Actor("narrator", None, "clock")
 """The daemon's own clock acts as narrator when it lets time pass (R13)."""
 
@@ -160,7 +167,7 @@ class Subscriber(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Combat:
     id: str
     state: State
@@ -179,6 +186,12 @@ class Combat:
     summary: dict[str, Plain] | None = None
     clock_after: float = 0.0
     """The clock ticks this combat no earlier than this (``MAX_CLOCK_EVENTS_PER_SECOND``)."""
+    clock_due: float | None = None
+    """When the clock's heap holds this combat due (its next deadline, not before
+    ``clock_after``), or None when it is not on the heap."""
+    clock_ticket: int = 0
+    """The ticket of this combat's one live entry on the clock's heap: entries with another
+    are outdated, and dropped when they come up."""
     hooks_due: deque[tuple[Applied, bool]] = field(default_factory=deque)
     """Committed commands whose plugin hooks have not run yet, in commit order, each with
     whether it holds a place in its worker's ``HOOK_QUEUE`` (a client's command does). The
@@ -194,14 +207,19 @@ class _AbandonedError(Exception):
 
 @dataclass(frozen=True)
 class _Rebuilt:
-    """What a rebuild (in a worker thread) found: the state at ``seq``, and ``fresh``, the
-    state as plain data when the combat is worth a new snapshot (see ``Hub._rebuild``)."""
+    """What a rebuild (in a worker thread) found: the state at ``seq``, and ``fresh``, whether
+    that state is worth a new snapshot (see ``Hub._rebuild``)."""
 
     state: State
     seq: int
     snapshot_seq: int
     quarantined: str | None = None
-    fresh: Any = None
+    fresh: bool = False
+
+
+_UNBUILT = State()
+"""The state of every combat known only from its summary (states are immutable, so one serves
+them all): a hundred thousand combats start without a hundred thousand empty states."""
 
 
 def _summary(state: State, seq: int) -> dict[str, Plain]:
@@ -306,9 +324,19 @@ class Hub:
         self.ids: list[str] = []
         """Every combat's id, sorted: pages of combats are read from it by id (code points)."""
         self.everywhere: set[Subscriber] = set()
+        self._following: dict[Subscriber, set[str]] = {}
+        """The combats each subscriber follows (``subscribe``), so that a disconnect leaves
+        them without a walk over every combat; an entry per subscriber that follows any."""
         self._creating = anyio.Lock()
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
         self._wake = anyio.Event()
+        self._deadlines: list[tuple[float, int, Combat]] = []
+        """The clock's heap: (due, ticket, combat), the live entry of a combat being the one
+        whose ticket it holds (``Combat.clock_ticket``); at most one live entry per combat."""
+        self._tickets = itertools.count(1)
+        self._clock_sleeps_until = -math.inf
+        """The due time the clock sleeps until; -inf while it is not asleep (it reads the
+        heap before it sleeps again)."""
         self._workers = HOOK_WORKERS
         self._ready: list[dict[str, Combat]] = [{} for _ in range(self._workers)]
         """Combats with hooks due, by worker, oldest first: one entry per combat, so bounded
@@ -332,13 +360,15 @@ class Hub:
         for combat_id, summary in self.store.summaries():
             if isinstance(summary, dict) and isinstance(summary.get("seq"), int):
                 self.combats[combat_id] = Combat(
-                    combat_id, State(), summary["seq"], loaded=False, summary=summary
+                    combat_id, _UNBUILT, summary["seq"], loaded=False, summary=summary
                 )
             else:
                 combat = Combat(combat_id, State(), 0, loaded=False)
                 await self._load_once(combat)
                 self.combats[combat_id] = combat
         self.ids = sorted(self.combats)
+        for combat in self.combats.values():
+            self._deadline_moved(combat)
 
     async def warm(self) -> None:
         """Rebuild every combat not yet rebuilt, one at a time, while requests are served."""
@@ -371,7 +401,8 @@ class Hub:
             finally:
                 combat.loading = None
                 done.set()
-            self._wake.set()  # the clock knows its deadline from its state now
+                # Rebuilt, its deadline comes from its state; abandoned, from its summary still.
+                self._deadline_moved(combat)
 
     def _loads(self) -> anyio.CapacityLimiter:
         if self._limiter is None:  # made on first use: a limiter belongs to a running loop
@@ -401,7 +432,7 @@ class Hub:
             quarantined = f"seq {seq + 1} is missing (the last command stored reached {claimed})"
         if quarantined is not None:
             log.error("combat_quarantined", combat=combat.id, reason=quarantined)
-        elif rebuilt.fresh is not None:
+        elif rebuilt.fresh:
             # Through the committer like any snapshot, and before any command on the combat
             # (they wait for this rebuild), so it is of the log as it ends; refused otherwise.
             fresh = Batch(
@@ -412,7 +443,7 @@ class Hub:
                 request=None,
                 response=None,
                 at=self.clock(),
-                snapshot=rebuilt.fresh,
+                snapshot=partial(to_shared, rebuilt.state),
                 summary=_summary(rebuilt.state, seq),
             )
             try:
@@ -492,8 +523,7 @@ class Hub:
                 State(), 0, 0, f"seq {seq + 1} is missing (the log reached {loaded.last})"
             )
         long_replay = seq - snapshot_seq >= self.snapshot_every
-        fresh = to_shared(state) if seq > 0 and (passed_over or long_replay) else None
-        return _Rebuilt(state, seq, snapshot_seq, fresh=fresh)
+        return _Rebuilt(state, seq, snapshot_seq, fresh=seq > 0 and (passed_over or long_replay))
 
     # --------------------------------------------------------------------------- commands
 
@@ -512,6 +542,7 @@ class Hub:
         """Quarantine a served combat whose stored log turned out unreadable where a read
         reached it (history, a catch-up): its answer is the refusal to raise."""
         combat.quarantined = error.message
+        self._deadline_moved(combat)
         log.error("combat_quarantined", combat=combat.id, reason=error.message)
         return RequestError("combat_quarantined", "{reason}", "combat", reason=error.message)
 
@@ -529,19 +560,21 @@ class Hub:
         fingerprint = _fingerprint(combat_id, actor, command)
         while key in self._in_flight:
             await self._in_flight[key].wait()
-        remembered = self.store.lookup_request(principal, request_id)
-        if remembered is not None:
-            stored = remembered[1]
-            if stored.get("fingerprint") != fingerprint:
-                raise RequestError(
-                    "request_id_reused",
-                    "this request_id was used for a different command",
-                    "request_id",
-                )
-            return stored["result"]  # type: ignore[no-any-return]
+        # In flight from here: the lookup may wait for a database read, and a retry arriving
+        # meanwhile must wait for this one's answer, not run beside it.
         done = anyio.Event()
         self._in_flight[key] = done
         try:
+            remembered = await self.store.lookup_request(principal, request_id)
+            if remembered is not None:
+                stored = remembered[1]
+                if stored.get("fingerprint") != fingerprint:
+                    raise RequestError(
+                        "request_id_reused",
+                        "this request_id was used for a different command",
+                        "request_id",
+                    )
+                return stored["result"]  # type: ignore[no-any-return]
             return await self._execute((key, fingerprint), actor, combat_id, command)
         finally:
             del self._in_flight[key]
@@ -758,7 +791,7 @@ class Hub:
                 request=request[0] if request else None,
                 response={"fingerprint": request[1], "result": response} if request else None,
                 at=now,
-                snapshot=to_shared(state) if snapshot else None,
+                snapshot=partial(to_shared, state) if snapshot else None,
                 summary=_summary(state, last),
             )
             try:
@@ -769,7 +802,7 @@ class Hub:
             combat.seq = last
             if snapshot:
                 combat.snapshot_seq = last
-            self._wake.set()
+            self._deadline_moved(combat)
             self._publish(combat, numbered, plains)
             applied = Applied(before, state, last, decided)
             if observe:
@@ -935,6 +968,7 @@ class Hub:
             for data in packed:
                 subscriber.deliver(data)
             combat.subscribers.add(subscriber)
+            self._following.setdefault(subscriber, set()).add(combat.id)
             return combat.seq
 
     def subscribe_all(self, subscriber: Subscriber, limit: int | None = None) -> Plain:
@@ -949,49 +983,119 @@ class Hub:
         return {"seqs": seqs, "until": until, "more": len(page) < len(self.ids)}
 
     def unsubscribe(self, subscriber: Subscriber, combat_id: str | None = None) -> None:
+        """Stop the subscriber's events of one combat, or with None of every combat and of
+        ``subscribe_all`` (a disconnect): only the combats it follows are visited."""
         if combat_id is None:
             self.everywhere.discard(subscriber)
-        for c in self.combats.values():
-            if combat_id is None or c.id == combat_id:
-                c.subscribers.discard(subscriber)
+            followed = self._following.pop(subscriber, set())
+        else:
+            followed = {combat_id}
+            following = self._following.get(subscriber)
+            if following is not None:
+                following.discard(combat_id)
+                if not following:
+                    del self._following[subscriber]
+        for followed_id in followed:
+            combat = self.combats.get(followed_id)
+            if combat is not None:
+                combat.subscribers.discard(subscriber)
 
     # ------------------------------------------------------------------------------- clock
 
+    def _due(self, combat: Combat) -> float | None:
+        """When the clock must next tick ``combat``: its next deadline (from its stored summary
+        while it is not rebuilt), not before ``clock_after``; None for no deadline, or when the
+        combat is quarantined."""
+        if combat.quarantined is not None:
+            return None
+        if combat.loaded:
+            deadline = next_deadline(combat.state)
+        else:
+            stored = combat.summary.get("deadline") if combat.summary is not None else None
+            deadline = float(stored) if isinstance(stored, int | float) else None
+        return None if deadline is None else max(deadline, combat.clock_after)
+
+    def _deadline_moved(self, combat: Combat) -> None:
+        """Tell the clock that ``combat``'s deadline may have moved: its state changed (a
+        commit, a rebuild), it was quarantined, or its ``clock_after`` changed. Only this
+        combat is looked at: a new entry goes on the heap and the old one is left outdated,
+        and the clock wakes only when the new time is sooner than what it sleeps until."""
+        due = self._due(combat)
+        if due == combat.clock_due:
+            return
+        combat.clock_due = due
+        if due is None:
+            combat.clock_ticket = 0  # its entry, if any, is outdated now
+            return
+        combat.clock_ticket = ticket = next(self._tickets)
+        heapq.heappush(self._deadlines, (due, ticket, combat))
+        if len(self._deadlines) > 2 * len(self.combats) + CLOCK_HEAP_SLACK:
+            live = [e for e in self._deadlines if e[2].clock_ticket == e[1]]
+            heapq.heapify(live)
+            self._deadlines = live
+        if due < self._clock_sleeps_until:
+            self._wake.set()
+
+    def _take_due(self, now: float) -> list[Combat]:
+        """Take every combat due at ``now`` off the heap, dropping outdated entries."""
+        heap = self._deadlines
+        due: list[Combat] = []
+        while heap and heap[0][0] <= now:
+            _, ticket, combat = heapq.heappop(heap)
+            if combat.clock_ticket == ticket:
+                combat.clock_due = None
+                combat.clock_ticket = 0
+                due.append(combat)
+        return due
+
+    def _soonest(self) -> float:
+        """The earliest due time on the heap (inf for none), outdated entries dropped."""
+        heap = self._deadlines
+        while heap and heap[0][2].clock_ticket != heap[0][1]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
+
     async def run_clock(self) -> None:
         """Let time pass for every combat: sleep until the earliest turn-timer or window
-        deadline (persisted in the state, so honoured after a restart), then tick (R13)."""
+        deadline (persisted in the state, so honoured after a restart), then tick (R13). The
+        deadlines wait on a heap that each commit updates for its own combat only."""
         async with anyio.create_task_group() as rebuilds:
             while True:
                 self._wake = anyio.Event()
-                now = self.clock()
-                due: list[tuple[float, Combat]] = []
-                for c in self.combats.values():
-                    if c.quarantined is None:
-                        if c.summary is not None:
-                            stored = c.summary.get("deadline")
-                            deadline = float(stored) if isinstance(stored, int | float) else None
-                        else:
-                            deadline = next_deadline(c.state)
-                        if deadline is not None:
-                            due.append((max(deadline, c.clock_after), c))
-                for deadline, c in due:
-                    if deadline <= now:
-                        if not c.loaded:
-                            # Never waited for: a long log takes long to replay, and the other
-                            # combats' deadlines go on meanwhile. Rebuilt, it wakes the clock.
-                            if c.loading is None:
-                                rebuilds.start_soon(self._load_once, c)
-                            continue
-                        seq = c.seq
-                        try:
-                            await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
-                            spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
-                            c.clock_after = self.clock() + spent
-                        except Exception:
-                            # One combat's failed tick must not stop the clock, let alone the
-                            # daemon; a store that fails now may recover, so no spinning meanwhile.
-                            log.exception("tick_failed", combat=c.id)
-                            await anyio.sleep(CLOCK_RETRY_SECONDS)
-                soonest = min((d for d, _ in due if d > now), default=math.inf)
-                with anyio.move_on_after(max(0.0, soonest - self.clock())):
-                    await self._wake.wait()
+                for c in self._take_due(self.clock()):
+                    if not c.loaded:
+                        # Never waited for: a long log takes long to replay, and the other
+                        # combats' deadlines go on meanwhile. Rebuilt (or abandoned), it is put
+                        # back on the heap (``_load_once``).
+                        if c.loading is None:
+                            rebuilds.start_soon(self._load_once, c)
+                        continue
+                    due = self._due(c)
+                    if due is None or due > self.clock():
+                        # A command moved the deadline while earlier ticks ran.
+                        self._deadline_moved(c)
+                        continue
+                    seq = c.seq
+                    try:
+                        await self._run(c, None, CLOCK_ACTOR, cmd.Tick())
+                        spent = (c.seq - seq) / MAX_CLOCK_EVENTS_PER_SECOND
+                        c.clock_after = self.clock() + spent
+                        still = self._due(c)
+                        if c.seq == seq and still is not None and still <= self.clock():
+                            # The tick found nothing to do at a deadline still due (the
+                            # engine's rules and ``next_deadline`` disagree): the heap would
+                            # hand it straight back, so it is tried again later, not spun on.
+                            c.clock_after = self.clock() + CLOCK_RETRY_SECONDS
+                    except Exception:
+                        # One combat's failed tick must not stop the clock, let alone the
+                        # daemon; a store that fails now may recover, so no spinning meanwhile.
+                        log.exception("tick_failed", combat=c.id)
+                        await anyio.sleep(CLOCK_RETRY_SECONDS)
+                    self._deadline_moved(c)
+                soonest = self._soonest()
+                self._clock_sleeps_until = soonest
+                try:
+                    with anyio.move_on_after(max(0.0, soonest - self.clock())):
+                        await self._wake.wait()
+                finally:
+                    self._clock_sleeps_until = -math.inf

@@ -16,7 +16,8 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -81,6 +82,36 @@ WAL_SHARE = 4
 holds each commit until a checkpoint copies it into the database, and SQLite's own checkpoints
 neither keep it under a given size nor shrink its file: without a share of its own it would grow
 past any quota. A quarter keeps checkpoints rare under a quota of a few MiB or more."""
+
+MAX_RECENT_PER_PRINCIPAL = 1000
+"""Answers to a principal's latest requests kept in memory, so a retry is answered without a
+database read: a client retries what it had in flight when its connection dropped, a few at
+most and a bridge's few hundred; one busy principal cannot push out the others' answers."""
+
+MAX_RECENT_BYTES = 32 * 2**20
+"""Memory the recent answers may take in all (their encoded bytes and ``RECENT_ENTRY_BYTES``
+each): a command's answer is a few hundred bytes, so this keeps tens of thousands of the
+latest; past it the oldest answers are read from the database again."""
+
+RECENT_ENTRY_BYTES = 450
+"""What one recent answer costs beyond its bytes: its key and value tuples, the strings of its
+ids, and its places in the dict and the principal's deque (about 425 bytes with a UUID for
+request id, measured with ``tracemalloc``)."""
+
+FILTER_BITS = 2**24
+"""Size of the filter of stored request ids (2 MiB): with ``FILTER_PROBES`` it answers "maybe
+stored" for a request id never stored about once in 500 at a million ids stored (about what
+``MAX_REMEMBERED_REQUESTS`` lets ten principals keep), once in 50 at two million. A wrong
+"maybe" costs one database read in a worker thread, never a wrong answer."""
+
+FILTER_PROBES = 4
+"""Bits one request id sets in the filter."""
+
+FILTER_REBUILD_KEYS = 2_000_000
+"""Request ids added to the filter before it is rebuilt from the database: the ids pruned since
+it was built stay in it, and its wrong "maybe" grows with them. The rebuild runs in the
+committer's thread before a transaction, about 1.5 µs per id stored (0.15 s per 100,000):
+commits wait for it, once per this many commands."""
 
 BUSY_TIMEOUT_MS = 5000
 """How long a connection waits for a lock another holds (an operator may run ``sqlite3`` on the
@@ -164,9 +195,12 @@ class Batch:
     request: tuple[str, str] | None
     response: Any
     at: float
-    snapshot: Any = None
-    """The combat's state after this batch, as plain data, when the caller takes a snapshot;
-    written in the same transaction, so a kill mid-snapshot leaves the previous one. A batch
+    snapshot: Callable[[], Any] | None = None
+    """When the caller takes a snapshot, what makes the combat's state after this batch into
+    plain data: called in the committer's thread, so a large state never stalls the event loop
+    (it must only read what it was given, e.g. ``partial(to_shared, state)`` of an immutable
+    state). Written in the same transaction, so a kill mid-snapshot leaves the previous one;
+    one that fails to encode is logged and left out, and the batch commits without it. A batch
     of no events may carry one (of the state at ``first_seq - 1``, the end of the log): a
     rebuild that could not start from the stored snapshot leaves a fresh one for the next."""
     summary: Any = None
@@ -195,15 +229,100 @@ class LoadedCombat:
 
 @dataclass
 class _Pending:
-    """A batch on its way to disk, with the rows already encoded and the waiter's outcome."""
+    """A batch on its way to disk, with the rows already encoded (the snapshot's in the
+    committer's thread) and the waiter's outcome."""
 
     batch: Batch
     events: list[tuple[str, int, bytes]]
     response: bytes | None
-    snapshot: bytes | None
     summary: bytes | None
+    snapshot: bytes | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     error: StoreError | None = None
+
+
+class _Recent:
+    """The answers to the latest requests, newest kept: ``MAX_RECENT_PER_PRINCIPAL`` per
+    principal and ``MAX_RECENT_BYTES`` in all. Used on the event loop only."""
+
+    def __init__(self) -> None:
+        self._answers: OrderedDict[tuple[str, str], tuple[str, bytes, float]] = OrderedDict()
+        """(principal, request_id) → (combat id, encoded response, at), oldest first."""
+        self._by_principal: dict[str, deque[str]] = {}
+        """Each principal's request ids in ``_answers``, in the same order."""
+        self._bytes = 0
+
+    def get(self, principal: str, request_id: str) -> tuple[str, bytes, float] | None:
+        return self._answers.get((principal, request_id))
+
+    def add(
+        self, principal: str, request_id: str, combat_id: str, response: bytes, at: float
+    ) -> None:
+        if (principal, request_id) in self._answers:
+            return  # the store refuses a request id twice; nothing to remember again
+        self._answers[(principal, request_id)] = (combat_id, response, at)
+        self._bytes += len(response) + RECENT_ENTRY_BYTES
+        ids = self._by_principal.setdefault(principal, deque())
+        ids.append(request_id)
+        # Never more than the store keeps (see ``Store._prune``): memory must not answer for
+        # a request the database has forgotten.
+        if len(ids) > min(MAX_RECENT_PER_PRINCIPAL, MAX_REMEMBERED_REQUESTS):
+            self._forget(principal, ids.popleft())
+        while self._bytes > MAX_RECENT_BYTES:
+            # The oldest of all is its principal's oldest too: both orders are insertion's.
+            oldest, oldest_id = next(iter(self._answers))
+            self._by_principal[oldest].popleft()
+            self._forget(oldest, oldest_id)
+
+    def _forget(self, principal: str, request_id: str) -> None:
+        """Drop an answer whose id has left its principal's deque already."""
+        _, response, _ = self._answers.pop((principal, request_id))
+        self._bytes -= len(response) + RECENT_ENTRY_BYTES
+        if not self._by_principal[principal]:
+            del self._by_principal[principal]
+
+
+class _Filter:
+    """Every request id the database may hold, as a Bloom filter: ``maybe`` is False only for
+    one never added. Its bits are set by the committer's thread alone and read on the event
+    loop: a request id is added before its commit returns, so a lookup never misses it."""
+
+    def __init__(self) -> None:
+        self._bits = bytearray(FILTER_BITS // 8)
+        self._added = 0
+        self._built_with = 0
+        """Request ids the filter was built with: those stored then, some pruned since."""
+
+    def built(self) -> None:
+        """Mark the ids added so far as those the database held when the filter was built."""
+        self._built_with = self._added
+
+    @property
+    def worn(self) -> bool:
+        """Whether ``FILTER_REBUILD_KEYS`` ids were added since it was built: time to build it
+        again from the database, without the ids pruned since."""
+        return self._added - self._built_with > FILTER_REBUILD_KEYS
+
+    @staticmethod
+    def _probes(principal: str, request_id: str) -> Iterator[int]:
+        # Double hashing over one 64-bit hash: ``hash`` is salted per process, and so is the
+        # filter, built anew by each.
+        h = hash((principal, request_id))
+        mask = FILTER_BITS - 1
+        at, step = h & mask, (h >> 32) | 1
+        for _ in range(FILTER_PROBES):
+            yield at
+            at = (at + step) & mask
+
+    def add(self, principal: str, request_id: str) -> None:
+        bits = self._bits
+        for at in self._probes(principal, request_id):
+            bits[at >> 3] |= 1 << (at & 7)
+        self._added += 1
+
+    def maybe(self, principal: str, request_id: str) -> bool:
+        bits = self._bits
+        return all(bits[at >> 3] & (1 << (at & 7)) for at in self._probes(principal, request_id))
 
 
 class _ConflictError(Exception):
@@ -231,6 +350,11 @@ def _unpack_event(body: object) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise ValueError(f"event body is {type(event).__name__}, not a map")
     return event
+
+
+def _conflict(reason: str) -> StoreError:
+    """A batch that does not fit the log, with the same words whichever check found it."""
+    return StoreError("conflict", "{reason}", reason=reason)
 
 
 def _error(e: sqlite3.Error) -> StoreError:
@@ -298,8 +422,10 @@ def _connect(path: Path) -> sqlite3.Connection:
 class Store:
     """Every combat's event log, remembered requests and snapshots, in ``<data_dir>/turnkeeper.db``.
 
-    Lifecycle: ``Store.open`` → ``load`` (start-up recovery) → ``await task_group.start(store.run)``
-    → ``commit`` from any task → ``await stop()`` (once the queue is committed) → ``close``.
+    Lifecycle: ``Store.open`` → ``await task_group.start(store.run)`` → start-up recovery
+    (``summaries``, then ``load_one`` and ``replay`` per combat, rebuilds storing fresh
+    snapshots through ``commit``) → ``commit`` and ``lookup_request`` from any task →
+    ``await stop()`` (once the queue is committed) → ``close``.
     """
 
     transactions: int
@@ -329,6 +455,14 @@ class Store:
         # Principals written since the last prune: only they can have gone over the cap.
         self._touched: set[str] = set()
         self._latest_at = 0.0
+        # The last seq of each combat the committer has written or looked up (0 for none yet),
+        # so a batch is checked against the log without a query: one entry per combat, bounded
+        # like the daemon's combats. The committer is the log's only writer (the lock).
+        self._last: dict[str, int] = {}
+        self._recent = _Recent()
+        # Every request id stored, built by the committer's thread before its first
+        # transaction; until then a request id not in ``_recent`` is looked up in the database.
+        self._filter: _Filter | None = None
         self._stopped: anyio.Event | None = None  # made by run(): events belong to its loop
 
     @classmethod
@@ -440,7 +574,6 @@ class Store:
             batch,
             [(batch.combat_id, batch.first_seq + i, _pack(e)) for i, e in enumerate(batch.events)],
             None if batch.request is None else _pack(batch.response),
-            None if batch.snapshot is None else _pack(batch.snapshot),
             None if batch.summary is None else _pack(batch.summary),
         )
         try:
@@ -478,6 +611,7 @@ class Store:
                     # Shielded: a write that reached the disk must be reported to its waiters.
                     with anyio.CancelScope(shield=True):
                         await anyio.to_thread.run_sync(self._write, group)
+                    self._remember(group)
                 except BaseException:
                     # A committer that crashes still answers the batches it took (their waits
                     # are shielded): with an error, since it cannot say what reached the disk.
@@ -502,7 +636,10 @@ class Store:
             stopped.set()
 
     def _write(self, group: Sequence[_Pending]) -> None:
-        """One transaction for the whole group, each batch in its own savepoint (worker thread)."""
+        """One transaction for the whole group (worker thread): one ``executemany`` per table
+        for every batch that fits the log, those that do not refused alone. A request id
+        stored already (the one refusal the checks before the transaction cannot see) rolls it
+        back, and the group is written again, each batch in its own savepoint."""
         db = self._writer
         self.transactions += 1
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
@@ -516,16 +653,26 @@ class Store:
                 for pending in group:
                     pending.error = full
                 return
+        if self._filter is None or self._filter.worn:
+            self._filter = self._build_filter()
+        for pending in group:
+            self._encode_snapshot(pending)
         try:
             db.execute("BEGIN IMMEDIATE")
-            for pending in group:
-                db.execute("SAVEPOINT batch")
-                try:
-                    self._write_batch(pending)
-                except (_ConflictError, sqlite3.IntegrityError) as e:
-                    db.execute("ROLLBACK TO batch")
-                    pending.error = StoreError("conflict", "{reason}", reason=str(e))
-                db.execute("RELEASE batch")
+            try:
+                self._write_together(group)
+            except sqlite3.IntegrityError:
+                db.execute("ROLLBACK")
+                db.execute("BEGIN IMMEDIATE")
+                for pending in group:
+                    pending.error = None
+                    db.execute("SAVEPOINT batch")
+                    try:
+                        self._write_batch(pending)
+                    except (_ConflictError, sqlite3.IntegrityError) as e:
+                        db.execute("ROLLBACK TO batch")
+                        pending.error = _conflict(str(e))
+                    db.execute("RELEASE batch")
             db.execute("COMMIT")
         except sqlite3.Error as e:
             # SQLite may already have rolled back (it does on a full disk); never keep a part.
@@ -537,11 +684,125 @@ class Store:
             return
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
             self._trim_wal()
+        stored = self._filter
         for pending in group:
             if pending.error is None:
-                self._latest_at = max(self._latest_at, pending.batch.at)
-                if pending.batch.request is not None:
-                    self._touched.add(pending.batch.request[0])
+                b = pending.batch
+                self._latest_at = max(self._latest_at, b.at)
+                if pending.events:
+                    self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
+                if b.request is not None:
+                    self._touched.add(b.request[0])
+                    # Before the commit returns: the caller's next lookup must see it.
+                    stored.add(*b.request)
+
+    def _encode_snapshot(self, pending: _Pending) -> None:
+        """Encode the batch's snapshot (worker thread): one that fails is left out, since a
+        snapshot only shortens the next start's replay, and the batch commits without it."""
+        make = pending.batch.snapshot
+        if make is None:
+            return
+        try:
+            pending.snapshot = _pack(make())
+        except Exception:
+            log.exception("snapshot_not_encoded", combat=pending.batch.combat_id)
+
+    def _stored_last(self, combat_id: str) -> int | None:
+        """The combat's last seq in the database (0 for no event), or None for no such
+        combat; remembered in ``_last`` (committer's thread)."""
+        db = self._writer
+        if db.execute("SELECT 1 FROM combats WHERE combat_id = ?", (combat_id,)).fetchone() is None:
+            return None
+        (last,) = db.execute(
+            "SELECT coalesce(max(seq), 0) FROM events WHERE combat_id = ?", (combat_id,)
+        ).fetchone()
+        self._last[combat_id] = last
+        return int(last)
+
+    def _write_together(self, group: Sequence[_Pending]) -> None:
+        """Check each batch against the log as the batches before it leave it (a refused one
+        gets its ``error`` and leaves the log as it was), then insert the rest, a statement
+        per table (committer's thread, inside the transaction)."""
+        ends: dict[str, int | None] = {}  # each combat's last seq as this group leaves it
+        combats: list[tuple[str, str, float]] = []
+        events: list[tuple[str, int, bytes]] = []
+        requests: list[tuple[str, str, str, bytes | None, float]] = []
+        summaries: list[tuple[str, bytes]] = []
+        snapshots: list[tuple[str, int, bytes]] = []
+        for pending in group:
+            b = pending.batch
+            if b.combat_id in ends:
+                last = ends[b.combat_id]
+            elif b.combat_id in self._last:
+                last = self._last[b.combat_id]
+            else:
+                last = self._stored_last(b.combat_id)
+            if b.ruleset is not None:
+                if last is not None:
+                    pending.error = _conflict(f"combat {b.combat_id!r} exists")
+                    continue
+                last = 0
+                combats.append((b.combat_id, b.ruleset, b.at))
+            elif last is None:
+                pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
+                continue
+            # A snapshot alone (see ``Batch``) must be of the log as it ends, like events.
+            if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
+                pending.error = _conflict(
+                    f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
+                )
+                if b.ruleset is not None:
+                    combats.pop()
+                continue
+            ends[b.combat_id] = last + len(pending.events)
+            events.extend(pending.events)
+            if b.request is not None:
+                requests.append((*b.request, b.combat_id, pending.response, b.at))
+            if pending.summary is not None:
+                summaries.append((b.combat_id, pending.summary))
+            if pending.snapshot is not None:
+                snapshots.append((b.combat_id, last + len(pending.events), pending.snapshot))
+        db = self._writer
+        if combats:
+            db.executemany(
+                "INSERT INTO combats (combat_id, ruleset, created_at) VALUES (?, ?, ?)", combats
+            )
+        if events:
+            db.executemany("INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", events)
+        if requests:
+            db.executemany(
+                "INSERT INTO requests (principal, request_id, combat_id, response, at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                requests,
+            )
+        if summaries:
+            db.executemany(
+                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)", summaries
+            )
+        if snapshots:
+            db.executemany(
+                "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
+                snapshots,
+            )
+
+    def _build_filter(self) -> _Filter:
+        """A filter of every request id stored (committer's thread, outside a transaction)."""
+        built = _Filter()
+        with contextlib.closing(
+            self._writer.execute("SELECT principal, request_id FROM requests")
+        ) as rows:
+            for principal, request_id in rows:
+                built.add(principal, request_id)
+        built.built()
+        return built
+
+    def _remember(self, group: Sequence[_Pending]) -> None:
+        """Keep the answers just committed in memory (event loop, before their waiters go
+        on), for a retry to find without a database read."""
+        for pending in group:
+            b = pending.batch
+            if pending.error is None and b.request is not None and pending.response is not None:
+                self._recent.add(*b.request, b.combat_id, pending.response, b.at)
 
     def _wal_size(self) -> int:
         try:
@@ -635,27 +896,6 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def load(self) -> Iterator[LoadedCombat]:
-        """Every combat, in creation order, with its snapshot; one at a time.
-
-        For start-up recovery. Every stored event was acknowledged (or committed for a command
-        whose reply was lost, and remembered for its retry): a SQLite commit is atomic, so no
-        row can be torn, and none is ever dropped. A gap anywhere in a combat's sequence, before
-        the snapshot too, quarantines that combat alone; it is found by counting the rows, so a
-        load reads no event body. An event that does not decode is found where it is read:
-        ``replay`` after the snapshot, ``events_after`` (history) before it. An unreadable
-        snapshot only costs time: the combat is replayed from its whole log instead, and
-        ``warnings`` says so.
-        """
-        with self._loading:
-            combats = self._loader.execute(
-                "SELECT combat_id, ruleset, created_at FROM combats ORDER BY created_at, rowid"
-            ).fetchall()
-        for row in combats:
-            with self._loading:
-                loaded = self._load_combat(self._loader, *row)
-            yield loaded
-
     def summaries(self) -> list[tuple[str, Any]]:
         """Every combat in creation order with its last summary (None if it has none or the
         summary does not decode: then the caller rebuilds that combat at once)."""
@@ -672,8 +912,18 @@ class Store:
         return result
 
     def load_one(self, combat_id: str) -> LoadedCombat:
-        """One combat, as ``load`` gives it: for rebuilding combats one at a time, from any
-        thread (see ``replay``)."""
+        """One combat as found at start-up, with its snapshot, for rebuilding it (from any
+        thread, see ``replay``).
+
+        Every stored event was acknowledged (or committed for a command whose reply was lost,
+        and remembered for its retry): a SQLite commit is atomic, so no row can be torn, and
+        none is ever dropped. A gap anywhere in the combat's sequence, before the snapshot
+        too, quarantines it; it is found by counting the rows, so a load reads no event body.
+        An event that does not decode is found where it is read: ``replay`` after the
+        snapshot, ``events_after`` (history) before it. An unreadable snapshot only costs
+        time: the combat is replayed from its whole log instead, and ``warnings`` says so.
+        Raises ``StoreError("store_failed")`` for a combat the store does not hold.
+        """
 
         with self._loading:
             row = self._loader.execute(
@@ -768,16 +1018,26 @@ class Store:
         ).fetchall()
         return [(s, self._event(s, body)) for s, body in rows]
 
-    def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
-        """The combat id and response remembered for a retried request, or None if forgotten."""
-        row = self._reader.execute(
-            "SELECT combat_id, response FROM requests WHERE principal = ? AND request_id = ?",
-            (principal, request_id),
-        ).fetchone()
-        if row is None:
-            return None
+    async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
+        """The combat id and response remembered for a retried request, or None if forgotten.
+
+        A recent answer is in memory, and a request id never stored is known as such from a
+        filter of those stored: only an older one (or one the filter cannot rule out) is read
+        from the database, in a worker thread, so a slow disk never stalls the event loop.
+        """
+        found = self._recent.get(principal, request_id)
+        if found is not None and found[2] < self._latest_at - REQUEST_MEMORY_SECONDS:
+            found = None  # forgotten by age (``_prune``), as the database forgets it
+        if found is None:
+            known = self._filter
+            if known is not None and not known.maybe(principal, request_id):
+                return None
+            found = await anyio.to_thread.run_sync(self._stored_request, principal, request_id)
+            if found is None:
+                return None
+        combat_id, body, _ = found
         try:
-            return row[0], _unpack(row[1])
+            return combat_id, _unpack(body)
         except ValueError as e:
             raise StoreError(
                 "store_failed",
@@ -786,6 +1046,16 @@ class Store:
                 request=request_id,
                 reason=str(e),
             ) from e
+
+    def _stored_request(self, principal: str, request_id: str) -> tuple[str, bytes, float] | None:
+        """A remembered request's row (worker thread, on the loader's connection)."""
+        with self._loading:
+            row = self._loader.execute(
+                "SELECT combat_id, response, at FROM requests"
+                " WHERE principal = ? AND request_id = ?",
+                (principal, request_id),
+            ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
 
     @staticmethod
     def _event(seq: int, body: object) -> dict[str, Any]:
