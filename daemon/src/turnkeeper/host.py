@@ -1,8 +1,12 @@
 """The combats a daemon holds: one writer per combat, durable before acknowledged.
 
-request → room for its hooks → plugins' before hooks → validated command → engine → events
-committed (group commit) → reply and subscribers → plugins' hooks, in the background, in each
-combat's event order. Once a command is committed nothing waits on a plugin before its reply.
+A command takes the write pipeline every host shares (``turnkeeper_engine.pipeline``): request
+→ room for its hooks → plugins' before hooks → engine → events committed (group commit) →
+subscribers → reply → plugins' hooks, in the background, in each combat's event order. Once a
+command is committed nothing waits on a plugin before its reply. The hub supplies the
+pipeline's ports: ``_CombatLog`` puts the store behind ``commit``, the subscribers behind
+``publish`` and the hook workers behind ``due``; the plugin host is its ``hooks`` only when a
+loaded plugin has a hook called per command.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -30,7 +33,6 @@ from turnkeeper_engine import (
     RuleError,
     State,
     SystemDice,
-    decide,
     evolve,
     next_deadline,
     view,
@@ -39,6 +41,7 @@ from turnkeeper_engine import (
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.errors import Arg, TemplatedError
+from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import (
     Plain,
     command_to_plain,
@@ -49,8 +52,7 @@ from turnkeeper_engine.plain import (
     to_shared,
 )
 from turnkeeper_sdk import wire
-from turnkeeper_sdk.plugins import Applied, PluginHost, RefusedError
-from turnkeeper_sdk.views import CombatView
+from turnkeeper_sdk.plugins import PluginHost
 
 from .narrate import narrate
 from .store import Batch, Store, StoreError
@@ -213,8 +215,24 @@ def _summary(state: State, seq: int) -> dict[str, Plain]:
     }
 
 
-_Request = tuple[tuple[str, str], str]
-"""((principal, request_id), fingerprint of the command it names)."""
+@dataclass(slots=True, eq=False)
+class _Ticket:
+    """What the hub attaches to one command of a client or the clock on its way through the
+    pipeline (a plugin's command has none)."""
+
+    request: tuple[str, str] | None = None
+    """(principal, request_id): remembered with the result, for retries."""
+    fingerprint: str = ""
+    ruleset: str | None = None
+    """A new combat's ruleset, stored with its row."""
+    observe: bool = False
+    """Whether the command's hooks are due once it commits."""
+    placed: bool = False
+    """Whether it holds a place in its hook worker's ``HOOK_QUEUE``."""
+    queued: bool = False
+    """Set once it is on its combat's list of hooks due (holding its place, if placed)."""
+    result: Plain = None
+    """The result its caller gets, set as it commits."""
 
 
 def _fingerprint(combat_id: str, actor: Actor, command: cmd.Command) -> str:
@@ -274,6 +292,90 @@ def _packed(combat_id: str, shown: list[Plain]) -> list[bytes]:
     return packed
 
 
+def _unchanged(combat: Combat) -> Plain:
+    """The result of a command that changed nothing (a tick with nothing due)."""
+    return {"combat": combat.id, "seq": combat.seq, "events": []}
+
+
+class _CombatLog:
+    """One combat as the pipeline's port: the hub's store behind ``commit``, its subscribers
+    behind ``publish``, its hook workers behind ``due``."""
+
+    __slots__ = ("_combat", "_hub", "_numbered", "_plains")
+
+    def __init__(self, hub: Hub, combat: Combat) -> None:
+        self._hub = hub
+        self._combat = combat
+        self._numbered: list[tuple[int, ev.Event]] = []
+        self._plains: list[dict[str, Plain]] = []
+
+    @property
+    def state(self) -> State:
+        return self._combat.state
+
+    @property
+    def seq(self) -> int:
+        return self._combat.seq
+
+    def writing(self) -> anyio.Lock:
+        return self._combat.lock
+
+    async def commit(self, applied: Applied, ticket: _Ticket | None) -> None:
+        """Durable before anything else sees it: one batch for the store's group commit, with
+        the caller's result when it came with a request id (retries get it back)."""
+        hub, combat = self._hub, self._combat
+        numbered = list(enumerate(applied.events, start=applied.first))
+        plains = [event_to_plain(e) for e in applied.events]
+        last = applied.seq
+        state = applied.after
+        snapshot = last - combat.snapshot_seq >= hub.snapshot_every
+        request = ticket.request if ticket is not None else None
+        response: Plain = None
+        if request is not None:
+            assert ticket is not None
+            shown = _numbered(numbered, state, applied.actor, plains)
+            response = {"combat": combat.id, "seq": last, "events": shown}
+        batch = Batch(
+            combat_id=combat.id,
+            first_seq=applied.first,
+            events=tuple(plains),
+            ruleset=ticket.ruleset if ticket is not None else None,
+            request=request,
+            response=(
+                {"fingerprint": ticket.fingerprint, "result": response}
+                if ticket is not None and request is not None
+                else None
+            ),
+            at=applied.now,
+            snapshot=to_shared(state) if snapshot else None,
+            summary=_summary(state, last),
+        )
+        try:
+            await hub.store.commit(batch)
+        except StoreError as e:
+            raise RefusedError.relay(e, e.code) from e
+        combat.state = state
+        combat.seq = last
+        if snapshot:
+            combat.snapshot_seq = last
+        hub._wake.set()
+        if ticket is not None:
+            ticket.result = response
+        self._numbered, self._plains = numbered, plains
+
+    def publish(self, applied: Applied) -> None:
+        self._hub._publish(self._combat, self._numbered, self._plains)
+
+    def due(self, applied: Applied, ticket: _Ticket | None) -> None:
+        """On the combat's list of hooks due, under the writer's lock, so in commit order: a
+        plugin's command always, a client's or the clock's when it has room."""
+        if ticket is None:
+            self._combat.hooks_due.append((applied, False))
+        elif ticket.observe:
+            self._combat.hooks_due.append((applied, ticket.placed))
+            ticket.queued = True
+
+
 class Hub:
     """Every combat of one daemon, its store, its dice and its clock."""
 
@@ -291,6 +393,10 @@ class Hub:
         self.snapshot_every = snapshot_every
         self.dice: DiceSource = dice or SystemDice()
         self.clock = clock
+        hooks = plugins if plugins is not None and plugins.per_command else None
+        self.pipeline: Pipeline[_Ticket] = Pipeline(self.dice, clock, hooks)
+        """Every command's way through: before hooks, engine, store, subscribers, hooks due
+        (with no hook plumbing at all when no loaded plugin needs it)."""
         self.combats: dict[str, Combat] = {}
         self.ids: list[str] = []
         """Every combat's id, sorted: pages of combats are read from it by id (code points)."""
@@ -531,13 +637,14 @@ class Hub:
         done = anyio.Event()
         self._in_flight[key] = done
         try:
-            return await self._execute((key, fingerprint), actor, combat_id, command)
+            ticket = _Ticket(key, fingerprint)
+            return await self._execute(ticket, actor, combat_id, command)
         finally:
             del self._in_flight[key]
             done.set()
 
     async def _execute(
-        self, request: _Request, actor: Actor, combat_id: str, command: cmd.Command
+        self, ticket: _Ticket, actor: Actor, combat_id: str, command: cmd.Command
     ) -> Plain:
         if isinstance(command, cmd.CreateCombat):
             async with self._creating:
@@ -554,32 +661,35 @@ class Hub:
                     )
                 combat = Combat(combat_id, State(), 0)
                 # No hook stands for a combat's creation: nothing to prepare or observe.
-                result, _ = await self._apply(combat, request, actor, command, command.ruleset)
+                ticket.ruleset = command.ruleset
+                result = await self._run(combat, ticket, actor, command)
                 self.combats[combat_id] = combat
                 bisect.insort(self.ids, combat_id)
                 return result
-        return await self._run(await self.combat(combat_id), request, actor, command)
-
-    @property
-    def hooked(self) -> bool:
-        """Whether a loaded plugin implements a hook called per command."""
-        return self.plugins is not None and self.plugins.per_command
+        return await self._run(await self.combat(combat_id), ticket, actor, command)
 
     async def _run(
-        self, combat: Combat, request: _Request | None, actor: Actor, command: cmd.Command
+        self, combat: Combat, ticket: _Ticket | None, actor: Actor, command: cmd.Command
     ) -> Plain:
-        """A client's or the clock's command: room for its hooks (a client waits for it; the
-        clock never does, and goes without hooks when there is none), the plugins' before
-        hooks, the command, then the hooks of all it committed handed to the background, in
-        commit order. No lock is held while a hook runs or a client waits for room, and nothing
-        waits once the command is committed."""
-        if not self.hooked:
-            return (await self._apply(combat, request, actor, command, None))[0]
+        """A client's command (its ``ticket``) or the clock's (None) through the pipeline.
+        With plugins: room for its
+        hooks first (a client waits for it; the clock never does, and goes without hooks when
+        there is none), and its hooks and those of all it committed handed to the background,
+        in commit order. No lock is held while a hook runs or a client waits for room, and
+        nothing waits once the command is committed."""
+        port = _CombatLog(self, combat)
+        clock = ticket is None
+        ticket = ticket or _Ticket()
+        if self.pipeline.hooks is None:
+            try:
+                applied = await self.pipeline.run(port, actor, command, ticket)
+            except RefusedError as e:
+                raise RequestError.relay(e, e.code, e.field) from e
+            return ticket.result if applied is not None else _unchanged(combat)
         shard = hash(combat.id) % self._workers
-        clock = actor is CLOCK_ACTOR
         if clock:
-            placed = observe = self._places[shard] < HOOK_QUEUE
-            if placed:
+            ticket.placed = ticket.observe = self._places[shard] < HOOK_QUEUE
+            if ticket.placed:
                 self._places[shard] += 1
                 combat.places += 1
             else:
@@ -587,21 +697,19 @@ class Hub:
                 # this far behind miss the hooks of this tick.
                 log.warning("plugin_hooks_skipped", combat=combat.id, command=command.name)
         else:
-            placed = await self._take_place(shard, combat)
-            observe = True
-        applied: Applied | None = None
+            ticket.observe = not isinstance(command, cmd.CreateCombat)
+            ticket.placed = ticket.observe and await self._take_place(shard, combat)
         try:
-            command = await self._prepare(combat, actor, command)
-            result, applied = await self._apply(
-                combat, request, actor, command, None, observe=observe, placed=placed
-            )
+            applied = await self.pipeline.run(port, actor, command, ticket)
+        except RefusedError as e:
+            raise RequestError.relay(e, e.code, e.field) from e
         finally:
-            if placed and applied is None:
+            if ticket.placed and not ticket.queued:
                 self._free_place(shard, combat)
             # Even when the command itself is refused, what its before hooks applied has hooks.
             if combat.hooks_due:
                 self._hooks_ready(combat, shard)
-        return result
+        return ticket.result if applied is not None else _unchanged(combat)
 
     async def _take_place(self, shard: int, combat: Combat) -> bool:
         """Wait for room in a worker's ``HOOK_QUEUE``, and in the combat's share of it, and
@@ -625,45 +733,6 @@ class Hub:
         """Put a combat with hooks due on its worker's list; never waits."""
         self._ready[shard].setdefault(combat.id, combat)
         self._ready_wake[shard].set()
-
-    async def _prepare(self, combat: Combat, actor: Actor, command: cmd.Command) -> cmd.Command:
-        assert self.plugins is not None
-        view = CombatView(combat.state, combat.seq)
-        apply = partial(self._apply_plugins, combat)
-        return await self.plugins.prepare(view, command, apply, actor)
-
-    async def _apply_plugins(
-        self, combat: Combat, actor: Actor, command: cmd.Command
-    ) -> Applied | None:
-        """Apply a command plugins caused (a proposal, a disabling) the way every command is
-        applied; its hooks are due like any command's, after those committed before it."""
-        try:
-            _, applied = await self._apply(combat, None, actor, command, None, observe=True)
-        except RequestError as e:
-            log.info(
-                "plugin_command",
-                combat=combat.id,
-                command=command.name,
-                via=actor.via,
-                outcome=e.code,
-            )
-            raise RefusedError(e.code, e.message, e.field) from e
-        log.info(
-            "plugin_command",
-            combat=combat.id,
-            command=command.name,
-            via=actor.via,
-            outcome="ok",
-            seq=combat.seq,
-        )
-        return applied
-
-    async def _apply_proposed(
-        self, combat: Combat, actor: Actor, command: cmd.Command
-    ) -> Applied | None:
-        """A plugin's proposal takes a client's path: before hooks first, then the command."""
-        command = await self._prepare(combat, actor, command)
-        return await self._apply_plugins(combat, actor, command)
 
     async def run_hooks(self) -> None:
         """Run plugins' hooks for committed commands until cancelled, one worker per share of
@@ -692,76 +761,16 @@ class Hub:
     async def _run_due(self, combat: Combat, shard: int) -> None:
         """The hooks of a combat's oldest command due: the commands plugins cause join the
         same list as they commit, so the order holds."""
-        assert self.plugins is not None
         applied, placed = combat.hooks_due.popleft()
         try:
-            await self.plugins.run(applied, partial(self._apply_proposed, combat))
+            await self.pipeline.react(_CombatLog(self, combat), applied)
         except Exception:
-            # The host isolates each plugin already: this is the daemon's own failure (a store
-            # error, say). That command's hooks are lost; the worker goes on.
+            # The host isolates each plugin already: this is the daemon's own failure. That
+            # command's hooks are lost; the worker goes on.
             log.exception("plugin_hooks_failed", combat=combat.id, seq=applied.seq)
         finally:
             if placed:
                 self._free_place(shard, combat)
-
-    async def _apply(
-        self,
-        combat: Combat,
-        request: _Request | None,
-        actor: Actor,
-        command: cmd.Command,
-        ruleset: str | None,
-        *,
-        observe: bool = False,
-        placed: bool = False,
-    ) -> tuple[Plain, Applied | None]:
-        """Decide, commit, publish. With ``observe``, the command is put on its combat's list
-        of hooks due (``placed``: holding a place in its worker's queue), under the writer's
-        lock so the list is in commit order."""
-        async with combat.lock:
-            now = self.clock()
-            decided = decide(combat.state, command, now, actor=actor, dice=self.dice)
-            if isinstance(decided, RuleError):
-                raise RequestError.relay(decided, decided.code, decided.field)
-            if not decided:
-                return {"combat": combat.id, "seq": combat.seq, "events": []}, None
-            before = state = combat.state
-            for event in decided:
-                state = evolve(state, event)
-            numbered = list(enumerate(decided, start=combat.seq + 1))
-            plains = [event_to_plain(e) for e in decided]
-            last = combat.seq + len(decided)
-            snapshot = last - combat.snapshot_seq >= self.snapshot_every
-            response: Plain = {
-                "combat": combat.id,
-                "seq": combat.seq + len(decided),
-                "events": _numbered(numbered, state, actor, plains),
-            }
-            batch = Batch(
-                combat_id=combat.id,
-                first_seq=combat.seq + 1,
-                events=tuple(plains),
-                ruleset=ruleset,
-                request=request[0] if request else None,
-                response={"fingerprint": request[1], "result": response} if request else None,
-                at=now,
-                snapshot=to_shared(state) if snapshot else None,
-                summary=_summary(state, last),
-            )
-            try:
-                await self.store.commit(batch)
-            except StoreError as e:
-                raise RequestError.relay(e, e.code) from e
-            combat.state = state
-            combat.seq = last
-            if snapshot:
-                combat.snapshot_seq = last
-            self._wake.set()
-            self._publish(combat, numbered, plains)
-            applied = Applied(before, state, last, decided)
-            if observe:
-                combat.hooks_due.append((applied, placed))
-            return response, applied
 
     def _publish(
         self,
