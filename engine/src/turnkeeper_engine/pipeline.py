@@ -210,7 +210,7 @@ class _Undrawn:
 
 @dataclass(slots=True)
 class _Decision:
-    """A command decided and not yet committed: on which seq, with which dice."""
+    """A command decided and not yet committed: its events, when, and on which seq."""
 
     events: list[ev.Event]
     now: float
