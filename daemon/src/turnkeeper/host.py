@@ -371,21 +371,19 @@ class _CombatLog:
         snapshot = last - combat.snapshot_seq >= hub.snapshot_every
         request = ticket.request if ticket is not None else None
         response: Plain = None
-        if request is not None:
-            assert ticket is not None
+        remembered: Plain = None
+        if ticket is not None and request is not None:
+            # Only a client's command has a caller to answer, now and on a retry.
             shown = _numbered(numbered, state, applied.actor, plains)
             response = {"combat": combat.id, "seq": last, "events": shown}
+            remembered = {"fingerprint": ticket.fingerprint, "result": response}
         batch = Batch(
             combat_id=combat.id,
             first_seq=applied.first,
             events=tuple(plains),
             ruleset=ticket.ruleset if ticket is not None else None,
             request=request,
-            response=(
-                {"fingerprint": ticket.fingerprint, "result": response}
-                if ticket is not None and request is not None
-                else None
-            ),
+            response=remembered,
             at=applied.now,
             snapshot=to_shared(state) if snapshot else None,
             summary=_summary(state, last),
@@ -699,7 +697,6 @@ class Hub:
                         limit=MAX_COMBATS,
                     )
                 combat = Combat(combat_id, State(), 0)
-                # No hook stands for a combat's creation: nothing to prepare or observe.
                 ticket.ruleset = command.ruleset
                 result = await self._run(combat, ticket, actor, command)
                 self.combats[combat_id] = combat
@@ -710,22 +707,33 @@ class Hub:
     async def _run(
         self, combat: Combat, ticket: _Ticket | None, actor: Actor, command: cmd.Command
     ) -> Plain:
-        """A client's command (its ``ticket``) or the clock's (None) through the pipeline.
-        With plugins: room for its
-        hooks first (a client waits for it; the clock never does, and goes without hooks when
-        there is none), and its hooks and those of all it committed handed to the background,
-        in commit order. No lock is held while a hook runs or a client waits for room, and
-        nothing waits once the command is committed."""
-        port = _CombatLog(self, combat)
+        """A client's command (its ``ticket``) or the clock's (None) through the pipeline. With
+        plugins, room for its hooks first (a client waits for it; the clock never does, and goes
+        without hooks when there is none); its hooks and those of all it committed are handed
+        to the background, in commit order. No lock is held while a hook runs or a client waits
+        for room, and nothing waits once the command is committed."""
         clock = ticket is None
         ticket = ticket or _Ticket()
-        if self.pipeline.hooks is None:
-            try:
-                applied = await self.pipeline.run(port, actor, command, ticket)
-            except RefusedError as e:
-                raise RequestError.relay(e, e.code, e.field) from e
-            return ticket.result if applied is not None else _unchanged(combat)
         shard = hash(combat.id) % self._workers
+        if self.pipeline.hooks is not None:
+            await self._make_room(ticket, clock, command, combat, shard)
+        try:
+            applied = await self.pipeline.run(_CombatLog(self, combat), actor, command, ticket)
+        except RefusedError as e:
+            raise RequestError.relay(e, e.code, e.field) from e
+        finally:
+            if ticket.placed and not ticket.queued:
+                self._free_place(shard, combat)
+            # Even when the command itself is refused, what its before hooks applied has hooks.
+            if combat.hooks_due:
+                self._hooks_ready(combat, shard)
+        return ticket.result if applied is not None else _unchanged(combat)
+
+    async def _make_room(
+        self, ticket: _Ticket, clock: bool, command: cmd.Command, combat: Combat, shard: int
+    ) -> None:
+        """A place in the worker's ``HOOK_QUEUE`` for the command's hooks, taken before it is
+        decided: a client waits for one; the clock takes one only if there is room."""
         if clock:
             ticket.placed = ticket.observe = self._places[shard] < HOOK_QUEUE
             if ticket.placed:
@@ -736,19 +744,9 @@ class Hub:
                 # this far behind miss the hooks of this tick.
                 log.warning("plugin_hooks_skipped", combat=combat.id, command=command.name)
         else:
+            # No hook stands for a combat's creation.
             ticket.observe = not isinstance(command, cmd.CreateCombat)
             ticket.placed = ticket.observe and await self._take_place(shard, combat)
-        try:
-            applied = await self.pipeline.run(port, actor, command, ticket)
-        except RefusedError as e:
-            raise RequestError.relay(e, e.code, e.field) from e
-        finally:
-            if ticket.placed and not ticket.queued:
-                self._free_place(shard, combat)
-            # Even when the command itself is refused, what its before hooks applied has hooks.
-            if combat.hooks_due:
-                self._hooks_ready(combat, shard)
-        return ticket.result if applied is not None else _unchanged(combat)
 
     async def _take_place(self, shard: int, combat: Combat) -> bool:
         """Wait for room in a worker's ``HOOK_QUEUE``, and in the combat's share of it, and

@@ -812,7 +812,10 @@ class PluginHost:
                 edges=command.edges + adjust.edges,
                 troubles=command.troubles + adjust.troubles,
             )
-            outcome = yield Proposal(actor, adjusted, instead=True)
+            checked = self._checked(names, adjusted, combat.id)
+            if checked is None:
+                return
+            outcome = yield Proposal(actor, checked, instead=True)
             if isinstance(outcome, RefusedError):
                 # The plugins' adjustment must not cost the client its roll: the pipeline goes
                 # on with the check as sent.
@@ -840,7 +843,10 @@ class PluginHost:
                 if found is not None:
                     adjust, names = found
                     roll = cmd.RollInitiative(c.id, edges=adjust.edges, troubles=adjust.troubles)
-                    outcome = yield Proposal(plugin_actor(names), roll)
+                    checked = self._checked(names, roll, combat.id)
+                    if checked is None:
+                        continue
+                    outcome = yield Proposal(plugin_actor(names), checked)
                     self._settled(names, roll, combat.id, outcome)
                     if isinstance(outcome, Applied):
                         combat = CombatView(outcome.after, outcome.seq)
