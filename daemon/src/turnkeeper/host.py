@@ -262,7 +262,8 @@ def _fingerprint(combat_id: str, actor: Actor, command: cmd.Command) -> str:
     """What a request id stands for, so a reused id with another command (or, from a bridge,
     for another user) is caught. A command is a frozen dataclass of plain values, nested ones
     included, whose ``repr`` names every field (``tests/test_hub.py`` keeps it so): digested as
-    it is, with no encoding to plain data first, it costs a tenth of ``_fingerprint_v1``."""
+    it is, with no encoding to plain data and JSON first, it costs a third to a sixth of
+    ``_fingerprint_v1`` (6 µs against 35 for an ``end_turn``)."""
     body = repr((combat_id, actor.role, actor.user, actor.via, command))
     return hashlib.blake2b(body.encode(), digest_size=FINGERPRINT_BYTES).hexdigest()
 
