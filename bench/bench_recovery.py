@@ -6,8 +6,9 @@ takes minutes here): the real engine plays each combat (``decide`` then
 ``evolve``, seeded dice), and the rows are written exactly as ``store.py`` writes them: the schema
 comes from ``Store.open``, each event body is msgpack of ``plain.event_to_plain``, and a snapshot
 (msgpack of ``plain.to_shared(state)``) replaces the previous one whenever a command's batch
-brings the combat ``SNAPSHOT_EVERY`` or more events past it, as ``Hub._apply`` does. The
-remembered-requests table stays empty: start-up never reads it.
+brings the combat ``SNAPSHOT_EVERY`` or more events past it, as the hub's commit port
+(``host._CombatLog.commit``) does. The remembered-requests table stays empty: start-up never
+reads it.
 
 Each combat gets a number of events drawn uniformly around the mean (half to one and a half
 times), so about half the combats start from a snapshot plus a tail and half replay from zero.

@@ -413,3 +413,72 @@ async def test_a_retry_sent_while_the_first_is_still_looked_up_gets_the_first_an
     assert answers[0] == answers[1]
     assert answers[0]["seq"] == again.combats["k"].seq > seq
     assert len(again.combats["k"].state.combatants) == 1
+
+
+def _fields_shown(tp: Any, seen: set[Any]) -> list[str]:
+    """Every field of a dataclass and of the dataclasses its fields hold, that ``repr`` leaves
+    out."""
+    import typing
+
+    hidden: list[str] = []
+    if tp in seen or not dataclasses.is_dataclass(tp):
+        return hidden
+    seen.add(tp)
+    hints = typing.get_type_hints(tp)
+    for f in dataclasses.fields(tp):
+        if not f.repr:
+            hidden.append(f"{tp.__name__}.{f.name}")
+        stack = [hints[f.name]]
+        while stack:
+            hint = stack.pop()
+            stack.extend(typing.get_args(hint))
+            if isinstance(hint, type):
+                hidden += _fields_shown(hint, seen)
+    return hidden
+
+
+def test_a_request_fingerprint_stands_for_every_field_of_every_command() -> None:
+    """The fingerprint digests a command's repr: one that left a field out would let a reused
+    request id with another command pass as a retry."""
+    seen: set[Any] = set()
+    assert [h for command in c.COMMANDS.values() for h in _fields_shown(command, seen)] == []
+    one = host._fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("x",)))
+    other = host._fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("y",)))
+    assert one != other
+
+
+@pytest.mark.anyio
+async def test_a_retry_an_older_daemon_remembered_is_answered_after_an_upgrade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests stored with the fingerprint daemons before this one wrote are still recognised:
+    a client retrying across the upgrade gets its first result back, and a different command
+    under the same id is still refused."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "r1")
+        add = c.AddCombatant("a", "A")
+        with monkeypatch.context() as older:
+            older.setattr(host, "_fingerprint", host._fingerprint_v1)
+            first = await hub.execute("p", NARRATOR, "k", add, "r2")
+        seq = hub.combats["k"].seq
+        assert await hub.execute("p", NARRATOR, "k", add, "r2") == first
+        assert hub.combats["k"].seq == seq
+        with pytest.raises(RequestError) as reused:
+            await hub.execute("p", NARRATOR, "k", c.AddCombatant("b", "B"), "r2")
+        assert reused.value.code == "request_id_reused"
+        await store.stop()
+    store.close()
+
+
+def test_a_serving_daemon_collects_its_youngest_generation_less_often() -> None:
+    import gc
+
+    default = gc.get_threshold()
+    try:
+        host.tune_collector()
+        assert gc.get_threshold() == (host.GC_YOUNG, *default[1:])
+    finally:
+        gc.set_threshold(*default)

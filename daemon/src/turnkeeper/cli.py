@@ -413,10 +413,12 @@ def _token(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import anyio
 
+    from .host import tune_collector
     from .logs import configure
     from .server import Config, serve
 
     configure(args.log_format, debug=args.debug)
+    tune_collector()
     host, port = args.tcp if args.tcp else (None, None)
     if args.http and args.ws:
         # Only possible through the environment: argparse keeps the two flags apart.

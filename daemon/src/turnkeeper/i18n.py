@@ -164,6 +164,7 @@ PYTHON_KEYWORDS: Mapping[str, tuple[int, ...]] = {
     "Rejected": (2,),
     "reject": (2,),
     "RequestError": (2,),
+    "RefusedError": (2,),
     "AuthError": (2,),
     "StoreError": (2,),
     "TokenFileError": (1,),

@@ -1,9 +1,10 @@
 """Turnkeeper's rules engine: pure, with no I/O.
 
 ``decide(state, command, now)`` answers a command with events or a ``RuleError``;
-``evolve(state, event)`` folds an event into the state. ``Engine`` wraps the two for callers
-that keep one combat in memory. Rulesets and condition types come in a ``RuleBook`` the caller
-passes (``BUNDLED_RULES``: the ones Turnkeeper ships), and dice in a ``DiceSource``.
+``evolve(state, event)`` folds an event into the state. ``pipeline`` is the one write path every
+host takes (hooks, decide, fold, commit, publish); ``Engine`` runs it for callers that keep one
+combat in memory. Rulesets and condition types come in a ``RuleBook`` the caller passes
+(``BUNDLED_RULES``: the ones Turnkeeper ships), and dice in a ``DiceSource``.
 """
 
 from __future__ import annotations

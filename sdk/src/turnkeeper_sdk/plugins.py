@@ -1,9 +1,12 @@
 """The plugin host: loads plugins, calls each hook implementation on its own, and turns what
 plugins propose into commands.
 
-A typed facade over pluggy (core code never touches ``pm.hook``). The daemon and the in-process
-test harness (:mod:`turnkeeper_sdk.testing`) both drive combats through it, so a plugin behaves
-the same under test as in production.
+A typed facade over pluggy (core code never touches ``pm.hook``). It is the ``hooks`` port of the
+write pipeline (:mod:`turnkeeper_engine.pipeline`) in the daemon and in the in-process test kit
+(:mod:`turnkeeper_sdk.testing`) alike, so a plugin behaves the same under test as in production.
+Its hooks are data functions in the shape of conversations: :meth:`PluginHost.before` and
+:meth:`PluginHost.after` yield the commands plugins propose (and the disabling of plugins that
+fail) and are sent back what became of each; the host never applies a command itself.
 
 pluggy stops at the first implementation that raises, so the host calls implementations one by
 one: each with its own time budget and error handling. A failure is reported with the plugin's
@@ -35,10 +38,10 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -47,21 +50,17 @@ from anyio.lowlevel import EventLoopToken
 
 from turnkeeper_engine import (
     BUNDLED_RULES,
-    NARRATOR,
     Actor,
     ConditionType,
     NameTakenError,
     RuleBook,
-    RuleError,
     Ruleset,
     State,
-    decide,
-    evolve,
 )
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.dice import SeededDice
 from turnkeeper_engine.model import Role
+from turnkeeper_engine.pipeline import Applied, Outcome, Proposal, RefusedError, Talk
 from turnkeeper_engine.plain import PlainError, command_from_plain, command_to_plain
 
 from . import hookspecs
@@ -115,9 +114,6 @@ MAX_NAME = 128
 the engine bounds at 128 characters."""
 NAME = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_NAME}}}")
 
-MAX_KEPT = 10_000
-"""Chain bookkeeping entries kept (a few per command in flight); older ones are dropped."""
-
 CHAINS = "command chains"
 """What a plugin's failures to stay within ``MAX_CAUSED`` are counted under, beside its hooks."""
 
@@ -170,26 +166,6 @@ class PluginStats:
     disabled: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """A command that took effect: the state before and after, its events, the last seq."""
-
-    before: State
-    after: State
-    seq: int
-    events: Sequence[ev.Event]
-
-
-class RefusedError(Exception):
-    """A proposed command the engine (or the host) refused: code, message and field."""
-
-    def __init__(self, code: str, message: str, field: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.field = field
-
-
 _BEFORE: Mapping[type[cmd.Command], tuple[str, ...]] = {
     cmd.RollInitiative: ("before_initiative_check",),
     cmd.StartCombat: ("before_combat_start", "before_initiative_check"),
@@ -198,18 +174,23 @@ _BEFORE: Mapping[type[cmd.Command], tuple[str, ...]] = {
 """The hooks that come before each command that has any."""
 
 
-def _refusal(state: State, command: cmd.Command, actor: Actor, rules: RuleBook) -> RuleError | None:
-    """Whether the engine would refuse ``command`` now: decided on throwaway dice and thrown
-    away, so that hooks run only for a command that will be applied."""
-    decided = decide(state, command, 0.0, actor=actor, dice=SeededDice(0), rules=rules)
-    return decided if isinstance(decided, RuleError) else None
+@dataclass(slots=True)
+class _Chain:
+    """Commands plugins caused so far from one command of a client or the clock, all levels
+    together (``MAX_CAUSED``); ``root`` is the seq that command ended at."""
+
+    root: int
+    caused: int = 0
 
 
-class Apply(Protocol):
-    """How the host submits a command: the same path a client's command takes. Returns what it
-    did (None when it changed nothing) or raises :class:`RefusedError`."""
+@dataclass(frozen=True, slots=True)
+class _Cause:
+    """What led to a plugin's command: how deep in its chain it is, and the chain. Carried by
+    the pipeline from a proposal into the ``Applied`` it makes, so it lives exactly as long as
+    the commands whose hooks are still due."""
 
-    def __call__(self, actor: Actor, command: cmd.Command) -> Awaitable[Applied | None]: ...
+    depth: int
+    chain: _Chain
 
 
 Report = Callable[..., None]
@@ -440,10 +421,8 @@ class PluginHost:
     _due_off: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
     """(combat, plugin) → why: plugins that reached ``max_failures`` there and are not called
     there any more, until ``failing`` hands them over to be disabled."""
-    _lineage: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, init=False)
-    """(combat, seq) of a plugin-caused command → (its depth, the seq of its root command)."""
-    _caused: dict[tuple[str, int], int] = field(default_factory=dict, init=False)
-    """(combat, root seq) → commands plugins caused from that root so far."""
+    _before_types: set[type[cmd.Command]] = field(default_factory=set, init=False)
+    """Commands a loaded plugin has a before hook for."""
     _off: dict[str, set[str]] = field(default_factory=dict, init=False)
     """Plugins this host disabled, by combat (see ``call``)."""
     in_progress: dict[int, tuple[str, str, str, float]] = field(default_factory=dict, init=False)
@@ -520,6 +499,7 @@ class PluginHost:
         info = PluginInfo(name, version, hooks, provides, unknown)
         self.plugins[name] = info
         self.per_command = self.per_command or bool(set(hooks) - REGISTRATION_HOOKS)
+        self._before_types.update(t for t, names in _BEFORE.items() if set(names) & set(hooks))
         self.stats.setdefault(name, PluginStats())
         return info
 
@@ -814,65 +794,75 @@ class PluginHost:
         )
         return self._commands(outcomes, "before_combat_start", combat.id)
 
-    async def prepare(
-        self, combat: CombatView, command: cmd.Command, apply: Apply, actor: Actor = NARRATOR
-    ) -> cmd.Command:
-        """Run the hooks that come before a command: ``before_combat_start`` (its commands are
-        applied first) and ``before_initiative_check`` (its edges and troubles go into the
-        check). Returns the command to apply in place of ``command``. A command the engine
-        would refuse anyway (an observer's ``start_combat``, say) runs no hook at all."""
-        state = combat.state
-        before = _BEFORE.get(type(command), ())
-        if not any(getattr(self._manager.hook, hook).get_hookimpls() for hook in before):
-            return command
-        if not isinstance(state, State) or _refusal(state, command, actor, self.rules) is not None:
-            return command
+    def before_hooks(self, command: cmd.Command) -> bool:
+        """Whether a loaded plugin implements a hook that comes before ``command``."""
+        return type(command) in self._before_types
+
+    async def before(self, state: State, seq: int, command: cmd.Command, actor: Actor) -> Talk:
+        """The hooks that come before a command the engine accepted, as a conversation with the
+        pipeline: ``before_combat_start`` (its commands are applied first) and
+        ``before_initiative_check`` (its edges and troubles go into the check, in place of the
+        command as sent)."""
+        combat = CombatView(state, seq, self.rules)
         if isinstance(command, cmd.RollInitiative):
             found = await self.adjustment(combat, command.combatant)
             if found is None:
-                return command
+                return
             adjust, names = found
             adjusted = replace(
                 command,
                 edges=command.edges + adjust.edges,
                 troubles=command.troubles + adjust.troubles,
             )
-            refused = _refusal(state, adjusted, actor, self.rules)
-            if refused is not None:
-                # The plugins' adjustment must not cost the client its roll.
-                self._refused(names, adjusted, combat.id, refused)
-                return command
-            return adjusted
+            checked = self._checked(names, adjusted, combat.id)
+            if checked is None:
+                return
+            outcome = yield Proposal(actor, checked, instead=True)
+            if isinstance(outcome, RefusedError):
+                # The plugins' adjustment must not cost the client its roll: the pipeline goes
+                # on with the check as sent.
+                self._refused(names, adjusted, combat.id, outcome)
+            return
         if isinstance(command, cmd.DeclareAction):
-            await self._before_declared(combat, command, apply)
-            return command
-        for plugin, proposed in await self.before_start(combat):
-            done = await self._submit(plugin, proposed, combat.id, apply)
-            if done is not None:
-                combat = CombatView(done.after, done.seq, self.rules)
-        groups: set[str] = set()
-        for c in combat.active():
-            if c.check is not None or (c.group is not None and c.group in groups):
-                continue
-            if c.group is not None:
-                groups.add(c.group)
-            found = await self.adjustment(combat, c.id)
-            if found is not None:
-                adjust, names = found
-                roll = cmd.RollInitiative(c.id, edges=adjust.edges, troubles=adjust.troubles)
-                done = await self._submit(names, roll, combat.id, apply)
-                if done is not None:
-                    combat = CombatView(done.after, done.seq, self.rules)
-        await self.disable_failing(combat.id, apply)
-        return command
+            proposed = await self._before_declared(combat, command)
+        else:
+            proposed = await self.before_start(combat)
+        for plugin, wanted in proposed:
+            checked = self._checked(plugin, wanted, combat.id)
+            if checked is not None:
+                outcome = yield Proposal(plugin_actor(plugin), checked)
+                self._settled(plugin, wanted, combat.id, outcome)
+                if isinstance(outcome, Applied):
+                    combat = CombatView(outcome.after, outcome.seq, self.rules)
+        if isinstance(command, cmd.StartCombat):
+            groups: set[str] = set()
+            for c in combat.active():
+                if c.check is not None or (c.group is not None and c.group in groups):
+                    continue
+                if c.group is not None:
+                    groups.add(c.group)
+                found = await self.adjustment(combat, c.id)
+                if found is not None:
+                    adjust, names = found
+                    roll = cmd.RollInitiative(c.id, edges=adjust.edges, troubles=adjust.troubles)
+                    checked = self._checked(names, roll, combat.id)
+                    if checked is None:
+                        continue
+                    outcome = yield Proposal(plugin_actor(names), checked)
+                    self._settled(names, roll, combat.id, outcome)
+                    if isinstance(outcome, Applied):
+                        combat = CombatView(outcome.after, outcome.seq, self.rules)
+        for plugin, reason, disabling in self._disabling(combat.id):
+            outcome = yield disabling
+            self._disabled(plugin, combat.id, reason, outcome)
 
     async def _before_declared(
-        self, combat: CombatView, command: cmd.DeclareAction, apply: Apply
-    ) -> None:
+        self, combat: CombatView, command: cmd.DeclareAction
+    ) -> list[tuple[str, cmd.Command]]:
         """Commands plugins want applied just before an action is declared (surprise, R8)."""
         combatant = combat.combatant(command.turn.combatant)
         if combatant is None:
-            return
+            return []
         outcomes = await self.call(
             "before_action_declared",
             combat.id,
@@ -881,31 +871,28 @@ class PluginHost:
             combatant=combatant,
             action=command.action,
         )
-        for plugin, proposed in self._commands(outcomes, "before_action_declared", combat.id):
-            await self._submit(plugin, proposed, combat.id, apply)
-        await self.disable_failing(combat.id, apply)
+        return self._commands(outcomes, "before_action_declared", combat.id)
 
-    async def _submit(
-        self, plugin: str, command: cmd.Command, combat_id: str, apply: Apply
-    ) -> Applied | None:
-        """Apply one proposal as the plugin's, exactly as a client's command would be."""
+    def _checked(self, plugin: str, command: cmd.Command, combat_id: str) -> cmd.Command | None:
+        """A proposal checked as the wire checks a client's command: a plugin's is a Python
+        object, and the same decoding checks it, so nothing the log could not replay is ever
+        recorded. None (and reported) when it fails."""
         try:
-            # A client's command is checked field by field when it is decoded from the wire;
-            # a plugin's is a Python object: the same decoding checks it, so nothing the log
-            # could not replay is ever recorded.
-            checked = command_from_plain(command_to_plain(command))
+            return command_from_plain(command_to_plain(command))
+        except PlainError as e:
+            refused = RefusedError.relay(e, "invalid_params", e.field)
         except Exception as e:  # a malformed proposal is the plugin's failure
-            field = e.field if isinstance(e, PlainError) else ""
-            message = e.message if isinstance(e, PlainError) else f"{type(e).__name__}: {e}"
-            self._refused(plugin, command, combat_id, RuleError("invalid_params", message, field))
-            return None
-        try:
-            return await apply(plugin_actor(plugin), checked)
-        except RefusedError as e:
-            self._refused(plugin, command, combat_id, RuleError(e.code, e.message, e.field))
-            return None
+            refused = RefusedError("invalid_params", "{reason}", reason=f"{type(e).__name__}: {e}")
+        self._refused(plugin, command, combat_id, refused)
+        return None
 
-    def _refused(self, plugin: str, command: cmd.Command, combat_id: str, why: RuleError) -> None:
+    def _settled(self, plugin: str, command: cmd.Command, combat_id: str, outcome: Outcome) -> None:
+        if isinstance(outcome, RefusedError):
+            self._refused(plugin, command, combat_id, outcome)
+
+    def _refused(
+        self, plugin: str, command: cmd.Command, combat_id: str, why: RefusedError
+    ) -> None:
         for name in plugin.split("+"):
             if name in self.stats:
                 self.stats[name].refused += 1
@@ -986,11 +973,12 @@ class PluginHost:
             )
         return allowed
 
-    async def run(self, applied: Applied, apply: Apply) -> None:
-        """Let plugins see ``applied`` and apply what they propose through ``apply`` (the path
-        every command takes). The hooks of what that applies are the caller's to run next, in
-        the order the commands were committed: the host remembers how each descends from a
-        client's command, to cut chains too deep (``MAX_CHAIN``) or too broad (``MAX_CAUSED``)."""
+    async def after(self, applied: Applied) -> Talk:
+        """Let plugins see ``applied``, as a conversation with the pipeline: the commands they
+        propose, each as the plugin's, then the disabling of plugins that failed too often. The
+        hooks of what those apply are the pipeline's to run next, in commit order; each carries
+        its place in its chain, to cut chains too deep (``MAX_CHAIN``) or too broad
+        (``MAX_CAUSED``)."""
         combat_id = applied.after.combat_id
         for event in applied.events:
             if isinstance(event, ev.PluginEnabled):
@@ -999,63 +987,69 @@ class PluginHost:
                 self._due_off.pop((combat_id, event.plugin), None)
                 for key in [k for k in self._streak if k[:2] == (combat_id, event.plugin)]:
                     del self._streak[key]
-        depth, root = self._lineage.pop((combat_id, applied.seq), (0, applied.seq))
-        if depth > MAX_CHAIN:
-            self.report("plugin_chain_cut", combat=combat_id, seq=applied.seq, depth=depth)
+        cause = applied.cause
+        if not isinstance(cause, _Cause):  # a client's or the clock's command starts a chain
+            cause = _Cause(0, _Chain(applied.seq))
+        if cause.depth > MAX_CHAIN:
+            self.report("plugin_chain_cut", combat=combat_id, seq=applied.seq, depth=cause.depth)
         else:
-            for plugin, command in await self.proposals(applied):
-                caused = self._caused.get((combat_id, root), 0)
-                if caused >= MAX_CAUSED:
+            deeper = _Cause(cause.depth + 1, cause.chain)
+            for plugin, wanted in await self.proposals(applied):
+                if cause.chain.caused >= MAX_CAUSED:
+                    root = cause.chain.root
                     self.report("plugin_chain_cut", plugin=plugin, combat=combat_id, root=root)
                     problem = f"caused over {MAX_CAUSED} commands from one"
                     self._fail(combat_id, plugin, CHAINS, problem)
                     continue
-                done = await self._submit(plugin, command, combat_id, apply)
-                if done is None:
+                checked = self._checked(plugin, wanted, combat_id)
+                if checked is None:
                     continue
-                self._caused[(combat_id, root)] = caused + 1
-                self._lineage[(combat_id, done.seq)] = (depth + 1, root)
-                # Both are read only while a chain runs: the oldest entries are long done.
-                for kept in (self._caused, self._lineage):
-                    while len(kept) > MAX_KEPT:
-                        del kept[next(iter(kept))]
-        await self.disable_failing(combat_id, apply)
+                proposal = Proposal(plugin_actor(plugin), checked, deeper, before_hooks=True)
+                outcome = yield proposal
+                self._settled(plugin, wanted, combat_id, outcome)
+                if isinstance(outcome, Applied):
+                    cause.chain.caused += 1
+        for plugin, reason, disabling in self._disabling(combat_id):
+            outcome = yield disabling
+            self._disabled(plugin, combat_id, reason, outcome)
         if applied.after.phase == "ended":
             self.forget(combat_id)
 
-    async def disable_failing(self, combat_id: str, apply: Apply) -> None:
-        """Disable for the combat every plugin that reached ``max_failures`` there. The host
-        stops calling it there first, whether or not the ``disable_plugin`` that records it
-        is refused (already disabled, the combat gone or ended, ``MAX_DISABLED_PLUGINS``
-        reached): a failing plugin is never called again in that combat, until a narrator
-        enables it."""
+    def _disabling(self, combat_id: str) -> list[tuple[str, str, Proposal]]:
+        """A ``disable_plugin`` for every plugin that reached ``max_failures`` in the combat.
+        The host stops calling it there first, whether or not the command that records it is
+        refused (already disabled, the combat gone or ended, ``MAX_DISABLED_PLUGINS`` reached):
+        a failing plugin is never called again in that combat, until a narrator enables it."""
+        found = []
         for plugin, reason in self.failing(combat_id):
             self._off.setdefault(combat_id, set()).add(plugin)
             self.stats[plugin].disabled += 1
-            try:
-                await apply(HOST_ACTOR, cmd.DisablePlugin(plugin, reason[:MAX_REASON]))
-            except RefusedError as e:
-                self.report(
-                    "plugin_disabled",
-                    plugin=plugin,
-                    combat=combat_id,
-                    reason=reason,
-                    recorded=False,
-                    code=e.code,
-                )
-                continue
+            disabling = cmd.DisablePlugin(plugin, reason[:MAX_REASON])
+            found.append((plugin, reason, Proposal(HOST_ACTOR, disabling)))
+        return found
+
+    def _disabled(self, plugin: str, combat_id: str, reason: str, outcome: Outcome) -> None:
+        if isinstance(outcome, RefusedError):
+            self.report(
+                "plugin_disabled",
+                plugin=plugin,
+                combat=combat_id,
+                reason=reason,
+                recorded=False,
+                code=outcome.code,
+            )
+        else:
             self.report("plugin_disabled", plugin=plugin, combat=combat_id, reason=reason)
 
 
 def _hook_calls(applied: Applied, rules: RuleBook) -> list[tuple[str, dict[str, Any]]]:
-    """Which hooks the events of one command stand for, with their arguments. The events are
-    replayed from the state before the command, so each hook sees its subject as it stood at
-    its event: the turn just started, the window as it closed, the condition as it expired."""
+    """Which hooks the events of one command stand for, with their arguments. Each hook sees
+    its subject as it stood at its event, from the states the pipeline folded: the turn just
+    started, the window as it closed, the condition as it expired."""
     after = applied.after
     calls: list[tuple[str, dict[str, Any]]] = []
-    state = applied.before
-    for event in applied.events:
-        prior, state = state, evolve(state, event)
+    for i, event in enumerate(applied.events):
+        prior, state = applied.states[i], applied.states[i + 1]
         match event:
             case ev.CombatStarted():
                 calls.append(("on_combat_start", {"event": event}))

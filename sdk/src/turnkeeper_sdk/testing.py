@@ -10,10 +10,11 @@ Installed as a pytest plugin (entry point ``pytest11``), it gives every test the
         table.do(commands.StartCombat())
         assert table.named("surprise_marked")
 
-The same :class:`~turnkeeper_sdk.plugins.PluginHost` the daemon uses calls the hooks, with
-the same isolation (each plugin in its own thread), budgets and rules for what a plugin may
-propose; only the store and the socket are left out. Dice are seeded, time is a number the
-test moves.
+Commands take the daemon's own write pipeline (:mod:`turnkeeper_engine.pipeline`), with the
+same :class:`~turnkeeper_sdk.plugins.PluginHost` calling the hooks, with the same isolation (each
+plugin in its own thread), budgets and rules for what a plugin may propose: only the store and
+the subscribers are left out (the table keeps the log in memory). Dice are seeded, time is a
+number the test moves.
 """
 
 from __future__ import annotations
@@ -25,23 +26,14 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
-from turnkeeper_engine import (
-    BUNDLED_RULES,
-    NARRATOR,
-    Actor,
-    DiceSource,
-    RuleBook,
-    RuleError,
-    State,
-    decide,
-    evolve,
-)
+from turnkeeper_engine import BUNDLED_RULES, NARRATOR, Actor, DiceSource, RuleBook, State
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.dice import SeededDice
 from turnkeeper_engine.model import OptionValue, TurnRef
+from turnkeeper_engine.pipeline import Applied, MemoryLog, Pipeline, at_once
 
-from .plugins import DEFAULT_BUDGET, Applied, PluginHost, RefusedError
+from .plugins import DEFAULT_BUDGET, PluginHost
 from .views import CombatView
 
 E = TypeVar("E", bound=ev.Event)
@@ -50,9 +42,25 @@ START_TIME = 1_000_000.0
 """The table's clock starts here (epoch seconds); ``advance`` moves it."""
 
 
+class _TableLog(MemoryLog):
+    """The table's combat: committed in memory, every event kept, hooks due in a queue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[int, ev.Event]] = []
+        self.hooks_due: deque[Applied] = deque()
+
+    async def commit(self, applied: Applied, context: object) -> None:
+        await super().commit(applied, context)
+        self.events.extend(enumerate(applied.events, start=applied.first))
+
+    def due(self, applied: Applied, context: object) -> None:
+        self.hooks_due.append(applied)
+
+
 class Table:
-    """One combat in process, with plugins. Commands go through the same steps as in the
-    daemon: plugins' before hooks, the engine, then every hook the events stand for, and the
+    """One combat in process, with plugins. Commands go through the daemon's pipeline: plugins'
+    before hooks, the engine, then every hook the events stand for, in commit order, and the
     commands plugins propose, recorded as theirs. ``rules`` is the rule book the table starts
     from; the plugins' rulesets and condition types are added to it, as in the daemon."""
 
@@ -76,24 +84,38 @@ class Table:
                 raise ValueError(f"plugin {name!r} did not load: {self.host.failures[-1].error}")
         self.dice = dice or SeededDice(seed)
         self.now = START_TIME
-        self.state = State()
-        self.seq = 0
-        self.log: list[tuple[int, ev.Event]] = []
-        """Every event so far, with its sequence number."""
-        self._due: deque[Applied] = deque()
-        # No hook stands for a combat's creation: committed as is, so that a table can be made
-        # inside an async test too.
-        self._commit(NARRATOR, cmd.CreateCombat(combat_id, ruleset, tuple((options or {}).items())))
-        self._due.clear()
+        self._log = _TableLog()
+        self._pipeline: Pipeline[object] = Pipeline(
+            self.dice, lambda: self.now, self.host, rules=self.host.rules
+        )
+        # No hook stands for a combat's creation, and its start awaits nothing: stepped here
+        # without an event loop, so that a table can be made inside an async test too.
+        create = cmd.CreateCombat(combat_id, ruleset, tuple((options or {}).items()))
+        at_once(self._pipeline.run(self._log, NARRATOR, create))
+        self._log.hooks_due.clear()
 
     def _report(self, what: str, **details: Any) -> None:
         self.problems.append((what, details))
+
+    @property
+    def state(self) -> State:
+        return self._log.state
+
+    @property
+    def seq(self) -> int:
+        return self._log.seq
+
+    @property
+    def log(self) -> list[tuple[int, ev.Event]]:
+        """Every event so far, with its sequence number."""
+        return self._log.events
 
     # ------------------------------------------------------------------------------ stepping
 
     def do(self, command: cmd.Command, actor: Actor = NARRATOR) -> list[ev.Event]:
         """Apply a command and let the plugins react; return every event it led to, plugin
-        commands' events included. A refused command raises :class:`RefusedError`."""
+        commands' events included. A refused command raises
+        :class:`~turnkeeper_engine.pipeline.RefusedError`."""
         start = len(self.log)
         anyio.run(self._do, command, actor)
         return [e for _, e in self.log[start:]]
@@ -105,36 +127,12 @@ class Table:
         return [e for _, e in self.log[start:]]
 
     async def _do(self, command: cmd.Command, actor: Actor) -> None:
-        await self._apply_prepared(actor, command)
-        # As in the daemon: hooks run for each committed command in commit order, those of
-        # the commands plugins cause included.
-        while self._due:
-            await self.host.run(self._due.popleft(), self._apply_prepared)
-
-    async def _apply_prepared(self, actor: Actor, command: cmd.Command) -> Applied | None:
-        """Every command, a plugin's included, gets the plugins' before hooks first."""
-        command = await self.host.prepare(self.view, command, self._apply, actor)
-        return await self._apply(actor, command)
-
-    async def _apply(self, actor: Actor, command: cmd.Command) -> Applied | None:
-        return self._commit(actor, command)
-
-    def _commit(self, actor: Actor, command: cmd.Command) -> Applied | None:
-        decided = decide(
-            self.state, command, self.now, actor=actor, dice=self.dice, rules=self.host.rules
-        )
-        if isinstance(decided, RuleError):
-            raise RefusedError(decided.code, decided.message, decided.field)
-        if not decided:
-            return None
-        before = self.state
-        for event in decided:
-            self.state = evolve(self.state, event)
-            self.seq += 1
-            self.log.append((self.seq, event))
-        applied = Applied(before, self.state, self.seq, decided)
-        self._due.append(applied)
-        return applied
+        await self._pipeline.run(self._log, actor, command)
+        # As the daemon's hook workers do: each committed command's hooks in commit order,
+        # those of the commands plugins cause included.
+        due = self._log.hooks_due
+        while due:
+            await self._pipeline.react(self._log, due.popleft())
 
     def advance(self, seconds: float) -> list[ev.Event]:
         """Let time pass and tick, as the daemon's clock would (R13)."""
