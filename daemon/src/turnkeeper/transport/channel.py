@@ -86,6 +86,8 @@ class Channel(asyncio.Protocol):
         """Bytes handed to the transport so far."""
         self._ends: deque[int] = deque()
         """Where each message still (partly) in the transport's buffer ends, in ``_written``."""
+        self._corked: list[bytes] = []
+        """Messages for ``send_soon``, written together at the end of this turn of the loop."""
         self._writing_paused = False
         self._room_waiter: asyncio.Future[None] | None = None
         self._stall: asyncio.TimerHandle | None = None
@@ -185,12 +187,12 @@ class Channel(asyncio.Protocol):
     def room(self) -> int:
         """How many more messages may wait for this peer."""
         if not self._writing_paused:
-            return OUTBOX_MESSAGES
+            return OUTBOX_MESSAGES - len(self._corked)
         flushed = self._flushed()
         ends = self._ends
         while ends and ends[0] <= flushed:
             ends.popleft()
-        return max(0, OUTBOX_MESSAGES - len(ends))
+        return max(0, OUTBOX_MESSAGES - len(ends) - len(self._corked))
 
     async def wait_room(self) -> None:
         """Until a message may be queued (or the connection is gone); ``TimeoutError`` after
@@ -208,12 +210,39 @@ class Channel(asyncio.Protocol):
             self._room_waiter.set_result(None)
 
     def send(self, data: bytes) -> None:
-        """Write one packed message; nothing once the channel is closing."""
-        if self._closing:
+        """Write one packed message now, behind those sent soon before it; nothing once the
+        channel is closing."""
+        framed = self.frame(data)
+        if self._closing or not framed:
             return
-        self.put(self.frame(data))
+        if self._corked:
+            self._corked.append(framed)
+            self._flush()
+        else:
+            self._write([framed])
+
+    def send_soon(self, data: bytes) -> None:
+        """Write one packed message at the end of this turn of the loop, with every other sent
+        soon meanwhile: a command's events reach a subscriber in one write, not one each."""
+        framed = self.frame(data)
+        if self._closing or not framed:
+            return
+        if not self._corked:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._corked.append(framed)
+
+    def _flush(self) -> None:
+        corked, self._corked = self._corked, []
+        if corked and not self._closing:
+            self._write(corked)
+
+    def _write(self, messages: list[bytes]) -> None:
+        end = self._written
+        self.put(messages[0] if len(messages) == 1 else b"".join(messages))
         if self._writing_paused:
-            self._ends.append(self._written)
+            for message in messages:
+                end += len(message)
+                self._ends.append(end)
 
     def frame(self, data: bytes) -> bytes:
         """A packed message as the transport carries it."""
@@ -223,6 +252,8 @@ class Channel(asyncio.Protocol):
         """Write bytes as they are: the transport's own (a handshake, a control frame)."""
         if self._closing:
             return
+        if self._corked:
+            self._flush()
         assert self.transport is not None
         self._written += len(data)
         self.transport.write(data)
@@ -248,6 +279,7 @@ class Channel(asyncio.Protocol):
         is buffered is written: within ``WRITE_STALL`` of its last progress, or dropped."""
         if self._closing:
             return
+        self._flush()
         if final is not None:
             self.send(final)
         self._goodbye(refused=final is not None)
@@ -259,6 +291,7 @@ class Channel(asyncio.Protocol):
 
     def abort(self) -> None:
         """Close at once, dropping what is buffered: for a peer not worth an answer."""
+        self._corked = []
         self._closing = self._eof = True
         self._wake()
         self._wake_room()

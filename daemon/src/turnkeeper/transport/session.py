@@ -146,7 +146,7 @@ class Session:
                 wire.WireError("slow_consumer", "the connection fell too far behind its events")
             )
             return False
-        self.channel.send(data)
+        self.channel.send_soon(data)
         return True
 
     def room(self) -> int:

@@ -66,6 +66,9 @@ CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 """The WebSocket close code sent with a fatal protocol error (the error notification, sent just
 before, says which)."""
+FRAMES_KEPT = 64
+"""Latest framings kept for reuse: more than the events one command makes for one audience in
+all but the rarest case, so each of its events is framed once however many subscribers it has."""
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -84,24 +87,30 @@ _IMPORT_MAP = re.compile(rb'<script type="importmap">(.*?)</script>', re.DOTALL)
 
 class _Framing:
     """Binary frames of whole messages as a server sends them (unmasked, unfragmented). A frame
-    depends on its message alone, and the hub hands the same bytes object to every subscriber
-    of an audience in turn: the last framing is kept, so they all share one frame."""
+    depends on its message alone, and the hub hands the same bytes objects to every subscriber
+    of an audience in turn (a command's events, one subscriber after another): the latest
+    framings are kept, so those subscribers share their frames."""
 
     def __init__(self) -> None:
-        self._data = b""
-        self._frame = bytes((0x82, 0))
+        self._frames: dict[int, tuple[bytes, bytes]] = {}
 
     def __call__(self, data: bytes) -> bytes:
-        if data is not self._data:
-            size = len(data)
-            if size < 126:
-                head = bytes((0x82, size))
-            elif size < 1 << 16:
-                head = b"\x82\x7e" + size.to_bytes(2, "big")
-            else:
-                head = b"\x82\x7f" + size.to_bytes(8, "big")
-            self._data, self._frame = data, head + data
-        return self._frame
+        kept = self._frames.get(id(data))
+        # The message is kept with its frame, so its id cannot be another's meanwhile.
+        if kept is not None and kept[0] is data:
+            return kept[1]
+        size = len(data)
+        if size < 126:
+            head = bytes((0x82, size))
+        elif size < 1 << 16:
+            head = b"\x82\x7e" + size.to_bytes(2, "big")
+        else:
+            head = b"\x82\x7f" + size.to_bytes(8, "big")
+        frame = head + data
+        if len(self._frames) >= FRAMES_KEPT:
+            del self._frames[next(iter(self._frames))]
+        self._frames[id(data)] = (data, frame)
+        return frame
 
 
 _framed = _Framing()
