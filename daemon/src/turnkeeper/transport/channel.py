@@ -87,12 +87,13 @@ class Channel(asyncio.Protocol):
         self._ends: deque[int] = deque()
         """Where each message still (partly) in the transport's buffer ends, in ``_written``."""
         self._corked: list[bytes] = []
-        """Messages for ``send_soon``, written together at the end of this turn of the loop."""
+        """Messages posted (``post``), written together at the end of this turn of the loop."""
         self._writing_paused = False
         self._room_waiter: asyncio.Future[None] | None = None
         self._stall: asyncio.TimerHandle | None = None
         self._stall_mark = 0
-        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._lost: asyncio.Future[None] = self._loop.create_future()
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class Channel(asyncio.Protocol):
     def pause_writing(self) -> None:
         self._writing_paused = True
         self._stall_mark = self._flushed()
-        self._stall = asyncio.get_running_loop().call_later(WRITE_STALL, self._check_stall)
+        self._stall = self._loop.call_later(WRITE_STALL, self._check_stall)
 
     def resume_writing(self) -> None:
         self._writing_paused = False
@@ -163,7 +164,7 @@ class Channel(asyncio.Protocol):
         while not self._chunks:
             if self._eof:
                 return b""
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -199,7 +200,7 @@ class Channel(asyncio.Protocol):
         ``SEND_TIMEOUT``."""
         with anyio.fail_after(SEND_TIMEOUT):
             while not self._closing and not self.room():
-                self._room_waiter = asyncio.get_running_loop().create_future()
+                self._room_waiter = self._loop.create_future()
                 try:
                     await self._room_waiter
                 finally:
@@ -221,15 +222,19 @@ class Channel(asyncio.Protocol):
         else:
             self._write([framed])
 
-    def send_soon(self, data: bytes) -> None:
-        """Write one packed message at the end of this turn of the loop, with every other sent
-        soon meanwhile: a command's events reach a subscriber in one write, not one each."""
+    def post(self, data: bytes) -> bool:
+        """Write one packed message at the end of this turn of the loop, with every other posted
+        meanwhile: a command's events reach a subscriber in one write, not one each. False,
+        and nothing written, when the peer has ``OUTBOX_MESSAGES`` waiting already."""
+        if (self._writing_paused or len(self._corked) >= OUTBOX_MESSAGES) and not self.room():
+            return False
         framed = self.frame(data)
         if self._closing or not framed:
-            return
+            return True
         if not self._corked:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         self._corked.append(framed)
+        return True
 
     def _flush(self) -> None:
         corked, self._corked = self._corked, []
@@ -270,7 +275,7 @@ class Channel(asyncio.Protocol):
             self.transport.abort()
             return
         self._stall_mark = flushed
-        self._stall = asyncio.get_running_loop().call_later(WRITE_STALL, self._check_stall)
+        self._stall = self._loop.call_later(WRITE_STALL, self._check_stall)
 
     # Closing -----------------------------------------------------------------------------------
 

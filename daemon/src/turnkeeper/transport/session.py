@@ -141,13 +141,12 @@ class Session:
     def deliver(self, data: bytes) -> bool:
         if self.closing is not None:
             return False
-        if not self.channel.room():
-            self.close_with(
-                wire.WireError("slow_consumer", "the connection fell too far behind its events")
-            )
-            return False
-        self.channel.send_soon(data)
-        return True
+        if self.channel.post(data):
+            return True
+        self.close_with(
+            wire.WireError("slow_consumer", "the connection fell too far behind its events")
+        )
+        return False
 
     def room(self) -> int:
         return self.channel.room()

@@ -126,6 +126,8 @@ class WebSocketChannel(Channel):
         super().__init__(accepted)
         self._gate = gate
         self._ws: WSConnection | None = None
+        self._open = False
+        """Whether messages may still be sent: not once a close frame went either way."""
         # One buffer, not a list of parts: a message split into many empty continuation frames
         # must cost its bytes, not an entry per frame.
         self._message = bytearray()
@@ -141,7 +143,8 @@ class WebSocketChannel(Channel):
             log.exception("http_failed")
             self.abort()
             return False
-        return self._ws is not None
+        self._open = self._ws is not None
+        return self._open
 
     async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
         try:
@@ -190,24 +193,25 @@ class WebSocketChannel(Channel):
                             fatal=True,
                             reason=event.reason or str(event.code),
                         )
+                    self._open = False
                     if ws.state is ConnectionState.REMOTE_CLOSING:
                         self.put(ws.send(event.response()))
                     return None
             data = await self.receive()
             if not data:
+                self._open = False
                 ws.receive_data(None)
                 return None
             ws.receive_data(data)
 
     def frame(self, data: bytes) -> bytes:
         """Nothing once the WebSocket is closing: no message may follow the close frame."""
-        if self._ws is None or self._ws.state is not ConnectionState.OPEN:
-            return b""
-        return _framed(data)
+        return _framed(data) if self._open else b""
 
     def _goodbye(self, *, refused: bool) -> None:
         """A close frame while the WebSocket is open: 1008 after a fatal error, else 1001."""
-        if self._ws is not None and self._ws.state is ConnectionState.OPEN:
+        if self._open and self._ws is not None:
+            self._open = False
             code = CLOSE_POLICY if refused else CLOSE_GOING_AWAY
             self.put(self._ws.send(CloseConnection(code=code)))
 
