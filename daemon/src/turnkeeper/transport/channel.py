@@ -101,7 +101,7 @@ class Channel(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         # Told of the first byte the kernel does not take and of the buffer's last byte going:
-        # between the two, the messages waiting are counted (``queued``) and progress watched.
+        # between the two, the messages waiting are counted (``room``) and progress watched.
         transport.set_write_buffer_limits(high=0, low=0)
         self.identify(transport)
         self._accepted(self)
@@ -125,7 +125,8 @@ class Channel(asyncio.Protocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.gone = self.gone or "peer_gone"
+        if exc is not None and self.gone is None:
+            self.gone = "peer_gone"  # a reset or a broken pipe, not a close
         self._eof = self._closing = True
         self._wake()
         self._wake_room()
