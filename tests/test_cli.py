@@ -131,6 +131,8 @@ def test_a_socket_below_a_regular_file_is_one_line_naming_it(tmp_path: Path) -> 
 BAD_ENVIRONMENT = {
     "TURNKEEPER_SNAPSHOT_EVERY": "abc",
     "TURNKEEPER_MAX_DB_MIB": "-1",
+    "TURNKEEPER_MAX_CONNECTIONS": "0",
+    "TURNKEEPER_MAX_WEB_CONNECTIONS": "many",
     "TURNKEEPER_TCP": "nonsense",
     "TURNKEEPER_WS": "127.0.0.1:99999",
     "TURNKEEPER_PLUGIN_BUDGET_MS": "0",

@@ -19,7 +19,8 @@ from wsproto.events import TextMessage
 
 from daemon import CallError, Client, Daemon, running
 from turnkeeper.methods import MAX_HISTORY_PAGE, MAX_ID_CHARS
-from turnkeeper.server import HELLO_TIMEOUT, OUTBOX_MESSAGES, WRITE_STALL
+from turnkeeper.transport.channel import OUTBOX_MESSAGES, WRITE_STALL
+from turnkeeper.transport.session import HELLO_TIMEOUT
 from turnkeeper_sdk import wire
 
 CALM = "calm"

@@ -17,8 +17,14 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from daemon import CALL_TIMEOUT, Client, Daemon, running
-from turnkeeper.server import MAX_CONNECTIONS, MAX_PENDING, MAX_PENDING_PER_ADDRESS, UNIX_RESERVE
-from turnkeeper.websocket import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS, peer_key
+from turnkeeper.transport.channel import peer_key
+from turnkeeper.transport.listeners import (
+    MAX_CONNECTIONS,
+    MAX_PENDING,
+    MAX_PENDING_PER_ADDRESS,
+    UNIX_RESERVE,
+)
+from turnkeeper.transport.websocket import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS
 from turnkeeper_sdk import wire
 
 TRANSPORTS = ["unix", "tcp", "ws"]

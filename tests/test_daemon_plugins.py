@@ -27,7 +27,7 @@ import anyio
 import pytest
 
 from daemon import CallError, Client, Daemon, running
-from turnkeeper import host, server
+from turnkeeper import app, host
 from turnkeeper.host import Hub
 from turnkeeper.store import Store
 from turnkeeper_engine import NARRATOR
@@ -465,8 +465,8 @@ def test_a_busy_looping_hook_freezes_nothing_and_sigterm_ends_the_daemon_within_
         assert d.process is not None
         stopping = time.monotonic()
         d.process.send_signal(signal.SIGTERM)
-        assert d.process.wait(timeout=server.DRAIN_TIMEOUT + WAIT_SECONDS) == 0
-        assert time.monotonic() - stopping < server.DRAIN_TIMEOUT
+        assert d.process.wait(timeout=app.DRAIN_TIMEOUT + WAIT_SECONDS) == 0
+        assert time.monotonic() - stopping < app.DRAIN_TIMEOUT
         d.start()
         c = d.client()
         assert c.call("get_combat", combat="bank")["seq"] == acknowledged
@@ -494,8 +494,8 @@ def test_sigterm_ends_the_daemon_within_its_drain_though_a_command_waits_on_a_be
         assert d.process is not None
         stopping = time.monotonic()
         d.process.send_signal(signal.SIGTERM)
-        assert d.process.wait(timeout=server.DRAIN_TIMEOUT + WAIT_SECONDS) == 0
-        assert time.monotonic() - stopping < server.DRAIN_TIMEOUT + DRAIN_SLACK
+        assert d.process.wait(timeout=app.DRAIN_TIMEOUT + WAIT_SECONDS) == 0
+        assert time.monotonic() - stopping < app.DRAIN_TIMEOUT + DRAIN_SLACK
         d.start()
         c = d.client()
         assert _events(c)[acknowledged - 1]["seq"] == acknowledged

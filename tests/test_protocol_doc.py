@@ -20,6 +20,7 @@ import pytest
 
 from daemon import running
 from turnkeeper.methods import METHODS
+from turnkeeper.transport.session import HANDLERS
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine import model, views
@@ -41,7 +42,10 @@ CONSTANT_CODE = re.compile(
 )
 LIMIT_MODULES = {
     "wire": "turnkeeper_sdk.wire",
-    "server": "turnkeeper.server",
+    "app": "turnkeeper.app",
+    "channel": "turnkeeper.transport.channel",
+    "listeners": "turnkeeper.transport.listeners",
+    "session": "turnkeeper.transport.session",
     "methods": "turnkeeper.methods",
     "host": "turnkeeper.host",
     "store": "turnkeeper.store",
@@ -51,7 +55,7 @@ LIMIT_MODULES = {
     "plain": "turnkeeper_engine.plain",
     "plugins": "turnkeeper_sdk.plugins",
     "watchdog": "turnkeeper.watchdog",
-    "websocket": "turnkeeper.websocket",
+    "websocket": "turnkeeper.transport.websocket",
 }
 RESERVED_EVENT_KEYS = {"combat", "seq", "event", "summary"}
 
@@ -142,6 +146,10 @@ def test_every_method_is_documented_and_every_documented_method_exists() -> None
     assert set(METHODS) <= documented, _missing(set(METHODS), documented, "undocumented methods")
     assert documented <= set(METHODS), _missing(documented, set(METHODS), "documented, no method")
     assert len(_headings(3)) == len(documented), "a method is documented twice"
+
+
+def test_every_method_has_a_handler_and_every_handler_a_method() -> None:
+    assert set(HANDLERS) == set(METHODS)
 
 
 def test_every_event_is_documented_and_every_documented_event_exists() -> None:

@@ -24,8 +24,8 @@ import pytest
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
 from story import NARRATOR, Story, player
 from turnkeeper.host import _numbered
-from turnkeeper.server import MAX_WEB_CONNECTIONS
-from turnkeeper.websocket import HANDSHAKE_TIMEOUT, HEAD_IDLE_TIMEOUT, MAX_HEAD_BYTES
+from turnkeeper.transport.listeners import MAX_WEB_CONNECTIONS
+from turnkeeper.transport.websocket import HANDSHAKE_TIMEOUT, HEAD_IDLE_TIMEOUT, MAX_HEAD_BYTES
 from turnkeeper_engine import BUNDLED_RULES
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
@@ -409,6 +409,22 @@ def test_websocket_clients_cannot_take_every_connection_slot(tmp_path: Path) -> 
                 s.close()
         with d.client() as c:
             c.call("list_combats")
+
+
+def test_the_operator_chooses_how_many_websocket_sessions_there_may_be(tmp_path: Path) -> None:
+    with running(tmp_path, False, "--max-web-connections", "3", ws=True) as d:
+        assert d.ws_port is not None
+        secret = d.token("observer")
+        opened = [_session(d, secret) for _ in range(3)]
+        try:
+            one_more = Client.ws(d.ws_port)
+            note = one_more.notification()
+            assert (note.params["code"], note.params["fatal"]) == ("server_busy", True)
+            assert "3" in note.params["message"]
+            one_more.close()
+        finally:
+            for s in opened:
+                s.close()
 
 
 def test_the_daemons_wheel_carries_the_page_the_client_and_the_catalogues(tmp_path: Path) -> None:

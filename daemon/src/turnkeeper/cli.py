@@ -144,6 +144,18 @@ def _snapshot_every() -> int:
     return SNAPSHOT_EVERY
 
 
+def _max_connections() -> int:
+    from .transport.listeners import MAX_CONNECTIONS
+
+    return MAX_CONNECTIONS
+
+
+def _max_web_connections() -> int:
+    from .transport.listeners import MAX_WEB_CONNECTIONS
+
+    return MAX_WEB_CONNECTIONS
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(value: str) -> str:
         if value not in choices:
@@ -245,6 +257,23 @@ SERVE_SETTINGS = (
         "(env TURNKEEPER_MAX_DB_MIB; default: none)",
         env="TURNKEEPER_MAX_DB_MIB",
         parse=_positive,
+        kwargs={"metavar": "N"},
+    ),
+    Setting(
+        ("--max-connections",),
+        "sessions the daemon holds at once, all transports together; 32 of them are kept for "
+        "the Unix socket (env TURNKEEPER_MAX_CONNECTIONS)",
+        env="TURNKEEPER_MAX_CONNECTIONS",
+        parse=_positive,
+        default=_max_connections,
+        kwargs={"metavar": "N"},
+    ),
+    Setting(
+        ("--max-web-connections",),
+        "of those, the most over WebSocket (env TURNKEEPER_MAX_WEB_CONNECTIONS)",
+        env="TURNKEEPER_MAX_WEB_CONNECTIONS",
+        parse=_positive,
+        default=_max_web_connections,
         kwargs={"metavar": "N"},
     ),
     Setting(
@@ -413,9 +442,10 @@ def _token(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import anyio
 
+    from .app import Config, serve
     from .host import tune_collector
     from .logs import configure
-    from .server import Config, serve
+    from .transport.listeners import ConnectionLimits
 
     configure(args.log_format, debug=args.debug)
     tune_collector()
@@ -440,6 +470,7 @@ def _serve(args: argparse.Namespace) -> int:
         ws_host=ws_host,
         ws_port=ws_port,
         page=args.http is not None,
+        limits=ConnectionLimits(args.max_connections, args.max_web_connections),
     )
     anyio.run(serve, config)
     return 0

@@ -3,20 +3,20 @@
 A browser has no raw sockets, so ``--ws`` (and ``--http``, which adds the table view) opens an
 HTTP listener: ``/ws`` upgrades to a WebSocket carrying exactly the socket protocol, one message
 per binary frame; with the page on, every other path is a static file of ``turnkeeper/web`` or a
-translation catalogue. HTTP is parsed by h11 and the WebSocket by wsproto, both sans-I/O, so the
-bytes still move through anyio like every other connection.
+translation catalogue. HTTP is parsed by h11 and the WebSocket by wsproto, both sans-I/O, over
+the same ``asyncio`` channel as the other transports (``channel.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
-import ipaddress
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 import structlog
-from anyio.abc import ByteStream, SocketAttribute
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import (
@@ -41,12 +40,12 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from turnkeeper_sdk import wire
 
-from . import i18n
+from .. import i18n
+from .channel import Channel, peer_address
 
 log = structlog.get_logger("turnkeeper.websocket")
 
 WS_PATH = "/ws"
-READ_CHUNK = 65536
 MAX_HEAD_BYTES = 16 * 1024
 """Longest HTTP request head (request line and headers): a browser's is well under 8 KiB."""
 HANDSHAKE_TIMEOUT = 5.0
@@ -63,12 +62,13 @@ MAX_HANDSHAKES_PER_ADDRESS = 16
 browser opens up to six connections to a host at once to load a page, and a household's or a
 table's browsers may share one address."""
 CLOSE_GOING_AWAY = 1001
+"""The WebSocket close code sent when the daemon stops or drops a connection."""
 CLOSE_POLICY = 1008
 """The WebSocket close code sent with a fatal protocol error (the error notification, sent just
 before, says which)."""
-CONTROL_TIMEOUT = 5.0
-"""Seconds a pong or a close frame may take to be written: a peer that pings and never reads
-must not hold its reader forever."""
+FRAMES_KEPT = 64
+"""Latest framings kept for reuse: more than the events one command makes for one audience in
+all but the rarest case, so each of its events is framed once however many subscribers it has."""
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -85,34 +85,87 @@ _CATALOGUE = re.compile(r"^/i18n/([A-Za-z_-]{1,35})\.json$")
 _IMPORT_MAP = re.compile(rb'<script type="importmap">(.*?)</script>', re.DOTALL)
 
 
-class WebSocketStream:
-    """One accepted WebSocket: whole binary messages in, frames out."""
+class _Framing:
+    """Binary frames of whole messages as a server sends them (unmasked, unfragmented). A frame
+    depends on its message alone, and the hub hands the same bytes objects to every subscriber
+    of an audience in turn (a command's events, one subscriber after another): the latest
+    framings are kept, so those subscribers share their frames."""
 
-    def __init__(self, stream: ByteStream, ws: WSConnection) -> None:
-        self.stream = stream
-        self.ws = ws
-        # The reader answers pings and closes while the writer sends messages: one socket
-        # write at a time.
-        self._sending = anyio.Lock()
+    def __init__(self) -> None:
+        self._frames: dict[int, tuple[bytes, bytes]] = {}
+
+    def __call__(self, data: bytes) -> bytes:
+        kept = self._frames.get(id(data))
+        # The message is kept with its frame, so its id cannot be another's meanwhile.
+        if kept is not None and kept[0] is data:
+            return kept[1]
+        size = len(data)
+        if size < 126:
+            head = bytes((0x82, size))
+        elif size < 1 << 16:
+            head = b"\x82\x7e" + size.to_bytes(2, "big")
+        else:
+            head = b"\x82\x7f" + size.to_bytes(8, "big")
+        frame = head + data
+        if len(self._frames) >= FRAMES_KEPT:
+            del self._frames[next(iter(self._frames))]
+        self._frames[id(data)] = (data, frame)
+        return frame
+
+
+_framed = _Framing()
+
+
+class WebSocketChannel(Channel):
+    """An HTTP connection: a file or an error answered (``Gate``), or a WebSocket carrying one
+    protocol message per binary message."""
+
+    kind = "ws"
+
+    def __init__(self, gate: Gate, accepted: Callable[[Channel], None]) -> None:
+        super().__init__(accepted)
+        self._gate = gate
+        self._ws: WSConnection | None = None
+        self._open = False
+        """Whether messages may still be sent: not once a close frame went either way."""
         # One buffer, not a list of parts: a message split into many empty continuation frames
         # must cost its bytes, not an entry per frame.
         self._message = bytearray()
         self._text = 0  # bytes of a text message so far (its text is not kept)
-        self.max_message_bytes = wire.MAX_UNAUTHENTICATED_MESSAGE_BYTES
-        """The longest message the peer may send now; the connection raises it after hello."""
 
-    def extra(self, attribute: Any, default: Any = None) -> Any:
-        return self.stream.extra(attribute, default)
+    def identify(self, transport: asyncio.Transport) -> None:
+        self.address = peer_address(transport)
 
-    async def receive(self) -> bytes | str:
+    async def open(self) -> bool:
+        try:
+            self._ws = await self._gate.accept(self)
+        except Exception:
+            log.exception("http_failed")
+            self.abort()
+            return False
+        self._open = self._ws is not None
+        return self._open
+
+    async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
+        try:
+            data = await self._receive_message(limits.message_bytes)
+        except wire.WireError as e:
+            return e
+        if data is None:
+            return None
+        return _one_message(data, limits)
+
+    async def _receive_message(self, max_bytes: int) -> bytes | str | None:
         """The next whole message: bytes for a binary one, the text of a text one (which the
-        protocol refuses). Raises ``anyio.EndOfStream`` once the peer closed."""
+        protocol refuses); None once the WebSocket is closed."""
+        ws = self._ws
+        assert ws is not None
         while True:
-            for event in self.ws.events():
+            for event in ws.events():
                 if isinstance(event, BytesMessage):
-                    if len(self._message) + len(event.data) > self.max_message_bytes:
+                    if len(self._message) + len(event.data) > max_bytes:
                         # Checked as the parts arrive, so a huge message is never held whole.
-                        raise wire.too_large(self.max_message_bytes)
+                        raise wire.too_large(max_bytes)
                     self._message += event.data
                     if event.message_finished:
                         data = bytes(self._message)
@@ -122,15 +175,16 @@ class WebSocketStream:
                     # Refused once whole, but held to the same size meanwhile: a text message
                     # that never ends must not be read for ever.
                     self._text += len(event.data.encode())
-                    if self._text > self.max_message_bytes:
-                        raise wire.too_large(self.max_message_bytes)
+                    if self._text > max_bytes:
+                        raise wire.too_large(max_bytes)
                     if event.message_finished:
                         self._text = 0
                         return "text"
                 elif isinstance(event, Ping):
-                    await self._control(self.ws.send(event.response()))
+                    # Written like any reply: a peer that pings and never reads is stalled.
+                    self.put(ws.send(event.response()))
                 elif isinstance(event, CloseConnection):
-                    if self.ws.state is ConnectionState.OPEN:
+                    if ws.state is ConnectionState.OPEN:
                         # wsproto reports a broken frame as a close it wants to send, and
                         # stays open: the frame was the peer's fault, and fatal.
                         raise wire.WireError(
@@ -139,55 +193,42 @@ class WebSocketStream:
                             fatal=True,
                             reason=event.reason or str(event.code),
                         )
-                    if self.ws.state is ConnectionState.REMOTE_CLOSING:
-                        await self._control(self.ws.send(event.response()))
-                    raise anyio.EndOfStream
-            try:
-                data = await self.stream.receive(READ_CHUNK)
-            except anyio.EndOfStream:
-                self.ws.receive_data(None)
-                raise
-            self.ws.receive_data(data)
+                    self._open = False
+                    if ws.state is ConnectionState.REMOTE_CLOSING:
+                        self.put(ws.send(event.response()))
+                    return None
+            data = await self.receive()
+            if not data:
+                self._open = False
+                ws.receive_data(None)
+                return None
+            ws.receive_data(data)
 
-    def frame(self, messages: Iterable[bytes]) -> bytes:
-        """Each packed protocol message as its own binary frame, ready for one socket write;
-        nothing once the WebSocket is closing, when no message may follow the close frame."""
-        if self.ws.state is not ConnectionState.OPEN:
-            return b""
-        return b"".join(self.ws.send(BytesMessage(data=m)) for m in messages)
+    def frame(self, data: bytes) -> bytes:
+        """Nothing once the WebSocket is closing: no message may follow the close frame."""
+        return _framed(data) if self._open else b""
 
-    async def send(self, data: bytes) -> None:
-        if data:
-            await self._send_raw(data)
+    def _goodbye(self, *, refused: bool) -> None:
+        """A close frame while the WebSocket is open: 1008 after a fatal error, else 1001."""
+        if self._open and self._ws is not None:
+            self._open = False
+            code = CLOSE_POLICY if refused else CLOSE_GOING_AWAY
+            self.put(self._ws.send(CloseConnection(code=code)))
 
-    async def _send_raw(self, data: bytes) -> None:
-        async with self._sending:
-            await self.stream.send(data)
 
-    async def _control(self, data: bytes) -> None:
-        """A pong or a close reply, bounded in time: a peer that does not read is gone."""
-        with anyio.move_on_after(CONTROL_TIMEOUT) as scope:
-            await self._send_raw(data)
-        if scope.cancelled_caught:
-            raise anyio.BrokenResourceError
-
-    async def aclose(self, code: int = CLOSE_GOING_AWAY) -> None:
-        """Say goodbye with a close frame when the WebSocket is still open, then close. Shielded:
-        this runs as the daemon stops too, when the connection's task is being cancelled."""
-        with anyio.CancelScope(shield=True):
-            try:
-                if self.ws.state is ConnectionState.OPEN:
-                    with anyio.move_on_after(CONTROL_TIMEOUT):
-                        await self._send_raw(self.ws.send(CloseConnection(code=code)))
-            except (
-                LocalProtocolError,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-                OSError,
-            ):
-                pass  # the peer is gone already: nothing to say goodbye to
-            finally:
-                await self.stream.aclose()
+def _one_message(data: bytes | str, limits: wire.Limits) -> wire.Message | wire.WireError:
+    """What one WebSocket message holds: exactly one protocol message, or the error saying why
+    not. The frame boundary keeps the stream in step, so only errors msgpack itself calls fatal
+    (bad bytes, too deep, too long) end the connection, as on a socket."""
+    if isinstance(data, str):
+        return wire.WireError(wire.INVALID_MESSAGE, "text frames are not accepted: send binary")
+    items = (decoder := wire.Decoder(limits)).feed(data)
+    if len(items) == 1 and not decoder.pending:
+        return items[0]
+    fatal = [i for i in items if isinstance(i, wire.WireError) and i.fatal]
+    if fatal:
+        return fatal[0]
+    return wire.WireError(wire.INVALID_MESSAGE, "a binary frame must hold exactly one message")
 
 
 class Site:
@@ -238,21 +279,6 @@ def _catalogue(locale: str) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode()
 
 
-def peer_key(address: str) -> str:
-    """What the per-address bounds count a peer by: its IPv4 address, or the /64 network of an
-    IPv6 one, since one host is routinely given a whole /64 and would otherwise count as
-    billions of peers."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
-
-
 class Gate:
     """The HTTP side of a ``--ws`` or ``--http`` listener: answers plain requests, hands
     WebSocket upgrades on."""
@@ -262,23 +288,29 @@ class Gate:
         self.handshakes = 0
         self.handshakes_from: Counter[str] = Counter()
 
-    async def accept(self, stream: ByteStream) -> WebSocketStream | None:
-        """Read one request. A WebSocket upgrade on ``/ws`` is accepted and returned; anything
-        else is answered (a file, or an HTTP error), the stream closed and None returned."""
-        address = peer_key(str(stream.extra(SocketAttribute.remote_address, ("",))[0]))
+    async def accept(self, channel: Channel) -> WSConnection | None:
+        """Read one request. A WebSocket upgrade on ``/ws`` is accepted and its connection
+        returned; anything else is answered (a file, or an HTTP error), the channel closed and
+        None returned."""
+        address = channel.address or ""
         if (
             self.handshakes >= MAX_HANDSHAKES
             or self.handshakes_from[address] >= MAX_HANDSHAKES_PER_ADDRESS
         ):
-            await stream.aclose()
+            channel.abort()
             return None
         self.handshakes += 1
         self.handshakes_from[address] += 1
         try:
+            # The slot is held until the answer is written, so what a flood of requests costs
+            # stays within MAX_HANDSHAKES answers.
             with anyio.move_on_after(HANDSHAKE_TIMEOUT):
                 with contextlib.suppress(TimeoutError):
-                    return await self._accept(stream)
-            await stream.aclose()
+                    ws = await self._accept(channel)
+                    if ws is None:
+                        await channel.wait_closed()
+                    return ws
+            channel.abort()
             return None
         finally:
             self.handshakes -= 1
@@ -286,35 +318,35 @@ class Gate:
             if not self.handshakes_from[address]:
                 del self.handshakes_from[address]
 
-    async def _accept(self, stream: ByteStream) -> WebSocketStream | None:
+    async def _accept(self, channel: Channel) -> WSConnection | None:
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
-            event = await _next_event(http, stream)
+            event = await _next_event(http, channel)
         except h11.RemoteProtocolError as e:
-            await _answer(stream, http, e.error_status_hint, b"bad request\n")
+            _answer(channel, http, e.error_status_hint, b"bad request\n")
             return None
         if not isinstance(event, h11.Request):
-            await stream.aclose()
+            channel.close()
             return None
         path = urlsplit(event.target.decode("ascii", "replace")).path
         headers = {k.lower(): v for k, v in event.headers}
         upgrade = headers.get(b"upgrade", b"").lower() == b"websocket"
         if path == WS_PATH and event.method == b"GET":
             if upgrade:
-                return await self._upgrade(stream, http, event)
-            await _answer(stream, http, 426, b"this path speaks WebSocket only\n")
+                return _upgrade(channel, http, event)
+            _answer(channel, http, 426, b"this path speaks WebSocket only\n")
             return None
         if event.method not in (b"GET", b"HEAD"):
-            await _answer(stream, http, 405, b"method not allowed\n", [(b"allow", b"GET, HEAD")])
+            _answer(channel, http, 405, b"method not allowed\n", [(b"allow", b"GET, HEAD")])
             return None
         found = self.site.get(path) if self.site is not None else None
         if found is None:
-            await _answer(stream, http, 404, b"not found\n")
+            _answer(channel, http, 404, b"not found\n")
             return None
         body, kind = found
         extra = [(b"content-security-policy", self.site.policy.encode())] if self.site else []
-        await _answer(
-            stream,
+        _answer(
+            channel,
             http,
             200,
             body,
@@ -323,46 +355,40 @@ class Gate:
         )
         return None
 
-    async def _upgrade(
-        self, stream: ByteStream, http: h11.Connection, request: h11.Request
-    ) -> WebSocketStream | None:
-        ws = WSConnection(ConnectionType.SERVER)
-        try:
-            ws.initiate_upgrade_connection(list(request.headers), request.target)
-            events = list(ws.events())
-        except (RemoteProtocolError, LocalProtocolError):
-            await _answer(stream, http, 400, b"not a valid WebSocket handshake\n")
-            return None
-        if not any(isinstance(e, WsRequest) for e in events):
-            await _answer(stream, http, 400, b"not a valid WebSocket handshake\n")
-            return None
-        await stream.send(ws.send(AcceptConnection()))
-        # Bytes the client sent right behind its request head are the first frames.
-        leftover, _closed = http.trailing_data
-        if leftover:
-            ws.receive_data(bytes(leftover))
-        return WebSocketStream(stream, ws)
+
+def _upgrade(channel: Channel, http: h11.Connection, request: h11.Request) -> WSConnection | None:
+    ws = WSConnection(ConnectionType.SERVER)
+    try:
+        ws.initiate_upgrade_connection(list(request.headers), request.target)
+        events = list(ws.events())
+    except (RemoteProtocolError, LocalProtocolError):
+        _answer(channel, http, 400, b"not a valid WebSocket handshake\n")
+        return None
+    if not any(isinstance(e, WsRequest) for e in events):
+        _answer(channel, http, 400, b"not a valid WebSocket handshake\n")
+        return None
+    channel.put(ws.send(AcceptConnection()))
+    # Bytes the client sent right behind its request head are the first frames.
+    leftover, _closed = http.trailing_data
+    if leftover:
+        ws.receive_data(bytes(leftover))
+    return ws
 
 
-async def _next_event(http: h11.Connection, stream: ByteStream) -> Any:
+async def _next_event(http: h11.Connection, channel: Channel) -> Any:
     while True:
         event = http.next_event()
         if event is not h11.NEED_DATA:
             return event
-        try:
-            # A TimeoutError goes up: the peer is dropped unanswered, like one that ran out of
-            # HANDSHAKE_TIMEOUT.
-            with anyio.fail_after(HEAD_IDLE_TIMEOUT):
-                data = await stream.receive(READ_CHUNK)
-        except TimeoutError:
-            raise
-        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-            data = b""
+        # A TimeoutError goes up: the peer is dropped unanswered, like one that ran out of
+        # HANDSHAKE_TIMEOUT.
+        with anyio.fail_after(HEAD_IDLE_TIMEOUT):
+            data = await channel.receive()
         http.receive_data(data)
 
 
-async def _answer(
-    stream: ByteStream,
+def _answer(
+    channel: Channel,
     http: h11.Connection,
     status: int,
     body: bytes,
@@ -380,12 +406,10 @@ async def _answer(
     ]
     if not any(k == b"content-type" for k, _ in headers or []):
         fixed.append((b"content-type", b"text/plain; charset=utf-8"))
-    with contextlib.suppress(
-        h11.LocalProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError
-    ):
+    with contextlib.suppress(h11.LocalProtocolError):
         data = http.send(h11.Response(status_code=status, headers=[*fixed, *(headers or [])]))
         if not head:
             data = (data or b"") + (http.send(h11.Data(data=body)) or b"")
         data = (data or b"") + (http.send(h11.EndOfMessage()) or b"")
-        await stream.send(data)
-    await stream.aclose()
+        channel.put(data)
+    channel.close()

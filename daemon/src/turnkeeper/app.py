@@ -1,0 +1,154 @@
+"""The daemon's composition root: the store, the plugins, the hub, the watchdog, the listeners and
+the signals, put together for one data directory, and taken apart in order on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from .auth import Tokens
+from .host import SNAPSHOT_EVERY, Hub
+from .loader import PluginChoice, announce, load
+from .private import PRIVATE_FILE
+from .store import Store
+from .transport.channel import TcpChannel, UnixChannel
+from .transport.listeners import (
+    ConnectionLimits,
+    address,
+    listen_tcp,
+    listen_unix,
+    prepare_socket_path,
+    remove_own_socket,
+)
+from .transport.session import Sessions
+from .transport.websocket import Gate, Site, WebSocketChannel
+from .watchdog import Watchdog
+
+log = structlog.get_logger("turnkeeper.app")
+
+DRAIN_TIMEOUT = 10.0
+"""On SIGTERM, how long in-flight commands get to finish before the daemon exits."""
+
+
+@dataclass
+class Config:
+    """What ``turnkeeper serve`` was asked to run."""
+
+    data_dir: Path
+    socket_path: Path | None
+    tcp_host: str | None = None
+    tcp_port: int | None = None
+    narrator_uid: int | None = field(default_factory=os.getuid)
+    """Unix peers with this uid are narrators without a token; None turns that off."""
+    snapshot_every: int = SNAPSHOT_EVERY
+    max_db_pages: int | None = None
+    """A quota on the database and its WAL together, in SQLite pages; past it commits fail with
+    ``store_full``."""
+    plugins: PluginChoice = field(default_factory=PluginChoice)
+    """Which plugins to load: every installed one by default."""
+    ws_host: str | None = None
+    ws_port: int | None = None
+    """Where the WebSocket endpoint listens (``/ws``); None leaves it off."""
+    page: bool = False
+    """Whether the WebSocket listener also serves the table view (``--http``)."""
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    """How many sessions the daemon holds (``--max-connections``, ``--max-web-connections``)."""
+
+
+async def _listening(server: asyncio.Server) -> None:
+    """Keep ``server`` accepting until cancelled, then close it."""
+    async with server:
+        await server.serve_forever()
+
+
+async def serve(
+    config: Config, *, task_status: TaskStatus[Sessions] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the daemon until SIGTERM or SIGINT, then drain in-flight commands and return."""
+    plugins = load(config.plugins)
+    announce(plugins)
+    store = Store.open(config.data_dir, max_pages=config.max_db_pages)
+    hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
+    tokens = Tokens(config.data_dir)
+    bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
+    socket_lock: int | None = None
+    try:
+        # A malformed token file stops the start, saying what is wrong with it; once running,
+        # the daemon keeps its last good tokens through a bad edit (``Tokens.load``).
+        tokens.read()
+        async with anyio.create_task_group() as outer:
+            await outer.start(store.run)
+            await hub.recover()  # before any listener: every combat is known when serving
+            async with anyio.create_task_group() as tg:
+                sessions = Sessions(
+                    hub,
+                    tokens,
+                    narrator_uid=config.narrator_uid,
+                    limits=config.limits,
+                    task_group=tg,
+                )
+                tg.start_soon(hub.run_clock)
+                tg.start_soon(hub.run_hooks)
+                tg.start_soon(Watchdog(plugins).run)
+                tg.start_soon(hub.warm)
+                tg.start_soon(sessions.watch_tokens)
+                if config.socket_path is not None:
+                    socket_lock = prepare_socket_path(config.socket_path)
+                    unix = await listen_unix(
+                        config.socket_path, lambda: UnixChannel(sessions.accept)
+                    )
+                    bound = os.lstat(config.socket_path)
+                    os.chmod(config.socket_path, PRIVATE_FILE)
+                    tg.start_soon(_listening, unix)
+                if config.tcp_port is not None:
+                    tcp = await listen_tcp(
+                        config.tcp_host, config.tcp_port, "TCP", lambda: TcpChannel(sessions.accept)
+                    )
+                    tg.start_soon(_listening, tcp)
+                web_address = None
+                if config.ws_port is not None:
+                    gate = Gate(Site() if config.page else None)
+                    web = await listen_tcp(
+                        config.ws_host,
+                        config.ws_port,
+                        "WebSocket",
+                        lambda: WebSocketChannel(gate, sessions.accept),
+                    )
+                    web_address = address(config.ws_host, config.ws_port)
+                    tg.start_soon(_listening, web)
+                log.info(
+                    "serving",
+                    socket=str(config.socket_path),
+                    tcp_port=config.tcp_port,
+                    ws_port=config.ws_port,
+                    page=config.page,
+                    websocket=f"ws://{web_address}/ws" if web_address else None,
+                    table_view=f"http://{web_address}/" if web_address and config.page else None,
+                )
+                task_status.started(sessions)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        log.info("stopping", signal=signal.Signals(signum).name)
+                        break
+                sessions.draining = True
+                with anyio.move_on_after(DRAIN_TIMEOUT):
+                    while sessions.in_flight:
+                        await anyio.sleep(0.01)
+                # Commands still in flight (in a before hook, say) go on without plugins.
+                plugins.stop()
+                tg.cancel_scope.cancel()
+            await store.stop()
+    finally:
+        store.close()
+        if bound is not None and config.socket_path is not None:
+            remove_own_socket(config.socket_path, bound)
+        if socket_lock is not None:
+            os.close(socket_lock)
+    log.info("stopped")

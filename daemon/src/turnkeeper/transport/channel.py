@@ -1,0 +1,356 @@
+"""Bytes ⇄ messages, one class per transport, on ``asyncio.Protocol``.
+
+The event loop reads each socket and hands the bytes over (``data_received``); the session's
+task takes them when it is ready for the next message, so a peer is read only as fast as its
+requests are answered. Replies and events are written straight to the transport: a fan-out to
+many subscribers wakes no task per subscriber. What the kernel does not take at once waits in
+the transport's buffer, which is bounded per peer (``OUTBOX_MESSAGES``) and watched for progress
+(``WRITE_STALL``): a peer that stops reading is disconnected, never buffered for without end.
+
+The layers above never ask which transport they have: every channel has the same methods, and a
+transport's differences (who the peer is, how messages are framed) live in its class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import anyio
+
+from turnkeeper_sdk import wire
+
+OUTBOX_MESSAGES = 1024
+"""Messages waiting for one peer beyond what the kernel took. An event for a subscriber with
+this many waiting finds it too slow: it is disconnected (``slow_consumer``) rather than let the
+daemon's memory grow."""
+SEND_TIMEOUT = 30.0
+"""A reply that cannot be queued for this long (its peer has ``OUTBOX_MESSAGES`` waiting) means
+the peer stopped reading."""
+WRITE_STALL = 5.0
+"""Seconds the bytes waiting for a peer may make no progress into the socket: the connection is
+then dropped, so a stuck peer never holds a connection slot, or its buffer, for long."""
+READ_AHEAD = 65536
+"""Bytes received and not yet decoded beyond which the socket is no longer read: a peer that
+sends faster than its requests are answered waits in the kernel, not in the daemon's memory."""
+
+
+def peer_key(address: str) -> str:
+    """What the per-address bounds count a peer by: its IPv4 address, or the /64 network of an
+    IPv6 one, since one host is routinely given a whole /64 and would otherwise count as
+    billions of peers."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def peer_address(transport: asyncio.BaseTransport) -> str | None:
+    """A TCP peer's address as the per-address bounds count it."""
+    peer: Any = transport.get_extra_info("peername")
+    return peer_key(str(peer[0])) if peer else None
+
+
+class Channel(asyncio.Protocol):
+    """One connection's bytes: read on demand, written at once, bounded both ways."""
+
+    kind: ClassVar[str]
+    """The transport's name, as admission counts it and the logs show it."""
+
+    def __init__(self, accepted: Callable[[Channel], None]) -> None:
+        self._accepted = accepted
+        self.transport: asyncio.Transport | None = None
+        self.peer_uid: int | None = None
+        """The peer's uid on the Unix socket; None elsewhere."""
+        self.address: str | None = None
+        """The peer's address (``peer_key``) on TCP and WebSocket; None on the Unix socket."""
+        self.gone: str | None = None
+        """Why the transport ended on its own (``peer_gone``, ``write_stalled``), if it did."""
+        self._chunks: deque[bytes] = deque()
+        self._chunk_bytes = 0
+        self._eof = False
+        self._reading_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._closing = False
+        self._written = 0
+        """Bytes handed to the transport so far."""
+        self._ends: deque[int] = deque()
+        """Where each message still (partly) in the transport's buffer ends, in ``_written``."""
+        self._corked: list[bytes] = []
+        """Messages posted (``post``), written together at the end of this turn of the loop."""
+        self._writing_paused = False
+        self._room_waiter: asyncio.Future[None] | None = None
+        self._stall: asyncio.TimerHandle | None = None
+        self._stall_mark = 0
+        self._loop = asyncio.get_running_loop()
+        self._lost: asyncio.Future[None] = self._loop.create_future()
+
+    # asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        # Told of the first byte the kernel does not take and of the buffer's last byte going:
+        # between the two, the messages waiting are counted (``room``) and progress watched.
+        transport.set_write_buffer_limits(high=0, low=0)
+        self.identify(transport)
+        self._accepted(self)
+
+    def identify(self, transport: asyncio.Transport) -> None:
+        """Learn who the peer is (``peer_uid``, ``address``)."""
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._chunk_bytes += len(data)
+        if self._chunk_bytes > READ_AHEAD and not self._reading_paused:
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self._reading_paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        # Kept open for writing: the answers to what was sent before the EOF still go out.
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.gone is None:
+            self.gone = "peer_gone"  # a reset or a broken pipe, not a close
+        self._eof = self._closing = True
+        self._wake()
+        self._wake_room()
+        if self._stall is not None:
+            self._stall.cancel()
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._stall_mark = self._flushed()
+        self._stall = self._loop.call_later(WRITE_STALL, self._check_stall)
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._ends.clear()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        self._wake_room()
+
+    # Reading -----------------------------------------------------------------------------------
+
+    async def open(self) -> bool:
+        """Whatever the transport needs before messages flow; False if the connection ended
+        there (it carried no session)."""
+        return True
+
+    async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
+        """The next message, or the error for the next bad one, held to ``limits``; None once
+        the peer or the daemon closed the connection."""
+        raise NotImplementedError
+
+    async def receive(self) -> bytes:
+        """The next bytes received; empty once nothing more will come."""
+        while not self._chunks:
+            if self._eof:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self._closing:
+            return b""
+        data = self._chunks.popleft()
+        self._chunk_bytes -= len(data)
+        if self._reading_paused and self._chunk_bytes <= READ_AHEAD:
+            assert self.transport is not None
+            self.transport.resume_reading()
+            self._reading_paused = False
+        return data
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # Writing -----------------------------------------------------------------------------------
+
+    def room(self) -> int:
+        """How many more messages may wait for this peer."""
+        if not self._writing_paused:
+            return OUTBOX_MESSAGES - len(self._corked)
+        flushed = self._flushed()
+        ends = self._ends
+        while ends and ends[0] <= flushed:
+            ends.popleft()
+        return max(0, OUTBOX_MESSAGES - len(ends) - len(self._corked))
+
+    async def wait_room(self) -> None:
+        """Until a message may be queued (or the connection is gone); ``TimeoutError`` after
+        ``SEND_TIMEOUT``."""
+        with anyio.fail_after(SEND_TIMEOUT):
+            while not self._closing and not self.room():
+                self._room_waiter = self._loop.create_future()
+                try:
+                    await self._room_waiter
+                finally:
+                    self._room_waiter = None
+
+    def _wake_room(self) -> None:
+        if self._room_waiter is not None and not self._room_waiter.done():
+            self._room_waiter.set_result(None)
+
+    def send(self, data: bytes) -> None:
+        """Write one packed message now, behind those sent soon before it; nothing once the
+        channel is closing."""
+        framed = self.frame(data)
+        if self._closing or not framed:
+            return
+        if self._corked:
+            self._corked.append(framed)
+            self._flush()
+        else:
+            self._write([framed])
+
+    def post(self, data: bytes) -> bool:
+        """Write one packed message at the end of this turn of the loop, with every other posted
+        meanwhile: a command's events reach a subscriber in one write, not one each. False,
+        and nothing written, when the peer has ``OUTBOX_MESSAGES`` waiting already."""
+        if (self._writing_paused or len(self._corked) >= OUTBOX_MESSAGES) and not self.room():
+            return False
+        framed = self.frame(data)
+        if self._closing or not framed:
+            return True
+        if not self._corked:
+            self._loop.call_soon(self._flush)
+        self._corked.append(framed)
+        return True
+
+    def _flush(self) -> None:
+        corked, self._corked = self._corked, []
+        if corked and not self._closing:
+            self._write(corked)
+
+    def _write(self, messages: list[bytes]) -> None:
+        end = self._written
+        self.put(messages[0] if len(messages) == 1 else b"".join(messages))
+        if self._writing_paused:
+            for message in messages:
+                end += len(message)
+                self._ends.append(end)
+
+    def frame(self, data: bytes) -> bytes:
+        """A packed message as the transport carries it."""
+        return data
+
+    def put(self, data: bytes) -> None:
+        """Write bytes as they are: the transport's own (a handshake, a control frame)."""
+        if self._closing:
+            return
+        if self._corked:
+            self._flush()
+        assert self.transport is not None
+        self._written += len(data)
+        self.transport.write(data)
+
+    def _flushed(self) -> int:
+        assert self.transport is not None
+        return self._written - self.transport.get_write_buffer_size()
+
+    def _check_stall(self) -> None:
+        flushed = self._flushed()
+        if flushed == self._stall_mark:
+            self.gone = "write_stalled"
+            assert self.transport is not None
+            self.transport.abort()
+            return
+        self._stall_mark = flushed
+        self._stall = self._loop.call_later(WRITE_STALL, self._check_stall)
+
+    # Closing -----------------------------------------------------------------------------------
+
+    def close(self, final: bytes | None = None) -> None:
+        """Send ``final`` (a packed fatal error notification) if given, then close once what
+        is buffered is written: within ``WRITE_STALL`` of its last progress, or dropped."""
+        if self._closing:
+            return
+        self._flush()
+        if final is not None:
+            self.send(final)
+        self._goodbye(refused=final is not None)
+        self._closing = self._eof = True
+        self._wake()
+        self._wake_room()
+        assert self.transport is not None
+        self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what is buffered: for a peer not worth an answer."""
+        self._corked = []
+        self._closing = self._eof = True
+        self._wake()
+        self._wake_room()
+        assert self.transport is not None
+        self.transport.abort()
+
+    def _goodbye(self, *, refused: bool) -> None:
+        """The transport's last words before it closes."""
+
+    async def wait_closed(self) -> None:
+        """Until the transport is closed; at most ``WRITE_STALL`` after its last progress."""
+        await asyncio.shield(self._lost)
+
+
+class UnixChannel(Channel):
+    """The Unix socket: a byte stream from a peer of known uid."""
+
+    kind = "unix"
+
+    def __init__(self, accepted: Callable[[Channel], None]) -> None:
+        super().__init__(accepted)
+        self._decoder: wire.Decoder | None = None
+
+    def identify(self, transport: asyncio.Transport) -> None:
+        raw = transport.get_extra_info("socket")
+        creds = raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        self.peer_uid = int(uid)
+
+    async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
+        decoder = self._decoder
+        if decoder is None:
+            decoder = self._decoder = wire.Decoder(limits)
+        else:
+            # Limits change only right after a request (a hello), between two messages.
+            decoder.limit(limits)
+        while True:
+            item = decoder.next()
+            if item is not None:
+                return item
+            data = await self.receive()
+            if not data:
+                return None
+            try:
+                decoder.push(data)
+            except wire.WireError as e:
+                return e
+
+
+class TcpChannel(UnixChannel):
+    """TCP: the same byte stream, from a peer known by its address."""
+
+    kind = "tcp"
+
+    def identify(self, transport: asyncio.Transport) -> None:
+        self.address = peer_address(transport)

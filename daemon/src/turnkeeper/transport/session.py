@@ -1,0 +1,511 @@
+"""Sessions: hello, credentials, language, subscriptions, and the method table.
+
+A session reads one message at a time from its channel and answers it before reading the next,
+so responses come in request order. Each method's behaviour is one entry of ``HANDLERS``, keyed
+by the names ``turnkeeper.methods`` declares; ``Session.answer`` is the one place where a
+request's failure becomes a wire error.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from itertools import count
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from turnkeeper_engine import Actor
+from turnkeeper_engine.events import EVENTS
+from turnkeeper_engine.plain import Plain
+from turnkeeper_sdk import wire
+
+from .. import __version__, i18n
+from ..auth import AuthError, Principal, Tokens
+from ..host import MAX_COMBAT_PAGE, Hub, RequestError
+from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
+from ..store import StoreError
+from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
+from .listeners import Admission, ConnectionLimits
+
+log = structlog.get_logger("turnkeeper.session")
+
+HELLO_TIMEOUT = 10.0
+"""Seconds a connection may stay without a successful ``hello``: idle sockets cost nothing to
+open and must not pile up."""
+TOKEN_CHECK_SECONDS = 0.25
+"""How often the daemon looks for a changed token file: a revoked token's sessions end within
+this, even ones that only listen and never send a request."""
+CLOSE_WAIT = WRITE_STALL + 1.0
+"""Seconds a closing connection's slot is held for its last bytes to go out: its channel drops
+them after ``WRITE_STALL`` without progress, so this is only a backstop."""
+
+_ids = count(1)
+
+
+class Sessions:
+    """Every connection of the daemon, what they may take (``Admission``) and the commands
+    they have in flight."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        tokens: Tokens,
+        *,
+        narrator_uid: int | None,
+        limits: ConnectionLimits,
+        task_group: TaskGroup,
+    ) -> None:
+        self.hub = hub
+        self.tokens = tokens
+        self.narrator_uid = narrator_uid
+        """Unix peers with this uid are narrators without a token; None turns that off."""
+        self.admission = Admission(limits)
+        self.connections: set[Session] = set()
+        self.in_flight = 0
+        self.draining = False
+        self._task_group = task_group
+
+    def accept(self, channel: Channel) -> None:
+        """A channel's transport is up: serve it in a task of its own."""
+        try:
+            self._task_group.start_soon(Session(self, channel).run)
+        except RuntimeError:
+            channel.abort()  # the daemon is stopping: its task group takes no more
+
+    async def run_command(
+        self, principal: str, actor: Actor, combat_id: str, value: Any, request_id: str
+    ) -> Plain:
+        if self.draining:
+            raise RequestError(
+                "shutting_down", "the daemon is stopping; retry with the same request_id"
+            )
+        self.in_flight += 1
+        try:
+            # Once accepted, a command runs to its commit even if the daemon is asked to stop.
+            with anyio.CancelScope(shield=True):
+                result = await self.hub.execute(principal, actor, combat_id, value, request_id)
+            return result
+        finally:
+            self.in_flight -= 1
+
+    async def watch_tokens(self) -> None:
+        """End the sessions of revoked tokens as soon as the token file changes, including those
+        that only listen: checking at each request alone would leave a subscriber reading on."""
+        seen: object = None
+        while True:
+            await anyio.sleep(TOKEN_CHECK_SECONDS)
+            try:
+                records = self.tokens.load()
+            except (AuthError, OSError, ValueError, TypeError):
+                continue  # what is wrong with the file is said where it is read for a request
+            if records is seen:
+                continue
+            seen = records
+            for session in list(self.connections):
+                if session.principal is not None and not self.tokens.still_valid(session.principal):
+                    session.close_with(
+                        wire.WireError(
+                            "token_revoked", "the token of this session has been revoked"
+                        )
+                    )
+
+
+Handler = Callable[["Session", Mapping[str, Any]], Awaitable[Plain]]
+
+
+class Session:
+    """One client: its identity, its language and its subscriptions (``Subscriber`` to the
+    hub), over a channel whose transport it never asks about."""
+
+    def __init__(self, sessions: Sessions, channel: Channel) -> None:
+        self.sessions = sessions
+        self.hub = sessions.hub
+        self.channel = channel
+        self.id = f"c{next(_ids)}"
+        self.principal: Principal | None = None
+        self.actor = Actor("observer")
+        self.closing: str | None = None
+        self.subscribed: set[str] = set()
+        self.everywhere = False
+        self.hello_scope: anyio.CancelScope | None = None
+        self.locale = "en"
+        self.narration: str | None = None
+        """The locale events are told in for this session (hello's ``narrate``), or None."""
+
+    # Subscriber protocol -------------------------------------------------------------------
+
+    def deliver(self, data: bytes) -> bool:
+        if self.closing is not None:
+            return False
+        if self.channel.post(data):
+            return True
+        self.close_with(
+            wire.WireError("slow_consumer", "the connection fell too far behind its events")
+        )
+        return False
+
+    def room(self) -> int:
+        return self.channel.room()
+
+    def close_with(self, error: wire.WireError) -> None:
+        """End the connection after a final error notification, written behind what is
+        already buffered for the peer (its channel drops it all if the peer stops reading)."""
+        if self.closing is None:
+            self.closing = error.code
+            error.fatal = True
+            self.channel.close(wire.pack(wire.error_message(error, self._text(error))))
+
+    async def reply(self, message: wire.Message) -> None:
+        """Send a reply. One too large for the wire becomes an error reply; a peer that stops
+        reading for SEND_TIMEOUT is disconnected."""
+        try:
+            data = wire.pack(message)
+        except wire.WireError as e:
+            assert isinstance(message, wire.Response)
+            error = wire.ErrorBody("result_too_large", self._text(e))
+            data = wire.pack(wire.Response(message.msgid, error, None))
+        if not self.channel.room():
+            try:
+                await self.channel.wait_room()
+            except TimeoutError:
+                self.close_with(
+                    wire.WireError(
+                        "slow_consumer",
+                        "a reply waited over {seconds:g} s to be read",
+                        seconds=SEND_TIMEOUT,
+                    )
+                )
+        if self.closing is None:
+            self.channel.send(data)
+
+    def _text(self, error: wire.WireError | RequestError | AuthError | StoreError) -> str:
+        """An error's message in this session's language."""
+        return i18n.localize(error, self.locale)
+
+    def _refusal(self, error: wire.WireError) -> wire.Message:
+        """What to send for a refused message, in this session's language."""
+        return wire.error_message(error, self._text(error))
+
+    # The connection's life -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        channel = self.channel
+        if not await channel.open():
+            return  # a plain HTTP request, answered
+        admission = self.sessions.admission
+        busy = admission.admit(channel)
+        if busy is not None:
+            self.close_with(busy)
+            await self._closed()
+            return
+        self.sessions.connections.add(self)
+        # Every log line of this connection's task carries its id.
+        structlog.contextvars.bind_contextvars(connection=self.id)
+        log.info("connected", transport=channel.kind, uid=channel.peer_uid)
+        try:
+            await self._serve()
+        except Exception:
+            # A broken connection ends alone: the listener, the other clients and the daemon go on.
+            log.exception("connection_failed")
+        finally:
+            self.hub.unsubscribe(self)
+            self.sessions.connections.discard(self)
+            channel.close()
+            # The slot is free once the connection's last bytes are out, not before: until
+            # then they are still the daemon's to hold.
+            await self._closed()
+            admission.leave(channel, session=self.principal is not None)
+            log.info("disconnected", reason=self.closing or channel.gone or "closed")
+
+    async def _closed(self) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_WAIT) as waited:
+            await self.channel.wait_closed()
+        if waited.cancelled_caught:
+            self.channel.abort()
+
+    @property
+    def limits(self) -> wire.Limits:
+        """What one message from this peer may cost: far less before hello, when anyone who can
+        reach the port may be sending."""
+        return wire.REQUESTS if self.principal is not None else wire.BEFORE_HELLO
+
+    async def _serve(self) -> None:
+        with anyio.move_on_after(HELLO_TIMEOUT) as hello_scope:
+            self.hello_scope = hello_scope
+            while self.principal is None and self.closing is None:
+                if not await self._step():
+                    return
+        if hello_scope.cancelled_caught and self.principal is None:
+            self.close_with(
+                wire.WireError(
+                    "hello_timeout", "no hello within {seconds:g} s", seconds=HELLO_TIMEOUT
+                )
+            )
+            return
+        while self.closing is None:
+            if not await self._step():
+                return
+
+    async def _step(self) -> bool:
+        """Read and handle one message (a hello's success raises the limits for the very next
+        one); False once the connection is over."""
+        item = await self.channel.next(self.limits)
+        if item is None:
+            return False
+        if isinstance(item, wire.WireError):
+            if item.fatal:
+                self.close_with(item)
+                return False
+            # Notifications from clients carry nothing in this version and are ignored,
+            # malformed ones too (some MessagePack-RPC clients send one on connect).
+            if not item.notification:
+                await self.reply(self._refusal(item))
+        elif isinstance(item, wire.Request):
+            await self.reply(await self.answer(item))
+        elif isinstance(item, wire.Response):
+            # Clients answer nothing in this protocol: a response is a confused peer.
+            note = wire.WireError(wire.INVALID_MESSAGE, "clients send no responses")
+            await self.reply(self._refusal(note))
+        return self.closing is None
+
+    # Requests ------------------------------------------------------------------------------
+
+    async def answer(self, request: wire.Request) -> wire.Response:
+        """The response to ``request``: the one place where its failure becomes a wire error,
+        in this session's language, and never a traceback to the client."""
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            result = await self.call(request.method, request.params)
+            return wire.Response(request.msgid, None, result)
+        except (RequestError, AuthError, StoreError) as e:
+            outcome = e.code
+            field = e.field if isinstance(e, (RequestError, AuthError)) else ""
+            return wire.Response(request.msgid, wire.ErrorBody(e.code, self._text(e), field), None)
+        except Exception:
+            # One request's failure is that request's error, never the daemon's end.
+            outcome = "internal_error"
+            log.exception("request_failed", method=request.method)
+            failed = i18n.gettext(self.locale, "the daemon failed on this request")
+            return wire.Response(request.msgid, wire.ErrorBody("internal_error", failed), None)
+        finally:
+            # One line per request is for debugging (``--debug``): at INFO it would be most of
+            # a busy daemon's log.
+            combat = request.params.get("combat") or request.params.get("combat_id")
+            log.debug(
+                "request",
+                user=self.principal.key if self.principal else None,
+                method=request.method,
+                combat=combat if isinstance(combat, str) else None,
+                outcome=outcome,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
+    async def call(self, method: str, params: Mapping[str, Any]) -> Plain:
+        """Run ``method``'s handler, once the session may call it."""
+        handler = HANDLERS.get(method)
+        if handler is None:
+            raise RequestError("unknown_method", "no method {method!r}", "method", method=method)
+        if METHODS[method].kind != "session":
+            if self.principal is None:
+                raise RequestError("hello_required", "say hello first", "method")
+            if not self.sessions.tokens.still_valid(self.principal):
+                self.close_with(
+                    wire.WireError("token_revoked", "the token of this session has been revoked")
+                )
+                raise RequestError("token_revoked", "the token of this session has been revoked")
+        return await handler(self, params)
+
+    def promote(self, principal: Principal, narrate: bool) -> None:
+        """Make this connection a session of ``principal``, or refuse: ``server_busy`` closes
+        it, after the refused hello's answer."""
+        busy = self.sessions.admission.session_refusal(self.channel.kind)
+        if busy is not None:
+            self.close_with(busy)
+            raise RequestError.relay(busy, busy.code)
+        self.sessions.admission.promote(self.channel)
+        self.principal = principal
+        self.narration = self.locale if narrate else None
+        # The hello deadline is met: requests that came with the hello must not be cut by it.
+        if self.hello_scope is not None:
+            self.hello_scope.deadline = math.inf
+        self.actor = principal.reader()
+
+    def told(self, result: Plain, actor: Actor) -> Plain:
+        """A command result's events, as shown to ``actor``, with their narrated lines if this
+        session asked for them."""
+        if self.narration is None:
+            return result
+        assert isinstance(result, dict)
+        combat = result["combat"]
+        assert isinstance(combat, str)
+        events = self.hub.told(combat, result["events"], actor, self.narration)
+        return {**result, "events": events}
+
+
+# The method table --------------------------------------------------------------------------------
+
+
+async def _hello(session: Session, params: Mapping[str, Any]) -> Plain:
+    if session.principal is not None:
+        raise RequestError("hello_repeated", "this connection has said hello already", "method")
+    locale = params.get("locale")
+    if locale is not None and not isinstance(locale, str):
+        raise RequestError("invalid_params", "a string", "locale")
+    narrate = params.get("narrate", False)
+    if not isinstance(narrate, bool):
+        raise RequestError("invalid_params", "a boolean", "narrate")
+    # Chosen before anything can fail, so even a refused hello answers in the language asked.
+    session.locale = i18n.negotiate(locale)
+    level = params.get("protocol")
+    if not isinstance(level, int) or level < wire.COMPATIBLE_VERSION:
+        raise RequestError(
+            "unsupported_protocol",
+            "this server speaks protocol {level} (compatible down to {compatible})",
+            "protocol",
+            level=wire.PROTOCOL_VERSION,
+            compatible=wire.COMPATIBLE_VERSION,
+        )
+    principal = _principal(session, params.get("token"))
+    session.promote(principal, narrate)
+    return {
+        "protocol": wire.PROTOCOL_VERSION,
+        "compatible": wire.COMPATIBLE_VERSION,
+        "server": {"name": "turnkeeper", "version": __version__},
+        "session": {
+            "role": principal.role,
+            "user": principal.user,
+            "connection": session.id,
+            "locale": session.locale,
+        },
+        "methods": _METHOD_LIST,
+        "events": [{"name": name, "since": 1} for name in sorted(EVENTS)],
+        "limits": {
+            "max_message_bytes": wire.MAX_MESSAGE_BYTES,
+            "max_request_values": wire.MAX_REQUEST_VALUES,
+            "outbox_messages": OUTBOX_MESSAGES,
+            "max_history_page": MAX_HISTORY_PAGE,
+            "max_combat_page": MAX_COMBAT_PAGE,
+        },
+    }
+
+
+_METHOD_LIST: list[Plain] = [
+    {"name": m.name, "kind": m.kind, "since": m.since, "summary": m.summary}
+    for m in METHODS.values()
+]
+
+
+def _principal(session: Session, token: object) -> Principal:
+    """Who says hello: a token's holder, or the narrator's own uid on the Unix socket."""
+    if token is not None:
+        if not isinstance(token, str):
+            raise RequestError("invalid_params", "a string", "token")
+        principal = session.sessions.tokens.authenticate(token)
+        if principal is None:
+            raise RequestError("unauthenticated", "unknown or revoked token", "token")
+        return principal
+    uid = session.channel.peer_uid
+    if uid is not None and uid == session.sessions.narrator_uid:
+        return Principal(f"uid:{uid}", "narrator")
+    raise RequestError("unauthenticated", "a token is required on this connection", "token")
+
+
+async def _command(session: Session, params: Mapping[str, Any], method: str) -> Plain:
+    principal = session.principal
+    assert principal is not None
+    request_id = text(params, "request_id")
+    assert request_id is not None
+    actor = principal.actor(text(params, "as", required=False))
+    combat_id, value = command(method, params)
+    result = await session.sessions.run_command(principal.key, actor, combat_id, value, request_id)
+    return session.told(result, actor)
+
+
+def _command_handler(method: str) -> Handler:
+    async def handle(session: Session, params: Mapping[str, Any]) -> Plain:
+        return await _command(session, params, method)
+
+    return handle
+
+
+def _page_limit(params: Mapping[str, Any]) -> int | None:
+    """A page's ``limit``: None (every combat, if they fit one page) when not given."""
+    if params.get("limit") is None:
+        return None
+    return number(params, "limit", MAX_COMBAT_PAGE, 1, MAX_COMBAT_PAGE)
+
+
+def _combat(params: Mapping[str, Any]) -> str:
+    combat_id = text(params, "combat")
+    assert combat_id is not None
+    return combat_id
+
+
+async def _list_combats(session: Session, params: Mapping[str, Any]) -> Plain:
+    return session.hub.summaries(text(params, "after", required=False), _page_limit(params))
+
+
+async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
+    return session.hub.plugin_listing()
+
+
+async def _get_combat(session: Session, params: Mapping[str, Any]) -> Plain:
+    return await session.hub.view(_combat(params), session.actor)
+
+
+async def _history(session: Session, params: Mapping[str, Any]) -> Plain:
+    combat_id = _combat(params)
+    after = number(params, "after", 0, 0, 2**53)
+    limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
+    return await session.hub.history(combat_id, session.actor, after, limit, session.narration)
+
+
+async def _subscribe(session: Session, params: Mapping[str, Any]) -> Plain:
+    combat_id = _combat(params)
+    if combat_id in session.subscribed:
+        raise RequestError("already_subscribed", "subscribed to it already", "combat")
+    after = number(params, "after", 0, 0, 2**53)
+    seq = await session.hub.subscribe(combat_id, session, after)
+    session.subscribed.add(combat_id)
+    return {"combat": combat_id, "seq": seq}
+
+
+async def _unsubscribe(session: Session, params: Mapping[str, Any]) -> Plain:
+    combat_id = _combat(params)
+    session.hub.unsubscribe(session, combat_id)
+    session.subscribed.discard(combat_id)
+    return {"combat": combat_id}
+
+
+async def _subscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
+    if session.everywhere:
+        raise RequestError("already_subscribed", "subscribed to all already", "method")
+    answer = session.hub.subscribe_all(session, _page_limit(params))
+    session.everywhere = True
+    return answer
+
+
+async def _unsubscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
+    session.hub.everywhere.discard(session)
+    session.everywhere = False
+    return {}
+
+
+HANDLERS: Mapping[str, Handler] = {
+    "hello": _hello,
+    "list_combats": _list_combats,
+    "list_plugins": _list_plugins,
+    "get_combat": _get_combat,
+    "history": _history,
+    "subscribe": _subscribe,
+    "unsubscribe": _unsubscribe,
+    "subscribe_all": _subscribe_all,
+    "unsubscribe_all": _unsubscribe_all,
+    **{m.name: _command_handler(m.name) for m in METHODS.values() if m.kind == "command"},
+}
+"""What each method of ``turnkeeper.methods.METHODS`` does, by its name."""
