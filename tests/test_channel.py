@@ -4,15 +4,19 @@ real sockets and a real WebSocket client, no daemon."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import socket
 
 import pytest
-from wsproto import ConnectionType
+from wsproto import ConnectionType, WSConnection
 from wsproto.connection import Connection
-from wsproto.events import BytesMessage
+from wsproto.events import BytesMessage, Ping, Request
 
+from turnkeeper.transport import channel as channel_module
 from turnkeeper.transport.channel import OUTBOX_MESSAGES, Channel, UnixChannel
-from turnkeeper.transport.websocket import _Framing
+from turnkeeper.transport.websocket import Gate, WebSocketChannel, _Framing
+from turnkeeper_sdk import wire
 
 MESSAGE = b"\x92\x02" + b"x" * 1022
 """1 KiB: OUTBOX_MESSAGES of them are more than a socket pair's buffers take."""
@@ -88,3 +92,72 @@ def test_a_frame_reads_back_as_its_message_and_is_made_once_for_the_same_bytes(s
     (message,) = list(client.events())
     assert isinstance(message, BytesMessage)
     assert (bytes(message.data), message.message_finished) == (data, True)
+
+
+def test_a_waiting_reply_gets_room_while_the_peer_reads_though_the_buffer_never_empties(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The transport says only when its buffer is empty again; a reply waiting for room must
+    not time out while the peer reads on and events keep the buffer from emptying."""
+    monkeypatch.setattr(channel_module, "SEND_TIMEOUT", 3.0)
+
+    async def main() -> None:
+        channel, peer = await _channel()
+        await _post_until_refused(channel)
+        waiter = asyncio.ensure_future(channel.wait_room())
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while not waiter.done() and loop.time() - start < 4:
+            with contextlib.suppress(BlockingIOError):
+                peer.recv(3 * 1024)
+            channel.post(MESSAGE)
+            channel.post(MESSAGE)
+            await asyncio.sleep(0.005)
+        assert waiter.done()
+        assert waiter.exception() is None  # not the TimeoutError of SEND_TIMEOUT
+        channel.abort()
+        peer.close()
+
+    asyncio.run(main())
+
+
+def test_pings_from_a_peer_that_does_not_read_get_no_pile_of_pongs() -> None:
+    """Pings are read as fast as they come: while bytes wait for the peer only the latest is
+    answered, once they are out, so a peer pinging without reading costs a bounded buffer."""
+
+    async def main() -> None:
+        ours, peer = socket.socketpair()
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        accepted: list[Channel] = []
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(
+            lambda: WebSocketChannel(Gate(None), accepted.append), sock=ours
+        )
+        channel = accepted[0]
+        client = WSConnection(ConnectionType.CLIENT)
+        peer.sendall(client.send(Request(host="localhost", target="/ws")))
+        assert await channel.open()
+        await asyncio.sleep(0.05)
+        peer.setblocking(False)
+        client.receive_data(peer.recv(65536))  # the 101 answer: the WebSocket is open
+        reader = asyncio.ensure_future(channel.next(wire.BEFORE_HELLO))
+        pings = client.send(Ping(b"p" * 125)) * 2000
+        sent = peak = 0
+        for i in itertools.count():
+            with contextlib.suppress(BlockingIOError):
+                sent += peer.send(pings[sent % len(pings) :])
+            await asyncio.sleep(0.001)
+            if i % 20 == 0:
+                with contextlib.suppress(BlockingIOError):
+                    peer.recv(65536)  # a trickle, so the write never stalls
+            assert channel.transport is not None
+            peak = max(peak, channel.transport.get_write_buffer_size())
+            if sent > 8 * 2**20:  # far more pings than the peer reads pongs
+                break
+        assert channel.gone is None
+        assert peak < 64 * 1024
+        reader.cancel()
+        channel.abort()
+        peer.close()
+
+    asyncio.run(main())

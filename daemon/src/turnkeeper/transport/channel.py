@@ -35,6 +35,10 @@ the peer stopped reading."""
 WRITE_STALL = 5.0
 """Seconds the bytes waiting for a peer may make no progress into the socket: the connection is
 then dropped, so a stuck peer never holds a connection slot, or its buffer, for long."""
+ROOM_POLL = 0.05
+"""Seconds between two looks at ``room`` while a reply waits for it: the transport says only
+when its buffer is empty again, and a peer that reads on while events keep coming may never
+empty it, though room comes back with each message it reads."""
 READ_AHEAD = 65536
 """Bytes received and not yet decoded beyond which the socket is no longer read: a peer that
 sends faster than its requests are answered waits in the kernel, not in the daemon's memory."""
@@ -147,6 +151,10 @@ class Channel(asyncio.Protocol):
             self._stall.cancel()
             self._stall = None
         self._wake_room()
+        self._drained()
+
+    def _drained(self) -> None:
+        """What the transport does once everything written has gone out."""
 
     # Reading -----------------------------------------------------------------------------------
 
@@ -203,7 +211,8 @@ class Channel(asyncio.Protocol):
             while not self._closing and not self.room():
                 self._room_waiter = self._loop.create_future()
                 try:
-                    await self._room_waiter
+                    with anyio.move_on_after(ROOM_POLL):
+                        await self._room_waiter
                 finally:
                     self._room_waiter = None
 

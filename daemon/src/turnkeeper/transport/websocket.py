@@ -132,6 +132,8 @@ class WebSocketChannel(Channel):
         # must cost its bytes, not an entry per frame.
         self._message = bytearray()
         self._text = 0  # bytes of a text message so far (its text is not kept)
+        self._pong: bytes | None = None
+        """The answer to the latest ping, held while bytes wait for the peer."""
 
     def identify(self, transport: asyncio.Transport) -> None:
         self.address = peer_address(transport)
@@ -181,8 +183,15 @@ class WebSocketChannel(Channel):
                         self._text = 0
                         return "text"
                 elif isinstance(event, Ping):
-                    # Written like any reply: a peer that pings and never reads is stalled.
-                    self.put(ws.send(event.response()))
+                    # Pings are read as fast as they come, so their answers must not pile up
+                    # behind a peer that does not read: while bytes wait for it, only the
+                    # latest ping is answered, once they are out (RFC 6455 allows it).
+                    pong = ws.send(event.response())
+                    assert self.transport is not None
+                    if self.transport.get_write_buffer_size():
+                        self._pong = pong
+                    else:
+                        self.put(pong)
                 elif isinstance(event, CloseConnection):
                     if ws.state is ConnectionState.OPEN:
                         # wsproto reports a broken frame as a close it wants to send, and
@@ -203,6 +212,11 @@ class WebSocketChannel(Channel):
                 ws.receive_data(None)
                 return None
             ws.receive_data(data)
+
+    def _drained(self) -> None:
+        pong, self._pong = self._pong, None
+        if pong is not None and self._open:
+            self.put(pong)
 
     def frame(self, data: bytes) -> bytes:
         """Nothing once the WebSocket is closing: no message may follow the close frame."""
