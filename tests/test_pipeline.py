@@ -169,3 +169,24 @@ def test_the_engine_decides_each_command_once_with_a_plugin_loaded(
     assert calls.count("record_outcome") == 2
     assert calls.count("declare_action") == 2
     assert seen == [turn.combatant] * 2
+
+
+def test_a_command_whose_before_hooks_took_long_records_the_time_of_its_commit() -> None:
+    """A decision made ahead of the before hooks carries the time it was made; hooks that take
+    longer than ``KEPT_FOR`` have it made again, so a turn started by the command starts when
+    it is committed, not when its hooks began."""
+
+    class Slow:
+        @hookimpl
+        def before_action_declared(self, combatant: Any) -> None:
+            table.now += 2.0  # the hook's whole budget, and more, on the table's clock
+
+    table = Table("dnd3e", {"slow": Slow()}, seed=1)
+    table.add("a", init_mod=2)
+    table.add("b")
+    table.start()
+    turn = table.turn()
+    begun = table.now
+    events = table.do(cmd.DeclareAction(turn, ActionSpec("attack")))
+    recorded = [e for e in events if isinstance(e, ev.CommandRecorded)]
+    assert [e.at for e in recorded] == [begun + 2.0]

@@ -23,10 +23,10 @@ The engine decides each command once, with no dry run. Before hooks run only for
 engine accepts (an observer's ``start_combat`` makes no plugin act), so a command with before
 hooks is decided ahead of them and they run on that decision; it is committed as it is unless
 the hooks changed the state it was made on (their proposals committed first) or the command
-itself (an initiative check's edges). A decision made ahead of the hooks stops at its first die
-(:class:`_Undrawn`): no die is rolled for a decision that may be set aside (R2), so the commands
-that roll (``start_combat``, ``roll_initiative``) are decided for good after their hooks, having
-passed every check the engine makes before its dice.
+itself (an initiative check's edges), or took longer than ``KEPT_FOR``. A decision made ahead
+of the hooks stops at its first die (:class:`_Undrawn`): no die is rolled for a decision that
+may be set aside (R2), so the commands that roll (``start_combat``, ``roll_initiative``) are
+decided for good after their hooks, having passed every check the engine makes before its dice.
 
 Written with plain ``async``/``await`` and protocols, no concurrency library, so that the engine
 stays free of I/O; a host whose ports never wait (the engine's runner) drives it synchronously.
@@ -142,6 +142,11 @@ class Hooks(Protocol):
         """The hooks ``applied``'s events stand for, once it is committed."""
         ...
 
+
+KEPT_FOR = 0.005
+"""Seconds a decision made ahead of the before hooks stays good: its time goes into what it
+records (a turn's start, a deadline), so one whose hooks took longer (a plugin may take its
+whole budget) is made again with the time of its commit, as a command without hooks is."""
 
 Q = TypeVar("Q", contravariant=True)
 """What a host attaches to one command and gets back in its ports (the daemon: the request)."""
@@ -287,7 +292,7 @@ class Pipeline(Generic[Q]):
                 else:
                     outcome = await self._proposed(log, proposal)
         async with log.writing():
-            if kept is None or kept.seq != log.seq:
+            if kept is None or kept.seq != log.seq or self.clock() - kept.now > KEPT_FOR:
                 kept = self._decide(log, command, actor, self.dice)
             return await self._write(log, actor, command, kept, context, cause)
 
