@@ -16,8 +16,8 @@ from babel.messages.pofile import read_po
 
 from story import QueueDice, Story, player
 from turnkeeper import i18n
+from turnkeeper.combats import RequestError
 from turnkeeper.demo import run
-from turnkeeper.host import RequestError
 from turnkeeper.narrate import narrate
 from turnkeeper_dnd3e_ready import Dnd3eReadyPlugin
 from turnkeeper_engine import BUNDLED_RULES, RuleError, SeededDice, State, decide, evolve
@@ -66,7 +66,7 @@ def test_extraction_reaches_every_layer_the_texts_are_written_in() -> None:
     assert found["no combatant {id!r}"] == {"engine/src/turnkeeper_engine/decide/checks.py"}
     assert "engine/src/turnkeeper_engine/plain.py" in found["must be a map"]
     assert found["method must be a string"] == {"sdk/src/turnkeeper_sdk/wire.py"}
-    assert found["no combat {id!r}"] == {"daemon/src/turnkeeper/host.py"}
+    assert found["no combat {id!r}"] == {"daemon/src/turnkeeper/combats/registry.py"}
     assert found["{name} holds the turn."] == {"daemon/src/turnkeeper/narrate.py"}
     assert "daemon/src/turnkeeper/web/render.js" in found["Bonus round"]
     assert found["{name} is unaware: Surprised without a check."] == {

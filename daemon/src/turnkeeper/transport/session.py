@@ -25,7 +25,8 @@ from turnkeeper_sdk import wire
 
 from .. import __version__, i18n
 from ..auth import AuthError, Principal, Tokens
-from ..host import MAX_COMBAT_PAGE, Hub, RequestError
+from ..combats import Hub, RequestError
+from ..combats.registry import MAX_COMBAT_PAGE
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from ..store import StoreError
 from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
@@ -129,8 +130,6 @@ class Session:
         self.principal: Principal | None = None
         self.actor = Actor("observer")
         self.closing: str | None = None
-        self.subscribed: set[str] = set()
-        self.everywhere = False
         self.hello_scope: anyio.CancelScope | None = None
         self.locale = "en"
         self.narration: str | None = None
@@ -150,6 +149,13 @@ class Session:
 
     def room(self) -> int:
         return self.channel.room()
+
+    def lost(self) -> None:
+        self.close_with(
+            wire.WireError(
+                "subscription_lost", "the daemon failed to send this connection's events"
+            )
+        )
 
     def close_with(self, error: wire.WireError) -> None:
         """End the connection after a final error notification, written behind what is
@@ -212,7 +218,7 @@ class Session:
             # A broken connection ends alone: the listener, the other clients and the daemon go on.
             log.exception("connection_failed")
         finally:
-            self.hub.unsubscribe(self)
+            self.hub.forget(self)
             self.sessions.connections.discard(self)
             channel.close()
             # The slot is free once the connection's last bytes are out, not before: until
@@ -467,32 +473,23 @@ async def _history(session: Session, params: Mapping[str, Any]) -> Plain:
 
 async def _subscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
-    if combat_id in session.subscribed:
-        raise RequestError("already_subscribed", "subscribed to it already", "combat")
     after = number(params, "after", 0, 0, 2**53)
     seq = await session.hub.subscribe(combat_id, session, after)
-    session.subscribed.add(combat_id)
     return {"combat": combat_id, "seq": seq}
 
 
 async def _unsubscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     session.hub.unsubscribe(session, combat_id)
-    session.subscribed.discard(combat_id)
     return {"combat": combat_id}
 
 
 async def _subscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    if session.everywhere:
-        raise RequestError("already_subscribed", "subscribed to all already", "method")
-    answer = session.hub.subscribe_all(session, _page_limit(params))
-    session.everywhere = True
-    return answer
+    return session.hub.subscribe_all(session, _page_limit(params))
 
 
 async def _unsubscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    session.hub.everywhere.discard(session)
-    session.everywhere = False
+    session.hub.unsubscribe_all(session)
     return {}
 
 
