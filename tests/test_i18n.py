@@ -163,16 +163,21 @@ def test_every_message_is_a_string_literal_template() -> None:
 
 
 def test_every_templated_error_class_is_an_extraction_keyword() -> None:
-    defined = set()
+    classes: dict[str, set[str]] = {}
     for path in _python_sources():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef):
-                bases = {
+                classes[node.name] = {
                     b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
                 }
-                if "TemplatedError" in bases:
-                    defined.add(node.name)
+    # Templated directly, or through the error family (ProtocolError and its members).
+    defined = {"TemplatedError"}
+    while grown := {name for name, bases in classes.items() if bases & defined} - defined:
+        defined |= grown
+    defined.discard("TemplatedError")
     assert defined >= {
+        "ProtocolError",
+        "RefusedError",
         "Rejected",
         "PlainError",
         "WireError",

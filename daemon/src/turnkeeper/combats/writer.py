@@ -233,9 +233,8 @@ class Writer:
         if self.pipeline.hooks is not None:
             await self.hooks.make_room(ticket.room, clock, command, combat)
         try:
+            # A refusal (``RefusedError``) goes up as it is: the session tells it, like any.
             applied = await self.pipeline.run(_CombatLog(self, combat), actor, command, ticket)
-        except RefusedError as e:
-            raise RequestError.relay(e, e.code, e.field) from e
         finally:
             self.hooks.settle(combat, ticket.room)
         return ticket.result if applied is not None else unchanged(combat)

@@ -3,7 +3,9 @@
 A session reads one message at a time from its channel and answers it before reading the next,
 so responses come in request order. Each method's behaviour is one entry of ``HANDLERS``, keyed
 by the names ``turnkeeper.methods`` declares; ``Session.answer`` is the one place where a
-request's failure becomes a wire error.
+request's failure becomes a wire error: every refusal is a ``ProtocolError`` (the engine's
+family: the pipeline's, the codec's, the store's, the tokens' and the daemon's own), told in
+the session's language by ``Session.body`` alone.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from turnkeeper_engine import Actor
+from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.events import EVENTS
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
@@ -28,7 +31,6 @@ from ..auth import AuthError, Principal, Tokens
 from ..combats import Hub, RequestError
 from ..combats.registry import MAX_COMBAT_PAGE
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
-from ..store import StoreError
 from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
 from .listeners import Admission, ConnectionLimits
 
@@ -163,7 +165,7 @@ class Session:
         if self.closing is None:
             self.closing = error.code
             error.fatal = True
-            self.channel.close(wire.pack(wire.error_message(error, self._text(error))))
+            self.channel.close(wire.pack(self._refusal(error)))
 
     async def reply(self, message: wire.Message) -> None:
         """Send a reply. One too large for the wire becomes an error reply; a peer that stops
@@ -172,8 +174,8 @@ class Session:
             data = wire.pack(message)
         except wire.WireError as e:
             assert isinstance(message, wire.Response)
-            error = wire.ErrorBody("result_too_large", self._text(e))
-            data = wire.pack(wire.Response(message.msgid, error, None))
+            too_large = self.body(RequestError.relay(e, "result_too_large"))
+            data = wire.pack(wire.Response(message.msgid, too_large, None))
         if not self.channel.room():
             try:
                 await self.channel.wait_room()
@@ -188,13 +190,13 @@ class Session:
         if self.closing is None:
             self.channel.send(data)
 
-    def _text(self, error: wire.WireError | RequestError | AuthError | StoreError) -> str:
-        """An error's message in this session's language."""
-        return i18n.localize(error, self.locale)
+    def body(self, error: ProtocolError) -> wire.ErrorBody:
+        """A refusal as the wire carries it, its message in this session's language."""
+        return wire.ErrorBody(error.code, i18n.localize(error, self.locale), error.field)
 
     def _refusal(self, error: wire.WireError) -> wire.Message:
         """What to send for a refused message, in this session's language."""
-        return wire.error_message(error, self._text(error))
+        return wire.error_message(error, self.body(error).message)
 
     # The connection's life -----------------------------------------------------------------
 
@@ -284,32 +286,28 @@ class Session:
         """The response to ``request``: the one place where its failure becomes a wire error,
         in this session's language, and never a traceback to the client."""
         started = time.perf_counter()
-        outcome = "ok"
         try:
             result = await self.call(request.method, request.params)
-            return wire.Response(request.msgid, None, result)
-        except (RequestError, AuthError, StoreError) as e:
-            outcome = e.code
-            field = e.field if isinstance(e, (RequestError, AuthError)) else ""
-            return wire.Response(request.msgid, wire.ErrorBody(e.code, self._text(e), field), None)
+            response = wire.Response(request.msgid, None, result)
+        except ProtocolError as e:
+            response = wire.Response(request.msgid, self.body(e), None)
         except Exception:
             # One request's failure is that request's error, never the daemon's end.
-            outcome = "internal_error"
             log.exception("request_failed", method=request.method)
-            failed = i18n.gettext(self.locale, "the daemon failed on this request")
-            return wire.Response(request.msgid, wire.ErrorBody("internal_error", failed), None)
-        finally:
-            # One line per request is for debugging (``--debug``): at INFO it would be most of
-            # a busy daemon's log.
-            combat = request.params.get("combat") or request.params.get("combat_id")
-            log.debug(
-                "request",
-                user=self.principal.key if self.principal else None,
-                method=request.method,
-                combat=combat if isinstance(combat, str) else None,
-                outcome=outcome,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
+            failed = RequestError("internal_error", "the daemon failed on this request")
+            response = wire.Response(request.msgid, self.body(failed), None)
+        # One line per request is for debugging (``--debug``): at INFO it would be most of a
+        # busy daemon's log.
+        combat = request.params.get("combat") or request.params.get("combat_id")
+        log.debug(
+            "request",
+            user=self.principal.key if self.principal else None,
+            method=request.method,
+            combat=combat if isinstance(combat, str) else None,
+            outcome=response.error.code if response.error is not None else "ok",
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return response
 
     async def call(self, method: str, params: Mapping[str, Any]) -> Plain:
         """Run ``method``'s handler, once the session may call it."""
@@ -332,7 +330,7 @@ class Session:
         busy = self.sessions.admission.session_refusal(self.channel.kind)
         if busy is not None:
             self.close_with(busy)
-            raise RequestError.relay(busy, busy.code)
+            raise busy
         self.sessions.admission.promote(self.channel)
         self.principal = principal
         self.narration = self.locale if narrate else None
