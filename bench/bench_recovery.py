@@ -7,8 +7,8 @@ takes minutes here): the real engine plays each combat (``decide`` then
 comes from ``Store.open``, each event body is msgpack of ``plain.event_to_plain``, and a snapshot
 (msgpack of ``plain.to_shared(state)``) replaces the previous one whenever a command's batch
 brings the combat ``SNAPSHOT_EVERY`` or more events past it, as the hub's commit port
-(``host._CombatLog.commit``) does. The remembered-requests table stays empty: start-up never
-reads it.
+(``combats.writer._CombatLog.commit``) does. The remembered-requests table stays empty:
+start-up never reads it.
 
 Each combat gets a number of events drawn uniformly around the mean (half to one and a half
 times), so about half the combats start from a snapshot plus a tail and half replay from zero.
@@ -41,7 +41,8 @@ import anyio
 import msgpack  # type: ignore[import-untyped]
 import tkbench as tk
 
-from turnkeeper.host import MAX_COMBAT_PAGE, SNAPSHOT_EVERY
+from turnkeeper.combats.rebuild import SNAPSHOT_EVERY
+from turnkeeper.combats.registry import MAX_COMBAT_PAGE
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import (
     BUNDLED_RULES,

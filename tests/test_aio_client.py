@@ -13,7 +13,7 @@ import pytest
 from anyio.abc import ByteStream, TaskGroup
 
 from daemon import Daemon, create_many, running
-from turnkeeper.host import MAX_COMBAT_PAGE
+from turnkeeper.combats.registry import MAX_COMBAT_PAGE
 from turnkeeper_engine.model import ActionSpec, TurnRef
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.aio import AsyncClient, CommandResult, Event, Subscription

@@ -14,7 +14,7 @@ import msgpack
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
-from turnkeeper.host import MAX_CLOCK_EVENTS_PER_SECOND
+from turnkeeper.combats.clock import MAX_CLOCK_EVENTS_PER_SECOND
 
 WAIT = 15.0
 """Longest wait for something the clock should do within a second or two: a noisy machine may

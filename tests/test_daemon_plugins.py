@@ -27,8 +27,10 @@ import anyio
 import pytest
 
 from daemon import CallError, Client, Daemon, running
-from turnkeeper import app, host
-from turnkeeper.host import Hub
+from turnkeeper import app
+from turnkeeper.combats import Hub
+from turnkeeper.combats import hooks as hook_workers
+from turnkeeper.combats.clock import CLOCK_ACTOR
 from turnkeeper.store import Store
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
@@ -653,7 +655,7 @@ async def test_hooks_run_in_event_order_and_a_full_queue_slows_the_writers(
     # Many writers at once on one combat, a slow plugin and a tiny queue: what a real daemon
     # cannot show quickly. Every hook runs, in seq order, and no writer is answered while
     # more than the queue's worth of its combat's hooks are still due.
-    monkeypatch.setattr(host, "HOOK_QUEUE", 2)
+    monkeypatch.setattr(hook_workers, "HOOK_QUEUE", 2)
     seen: list[int] = []
 
     class Slow:
@@ -680,7 +682,7 @@ async def test_hooks_run_in_event_order_and_a_full_queue_slows_the_writers(
                     clients.start_soon(hub.execute, "p", NARRATOR, "bank", command, f"w{n}")
             # Backpressure: the last writer was answered once its hooks found room in the
             # queue, so at most the queue's worth plus the one running were still due.
-            assert len(seen) >= writers - host.HOOK_QUEUE - 1
+            assert len(seen) >= writers - hook_workers.HOOK_QUEUE - 1
             with anyio.fail_after(WAIT_SECONDS):
                 while len(seen) < writers:
                     await anyio.sleep(0.01)
@@ -714,8 +716,8 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
     # but the clock must keep every combat's timers going. It takes room when there is some,
     # and when there is none its command commits all the same, without hooks: the queue stays
     # bounded.
-    monkeypatch.setattr(host, "HOOK_QUEUE", 2)
-    monkeypatch.setattr(host, "HOOK_WORKERS", 1)
+    monkeypatch.setattr(hook_workers, "HOOK_QUEUE", 2)
+    monkeypatch.setattr(hook_workers, "HOOK_WORKERS", 1)
     hub, seen = _recording_hub(tmp_path)
     store = hub.store
     async with anyio.create_task_group() as tg:
@@ -727,7 +729,7 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
         # No worker runs yet: a client's command and a clock's take the two places.
         await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("k", "K"), "add")
         with anyio.fail_after(1):
-            await hub._run(vault, None, host.CLOCK_ACTOR, cmd.AddCombatant("k", "K"))
+            await hub.writer.run(vault, None, CLOCK_ACTOR, cmd.AddCombatant("k", "K"))
         bank = await hub.combat("bank")
         seq = bank.seq
         with anyio.move_on_after(0.2) as blocked:
@@ -736,8 +738,8 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
         assert blocked.cancelled_caught
         assert bank.seq == seq
         with anyio.fail_after(1):  # the clock does not wait
-            await hub._run(
-                vault, None, host.CLOCK_ACTOR, cmd.ApplyCondition("k", "custom", note="a")
+            await hub.writer.run(
+                vault, None, CLOCK_ACTOR, cmd.ApplyCondition("k", "custom", note="a")
             )
         async with anyio.create_task_group() as hooks:
             hooks.start_soon(hub.run_hooks)
@@ -745,7 +747,7 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
                 # The places free up as the hooks run: a client gets in again, the clock too.
                 await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("j", "J"), "add-j")
                 command = cmd.ApplyCondition("k", "custom", note="b")
-                await hub._run(vault, None, host.CLOCK_ACTOR, command)
+                await hub.writer.run(vault, None, CLOCK_ACTOR, command)
                 while not seen:
                     await anyio.sleep(0.01)
             hooks.cancel_scope.cancel()
@@ -766,9 +768,9 @@ async def test_a_combat_whose_plugins_fall_behind_holds_up_only_its_own_clients(
     # share of the worker's queue and waits before its next command commits, while vault's
     # client, on the same worker, is answered at once. Then the worker's combats take turns,
     # one command's hooks each, rather than one combat's whole backlog first.
-    monkeypatch.setattr(host, "HOOK_WORKERS", 1)
-    monkeypatch.setattr(host, "HOOK_QUEUE", 6)
-    monkeypatch.setattr(host, "HOOK_QUEUE_PER_COMBAT", 3)
+    monkeypatch.setattr(hook_workers, "HOOK_WORKERS", 1)
+    monkeypatch.setattr(hook_workers, "HOOK_QUEUE", 6)
+    monkeypatch.setattr(hook_workers, "HOOK_QUEUE_PER_COMBAT", 3)
     hub, seen = _recording_hub(tmp_path)
     store = hub.store
 

@@ -16,8 +16,9 @@ import pytest
 
 from daemon import CALL_TIMEOUT
 from story import OBSERVER, Story, player
-from turnkeeper import host
-from turnkeeper.host import Hub, RequestError
+from turnkeeper.combats import Hub, RequestError, deadlines, queries, registry, writer
+from turnkeeper.combats import hub as facade
+from turnkeeper.combats.telling import numbered as shown_to
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
 from turnkeeper_engine import commands as c
@@ -35,7 +36,7 @@ def anyio_backend() -> str:
 async def test_a_daemon_holds_at_most_max_combats(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(host, "MAX_COMBATS", 2)
+    monkeypatch.setattr(registry, "MAX_COMBATS", 2)
     store = Store.open(tmp_path)
     hub = Hub(store)
     async with anyio.create_task_group() as tg:
@@ -59,8 +60,8 @@ async def test_a_quarantined_combats_row_shows_its_reason_cut_short(tmp_path: Pa
     async with anyio.create_task_group() as tg:
         await tg.start(store.run)
         await hub.execute("p", NARRATOR, "bad", c.CreateCombat("bad", "marvel"), "r")
-        hub.combats["bad"].quarantined = "x" * (host.MAX_REASON_CHARS * 10)
-        assert hub.summaries() == [{"combat": "bad", "quarantined": "x" * host.MAX_REASON_CHARS}]
+        hub.combats["bad"].quarantined = "x" * (queries.MAX_REASON_CHARS * 10)
+        assert hub.summaries() == [{"combat": "bad", "quarantined": "x" * queries.MAX_REASON_CHARS}]
         await store.stop()
     store.close()
 
@@ -223,7 +224,7 @@ def test_r16_a_line_never_borrows_the_name_of_a_combatant_hidden_now() -> None:
     for actor in (OBSERVER, player("u2")):
         lines = {
             item["seq"]: item["summary"]
-            for item in host._numbered(numbered, s.state, actor, locale="en", rules=BUNDLED_RULES)
+            for item in shown_to(numbered, s.state, actor, locale="en", rules=BUNDLED_RULES)
         }
         assert "Assassin" not in " ".join(str(text) for text in lines.values())
         assert rolled[0] in lines
@@ -317,7 +318,7 @@ async def test_the_clocks_heap_stays_bounded_however_often_a_deadline_moves(
 ) -> None:
     """Each move leaves an outdated entry behind; past one per combat and the slack, the heap
     is rebuilt from the live entries."""
-    monkeypatch.setattr(host, "CLOCK_HEAP_SLACK", 4)
+    monkeypatch.setattr(deadlines, "CLOCK_HEAP_SLACK", 4)
     now = _Now(1000.0)
     store = Store.open(tmp_path)
     hub = Hub(store, clock=now)
@@ -330,7 +331,7 @@ async def test_the_clocks_heap_stays_bounded_however_often_a_deadline_moves(
             assert turn is not None
             end = c.EndTurn(TurnRef(turn.round, turn.combatant))
             await hub.execute("p", NARRATOR, "k", end, f"end-{n}")
-            assert len(hub._deadlines) <= 2 * len(hub.combats) + 4
+            assert len(hub.deadlines.entries) <= 2 * len(hub.combats) + 4
         await store.stop()
     store.close()
 
@@ -351,6 +352,9 @@ class _Follower:
     def room(self) -> int:
         return 1000
 
+    def lost(self) -> None:
+        raise AssertionError("its events are always told")
+
 
 @pytest.mark.anyio
 async def test_unsubscribing_leaves_the_combats_followed_and_no_other(tmp_path: Path) -> None:
@@ -367,16 +371,50 @@ async def test_unsubscribing_leaves_the_combats_followed_and_no_other(tmp_path: 
             await hub.subscribe(combat, one, hub.combats[combat].seq)
         await hub.subscribe("c3", other, hub.combats["c3"].seq)
         hub.unsubscribe(one, "c3")
-        assert hub.combats["c3"].subscribers == {other}
-        assert hub.combats["c7"].subscribers == {one}
+        subscriptions = hub.subscriptions
+        assert subscriptions.subscribers("c3") == {other}
+        assert subscriptions.subscribers("c7") == {one}
         hub.unsubscribe(one, "nowhere")  # not followed: nothing to do
-        hub.unsubscribe(one)
-        assert all(one not in combat.subscribers for combat in hub.combats.values())
-        assert hub.combats["c3"].subscribers == {other}
+        hub.forget(one)
+        assert not any(subscriptions.follows(one, combat) for combat in hub.combats)
+        assert subscriptions.subscribers("c3") == {other}
         await hub.execute("p", NARRATOR, "c7", c.AddCombatant("k", "K"), "add")
         assert one.sent == []
         await hub.execute("p", NARRATOR, "c3", c.AddCombatant("k", "K"), "add-3")
         assert other.sent != []
+        await store.stop()
+    store.close()
+
+
+class _Stalled(_Follower):
+    """A subscriber whose outbox is full once it has caught up."""
+
+    def deliver(self, data: bytes) -> bool:
+        return False
+
+
+@pytest.mark.anyio
+async def test_a_subscriber_that_cannot_keep_up_loses_its_record_and_may_subscribe_again(
+    tmp_path: Path,
+) -> None:
+    """The registry is the one record of a subscription: a subscriber that cannot take an
+    event (its session then ends itself with ``slow_consumer``) is dropped from it, from
+    ``subscribe_all`` too, so nothing is left to refuse a new subscribe as a duplicate."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    stalled = _Stalled()
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "create")
+        await hub.subscribe("k", stalled, hub.combats["k"].seq)
+        hub.subscribe_all(stalled)
+        with pytest.raises(RequestError) as twice:
+            await hub.subscribe("k", stalled, hub.combats["k"].seq)
+        assert twice.value.code == "already_subscribed"
+        await hub.execute("p", NARRATOR, "k", c.AddCombatant("a", "A"), "add")
+        assert not hub.subscriptions.follows(stalled, "k")
+        assert not hub.subscriptions.follows_all(stalled)
+        assert await hub.subscribe("k", stalled, hub.combats["k"].seq) == hub.combats["k"].seq
         await store.stop()
     store.close()
 
@@ -442,8 +480,8 @@ def test_a_request_fingerprint_stands_for_every_field_of_every_command() -> None
     request id with another command pass as a retry."""
     seen: set[Any] = set()
     assert [h for command in c.COMMANDS.values() for h in _fields_shown(command, seen)] == []
-    one = host._fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("x",)))
-    other = host._fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("y",)))
+    one = writer.fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("x",)))
+    other = writer.fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("y",)))
     assert one != other
 
 
@@ -461,7 +499,7 @@ async def test_a_retry_an_older_daemon_remembered_is_answered_after_an_upgrade(
         await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "r1")
         add = c.AddCombatant("a", "A")
         with monkeypatch.context() as older:
-            older.setattr(host, "_fingerprint", host._fingerprint_v1)
+            older.setattr(writer, "fingerprint", writer.fingerprint_v1)
             first = await hub.execute("p", NARRATOR, "k", add, "r2")
         seq = hub.combats["k"].seq
         assert await hub.execute("p", NARRATOR, "k", add, "r2") == first
@@ -478,7 +516,7 @@ def test_a_serving_daemon_collects_its_youngest_generation_less_often() -> None:
 
     default = gc.get_threshold()
     try:
-        host.tune_collector()
-        assert gc.get_threshold() == (host.GC_YOUNG, *default[1:])
+        facade.tune_collector()
+        assert gc.get_threshold() == (facade.GC_YOUNG, *default[1:])
     finally:
         gc.set_threshold(*default)

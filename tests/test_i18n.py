@@ -16,8 +16,8 @@ from babel.messages.pofile import read_po
 
 from story import QueueDice, Story, player
 from turnkeeper import i18n
+from turnkeeper.combats import RequestError
 from turnkeeper.demo import run
-from turnkeeper.host import RequestError
 from turnkeeper.narrate import narrate
 from turnkeeper_dnd3e_ready import Dnd3eReadyPlugin
 from turnkeeper_engine import BUNDLED_RULES, RuleError, SeededDice, State, decide, evolve
@@ -66,7 +66,7 @@ def test_extraction_reaches_every_layer_the_texts_are_written_in() -> None:
     assert found["no combatant {id!r}"] == {"engine/src/turnkeeper_engine/decide/checks.py"}
     assert "engine/src/turnkeeper_engine/plain.py" in found["must be a map"]
     assert found["method must be a string"] == {"sdk/src/turnkeeper_sdk/wire.py"}
-    assert found["no combat {id!r}"] == {"daemon/src/turnkeeper/host.py"}
+    assert found["no combat {id!r}"] == {"daemon/src/turnkeeper/combats/registry.py"}
     assert found["{name} holds the turn."] == {"daemon/src/turnkeeper/narrate.py"}
     assert "daemon/src/turnkeeper/web/render.js" in found["Bonus round"]
     assert found["{name} is unaware: Surprised without a check."] == {
@@ -163,16 +163,21 @@ def test_every_message_is_a_string_literal_template() -> None:
 
 
 def test_every_templated_error_class_is_an_extraction_keyword() -> None:
-    defined = set()
+    classes: dict[str, set[str]] = {}
     for path in _python_sources():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef):
-                bases = {
+                classes[node.name] = {
                     b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
                 }
-                if "TemplatedError" in bases:
-                    defined.add(node.name)
+    # Templated directly, or through the error family (ProtocolError and its members).
+    defined = {"TemplatedError"}
+    while grown := {name for name, bases in classes.items() if bases & defined} - defined:
+        defined |= grown
+    defined.discard("TemplatedError")
     assert defined >= {
+        "ProtocolError",
+        "RefusedError",
         "Rejected",
         "PlainError",
         "WireError",

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from daemon import CallError, Client, Daemon, create_many, running
-from turnkeeper.host import MAX_COMBAT_PAGE
+from turnkeeper.combats.registry import MAX_COMBAT_PAGE
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.aio import AsyncClient
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from turnkeeper.host import HOOK_WORKERS, Hub
+from turnkeeper.combats import Hub
 from turnkeeper.store import Store
 from turnkeeper_engine import NARRATOR, SeededDice, pipeline
 from turnkeeper_engine import commands as cmd
@@ -78,7 +78,6 @@ async def _through_the_hub(tmp_path: Path) -> list[ev.Event]:
     plugins.register(Busy(), "busy")
     store = Store.open(tmp_path)
     hub = Hub(store, dice=SeededDice(3), clock=lambda: START_TIME, plugins=plugins)
-    shard = hash("t") % HOOK_WORKERS
     n = 0
 
     async def do(command: cmd.Command) -> None:
@@ -88,7 +87,7 @@ async def _through_the_hub(tmp_path: Path) -> list[ev.Event]:
         combat = await hub.combat("t")
         # What the hub's hook workers do, one committed command after another.
         while combat.hooks_due:
-            await hub._run_due(combat, shard)
+            await hub.hooks.run_due(hub.writer, combat)
 
     async with anyio.create_task_group() as tg:
         await tg.start(store.run)

@@ -29,7 +29,7 @@ import pytest
 
 from daemon import Client, Daemon, create_many, running
 from node import node
-from turnkeeper.host import MAX_COMBAT_PAGE
+from turnkeeper.combats.registry import MAX_COMBAT_PAGE
 
 REPO = Path(__file__).resolve().parents[1]
 BROWSER_DIR = REPO / "tests" / "browser"

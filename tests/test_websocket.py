@@ -23,7 +23,7 @@ import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
 from story import NARRATOR, Story, player
-from turnkeeper.host import _numbered
+from turnkeeper.combats.telling import numbered as _numbered
 from turnkeeper.transport.listeners import MAX_WEB_CONNECTIONS
 from turnkeeper.transport.websocket import HANDSHAKE_TIMEOUT, HEAD_IDLE_TIMEOUT, MAX_HEAD_BYTES
 from turnkeeper_engine import BUNDLED_RULES

@@ -14,7 +14,8 @@ import structlog
 from anyio.abc import TaskStatus
 
 from .auth import Tokens
-from .host import SNAPSHOT_EVERY, Hub
+from .combats import Hub
+from .combats.rebuild import SNAPSHOT_EVERY
 from .loader import PluginChoice, announce, load
 from .private import PRIVATE_FILE
 from .store import Store

@@ -20,7 +20,7 @@ from typing import Literal
 import structlog
 
 from turnkeeper_engine import Actor
-from turnkeeper_engine.errors import Arg, TemplatedError
+from turnkeeper_engine.errors import Arg, ProtocolError, TemplatedError
 
 log = structlog.get_logger("turnkeeper.auth")
 
@@ -36,14 +36,9 @@ MAX_TOKENS = 10_000
 """The file is read whole at each start; a table has a handful of tokens, a server hundreds."""
 
 
-class AuthError(TemplatedError):
+class AuthError(ProtocolError):
     """A refused identity or token change: ``code``, ``message`` and ``field``, the message a
     string-literal template with named arguments (like ``RequestError``)."""
-
-    def __init__(self, code: str, template: str, field: str = "", **args: Arg) -> None:
-        super().__init__(template, args)
-        self.code = code
-        self.field = field
 
 
 class TokenFileError(TemplatedError):

@@ -139,7 +139,7 @@ def _switch(value: str) -> bool:
 
 
 def _snapshot_every() -> int:
-    from .host import SNAPSHOT_EVERY
+    from .combats.rebuild import SNAPSHOT_EVERY
 
     return SNAPSHOT_EVERY
 
@@ -443,7 +443,7 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     from .app import Config, serve
-    from .host import tune_collector
+    from .combats import tune_collector
     from .logs import configure
     from .transport.listeners import ConnectionLimits
 

@@ -163,6 +163,7 @@ PYTHON_KEYWORDS: Mapping[str, tuple[int, ...]] = {
     # Errors: the template follows the code (PlainError has no code).
     "Rejected": (2,),
     "reject": (2,),
+    "ProtocolError": (2,),
     "RequestError": (2,),
     "RefusedError": (2,),
     "AuthError": (2,),

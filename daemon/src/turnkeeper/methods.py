@@ -15,7 +15,7 @@ from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.plain import PlainError, from_plain
 from turnkeeper_sdk.methods import COMMAND_METHODS, METHODS, QUERY_METHODS, SESSION_METHODS, Method
 
-from .host import RequestError
+from .combats.errors import RequestError
 
 __all__ = [
     "COMMAND_METHODS",

@@ -28,7 +28,7 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from turnkeeper_engine.errors import Arg, TemplatedError
+from turnkeeper_engine.errors import Arg, ProtocolError
 
 from .private import LockHeldError, exclusive_lock, private_directory, private_file
 
@@ -162,7 +162,7 @@ CREATE TABLE IF NOT EXISTS summaries (
 """
 
 
-class StoreError(TemplatedError):
+class StoreError(ProtocolError):
     """A store operation that did not happen. ``code`` is stable; ``message`` is for humans.
 
     ``conflict``: the batch does not fit the log (sequence taken or skipped, unknown or duplicate
@@ -171,8 +171,8 @@ class StoreError(TemplatedError):
     The message is a string-literal template with named arguments (like every error's).
     """
 
-    def __init__(self, code: ErrorCode, template: str, **args: Arg) -> None:
-        super().__init__(template, args)
+    def __init__(self, code: ErrorCode, template: str, field: str = "", **args: Arg) -> None:
+        super().__init__(code, template, field, **args)
         self.code: ErrorCode = code
 
     def __str__(self) -> str:

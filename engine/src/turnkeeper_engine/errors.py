@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Self
 
 Arg = str | int | float
 """A value filled into a message template: plain, so an error stays plain data."""
@@ -63,6 +64,28 @@ class TemplatedError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
+
+
+class ProtocolError(TemplatedError):
+    """A refusal as a client is told it: a stable ``code``, the ``field`` at fault (``""`` for
+    none), and the message's template and arguments, so a host tells it in any language.
+
+    Every refusal a daemon sends is one, whichever layer refused: the pipeline's
+    (``RefusedError``), the wire codec's (``WireError``), the store's, the tokens', the
+    daemon's own requests'. A session turns any of them into a wire error in one place, the same
+    way. ``template`` is a string literal, its pieces passed by name.
+    """
+
+    def __init__(self, code: str, template: str, field: str = "", **args: Arg) -> None:
+        super().__init__(template, args)
+        self.code = code
+        self.field = field
+
+    @classmethod
+    def relay(cls, error: RuleError | TemplatedError, code: str, field: str = "") -> Self:
+        """Another layer's error under ``code`` (and ``field``), with its template and
+        arguments, so it is translated like any."""
+        return cls(code, error.template, field, **dict(error.args))
 
 
 class Rejected(TemplatedError):  # noqa: N818 - a control-flow signal, not an error class

@@ -37,37 +37,31 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from . import commands as cmd
 from . import events as ev
 from .decide import decide
 from .dice import DiceSource
-from .errors import Arg, RuleError, TemplatedError
+from .errors import Arg, ProtocolError, RuleError, TemplatedError
 from .evolve import evolve
 from .model import Actor, State
 from .rulebook import RuleBook
 
 
-class RefusedError(TemplatedError):
+class RefusedError(ProtocolError):
     """A command refused on its way through the pipeline: by the engine's rules, or by a port
-    (a store that is full): ``code``, ``field``, and the message's template and arguments, so a
-    host tells it in any language.
-
-    ``template`` is a string literal, its pieces passed by name, as for every templated error.
-    """
+    (a store that is full)."""
 
     def __init__(self, code: str, template: str, field: str = "", **args: Arg) -> None:
-        super().__init__(template, args)
-        self.code = code
-        self.field = field
+        super().__init__(code, template, field, **args)
         self.rule: RuleError | None = None
         """The engine's refusal as it gave it, when the engine refused."""
 
     @classmethod
-    def relay(cls, error: RuleError | TemplatedError, code: str, field: str = "") -> RefusedError:
+    def relay(cls, error: RuleError | TemplatedError, code: str, field: str = "") -> Self:
         """Another layer's error as a refusal, with its template and arguments."""
-        refused = cls(code, error.template, field, **dict(error.args))
+        refused = super().relay(error, code, field)
         if isinstance(error, RuleError):
             refused.rule = error
         return refused

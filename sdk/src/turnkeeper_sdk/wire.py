@@ -47,7 +47,7 @@ from typing import Any, Literal
 # msgpack ships no type information; the codec's own signatures are what callers see.
 import msgpack  # type: ignore[import-untyped]
 
-from turnkeeper_engine.errors import Arg, TemplatedError
+from turnkeeper_engine.errors import Arg, ProtocolError
 
 PROTOCOL_VERSION = 1
 """The protocol level this codebase speaks; a client reads the daemon's in the hello call."""
@@ -205,7 +205,7 @@ class Notification:
 Message = Request | Response | Notification
 
 
-class WireError(TemplatedError):
+class WireError(ProtocolError):
     """A message or byte stream the codec refuses, as data: ``code``, ``message`` and ``field``.
 
     ``fatal`` is true when the byte stream can no longer be trusted and the connection must close.
@@ -227,9 +227,7 @@ class WireError(TemplatedError):
         notification: bool = False,
         **args: Arg,
     ) -> None:
-        super().__init__(template, args)
-        self.code = code
-        self.field = field
+        super().__init__(code, template, field, **args)
         self.fatal = fatal
         self.msgid = msgid
         self.notification = notification

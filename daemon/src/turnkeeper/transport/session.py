@@ -3,7 +3,9 @@
 A session reads one message at a time from its channel and answers it before reading the next,
 so responses come in request order. Each method's behaviour is one entry of ``HANDLERS``, keyed
 by the names ``turnkeeper.methods`` declares; ``Session.answer`` is the one place where a
-request's failure becomes a wire error.
+request's failure becomes a wire error: every refusal is a ``ProtocolError`` (the engine's
+family: the pipeline's, the codec's, the store's, the tokens' and the daemon's own), told in
+the session's language by ``Session.body`` alone.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ import structlog
 from anyio.abc import TaskGroup
 
 from turnkeeper_engine import Actor
+from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.events import EVENTS
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
 from .. import __version__, i18n
 from ..auth import AuthError, Principal, Tokens
-from ..host import MAX_COMBAT_PAGE, Hub, RequestError
+from ..combats import Hub, RequestError
+from ..combats.registry import MAX_COMBAT_PAGE
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
-from ..store import StoreError
 from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
 from .listeners import Admission, ConnectionLimits
 
@@ -129,8 +132,6 @@ class Session:
         self.principal: Principal | None = None
         self.actor = Actor("observer")
         self.closing: str | None = None
-        self.subscribed: set[str] = set()
-        self.everywhere = False
         self.hello_scope: anyio.CancelScope | None = None
         self.locale = "en"
         self.narration: str | None = None
@@ -151,13 +152,20 @@ class Session:
     def room(self) -> int:
         return self.channel.room()
 
+    def lost(self) -> None:
+        self.close_with(
+            wire.WireError(
+                "subscription_lost", "the daemon failed to send this connection's events"
+            )
+        )
+
     def close_with(self, error: wire.WireError) -> None:
         """End the connection after a final error notification, written behind what is
         already buffered for the peer (its channel drops it all if the peer stops reading)."""
         if self.closing is None:
             self.closing = error.code
             error.fatal = True
-            self.channel.close(wire.pack(wire.error_message(error, self._text(error))))
+            self.channel.close(wire.pack(self._refusal(error)))
 
     async def reply(self, message: wire.Message) -> None:
         """Send a reply. One too large for the wire becomes an error reply; a peer that stops
@@ -166,8 +174,8 @@ class Session:
             data = wire.pack(message)
         except wire.WireError as e:
             assert isinstance(message, wire.Response)
-            error = wire.ErrorBody("result_too_large", self._text(e))
-            data = wire.pack(wire.Response(message.msgid, error, None))
+            too_large = self.body(RequestError.relay(e, "result_too_large"))
+            data = wire.pack(wire.Response(message.msgid, too_large, None))
         if not self.channel.room():
             try:
                 await self.channel.wait_room()
@@ -182,13 +190,13 @@ class Session:
         if self.closing is None:
             self.channel.send(data)
 
-    def _text(self, error: wire.WireError | RequestError | AuthError | StoreError) -> str:
-        """An error's message in this session's language."""
-        return i18n.localize(error, self.locale)
+    def body(self, error: ProtocolError) -> wire.ErrorBody:
+        """A refusal as the wire carries it, its message in this session's language."""
+        return wire.ErrorBody(error.code, i18n.localize(error, self.locale), error.field)
 
     def _refusal(self, error: wire.WireError) -> wire.Message:
         """What to send for a refused message, in this session's language."""
-        return wire.error_message(error, self._text(error))
+        return wire.error_message(error, self.body(error).message)
 
     # The connection's life -----------------------------------------------------------------
 
@@ -212,7 +220,7 @@ class Session:
             # A broken connection ends alone: the listener, the other clients and the daemon go on.
             log.exception("connection_failed")
         finally:
-            self.hub.unsubscribe(self)
+            self.hub.forget(self)
             self.sessions.connections.discard(self)
             channel.close()
             # The slot is free once the connection's last bytes are out, not before: until
@@ -278,32 +286,28 @@ class Session:
         """The response to ``request``: the one place where its failure becomes a wire error,
         in this session's language, and never a traceback to the client."""
         started = time.perf_counter()
-        outcome = "ok"
         try:
             result = await self.call(request.method, request.params)
-            return wire.Response(request.msgid, None, result)
-        except (RequestError, AuthError, StoreError) as e:
-            outcome = e.code
-            field = e.field if isinstance(e, (RequestError, AuthError)) else ""
-            return wire.Response(request.msgid, wire.ErrorBody(e.code, self._text(e), field), None)
+            response = wire.Response(request.msgid, None, result)
+        except ProtocolError as e:
+            response = wire.Response(request.msgid, self.body(e), None)
         except Exception:
             # One request's failure is that request's error, never the daemon's end.
-            outcome = "internal_error"
             log.exception("request_failed", method=request.method)
-            failed = i18n.gettext(self.locale, "the daemon failed on this request")
-            return wire.Response(request.msgid, wire.ErrorBody("internal_error", failed), None)
-        finally:
-            # One line per request is for debugging (``--debug``): at INFO it would be most of
-            # a busy daemon's log.
-            combat = request.params.get("combat") or request.params.get("combat_id")
-            log.debug(
-                "request",
-                user=self.principal.key if self.principal else None,
-                method=request.method,
-                combat=combat if isinstance(combat, str) else None,
-                outcome=outcome,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
+            failed = RequestError("internal_error", "the daemon failed on this request")
+            response = wire.Response(request.msgid, self.body(failed), None)
+        # One line per request is for debugging (``--debug``): at INFO it would be most of a
+        # busy daemon's log.
+        combat = request.params.get("combat") or request.params.get("combat_id")
+        log.debug(
+            "request",
+            user=self.principal.key if self.principal else None,
+            method=request.method,
+            combat=combat if isinstance(combat, str) else None,
+            outcome=response.error.code if response.error is not None else "ok",
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return response
 
     async def call(self, method: str, params: Mapping[str, Any]) -> Plain:
         """Run ``method``'s handler, once the session may call it."""
@@ -326,7 +330,7 @@ class Session:
         busy = self.sessions.admission.session_refusal(self.channel.kind)
         if busy is not None:
             self.close_with(busy)
-            raise RequestError.relay(busy, busy.code)
+            raise busy
         self.sessions.admission.promote(self.channel)
         self.principal = principal
         self.narration = self.locale if narrate else None
@@ -467,32 +471,23 @@ async def _history(session: Session, params: Mapping[str, Any]) -> Plain:
 
 async def _subscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
-    if combat_id in session.subscribed:
-        raise RequestError("already_subscribed", "subscribed to it already", "combat")
     after = number(params, "after", 0, 0, 2**53)
     seq = await session.hub.subscribe(combat_id, session, after)
-    session.subscribed.add(combat_id)
     return {"combat": combat_id, "seq": seq}
 
 
 async def _unsubscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     session.hub.unsubscribe(session, combat_id)
-    session.subscribed.discard(combat_id)
     return {"combat": combat_id}
 
 
 async def _subscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    if session.everywhere:
-        raise RequestError("already_subscribed", "subscribed to all already", "method")
-    answer = session.hub.subscribe_all(session, _page_limit(params))
-    session.everywhere = True
-    return answer
+    return session.hub.subscribe_all(session, _page_limit(params))
 
 
 async def _unsubscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    session.hub.everywhere.discard(session)
-    session.everywhere = False
+    session.hub.unsubscribe_all(session)
     return {}
 
 

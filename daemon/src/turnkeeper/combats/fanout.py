@@ -1,0 +1,208 @@
+"""Subscriptions and fan-out: one registry of who follows which combat (and who follows every
+combat), indexed both by combat and by subscriber, and the publishing of committed events.
+
+The registry is the one record of a subscription: a session asks it, never keeps its own. A
+subscriber whose events cannot be sent (its outbox is full, or its audience's events failed to
+be told or packed) loses every subscription at once and is told so (``Subscriber.lost``): it
+then ends its connection with a final error notification, after which a client resubscribes
+from the last seq it processed, as after any reconnect.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import structlog
+
+from turnkeeper_engine import Actor, RuleBook
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.plain import Plain, event_from_plain
+
+from ..store import Store, StoreError
+from .combat import Combat
+from .errors import RequestError
+from .rebuild import Rebuilder
+from .registry import Combats
+from .telling import audience, numbered, packed
+
+log = structlog.get_logger("turnkeeper.combats")
+
+MAX_CATCH_UP = 1000
+"""Missed events a subscription replays before going live; further behind, a client reads the
+combat's state and history first (``too_far_behind``), so no outbox ever holds a whole log."""
+
+
+class Subscriber(Protocol):
+    """A connection's side of a subscription."""
+
+    actor: Actor
+    narration: str | None
+    """The locale this subscriber's events are told in (their ``summary``), or None for none."""
+
+    def deliver(self, data: bytes) -> bool:
+        """Queue one packed ``event`` notification; False when the subscriber cannot keep up
+        (it then ends its connection itself, and the registry drops it)."""
+        ...
+
+    def room(self) -> int:
+        """How many more messages can be queued right now."""
+        ...
+
+    def lost(self) -> None:
+        """Its events could not be told or packed: every subscription of it is gone, and it
+        must say so to its client (which resubscribes without a gap)."""
+        ...
+
+
+class SubscriptionRegistry:
+    """Who follows which combat, and who follows all of them (``subscribe_all``)."""
+
+    def __init__(self, store: Store, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
+        self._store = store
+        self._combats = combats
+        self._rebuilder = rebuilder
+        self._rules = rules
+        self._by_combat: dict[str, set[Subscriber]] = {}
+        """The subscribers of each combat; an entry per combat that has any."""
+        self._by_subscriber: dict[Subscriber, set[str]] = {}
+        """The combats each subscriber follows, so that a disconnect leaves them without a walk
+        over every combat; an entry per subscriber that follows any."""
+        self._everywhere: set[Subscriber] = set()
+
+    def follows(self, subscriber: Subscriber, combat_id: str) -> bool:
+        """Whether ``subscriber`` follows ``combat_id`` (by ``subscribe``)."""
+        return combat_id in self._by_subscriber.get(subscriber, ())
+
+    def follows_all(self, subscriber: Subscriber) -> bool:
+        """Whether ``subscriber`` follows every combat (by ``subscribe_all``)."""
+        return subscriber in self._everywhere
+
+    def subscribers(self, combat_id: str) -> set[Subscriber]:
+        """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
+        return set(self._by_combat.get(combat_id, ()))
+
+    async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
+        """Missed events first, then live, with no gap and no duplicate: the catch-up is read
+        and the subscriber registered while the combat's writer is held."""
+        if self.follows(subscriber, combat_id):
+            raise RequestError("already_subscribed", "subscribed to it already", "combat")
+        combat = await self._rebuilder.ready(combat_id)
+        async with combat.lock:
+            if after < 0 or after > combat.seq:
+                raise RequestError(
+                    "invalid_params", "after must be 0..{seq}", "after", seq=combat.seq
+                )
+            if combat.seq - after > MAX_CATCH_UP:
+                raise RequestError(
+                    "too_far_behind",
+                    "more than {limit} events behind: read get_combat and history first",
+                    "after",
+                    limit=MAX_CATCH_UP,
+                )
+            try:
+                stored = self._store.events_after(combat.id, after, MAX_CATCH_UP)
+            except StoreError as e:
+                raise self._combats.quarantine(combat, e) from e
+            events = [(seq, event_from_plain(body)) for seq, body in stored]
+            shown = numbered(
+                events,
+                combat.state,
+                subscriber.actor,
+                locale=subscriber.narration,
+                rules=self._rules,
+            )
+            notes = packed(combat.id, shown)
+            if len(notes) > subscriber.room():
+                raise RequestError(
+                    "too_far_behind", "the catch-up does not fit the outbox", "after"
+                )
+            for data in notes:
+                subscriber.deliver(data)
+            self._by_combat.setdefault(combat.id, set()).add(subscriber)
+            self._by_subscriber.setdefault(subscriber, set()).add(combat.id)
+            return combat.seq
+
+    def subscribe_all(self, subscriber: Subscriber, limit: int | None = None) -> Plain:
+        """Live events of every combat, new ones included, from now on. The last seq of each
+        combat of the first page (see ``Combats.page``) is returned, so a client can catch up
+        on any with ``history``; ``until`` is the page's last id and ``more`` whether combats
+        follow it, whose seqs ``list_combats`` pages on with. A refused request subscribes
+        nothing."""
+        if subscriber in self._everywhere:
+            raise RequestError("already_subscribed", "subscribed to all already", "method")
+        page = self._combats.page(None, limit)
+        seqs: dict[str, Plain] = {c.id: c.seq for c in page if c.quarantined is None}
+        self._everywhere.add(subscriber)
+        until = page[-1].id if page else None
+        return {"seqs": seqs, "until": until, "more": len(page) < len(self._combats)}
+
+    def unsubscribe(self, subscriber: Subscriber, combat_id: str) -> None:
+        """Stop the subscriber's events of one combat (nothing when it did not follow it)."""
+        following = self._by_subscriber.get(subscriber)
+        if following is None or combat_id not in following:
+            return
+        following.discard(combat_id)
+        if not following:
+            del self._by_subscriber[subscriber]
+        self._leave(subscriber, combat_id)
+
+    def unsubscribe_all(self, subscriber: Subscriber) -> None:
+        """Stop ``subscribe_all``'s events (combats subscribed one by one go on)."""
+        self._everywhere.discard(subscriber)
+
+    def drop(self, subscriber: Subscriber) -> None:
+        """Forget every subscription of ``subscriber`` (a disconnect): only the combats it
+        follows are visited."""
+        self._everywhere.discard(subscriber)
+        for combat_id in self._by_subscriber.pop(subscriber, set()):
+            self._leave(subscriber, combat_id)
+
+    def _leave(self, subscriber: Subscriber, combat_id: str) -> None:
+        followers = self._by_combat.get(combat_id)
+        if followers is not None:
+            followers.discard(subscriber)
+            if not followers:
+                del self._by_combat[combat_id]
+
+    def publish(
+        self,
+        combat: Combat,
+        events: list[tuple[int, ev.Event]],
+        plains: list[dict[str, Plain]],
+    ) -> None:
+        """Send a combat's newly committed events to everyone following it, each shown as its
+        audience may see them (R16): filtered and packed once per audience, however many
+        subscribers it has."""
+        ready: dict[tuple[str, str | None, str | None], list[bytes] | None] = {}
+        failed: list[Subscriber] = []
+        lagging: list[Subscriber] = []
+        for subscriber in [*self._by_combat.get(combat.id, ()), *self._everywhere]:
+            key = (*audience(subscriber.actor), subscriber.narration)
+            if key not in ready:
+                try:
+                    shown = numbered(
+                        events,
+                        combat.state,
+                        subscriber.actor,
+                        plains,
+                        subscriber.narration,
+                        rules=self._rules,
+                    )
+                    ready[key] = packed(combat.id, shown)
+                except Exception:
+                    log.exception("publish_failed", combat=combat.id, audience=key)
+                    ready[key] = None
+            notes = ready[key]
+            if notes is None:
+                # The command is committed; a subscriber its events cannot be shown to loses
+                # its subscriptions, and is told, rather than receive a gap.
+                failed.append(subscriber)
+                continue
+            for data in notes:
+                if not subscriber.deliver(data):
+                    lagging.append(subscriber)  # it ends its connection itself
+                    break
+        for subscriber in [*failed, *lagging]:
+            self.drop(subscriber)
+        for subscriber in failed:
+            subscriber.lost()

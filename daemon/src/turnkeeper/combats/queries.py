@@ -1,0 +1,81 @@
+"""Reads: a combat's view, its history, the summaries of every combat, and a command result's
+events told in a session's language. No read waits for a writer."""
+
+from __future__ import annotations
+
+from turnkeeper_engine import Actor, RuleBook, view
+from turnkeeper_engine.plain import Plain, event_from_plain, to_plain
+
+from ..store import Store, StoreError
+from .rebuild import Rebuilder
+from .registry import Combats
+from .telling import audience, numbered, told
+
+MAX_REASON_CHARS = 200
+"""Longest quarantine reason a ``list_combats`` row shows; the daemon's log has it whole."""
+
+
+class Queries:
+    """What clients read of the combats (``Combats``, rebuilt on first use by ``Rebuilder``)."""
+
+    def __init__(self, store: Store, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
+        self._store = store
+        self._combats = combats
+        self._rebuilder = rebuilder
+        self._rules = rules
+
+    async def view(self, combat_id: str, actor: Actor) -> Plain:
+        """The combat as ``actor`` may see it (R16), encoded once per audience and seq."""
+        combat = await self._rebuilder.ready(combat_id)
+        if combat.views_seq != combat.seq:
+            combat.views.clear()
+            combat.views_seq = combat.seq
+        key = audience(actor)
+        if key not in combat.views:
+            seen = to_plain(view(combat.state, actor))
+            combat.views[key] = {"combat": combat.id, "seq": combat.seq, "view": seen}
+        return combat.views[key]
+
+    async def history(
+        self, combat_id: str, actor: Actor, after: int, limit: int, locale: str | None = None
+    ) -> Plain:
+        """A page of the events after ``after``, as ``actor`` may see them."""
+        combat = await self._rebuilder.ready(combat_id)
+        try:
+            stored = self._store.events_after(combat.id, after, limit)
+        except StoreError as e:
+            raise self._combats.quarantine(combat, e) from e
+        events = [(seq, event_from_plain(body)) for seq, body in stored]
+        return {
+            "combat": combat.id,
+            "seq": combat.seq,
+            # The last seq this page read: a page can show fewer events than it read (R16),
+            # so the next page starts after ``until``, not after the last event shown.
+            "until": stored[-1][0] if stored else after,
+            "events": numbered(events, combat.state, actor, locale=locale, rules=self._rules),
+        }
+
+    def told(self, combat_id: str, events: Plain, actor: Actor, locale: str) -> list[Plain]:
+        """A command result's ``events`` (as shown to ``actor``) with their narrated lines."""
+        # The command that made them just ran: the combat is rebuilt.
+        state = self._combats.by_id[combat_id].state
+        return told(state, events, actor, locale, self._rules)
+
+    def summaries(self, after: str | None = None, limit: int | None = None) -> Plain:
+        """One row per combat of a page (see ``Combats.page``), for every role (ids, rulesets,
+        phases and rounds are not secret): from the stored summary while a combat is not
+        rebuilt yet."""
+        rows: list[Plain] = []
+        for c in self._combats.page(after, limit):
+            if c.quarantined is not None:
+                reason = c.quarantined[:MAX_REASON_CHARS]
+                rows.append({"combat": c.id, "quarantined": reason})
+                continue
+            known = c.summary or {
+                "ruleset": c.state.ruleset,
+                "phase": c.state.phase,
+                "round": c.state.round,
+            }
+            row = {k: known.get(k) for k in ("ruleset", "phase", "round")}
+            rows.append({"combat": c.id, **row, "seq": c.seq})
+        return rows

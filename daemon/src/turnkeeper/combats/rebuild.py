@@ -1,0 +1,256 @@
+"""Rebuilding combats from the store: every one known at start from its summary
+(``recover``), rebuilt behind the daemon's back (``warm``) or on first use (``ready``), each
+once however many tasks need it."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import anyio
+import structlog
+
+from turnkeeper_engine import State, evolve
+from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
+
+from ..store import Batch, Store, StoreError
+from .combat import UNBUILT, Combat, summary
+from .deadlines import Deadlines
+from .errors import RequestError
+from .registry import Combats
+
+log = structlog.get_logger("turnkeeper.combats")
+
+SNAPSHOT_EVERY = 1000
+"""Events between two snapshots of a combat: start-up replays at most this many per combat,
+and a snapshot (the state with its undo history, shared parts stored once) stays cheap."""
+
+LOAD_THREADS = 2
+"""Combats rebuilt at once, each in a worker thread of the rebuilder's own: a combat with a
+long log to replay (an upgrade's first start) leaves room for another's first use, and rebuilds
+never take the threads the store's committer needs."""
+
+REBUILD_YIELD_EVENTS = 100
+"""Events a rebuild replays between two offers of the GIL to the event loop's thread (a few
+milliseconds of work): left to the interpreter's switch interval, each of the many hand-overs
+one request needs would wait up to 5 ms behind the rebuild."""
+
+
+class _AbandonedError(Exception):
+    """The task that wanted a rebuild was cancelled: its worker thread stops reading."""
+
+
+@dataclass(frozen=True)
+class _Rebuilt:
+    """What a rebuild (in a worker thread) found: the state at ``seq``, and ``fresh``, whether
+    that state is worth a new snapshot (see ``Rebuilder._rebuild``)."""
+
+    state: State
+    seq: int
+    snapshot_seq: int
+    quarantined: str | None = None
+    fresh: bool = False
+
+
+class Rebuilder:
+    """Brings the combats of ``combats`` from the store into memory; a rebuilt combat's
+    deadline goes to the clock (``deadlines``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        combats: Combats,
+        deadlines: Deadlines,
+        clock: Callable[[], float],
+        snapshot_every: int,
+    ) -> None:
+        self.store = store
+        self.combats = combats
+        self.deadlines = deadlines
+        self.clock = clock
+        self.snapshot_every = snapshot_every
+        self._limiter: anyio.CapacityLimiter | None = None
+        """Worker threads for rebuilds (``LOAD_THREADS``)."""
+
+    async def recover(self) -> None:
+        """Know every combat at once from its stored summary, so the daemon serves right away;
+        a combat without one is rebuilt now. The others are rebuilt by ``warm`` behind the
+        daemon's back, or on first use, whichever comes first. Call with the store running: a
+        rebuild may store a fresh snapshot."""
+        found: list[Combat] = []
+        for combat_id, stored in self.store.summaries():
+            if isinstance(stored, dict) and isinstance(stored.get("seq"), int):
+                combat = Combat(combat_id, UNBUILT, stored["seq"], loaded=False, summary=stored)
+            else:
+                combat = Combat(combat_id, State(), 0, loaded=False)
+                await self.load_once(combat)
+            found.append(combat)
+        self.combats.recovered(found)
+
+    async def warm(self) -> None:
+        """Rebuild every combat not yet rebuilt, one at a time, while requests are served."""
+        started = time.perf_counter()
+        rebuilt = 0
+        for combat in list(self.combats.by_id.values()):
+            if not combat.loaded:
+                await self.load_once(combat)
+                rebuilt += 1
+        log.info(
+            "combats_rebuilt",
+            combats=rebuilt,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        # Everything rebuilt is long-lived: keep the cyclic collector from rescanning it.
+        gc.collect()
+        gc.freeze()
+
+    async def ready(self, combat_id: str) -> Combat:
+        """The combat, rebuilt first if it was not yet; refused if unknown or quarantined."""
+        found = self.combats.known(combat_id)
+        await self.load_once(found)
+        if found.quarantined is not None:
+            # The reason is a diagnostic (what failed to decode, and how): told as it is.
+            raise RequestError("combat_quarantined", "{reason}", "combat", reason=found.quarantined)
+        return found
+
+    async def load_once(self, combat: Combat) -> None:
+        """Rebuild ``combat`` unless it is: once, however many tasks need it at the same time
+        (a command, a read, the clock, ``warm``); the others wait for that one. A rebuild
+        cancelled with its task leaves the combat as it was, for the next task to rebuild."""
+        while not combat.loaded:
+            if combat.loading is not None:
+                await combat.loading.wait()
+                continue
+            combat.loading = done = anyio.Event()
+            try:
+                await self._load(combat)
+            finally:
+                combat.loading = None
+                done.set()
+                # Rebuilt, its deadline comes from its state; abandoned, from its summary still.
+                self.deadlines.moved(combat)
+
+    def _loads(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:  # made on first use: a limiter belongs to a running loop
+            self._limiter = anyio.CapacityLimiter(LOAD_THREADS)
+        return self._limiter
+
+    async def _load(self, combat: Combat) -> None:
+        """Rebuild one combat from its snapshot and the events after it, in a worker thread
+        so that a long log never stalls the daemon; a combat that cannot be read is
+        quarantined (reported and readable as an error), the others are unaffected. A
+        rebuild that replayed a long log stores a snapshot at its end before the combat
+        serves, so the next start does not replay it again."""
+        stop = threading.Event()
+        try:
+            rebuilt = await anyio.to_thread.run_sync(
+                self._rebuild, combat.id, stop, abandon_on_cancel=True, limiter=self._loads()
+            )
+        except BaseException:
+            stop.set()  # an abandoned thread stops at its next event
+            raise
+        quarantined = rebuilt.quarantined
+        seq, snapshot_seq = rebuilt.seq, rebuilt.snapshot_seq
+        # The summary is written in the transaction of the last batch: a log that ends before
+        # it lost acknowledged events, and the next command would reuse their seqs.
+        claimed = combat.summary.get("seq") if combat.summary is not None else None
+        if quarantined is None and isinstance(claimed, int) and claimed > seq:
+            quarantined = f"seq {seq + 1} is missing (the last command stored reached {claimed})"
+        if quarantined is not None:
+            log.error("combat_quarantined", combat=combat.id, reason=quarantined)
+        elif rebuilt.fresh:
+            # Through the committer like any snapshot, and before any command on the combat
+            # (they wait for this rebuild), so it is of the log as it ends; refused otherwise.
+            fresh = Batch(
+                combat_id=combat.id,
+                first_seq=seq + 1,
+                events=(),
+                ruleset=None,
+                request=None,
+                response=None,
+                at=self.clock(),
+                snapshot=partial(to_shared, rebuilt.state),
+                summary=summary(rebuilt.state, seq),
+            )
+            try:
+                await self.store.commit(fresh)
+            except StoreError as e:  # only the next start pays: it replays this log again
+                log.warning("snapshot_not_stored", combat=combat.id, seq=seq, reason=str(e))
+            else:
+                snapshot_seq = seq
+                log.info("snapshot_stored", combat=combat.id, seq=seq)
+        combat.state = rebuilt.state
+        combat.seq = seq
+        combat.snapshot_seq = snapshot_seq
+        combat.quarantined = quarantined
+        combat.loaded = True
+        combat.summary = None
+
+    def _rebuild(self, combat_id: str, stop: threading.Event) -> _Rebuilt:
+        """``_load``'s work, in a worker thread: the stored snapshot (passed over if it does
+        not decode or miscounts its log), then the events after it, streamed from the store.
+        ``fresh`` is set when the stored snapshot was passed over or the replay was as long as
+        ``snapshot_every``. Raises ``_AbandonedError`` once ``stop`` is set."""
+        # A rebuild makes many long-lived objects and frees few: the cyclic collector would
+        # only rescan them.
+        gc.disable()
+        try:
+            loaded = self.store.load_one(combat_id)
+        except Exception as e:  # an unreadable combat is quarantined alone
+            log.exception("combat_quarantined", combat=combat_id)
+            return _Rebuilt(State(), 0, 0, f"its stored log could not be read: {e}")
+        finally:
+            gc.enable()
+        for warning in loaded.warnings:
+            log.warning("snapshot_unreadable", combat=combat_id, detail=warning)
+        if loaded.quarantined is not None:
+            return _Rebuilt(State(), 0, 0, loaded.quarantined)
+        state = State()
+        seq = 0
+        passed_over = bool(loaded.warnings)
+        if loaded.snapshot is not None:
+            seq, body = loaded.snapshot
+            problem: str | None = None
+            try:
+                state = from_shared(State, body)
+            except Exception as e:  # a snapshot is only a shortcut: the log is the record
+                problem = f"does not decode ({e})"
+            else:
+                # The state tells what was hidden at which seq (R16): a snapshot that miscounts
+                # its log (one written before states counted) would judge events by the wrong
+                # moment, so the log is replayed instead.
+                if state.seq != seq:
+                    problem = f"counts {state.seq} events"
+            if problem is not None:
+                log.warning(
+                    "snapshot_unreadable",
+                    combat=combat_id,
+                    detail=f"snapshot at seq {seq} {problem}, replaying the log",
+                )
+                state = State()
+                seq = 0
+                passed_over = True
+        snapshot_seq = seq
+        try:
+            for n, body in self.store.replay(combat_id, seq):
+                if stop.is_set():
+                    raise _AbandonedError
+                if n % REBUILD_YIELD_EVENTS == 0:
+                    time.sleep(0)  # hands the GIL to the event loop's thread if it waits
+                try:
+                    state = evolve(state, event_from_plain(body))
+                except Exception as e:  # any failure to replay quarantines the combat
+                    return _Rebuilt(State(), 0, 0, f"replay failed at event {n}: {e}")
+                seq = n
+        except StoreError as e:  # an unreadable or missing event: this combat alone
+            return _Rebuilt(State(), 0, 0, e.message)
+        if seq != loaded.last:  # rows removed behind the rebuild (another process on the file)
+            return _Rebuilt(
+                State(), 0, 0, f"seq {seq + 1} is missing (the log reached {loaded.last})"
+            )
+        long_replay = seq - snapshot_seq >= self.snapshot_every
+        return _Rebuilt(state, seq, snapshot_seq, fresh=seq > 0 and (passed_over or long_replay))

@@ -1,0 +1,95 @@
+"""Which combats the daemon holds: lookup by id, room for a new one (``MAX_COMBATS``),
+quarantine, and pages in id order."""
+
+from __future__ import annotations
+
+import bisect
+
+import anyio
+import structlog
+
+from ..store import StoreError
+from .combat import Combat
+from .deadlines import Deadlines
+from .errors import RequestError
+
+log = structlog.get_logger("turnkeeper.combats")
+
+MAX_COMBATS = 100_000
+"""Combats one daemon holds (ended ones included): at about 10 KiB each, a bound of a few GiB
+of memory, far above what any group of tables plays."""
+
+MAX_COMBAT_PAGE = 500
+"""Most combats one ``list_combats`` page or ``subscribe_all`` answer names. Its longest rows
+(an id of 128 four-byte characters, a ruleset name as long, or a quarantine reason cut to
+``MAX_REASON_CHARS``) take under 1.4 KiB each, so a page stays far inside the message limit."""
+
+
+class Combats:
+    """Every combat of the daemon by id, and their ids sorted for paging. A combat's deadline
+    is the clock's to know (``deadlines``): quarantining one takes it off."""
+
+    def __init__(self, deadlines: Deadlines) -> None:
+        self.by_id: dict[str, Combat] = {}
+        self.ids: list[str] = []
+        """Every combat's id, sorted: pages of combats are read from it by id (code points)."""
+        self.creating = anyio.Lock()
+        """Held while a combat is created: the check for room and the insertion are one step."""
+        self._deadlines = deadlines
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def known(self, combat_id: str) -> Combat:
+        """The combat of that id, rebuilt or not; refused if there is none."""
+        found = self.by_id.get(combat_id)
+        if found is None:
+            raise RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
+        return found
+
+    def check_room(self, combat_id: str) -> None:
+        """Refuse to create ``combat_id`` if it exists or the daemon holds ``MAX_COMBATS``;
+        called with ``creating`` held, up to ``add``."""
+        if combat_id in self.by_id:
+            raise RequestError("combat_exists", "combat {id!r} exists", "combat_id", id=combat_id)
+        if len(self.by_id) >= MAX_COMBATS:
+            raise RequestError(
+                "too_many_combats", "at most {limit} combats", "combat_id", limit=MAX_COMBATS
+            )
+
+    def add(self, combat: Combat) -> None:
+        """Hold a new combat (its first command is committed)."""
+        self.by_id[combat.id] = combat
+        bisect.insort(self.ids, combat.id)
+
+    def recovered(self, combats: list[Combat]) -> None:
+        """Hold the combats a start found, and put their deadlines on the clock's heap."""
+        for combat in combats:
+            self.by_id[combat.id] = combat
+        self.ids = sorted(self.by_id)
+        for combat in combats:
+            self._deadlines.moved(combat)
+
+    def quarantine(self, combat: Combat, error: StoreError) -> RequestError:
+        """Quarantine a served combat whose stored log turned out unreadable where a read
+        reached it (history, a catch-up): its answer is the refusal to raise."""
+        combat.quarantined = error.message
+        self._deadlines.moved(combat)
+        log.error("combat_quarantined", combat=combat.id, reason=error.message)
+        return RequestError("combat_quarantined", "{reason}", "combat", reason=error.message)
+
+    def page(self, after: str | None, limit: int | None) -> list[Combat]:
+        """The combats whose ids sort after ``after`` (all with None), in id order: ``limit``
+        of them at most, or every one, refused when that is more than ``MAX_COMBAT_PAGE``.
+        Ids sort by code point, so a page read later starts where the last ended, whatever
+        was created in between or since a restart."""
+        start = 0 if after is None else bisect.bisect_right(self.ids, after)
+        if limit is None and len(self.ids) - start > MAX_COMBAT_PAGE:
+            raise RequestError(
+                "result_too_large",
+                "more than {limit} combats: page with after and limit",
+                "limit",
+                limit=MAX_COMBAT_PAGE,
+            )
+        ids = self.ids[start : start + (MAX_COMBAT_PAGE if limit is None else limit)]
+        return [self.by_id[i] for i in ids]

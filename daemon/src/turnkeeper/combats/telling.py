@@ -1,0 +1,79 @@
+"""Events as one actor may see them (R16), numbered, told in a locale and packed for the wire:
+what a command's caller, a subscriber and a ``history`` page are shown."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from turnkeeper_engine import Actor, RuleBook, State, view, visible
+from turnkeeper_engine import events as ev
+from turnkeeper_engine.plain import Plain, event_from_plain, event_to_plain
+from turnkeeper_sdk import wire
+
+from ..narrate import narrate
+
+
+def audience(actor: Actor) -> tuple[str, str | None]:
+    """Actors who see exactly the same events and views (R16 depends on role and user only)."""
+    return ("narrator", None) if actor.role == "narrator" else (actor.role, actor.user)
+
+
+def telling(state: State, actor: Actor) -> State:
+    """The state a line for ``actor`` is told against: it lends names, and whether a turn is
+    under way. Both come from what the actor may see now (R16): a hidden combatant's turn is
+    none, and a combatant hidden now lends no name, not even to an event of a visible one
+    that had its id before an undo (that line shows the id)."""
+    if actor.role == "narrator":
+        return state
+    seen = view(state, actor)
+    return dataclasses.replace(state, turn=seen.turn, combatants=seen.combatants)
+
+
+def numbered(
+    events: list[tuple[int, ev.Event]],
+    state: State,
+    actor: Actor,
+    plains: list[dict[str, Plain]] | None = None,
+    locale: str | None = None,
+    *,
+    rules: RuleBook,
+) -> list[Plain]:
+    """Events as ``actor`` may see them, each with its sequence number, judged by what was
+    hidden when each happened, not by ``state``, the latest (R16). ``plains`` are
+    the events already encoded, reused wherever the actor sees an event unchanged. With a
+    ``locale``, each carries its ``summary``, told from the event as the actor sees it, so a
+    line never names what the event left out."""
+    told = telling(state, actor) if locale is not None else state
+    shown: list[Plain] = []
+    for i, (seq, event) in enumerate(events):
+        seen = visible(event, state, actor, seq)
+        if seen is not None:
+            body = plains[i] if plains is not None and seen is event else event_to_plain(seen)
+            item: dict[str, Plain] = {"seq": seq, **body}
+            if locale is not None:
+                item["summary"] = narrate(seen, told, locale, rules=rules)
+            shown.append(item)
+    return shown
+
+
+def told(state: State, events: Plain, actor: Actor, locale: str, rules: RuleBook) -> list[Plain]:
+    """A command result's ``events`` (as shown to ``actor``) with their narrated lines, told
+    against ``state``: results are kept encoded for retries, so these are decoded to be told."""
+    assert isinstance(events, list)
+    against = telling(state, actor)
+    lines: list[Plain] = []
+    for item in events:
+        assert isinstance(item, dict)
+        body = {k: v for k, v in item.items() if k != "seq"}
+        summary = narrate(event_from_plain(body), against, locale, rules=rules)
+        lines.append({**item, "summary": summary})
+    return lines
+
+
+def packed(combat_id: str, shown: list[Plain]) -> list[bytes]:
+    """Shown events as packed ``event`` notifications, one per event."""
+    notes = []
+    for item in shown:
+        assert isinstance(item, dict)
+        notes.append(wire.pack(wire.Notification("event", {"combat": combat_id, **item})))
+    return notes
