@@ -237,8 +237,13 @@ def _recorded(state: State, name: str) -> State:
     return replace(state, undo=History(_within_reach(stretches, reach), reach), last_command=name)
 
 
-def _joined(history: History, event: ev.Event) -> History:
-    """``history`` with ``event`` added to its last command's events."""
+def _joined(history: History, event: ev.Event, after: State) -> History:
+    """``history`` with ``event``, which made ``after``, added to its last command's events.
+    An event is kept in today's words, so that one history comes of one game whichever
+    daemon recorded its log: a ``turn_started`` recorded before it named the turn's number
+    is kept with the number it gave the turn."""
+    if isinstance(event, ev.TurnStarted) and event.number is None and after.turn is not None:
+        event = replace(event, number=after.turn.number)
     last = history.stretches[-1]
     done = last.done[-1]
     joined = Done(done.command, (*done.events, event))
@@ -419,7 +424,7 @@ def evolve(state: State, event: ev.Event) -> State:
     object.__setattr__(after, "seq", seq)
     object.__setattr__(after, "secrets", secrets)
     if joins:
-        object.__setattr__(after, "undo", _joined(state.undo, event))
+        object.__setattr__(after, "undo", _joined(state.undo, event, after))
     return after
 
 
