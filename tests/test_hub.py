@@ -4,6 +4,7 @@ quickly."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import threading
 from contextlib import closing
@@ -24,7 +25,7 @@ from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import TriggerFacts, TurnRef
-from turnkeeper_engine.plain import from_shared, to_shared
+from turnkeeper_engine.plain import command_from_plain, from_shared, to_shared
 
 
 @pytest.fixture
@@ -100,6 +101,45 @@ async def test_r16_a_snapshot_that_miscounts_its_log_is_passed_over(tmp_path: Pa
     # The replay is paid once: a snapshot of the log's end replaces the miscounting one.
     [(seq, body)] = _snapshots(tmp_path)
     assert (seq, from_shared(State, body)) == (state.seq, state)
+
+
+@pytest.mark.anyio
+async def test_r15_a_snapshot_an_older_daemon_stored_with_its_undo_states_is_used(
+    tmp_path: Path,
+) -> None:
+    """A snapshot an older daemon stored, with the prior states it kept for undo, is loaded
+    rather than passed over (no replay, no fresh snapshot), and undo reaches as far back."""
+    old = json.loads((Path(__file__).parent / "data" / "old_undo_snapshot.json").read_text())
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for n, plain in enumerate(old["commands"]):
+            await hub.execute("p", NARRATOR, "old", command_from_plain(plain), f"r{n}")
+        assert hub.combats["old"].seq == old["seq"]
+        await store.stop()
+    store.close()
+    with closing(sqlite3.connect(tmp_path / DB_FILE)) as db, db:
+        db.execute(
+            "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES ('old', ?, ?)",
+            (old["seq"], msgpack.packb(old["snapshot"], use_bin_type=True)),
+        )
+    again = Hub(Store.open(tmp_path))
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.store.run)
+        await again.recover()
+        rebuilt = (await again.combat("old")).state
+        assert rebuilt == from_shared(State, old["snapshot"])
+        assert rebuilt.undo.reach == 10
+        assert _snapshots(tmp_path) == [(old["seq"], old["snapshot"])]
+        for n in range(10):
+            await again.execute("p", NARRATOR, "old", c.Undo(), f"u{n}")
+        with pytest.raises(RequestError) as refused:
+            await again.execute("p", NARRATOR, "old", c.Undo(), "u10")
+        assert refused.value.code == "nothing_to_undo"
+        assert (await again.combat("old")).state.phase == "setup"
+        await again.store.stop()
+    again.store.close()
 
 
 def _snapshots(data_dir: Path) -> list[tuple[int, Any]]:

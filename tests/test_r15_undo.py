@@ -3,12 +3,16 @@ the undone command's dice are gone, and the undo itself is recorded."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from story import OBSERVER, Story, names, of, player
-from turnkeeper_engine import NARRATOR, Actor, fold
+from turnkeeper_engine import NARRATOR, UNDO_DEPTH, Actor, State, fold
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.evolve import STRETCH
+from turnkeeper_engine.model import History
 
 
 def table(ruleset: str = "dnd3e") -> Story:
@@ -190,3 +194,54 @@ def test_r15_undo_of_a_refused_command_is_not_possible() -> None:
     a = s.state.get("a")
     assert a is not None
     assert a.check is None
+
+
+def _game(state: State) -> State:
+    return replace(state, undo=History())
+
+
+def test_r15_undo_reaches_exactly_undo_depth_commands_back() -> None:
+    """Undo goes back ``UNDO_DEPTH`` commands, through the packed stretches of the history,
+    each undo landing exactly on the state before the command it undoes, and no further."""
+    s = table()
+    s.roll("a", 12)
+    s.roll("b", 7)
+    s.do(c.StartCombat())
+    states = []
+    for n in range(UNDO_DEPTH + STRETCH + 3):
+        states.append(s.state)
+        if n % 3 == 0:
+            s.do(c.DeclareAction(s.turn, c.ActionSpec("move")))
+        else:
+            s.end_turn()
+    assert s.state.undo.reach == UNDO_DEPTH
+    assert any(stretch.packed for stretch in s.state.undo.stretches)
+    for expected in reversed(states[-UNDO_DEPTH:]):
+        s.do(c.Undo())
+        # The game exactly; the history holds fewer commands than it held then (see below).
+        assert _game(s.state) == _game(expected)
+    assert s.refuse(c.Undo()).code == "nothing_to_undo"
+    # Commands after that are undone again, and the history is the one they would make.
+    s.end_turn()
+    s.end_turn()
+    s.do(c.Undo())
+    s.do(c.Undo())
+    assert _game(s.state) == _game(states[-UNDO_DEPTH])
+    assert s.state.undo.reach == 0
+    assert fold(s.log) == s.state
+
+
+def test_r15_undo_restores_the_history_too_across_its_stretches() -> None:
+    """Short of ``UNDO_DEPTH``, an undo gives back the very state, its history included,
+    also where a command began a stretch of the history (and packed the one before)."""
+    s = table()
+    s.roll("a", 12)
+    s.roll("b", 7)
+    s.do(c.StartCombat())
+    states = []
+    for _ in range(2 * STRETCH + 2):
+        states.append(s.state)
+        s.end_turn()
+    for expected in reversed(states):
+        s.do(c.Undo())
+        assert s.state == expected

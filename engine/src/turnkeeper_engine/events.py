@@ -22,15 +22,7 @@ from .model import (
     TurnKind,
     Window,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    name: ClassVar[str]
-
-    def subjects(self) -> tuple[str, ...]:
-        """Combatant ids this event is about; a hidden one keeps it from players (R16)."""
-        return ()
+from .model import Event as Event  # defined with the state, which keeps events for undo
 
 
 @dataclass(frozen=True, slots=True)

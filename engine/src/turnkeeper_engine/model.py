@@ -2,13 +2,14 @@
 
 Everything here is a frozen dataclass made of plain values (str, int, float, bool, None, tuples
 of those, and other values from this module), so a state can be compared, copied, undone and
-serialised exactly.
+serialised exactly. ``Event`` is the base of the events (``events``): it lives here because a
+state keeps the events of the commands it can undo (``History``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 Phase = Literal["none", "setup", "initiative", "bonus_round", "rounds", "ended"]
 Status = Literal["active", "defeated", "removed"]
@@ -326,6 +327,56 @@ class Secret:
 
 
 @dataclass(frozen=True, slots=True)
+class Event:
+    """A fact the engine records; the kinds are in ``events``, each with its wire ``name``."""
+
+    name: ClassVar[str]
+
+    def subjects(self) -> tuple[str, ...]:
+        """Combatant ids this event is about; a hidden one keeps it from players (R16)."""
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """One undoable command as its state recorded it: its name and, in order, the events after
+    its ``CommandRecorded`` that changed the state (those that did not are left out)."""
+
+    command: str
+    events: tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stretch:
+    """Consecutive undoable commands and the state just before the first of them: folding the
+    events of the first k of them into ``start`` gives the state before the k+1-th.
+
+    A history's last stretch keeps its commands as values (``done``), ready to grow or be
+    undone; the earlier ones, which only an undo that far back opens again, keep them packed
+    (``packed``, ``count`` of them) in a fraction of the memory (see ``evolve``)."""
+
+    start: State
+    done: tuple[Done, ...] = ()
+    packed: str = ""
+    count: int = 0
+
+    @property
+    def size(self) -> int:
+        """How many commands the stretch holds, packed or not."""
+        return self.count if self.packed else len(self.done)
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What undo needs (R15): the last commands' events in stretches, each from a checkpoint
+    state (see ``evolve``), and how many of the last commands can still be undone: ``reach``
+    (at most ``UNDO_DEPTH``; the stretches may hold a few older ones it no longer reaches)."""
+
+    stretches: tuple[Stretch, ...] = ()
+    reach: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """One combat's whole state. Built only by folding events with ``evolve``."""
 
@@ -350,7 +401,7 @@ class State:
     """Turns started so far: the next turn's ``number`` is one more."""
     serial: int = 0
     last_command: str = ""
-    undo: tuple[State, ...] = field(default=(), repr=False)
+    undo: History = field(default=History(), repr=False)
     seq: int = field(default=0, compare=False)
     """Events folded so far: the seq of the last one. It is the log's, not the game's: undo
     restores the game exactly (R15), so state equality leaves it out, and it goes on."""

@@ -8,6 +8,7 @@ with the path of the offending field and nothing half-built escapes.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from . import commands as cmd
 from . import events as ev
 from .errors import Arg, TemplatedError
+from .model import Done, Event, History, State, Stretch
 
 Plain = None | bool | int | float | str | list["Plain"] | dict[str, "Plain"]
 T = TypeVar("T")
@@ -44,6 +46,10 @@ class PlainError(ValueError, TemplatedError):
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+EVENT_TAG = "event"
+"""Key of an event's name in its plain form: ``{"event": name, **fields}``."""
+
+
 @cache
 def _field_names(cls: type) -> tuple[str, ...] | None:
     """A dataclass's field names, looked up once per class (this is the hot path of every
@@ -51,6 +57,13 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     if dataclasses.is_dataclass(cls):
         return tuple(f.name for f in dataclasses.fields(cls))
     return None
+
+
+@cache
+def _tag(cls: type) -> str | None:
+    """An event class's name, which its plain form carries (the state's undo history holds
+    events of any kind, so decoding must tell which); None for other classes."""
+    return cls.name if issubclass(cls, Event) else None
 
 
 def to_plain(value: Any) -> Plain:
@@ -62,7 +75,10 @@ def to_plain(value: Any) -> Plain:
         return [to_plain(v) for v in value]
     names = _field_names(typing.cast(type, kind))
     if names is not None:
-        return {n: to_plain(getattr(value, n)) for n in names}
+        tag = _tag(typing.cast(type, kind))
+        if tag is None:
+            return {n: to_plain(getattr(value, n)) for n in names}
+        return {EVENT_TAG: tag, **{n: to_plain(getattr(value, n)) for n in names}}
     if kind is frozenset:
         return sorted(to_plain(v) for v in value)  # type: ignore[type-var]
     raise TypeError(f"{kind.__name__} has no plain form")
@@ -89,7 +105,11 @@ def _header(items: int) -> int:
 def _keys_size(cls: type) -> tuple[tuple[str, ...], int]:
     """A record's field names and what its map's header and keys take, once per class."""
     names = _field_names(cls) or ()
-    return names, _header(len(names)) + sum(_str_size(n) for n in names)
+    tag = _tag(cls)
+    if tag is None:
+        return names, _header(len(names)) + sum(_str_size(n) for n in names)
+    keys = (EVENT_TAG, *names)
+    return names, _header(len(keys)) + sum(_str_size(n) for n in keys) + _str_size(tag)
 
 
 def encoded_size(value: Any) -> int:
@@ -121,38 +141,63 @@ REF = "@"
 
 
 def to_shared(value: Any) -> dict[str, Plain]:
-    """Encode ``value`` like ``to_plain``, but each model object once: a state and the states
-    kept for undo share most of their parts, and so does this encoding (snapshots)."""
+    """Encode ``value`` like ``to_plain``, but each model object held in more than one place
+    once, as a node the places refer to: a state and the checkpoints of its undo history share
+    most of their parts, and so does this encoding (snapshots). An object held once (most
+    events kept for undo) is written in place: a node and its reference would only add bytes."""
+    holders: dict[int, int] = {}
+
+    def count(v: Any) -> None:
+        """How many places hold each dataclass and non-empty tuple (below the first one's)."""
+        names = _field_names(typing.cast(type, type(v)))
+        if names is None and not (isinstance(v, tuple) and v):
+            if isinstance(v, list | frozenset):
+                for x in v:
+                    count(x)
+            return
+        seen = holders.get(id(v), 0)
+        holders[id(v)] = seen + 1
+        if not seen:
+            for x in v if names is None else (getattr(v, n) for n in names):
+                count(x)
+
+    count(value)
     nodes: list[Plain] = []
     index: dict[int, int] = {}
 
     def encode(v: Any) -> Plain:
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            at = index.get(id(v))
-            if at is None:
-                at = index[id(v)] = len(nodes)
-                nodes.append(None)
-                nodes[at] = {f.name: encode(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        kind = typing.cast(type, type(v))
+        names = _field_names(kind)
+        if names is None and not (isinstance(v, tuple) and v):
+            if isinstance(v, tuple | list):
+                return [encode(x) for x in v]
+            if isinstance(v, frozenset):
+                return sorted(encode(x) for x in v)  # type: ignore[type-var]
+            return to_plain(v)
+        at = index.get(id(v))
+        if at is not None:
             return {REF: at}
-        if isinstance(v, tuple) and v:
-            at = index.get(id(v))
-            if at is None:
-                at = index[id(v)] = len(nodes)
-                nodes.append(None)
-                nodes[at] = [encode(x) for x in v]
-            return {REF: at}
-        if isinstance(v, tuple | list):
-            return [encode(x) for x in v]
-        if isinstance(v, frozenset):
-            return sorted(encode(x) for x in v)  # type: ignore[type-var]
-        return to_plain(v)
+        if names is None:
+            body: Plain = [encode(x) for x in v]
+        else:
+            tag = _tag(kind)
+            fields: dict[str, Plain] = {} if tag is None else {EVENT_TAG: tag}
+            fields.update((n, encode(getattr(v, n))) for n in names)
+            body = fields
+        if holders[id(v)] == 1:
+            return body
+        at = index[id(v)] = len(nodes)
+        nodes.append(body)
+        return {REF: at}
 
     root = encode(value)
     return {"nodes": nodes, "root": root}
 
 
 def from_shared(tp: type[T], data: Mapping[str, Any]) -> T:
-    """Decode what ``to_shared`` made; shared nodes become shared objects again."""
+    """Decode what ``to_shared`` made; shared nodes become shared objects again. A state
+    encoded by an older daemon, with the prior states it kept for undo, gets the same undo
+    reach from them (``evolve.history_of_states``)."""
     if not isinstance(data, Mapping):
         raise PlainError("must be a map", "")
     nodes = data.get("nodes")
@@ -196,7 +241,7 @@ def _decode(
         if data not in args:
             allowed = ", ".join(repr(a) for a in args)
             raise PlainError("must be one of {allowed}", field, allowed=allowed)
-        return data
+        return _interned(data) if isinstance(data, str) else data
     if origin in (Union, types.UnionType):
         options = args
         if data is None:
@@ -237,10 +282,21 @@ def _decode(
         (arg,) = args
         return frozenset(_decode(arg, v, f"{field}[]", depth + 1, shared, strict) for v in data)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if shared is not None:
+        if shared is not None and isinstance(data, Mapping) and REF in data:
             return _shared_node(tp, data, field, depth, shared, strict)
-        return _dataclass(tp, data, field, depth, None, strict)
+        return _dataclass(tp, data, field, depth, shared, strict)
     return _scalar(tp, data, field)
+
+
+INTERN_MAX = 64
+"""Longest decoded string made one object with its copies: ids, kinds and names are short."""
+
+
+def _interned(text: str) -> str:
+    """One object for every decoded copy of a short ``text``: ids, kinds and names recur in
+    every command and event about them, and a combat keeps the events of its last commands for
+    undo (and a rebuild decodes thousands). Interned strings are freed once unused."""
+    return sys.intern(str(text)) if len(text) <= INTERN_MAX else text
 
 
 def _scalar(tp: Any, data: Any, field: str) -> Any:
@@ -259,7 +315,7 @@ def _scalar(tp: Any, data: Any, field: str) -> Any:
     if tp is str:
         if not isinstance(data, str):
             raise PlainError("must be a string", field)
-        return data
+        return _interned(data)
     raise TypeError(f"no plain decoding for {tp!r}")
 
 
@@ -302,7 +358,11 @@ def _dataclass(
 ) -> T:
     if not isinstance(data, Mapping):
         raise PlainError("must be a map", field)
+    if tp is Event:
+        tp, data = _event_body(data, field)  # type: ignore[assignment]
     cls = typing.cast(type, tp)
+    if cls is State and _old_undo(data.get("undo"), shared):
+        return _old_state(data, field, depth, shared, strict)  # type: ignore[return-value]
     layout = _layout(cls)
     names = _names_of(cls)
     if strict:
@@ -320,6 +380,64 @@ def _dataclass(
         elif required:
             raise PlainError("is required", f"{field}.{name}" if field else name)
     return tp(**values)
+
+
+def _event_body(data: Mapping[str, Any], field: str) -> tuple[type[Event], Mapping[str, Any]]:
+    """The class of the event ``data`` names, and its fields (upgraded if an older daemon
+    recorded it)."""
+    name = data.get(EVENT_TAG)
+    cls = ev.EVENTS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise PlainError("unknown event", _within(field, EVENT_TAG))
+    return cls, {k: v for k, v in _upgraded(data).items() if k != EVENT_TAG}
+
+
+def _old_undo(undo: Any, shared: _Shared | None) -> bool:
+    """Whether a state's ``undo`` is in the form older daemons stored: the prior states, an
+    array (or, shared, a reference to one) where today's history is a map."""
+    if isinstance(undo, list):
+        return True
+    if shared is None or not isinstance(undo, Mapping):
+        return False
+    ref = undo.get(REF)
+    return (
+        isinstance(ref, int)
+        and 0 <= ref < len(shared.nodes)
+        and isinstance(shared.nodes[ref], list)
+    )
+
+
+def _old_state(
+    data: Mapping[str, Any], field: str, depth: int, shared: _Shared | None, strict: bool
+) -> State:
+    """A state an older daemon encoded, its prior states made into today's history."""
+    path = f"{field}.undo" if field else "undo"
+    try:
+        states = _decode(tuple[State, ...], data["undo"], "", depth + 1, shared, strict)
+    except PlainError as e:
+        raise e.within(path) from None
+    rest = {k: v for k, v in data.items() if k != "undo"}
+    state: State = _dataclass(State, rest, field, depth, shared, strict)
+    return dataclasses.replace(state, undo=_old_history(states, state))
+
+
+def _old_history(states: tuple[State, ...], state: State) -> History:
+    """The undo history of ``state`` from the prior states an older daemon kept (the state
+    before each of its last commands, oldest first): each is the checkpoint of a stretch of
+    one command, which an undo returns to without folding anything; the commands that come
+    next start a stretch from ``state`` itself."""
+    if not states:
+        return History()
+    after = (*states[1:], state)
+    stretches = tuple(
+        Stretch(_checkpoint(s), (Done(a.last_command),)) for s, a in zip(states, after, strict=True)
+    )
+    return History((*stretches, Stretch(_checkpoint(state))), len(states))
+
+
+def _checkpoint(state: State) -> State:
+    """``state`` as a stretch starts from: the log's fields are never a checkpoint's."""
+    return dataclasses.replace(state, undo=History(), seq=0, secrets=())
 
 
 def _within(path: str, inner: str) -> str:
@@ -349,9 +467,7 @@ def _untagged(tag: str, known: Mapping[str, type[T]], data: Mapping[str, Any]) -
     name = data.get(tag)
     cls = known.get(name) if isinstance(name, str) else None
     if cls is None:
-        if tag == "command":
-            raise PlainError("unknown command", tag)
-        raise PlainError("unknown event", tag)
+        raise PlainError("unknown command", tag)
     return from_plain(cls, {k: v for k, v in data.items() if k != tag})  # type: ignore[no-any-return]
 
 
@@ -366,11 +482,12 @@ def command_from_plain(data: Mapping[str, Any]) -> cmd.Command:
 
 def event_to_plain(event: ev.Event) -> dict[str, Plain]:
     """An event as ``{"event": name, **fields}``."""
-    return _tagged("event", event.name, event)
+    return typing.cast(dict[str, Plain], to_plain(event))
 
 
 def event_from_plain(data: Mapping[str, Any]) -> ev.Event:
-    return _untagged("event", ev.EVENTS, _upgraded(data))
+    """The event ``event_to_plain`` made ``data`` from."""
+    return from_plain(Event, data)  # type: ignore[no-any-return]
 
 
 def _upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:

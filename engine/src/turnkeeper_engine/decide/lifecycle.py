@@ -202,6 +202,6 @@ def end_combat(ctx: Ctx, c: cmd.EndCombat) -> None:
 
 def undo(ctx: Ctx, c: cmd.Undo) -> None:
     """``undo``: the last command is undone (R15)."""
-    if not ctx.state.undo:
+    if not ctx.state.undo.reach:
         raise reject("nothing_to_undo", "there is no command left to undo")
     ctx.emit(ev.CommandUndone(ctx.state.last_command))
