@@ -70,9 +70,16 @@ class Server:
     loopback TCP port (a peer)."""
 
     def __init__(
-        self, argv: list[str], socket_path: Path, log_path: Path, *, tcp_port: int | None = None
+        self,
+        argv: list[str],
+        socket_path: Path,
+        log_path: Path,
+        *,
+        tcp_port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.argv = argv
+        self.env = env
         self.socket_path = socket_path
         self.log_path = log_path
         # Set for a server with no Unix socket (the socket.io relay): listening is probed there.
@@ -92,7 +99,7 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.started_at = time.perf_counter()
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=log)
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=log, env=self.env)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -140,9 +147,25 @@ class Server:
         raise RuntimeError("no VmRSS line")
 
 
+CHECKOUT_VARIABLE = "TURNKEEPER_BENCH_CHECKOUT"
+"""Names another checkout whose daemon the benchmarks start (its engine, SDK and daemon sources
+first on the daemon's PYTHONPATH), the clients staying this checkout's: before and after a
+change, measured by the same scripts in one session."""
 DAEMON_ENTRY = ("-m", "turnkeeper.cli")
 """How the daemon is started: its command line, the only door the benchmarks use besides the
 protocol, so they keep working whatever changes inside the daemon."""
+
+
+def daemon_env() -> dict[str, str] | None:
+    """The environment of every daemon process: this one's, or with ``CHECKOUT_VARIABLE`` set,
+    that checkout's sources first on PYTHONPATH."""
+    checkout = os.environ.get(CHECKOUT_VARIABLE)
+    if not checkout:
+        return None
+    paths = [str(Path(checkout) / part / "src") for part in ("daemon", "sdk", "engine")]
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
 
 
 def daemon(
@@ -168,7 +191,7 @@ def daemon(
         "json",
         *extra,
     ]
-    return Server(argv, sock, root / log_name)
+    return Server(argv, sock, root / log_name, env=daemon_env())
 
 
 def echo(root: Path) -> Server:
@@ -189,6 +212,7 @@ def serve_options() -> list[str]:
     """The long options ``turnkeeper serve --help`` lists, to use one only where it exists."""
     shown = subprocess.run(
         [sys.executable, *DAEMON_ENTRY, "serve", "--help"],
+        env=daemon_env(),
         capture_output=True,
         text=True,
         check=True,
@@ -206,6 +230,7 @@ def narrator_token(data_dir: Path) -> str:
     """A narrator token made with the real CLI, as an operator would."""
     made = subprocess.run(
         [sys.executable, *DAEMON_ENTRY, "token", "--data-dir", str(data_dir), "add", "narrator"],
+        env=daemon_env(),
         capture_output=True,
         text=True,
         check=True,
