@@ -28,6 +28,9 @@ TARGET_COMBATS = 50_000
 CREATORS = 2
 """Client processes creating combats."""
 CREATOR_CONNECTIONS = 50
+CREATE_CHUNK = 2000
+"""Combats created by one set of creator processes: on a daemon whose commits slow as combats
+grow, a chunk stays well inside ``tkbench.WORKER_TIMEOUT``, and the progress shows."""
 
 
 def _creator(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
@@ -58,19 +61,24 @@ async def _create(spec: dict[str, Any], ready: Any) -> int:
 
 
 def _grow(server: tk.Server, first: int, last: int) -> float:
-    """Create combats number ``first`` to ``last - 1``; return the commands/s it went at."""
-    names = [f"s{n:06d}" for n in range(first, last)]
-    if not names:
+    """Create combats number ``first`` to ``last - 1``, a chunk at a time; return the commands/s
+    it went at."""
+    if last <= first:
         return float("nan")
-    shares = tk.split(len(names), CREATORS)
-    specs, at = [], 0
-    for i, conns in enumerate(tk.split(CREATOR_CONNECTIONS, CREATORS)):
-        mine = names[at : at + shares[i]]
-        specs.append({"socket": str(server.socket_path), "conns": conns, "combats": mine})
-        at += shares[i]
     started = time.perf_counter()
-    assert sum(tk.run_workers(_creator, specs)) == len(names)
-    return len(names) / (time.perf_counter() - started)
+    for chunk in range(first, last, CREATE_CHUNK):
+        names = [f"s{n:06d}" for n in range(chunk, min(last, chunk + CREATE_CHUNK))]
+        shares = tk.split(len(names), CREATORS)
+        specs, at = [], 0
+        for i, conns in enumerate(tk.split(CREATOR_CONNECTIONS, CREATORS)):
+            mine = names[at : at + shares[i]]
+            specs.append({"socket": str(server.socket_path), "conns": conns, "combats": mine})
+            at += shares[i]
+        chunk_started = time.perf_counter()
+        assert sum(tk.run_workers(_creator, specs)) == len(names)
+        rate = len(names) / (time.perf_counter() - chunk_started)
+        print(f"  {chunk + len(names):,} combats created ({tk.fmt(rate)} /s)", flush=True)
+    return (last - first) / (time.perf_counter() - started)
 
 
 def _load(server: tk.Server, args: argparse.Namespace, tag: str) -> tk.LoopFigures:
