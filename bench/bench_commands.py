@@ -1,10 +1,13 @@
 """Durable commands: commands/s and p99 at 50 connections, each connection on its own combat,
 alternating ``apply_condition`` and ``remove_condition`` (each a durable command of two events,
-with a unique request_id), against the echo baseline at 50 connections in the same repetition.
+with a unique request_id), against the ``asyncio.Protocol`` echo baseline at 50 connections in
+the same repetition; with the daemon's CPU time per command.
 
     python bench/bench_commands.py --seconds 5 --reps 3
 
-Target: at least 5,000 commands/s with p99 at most 10 ms.
+Targets (issue 11): at least 6,000 commands/s, at most 120 µs of daemon CPU per command. The p99
+of this closed loop is shown; the p99 target is measured at a fixed offered load, in
+``bench_latency.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from typing import Any
 import anyio
 import tkbench as tk
 
-TARGET_RATE = 5000.0
-TARGET_P99_MS = 10.0
+TARGET_RATE = 6000.0
+TARGET_CPU_US = 120.0
 
 
 def _worker(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
@@ -80,7 +83,7 @@ def main() -> None:
     runs: dict[str, list[tk.LoopFigures]] = {"daemon": [], "echo": []}
     for rep in range(args.reps):
         root = tk.workdir(f"commands-{rep}")
-        servers = {"echo": tk.echo(root).start(), "daemon": tk.daemon(root).start()}
+        servers = {"echo": tk.asyncio_echo(root).start(), "daemon": tk.daemon(root).start()}
         try:
             for name, server in servers.items():
                 specs = [
@@ -99,6 +102,7 @@ def main() -> None:
                 print(
                     f"rep {rep} {name:6} {figures.calls_per_s:8.0f}/s p50={figures.p50_ms:.2f} ms "
                     f"p99={figures.p99_ms:.2f} ms server_cpu={figures.server_cpu:.2f} "
+                    f"({figures.cpu_us_per_call:.0f} µs/call) "
                     f"client_cpu={figures.client_cpu:.2f}",
                     flush=True,
                 )
@@ -107,12 +111,12 @@ def main() -> None:
                 server.stop()
     d, e = runs["daemon"], runs["echo"]
     rate = tk.median([f.calls_per_s for f in d])
-    p99 = tk.median([f.p99_ms for f in d])
+    cpu_us = tk.median([f.cpu_us_per_call for f in d])
     echo_rate = tk.median([f.calls_per_s for f in e])
     print(f"\n{args.connections} connections; medians of {args.reps} repetitions\n")
     print(
         tk.table(
-            ["figure", "daemon", "echo baseline", "ratio", "target", "met?"],
+            ["figure", "daemon", "asyncio echo", "ratio", "target", "met?"],
             [
                 [
                     "commands/s",
@@ -132,11 +136,19 @@ def main() -> None:
                 ],
                 [
                     "p99 ms",
-                    tk.fmt(p99),
+                    tk.fmt(tk.median([f.p99_ms for f in d])),
                     tk.fmt(tk.median([f.p99_ms for f in e])),
                     "",
-                    f"≤ {TARGET_P99_MS:g}",
-                    "yes" if p99 <= TARGET_P99_MS else f"no ({p99 / TARGET_P99_MS:.1f}x)",
+                    "",
+                    "",
+                ],
+                [
+                    "server CPU µs per call",
+                    tk.fmt(cpu_us, 1),
+                    tk.fmt(tk.median([f.cpu_us_per_call for f in e]), 1),
+                    f"{cpu_us / tk.median([f.cpu_us_per_call for f in e]):.1f}x",
+                    f"≤ {TARGET_CPU_US:g}",
+                    "yes" if cpu_us <= TARGET_CPU_US else f"no ({cpu_us / TARGET_CPU_US:.1f}x)",
                 ],
                 [
                     "server CPU (cores)",

@@ -108,12 +108,6 @@ def _message(payload: str) -> bytes:
     return data
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _hwm_kib(server: tk.Server) -> int:
     for line in Path(f"/proc/{server.pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -178,7 +172,7 @@ def _attack(server: tk.Server, port: int, data: bytes, session: bool, wait: floa
 
 
 def _one(root: Path, payload: str, attackers: int, session: bool) -> dict[str, float]:
-    port = _free_port()
+    port = tk.free_port()
     server = tk.daemon(root, "--tcp", f"127.0.0.1:{port}").start()
     try:
         data = _message(payload)

@@ -1,25 +1,39 @@
-"""Resident memory per combat: create 10,000 combats of 10 combatants through the protocol (many
-connections at once), read the daemon's VmRSS before and after, divide.
+"""Resident memory per combat, two ways, each through the protocol with many connections at once:
+
+1. created: 10,000 combats of 10 combatants (11 commands each); the daemon's VmRSS before and
+   after, divided by the combats;
+2. after 500 commands (issue 11): ``--busy`` combats of 10 combatants, started, then 500
+   commands each (``apply_condition`` and ``remove_condition`` in turn, so the combat stays the
+   same size while its undo history fills: undo reaches 200 commands back); VmRSS when they
+   are started and after the 500 commands, by combat. With ``--tracemalloc``, the same again
+   on ``--traced-busy`` combats in a daemon run by ``traced_serve.py``, measured by the Python
+   allocations it holds after a garbage collection (no allocator arenas, no SQLite cache).
 
 The baseline is the idle daemon's own VmRSS (read before the load, in the same run).
 
-    python bench/bench_memory.py --combats 10000 --reps 1
+    python bench/bench_memory.py --combats 10000 --busy 200 --tracemalloc --reps 1
 
-Target: at most 50 KB (here KiB, the unit of /proc) per combat.
+Target: at most 50 KB (here KiB, the unit of /proc) per combat, after 500 commands (issue 11).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import tkbench as tk
+import traced_serve
 
 COMBATANTS = 10
 TARGET_KIB = 50.0
+BUSY_COMMANDS = 500
+"""Commands each part-2 combat gets after its start: well past the 200 that undo reaches."""
 SETTLE_SECONDS = 1.0
 """Pause before reading VmRSS: the last replies and closed connections are let go."""
 
@@ -29,7 +43,8 @@ def _creator(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
 
 
 async def _create(spec: dict[str, Any], ready: Any) -> int:
-    """Each connection creates its share of the combats, one command at a time."""
+    """Each connection creates its share of the combats, one command at a time; or, with
+    ``commands`` in the spec, starts each of them and sends it that many commands."""
     conns = await tk.open_many(Path(spec["socket"]), spec["conns"])
     await anyio.to_thread.run_sync(ready)
     combats: list[str] = spec["combats"]
@@ -38,6 +53,10 @@ async def _create(spec: dict[str, Any], ready: Any) -> int:
     async def one(conn: tk.Conn, mine: list[str]) -> None:
         nonlocal done
         for combat in mine:
+            if spec["commands"]:
+                await _busy(conn, combat, spec["commands"])
+                done += 1
+                continue
             await conn.call(
                 "create_combat",
                 {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"},
@@ -63,7 +82,21 @@ async def _create(spec: dict[str, Any], ready: Any) -> int:
     return done
 
 
-def _run(server: tk.Server, names: list[str], args: argparse.Namespace) -> float:
+async def _busy(conn: tk.Conn, combat: str, commands: int) -> None:
+    await conn.call("start_combat", {"request_id": f"{combat}-s", "combat": combat})
+    condition = ""
+    for n in range(commands):
+        params: dict[str, Any] = {"combat": combat, "request_id": f"{combat}-b{n}"}
+        if n % 2 == 0:
+            params |= {"target": "k0", "type": "custom", "note": f"bench {n}"}
+            result = await conn.call("apply_condition", params)
+            made = next(e for e in result["events"] if e["event"] == "condition_applied")
+            condition = made["condition"]["id"]
+        else:
+            await conn.call("remove_condition", params | {"condition": condition})
+
+
+def _run(server: tk.Server, names: list[str], args: argparse.Namespace, commands: int = 0) -> float:
     per_proc = tk.split(len(names), args.procs)
     conns = tk.split(args.connections, args.procs)
     specs, at = [], 0
@@ -73,6 +106,7 @@ def _run(server: tk.Server, names: list[str], args: argparse.Namespace) -> float
                 "socket": str(server.socket_path),
                 "conns": conns[i],
                 "combats": names[at : at + per_proc[i]],
+                "commands": commands,
             }
         )
         at += per_proc[i]
@@ -82,14 +116,8 @@ def _run(server: tk.Server, names: list[str], args: argparse.Namespace) -> float
     return time.perf_counter() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="daemon VmRSS per combat")
-    parser.add_argument("--combats", type=int, default=10_000)
-    parser.add_argument("--connections", type=int, default=100)
-    parser.add_argument("--procs", type=int, default=2, help="client processes")
-    parser.add_argument("--reps", type=int, default=1)
-    args = parser.parse_args()
-    print(tk.machine())
+def _created(args: argparse.Namespace) -> list[list[str]]:
+    """Part 1, per repetition; the rows of its table."""
     names = [f"m{n:05d}" for n in range(args.combats)]
     rows: list[dict[str, float]] = []
     for rep in range(args.reps):
@@ -114,31 +142,114 @@ def main() -> None:
 
     per_combat = tk.median([(r["after"] - r["before"]) / args.combats for r in rows])
     rate = args.combats * (COMBATANTS + 1) / med("seconds")
-    print(f"\n{args.combats:,} combats of {COMBATANTS}; medians of {args.reps} repetitions\n")
-    print(
-        tk.table(
-            ["figure", "measured", "baseline", "ratio", "target", "met?"],
-            [
-                [
-                    "VmRSS (KiB)",
-                    tk.fmt(med("after")),
-                    tk.fmt(med("before")),
-                    f"{med('after') / med('before'):.1f}x",
-                    "",
-                    "",
-                ],
-                [
-                    "KiB per combat",
-                    tk.fmt(per_combat, 1),
-                    "",
-                    "",
-                    f"≤ {TARGET_KIB:g}",
-                    "yes" if per_combat <= TARGET_KIB else f"no ({per_combat / TARGET_KIB:.1f}x)",
-                ],
-                ["commands/s while creating", tk.fmt(rate), "", "", "", ""],
-            ],
+    return [
+        [
+            f"{args.combats:,} created: VmRSS (KiB)",
+            tk.fmt(med("after")),
+            tk.fmt(med("before")),
+            f"{med('after') / med('before'):.1f}x",
+            "",
+            "",
+        ],
+        [f"{args.combats:,} created: KiB per combat", tk.fmt(per_combat, 1), "", "", "", ""],
+        ["commands/s while creating", tk.fmt(rate), "", "", "", ""],
+    ]
+
+
+def _traced_kib(server: tk.Server, out: Path) -> float:
+    """The traced daemon's Python allocations, in KiB, after a garbage collection."""
+    out.unlink(missing_ok=True)
+    os.kill(server.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + tk.CALL_TIMEOUT
+    while not out.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the traced daemon did not report its allocations")
+        time.sleep(0.05)
+    return float(json.loads(out.read_text())["current"]) / 1024
+
+
+def _busy_rows(args: argparse.Namespace, traced: bool) -> list[list[str]]:
+    """Part 2, per repetition, measured by VmRSS or, ``traced``, by tracemalloc in a daemon run
+    by ``traced_serve.py``; the rows of its table."""
+    busy = args.traced_busy if traced else args.busy
+    names = [f"b{n:05d}" for n in range(busy)]
+    what = "tracemalloc" if traced else "VmRSS"
+    rows: list[dict[str, float]] = []
+    for rep in range(args.reps):
+        root = tk.workdir(f"memory-busy-{rep}-{what}")
+        out = root / "traced.json"
+        if traced:
+            os.environ[traced_serve.OUT_VARIABLE] = str(out)
+            server = tk.daemon(root, entry=(str(tk.BENCH / "traced_serve.py"),))
+        else:
+            server = tk.daemon(root)
+        server.start()
+
+        def measure(server: tk.Server = server, out: Path = out) -> float:
+            time.sleep(SETTLE_SECONDS)
+            return _traced_kib(server, out) if traced else float(server.rss_kib())
+
+        try:
+            idle = measure()
+            _run(server, names, args)
+            started = measure()
+            seconds = _run(server, names, args, BUSY_COMMANDS)
+            after = measure()
+        finally:
+            server.stop()
+        rows.append({"idle": idle, "started": started, "after": after, "seconds": seconds})
+        print(
+            f"rep {rep}: {busy} combats, {what} idle {idle:,.0f} KiB, started "
+            f"{started:,.0f} KiB, after {BUSY_COMMANDS} commands each {after:,.0f} KiB "
+            f"({busy * BUSY_COMMANDS / seconds:.0f} commands/s)",
+            flush=True,
         )
+    per_combat = tk.median([(r["after"] - r["idle"]) / busy for r in rows])
+    growth = tk.median([(r["after"] - r["started"]) / busy for r in rows])
+    at_start = tk.median([(r["started"] - r["idle"]) / busy for r in rows])
+    label = f"{busy} after {BUSY_COMMANDS} commands ({what})"
+    return [
+        [
+            f"{label}: KiB per combat",
+            tk.fmt(per_combat, 1),
+            tk.fmt(at_start, 1),
+            f"{per_combat / at_start:.1f}x" if at_start > 0 else "",
+            f"≤ {TARGET_KIB:g}",
+            "yes" if per_combat <= TARGET_KIB else f"no ({per_combat / TARGET_KIB:.1f}x)",
+        ],
+        [f"… of which grown over the {BUSY_COMMANDS} commands", tk.fmt(growth, 1), "", "", "", ""],
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="daemon VmRSS per combat")
+    parser.add_argument("--combats", type=int, default=10_000, help="part 1: combats created")
+    parser.add_argument("--busy", type=int, default=200, help="part 2: combats given 500 commands")
+    parser.add_argument("--connections", type=int, default=100)
+    parser.add_argument("--procs", type=int, default=2, help="client processes")
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="part 2 again, measured by tracemalloc"
     )
+    parser.add_argument(
+        "--traced-busy",
+        type=int,
+        default=20,
+        help="combats of the tracemalloc pass: tracing slows the daemon, and Python's own "
+        "allocations need no crowd to rise above the noise that VmRSS has",
+    )
+    args = parser.parse_args()
+    print(tk.machine())
+    rows = _created(args) if args.combats else []
+    if args.busy:
+        rows += _busy_rows(args, traced=False)
+        if args.tracemalloc:
+            rows += _busy_rows(args, traced=True)
+    print(
+        f"\ncombats of {COMBATANTS} combatants; baseline: the idle daemon (part 1), the started "
+        f"combats (part 2); medians of {args.reps} repetitions\n"
+    )
+    print(tk.table(["figure", "measured", "baseline", "ratio", "target", "met?"], rows))
 
 
 if __name__ == "__main__":

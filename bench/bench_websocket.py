@@ -10,41 +10,10 @@ No target: the figure to watch is the WebSocket rate as a share of the Unix sock
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-
 import tkbench as tk
 from bench_commands import _worker
 
 TRANSPORTS = ("unix", "ws")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _token(data_dir: str) -> str:
-    """A narrator token made with the real CLI, as an operator would."""
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "turnkeeper.cli",
-            "token",
-            "--data-dir",
-            data_dir,
-            "add",
-            "narrator",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=tk.CALL_TIMEOUT,
-    )
-    return made.stdout.splitlines()[1]
 
 
 def main() -> None:
@@ -54,8 +23,8 @@ def main() -> None:
     runs: dict[str, list[tk.LoopFigures]] = {name: [] for name in TRANSPORTS}
     for rep in range(args.reps):
         root = tk.workdir(f"websocket-{rep}")
-        token = _token(str(root / "data"))
-        port = _free_port()
+        token = tk.narrator_token(root / "data")
+        port = tk.free_port()
         server = tk.daemon(root, "--ws", f"127.0.0.1:{port}").start()
         try:
             for name in TRANSPORTS:

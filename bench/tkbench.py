@@ -12,6 +12,7 @@ import argparse
 import multiprocessing as mp
 import os
 import platform
+import re
 import signal
 import socket
 import statistics
@@ -46,6 +47,11 @@ RECV_BYTES = 65536
 MAX_EARLY_NOTES = 100_000
 """Notifications a connection keeps while it waits for a response; more means a bug."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+OPEN_BATCH = 25
+"""Connections opened at once on the Unix socket: well within the listener's backlog."""
+WEB_PENDING_PER_ADDRESS = 8
+"""Connections one address may have waiting for their hello on a TCP or WebSocket listener
+(protocol.md, "Session": ``server.MAX_PENDING_PER_ADDRESS``); more at once are refused."""
 
 
 class CallError(Exception):
@@ -60,12 +66,24 @@ class CallError(Exception):
 
 
 class Server:
-    """A server subprocess listening on a Unix socket: the daemon or the echo baseline."""
+    """A server subprocess listening on a Unix socket (the daemon or an echo baseline) or on a
+    loopback TCP port (a peer)."""
 
-    def __init__(self, argv: list[str], socket_path: Path, log_path: Path) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        socket_path: Path,
+        log_path: Path,
+        *,
+        tcp_port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.argv = argv
+        self.env = env
         self.socket_path = socket_path
         self.log_path = log_path
+        # Set for a server with no Unix socket (the socket.io relay): listening is probed there.
+        self.tcp_port = tcp_port
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.listening_after = 0.0
@@ -81,15 +99,16 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.started_at = time.perf_counter()
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=log)
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=log, env=self.env)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{self.argv[2]} exited: {tail}")
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                raise RuntimeError(f"{self.argv[1:3]} exited: {tail}")
+            unix = self.tcp_port is None
+            probe = socket.socket(socket.AF_UNIX if unix else socket.AF_INET, socket.SOCK_STREAM)
             try:
-                probe.connect(str(self.socket_path))
+                probe.connect(str(self.socket_path) if unix else ("127.0.0.1", self.tcp_port))
                 self.listening_after = time.perf_counter() - self.started_at
                 return self
             except OSError:
@@ -128,14 +147,41 @@ class Server:
         raise RuntimeError("no VmRSS line")
 
 
-def daemon(root: Path, *extra: str, data_dir: Path | None = None) -> Server:
-    """``turnkeeper serve`` with JSON logs (to a file), as an operator would run it."""
+CHECKOUT_VARIABLE = "TURNKEEPER_BENCH_CHECKOUT"
+"""Names another checkout whose daemon the benchmarks start (its engine, SDK and daemon sources
+first on the daemon's PYTHONPATH), the clients staying this checkout's: before and after a
+change, measured by the same scripts in one session."""
+DAEMON_ENTRY = ("-m", "turnkeeper.cli")
+"""How the daemon is started: its command line, the only door the benchmarks use besides the
+protocol, so they keep working whatever changes inside the daemon."""
+
+
+def daemon_env() -> dict[str, str] | None:
+    """The environment of every daemon process: this one's, or with ``CHECKOUT_VARIABLE`` set,
+    that checkout's sources first on PYTHONPATH."""
+    checkout = os.environ.get(CHECKOUT_VARIABLE)
+    if not checkout:
+        return None
+    paths = [str(Path(checkout) / part / "src") for part in ("daemon", "sdk", "engine")]
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
+def daemon(
+    root: Path,
+    *extra: str,
+    data_dir: Path | None = None,
+    entry: Sequence[str] = DAEMON_ENTRY,
+    log_name: str = "daemon.log",
+) -> Server:
+    """``turnkeeper serve`` with JSON logs (to a file), as an operator would run it; ``entry``
+    replaces ``-m turnkeeper.cli`` for a wrapper that runs the same CLI (``traced_serve.py``)."""
     data = data_dir or root / "data"
     sock = root / "run" / "turnkeeper.sock"
     argv = [
         sys.executable,
-        "-m",
-        "turnkeeper.cli",
+        *entry,
         "serve",
         "--data-dir",
         str(data),
@@ -145,14 +191,59 @@ def daemon(root: Path, *extra: str, data_dir: Path | None = None) -> Server:
         "json",
         *extra,
     ]
-    return Server(argv, sock, root / "daemon.log")
+    return Server(argv, sock, root / log_name, env=daemon_env())
 
 
 def echo(root: Path) -> Server:
-    """The baseline: a bare anyio + msgpack echo server (``echo_server.py``)."""
+    """The old baseline: a bare anyio + msgpack echo server (``echo_server.py``)."""
     sock = root / "run" / "echo.sock"
     argv = [sys.executable, str(BENCH / "echo_server.py"), "--socket", str(sock)]
     return Server(argv, sock, root / "echo.log")
+
+
+def asyncio_echo(root: Path) -> Server:
+    """Issue 11's baseline: a bare ``asyncio.Protocol`` + msgpack echo (``asyncio_echo.py``)."""
+    sock = root / "run" / "asyncio-echo.sock"
+    argv = [sys.executable, str(BENCH / "asyncio_echo.py"), "--socket", str(sock)]
+    return Server(argv, sock, root / "asyncio-echo.log")
+
+
+def serve_options() -> list[str]:
+    """The long options ``turnkeeper serve --help`` lists, to use one only where it exists."""
+    shown = subprocess.run(
+        [sys.executable, *DAEMON_ENTRY, "serve", "--help"],
+        env=daemon_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=CALL_TIMEOUT,
+    )
+    return sorted(set(re.findall(r"--[a-z][a-z0-9-]+", shown.stdout)))
+
+
+def find_option(options: Sequence[str], *words: str) -> str | None:
+    """The first option whose name holds every one of ``words``, if the daemon has one."""
+    return next((o for o in options if all(w in o for w in words)), None)
+
+
+def narrator_token(data_dir: Path) -> str:
+    """A narrator token made with the real CLI, as an operator would."""
+    made = subprocess.run(
+        [sys.executable, *DAEMON_ENTRY, "token", "--data-dir", str(data_dir), "add", "narrator"],
+        env=daemon_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=CALL_TIMEOUT,
+    )
+    return made.stdout.splitlines()[1]
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def command_load_parser(description: str) -> argparse.ArgumentParser:
@@ -262,10 +353,12 @@ async def open_many(
     path: Path, n: int, *, hello: bool = True, ws: tuple[int, str] | None = None
 ) -> list[Conn]:
     """``n`` connections, opened a few at a time so the listener's backlog never overflows:
-    on the Unix socket at ``path``, or over WebSocket to ``ws`` (port, token)."""
+    on the Unix socket at ``path``, or over WebSocket to ``ws`` (port, token), there no more at
+    once than the daemon lets one address have waiting for their hello."""
     conns: list[Conn] = []
-    for start in range(0, n, 25):
-        batch: list[Conn | None] = [None] * min(25, n - start)
+    step = OPEN_BATCH if ws is None else WEB_PENDING_PER_ADDRESS
+    for start in range(0, n, step):
+        batch: list[Conn | None] = [None] * min(step, n - start)
 
         async def one(i: int, slots: list[Conn | None] = batch) -> None:
             if ws is not None:
@@ -419,12 +512,18 @@ def machine() -> str:
     )
 
 
+def workdir_root() -> Path:
+    """Where every benchmark's scratch directories are: ``$TMPDIR/turnkeeper-bench-<uid>``."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"turnkeeper-bench-{os.getuid()}"
+
+
 def workdir(name: str) -> Path:
     """A scratch directory for one benchmark, emptied first."""
     import shutil
-    import tempfile
 
-    root = Path(tempfile.gettempdir()) / f"turnkeeper-bench-{os.getuid()}" / name
+    root = workdir_root() / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     return root
@@ -448,6 +547,12 @@ class LoopFigures:
     """Share of one core the server used during the window (1.0 = a whole core)."""
     client_cpu: float
     """Share of one core the client processes used together during the window."""
+
+    @property
+    def cpu_us_per_call(self) -> float:
+        """The server's CPU time per answered call, in µs: the figure a shared machine moves
+        least, since a busy neighbour slows the rate but not the work per call."""
+        return self.server_cpu / self.calls_per_s * 1e6 if self.calls_per_s else float("nan")
 
 
 async def closed_loop(
@@ -512,3 +617,138 @@ def measure_loop(
         server_cpu,
         client_cpu,
     )
+
+
+# ----------------------------------------------------------------------------- open loops
+
+
+MAX_IN_FLIGHT = 10_000
+"""Requests one pipelined connection may have unanswered; more means the server has stalled."""
+
+
+class PipeConn:
+    """One protocol connection that sends on a schedule, not on answers (open loop): any number
+    of requests may be in flight; a reader task hands each answer to its waiter by msgid."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.waiting: dict[int, tuple[anyio.Event, list[Any]]] = {}
+
+    async def read(self) -> None:
+        """Run for the connection's life: deliver answers, keep notifications away."""
+        conn = self.conn
+        while True:
+            try:
+                chunk = await conn.stream.receive(RECV_BYTES)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            at = time.perf_counter()
+            for item in conn.decoder.feed(chunk):
+                if isinstance(item, wire.WireError):
+                    raise item
+                if isinstance(item, wire.Notification):
+                    continue
+                event, slot = self.waiting.pop(item.msgid)
+                slot.extend((at, item))
+                event.set()
+
+    async def call(self, method: str, params: dict[str, Any]) -> tuple[float, Any]:
+        """Send now; return when the answer came (perf_counter) and its result."""
+        if len(self.waiting) >= MAX_IN_FLIGHT:
+            raise RuntimeError("too many requests in flight")
+        msgid = next(self.conn.ids)
+        event, slot = anyio.Event(), []
+        self.waiting[msgid] = (event, slot)
+        await self.conn.stream.send(wire.pack(wire.Request(msgid, method, params)))
+        with anyio.fail_after(CALL_TIMEOUT):
+            await event.wait()
+        at, response = slot
+        if response.error is not None:
+            raise CallError(response.error)
+        return at, response.result
+
+
+@dataclass
+class OpenLoopFigures:
+    """One open-loop run, as the client saw it."""
+
+    latencies_ms: list[float]
+    """Of the requests scheduled in the window, from their *scheduled* send time; an unanswered
+    one counts with its wait until the run gave up on it (a lower bound)."""
+    client_cpu_s: float
+    scheduled: int
+    """Requests scheduled in the measured window."""
+    answered_in_window: int
+    """Answers that came in the window: below ``scheduled`` when the server falls behind."""
+    unanswered: int
+    """Requests of the window still unanswered ``OPEN_LOOP_DRAIN`` seconds after it."""
+
+
+OPEN_LOOP_DRAIN = 5.0
+"""Seconds an open loop waits after its window for the answers still due: a server that fell
+far behind would otherwise keep the run waiting for its whole backlog."""
+
+
+async def open_loop(
+    conns: Sequence[PipeConn],
+    call: Callable[[PipeConn, int], Any],
+    rate: float,
+    warmup: float,
+    seconds: float,
+) -> OpenLoopFigures:
+    """Offer ``rate`` requests/s in all over ``conns``, each connection in its turn on a fixed
+    schedule whatever the answers; ``call(conn, n)`` sends the connection's n-th request and
+    returns its answer's perf_counter. Latency runs from the *scheduled* send time, so a late
+    send counts against the server."""
+    latencies: list[float] = []
+    start = time.perf_counter() + 0.1
+    measured_from = start + warmup
+    end = measured_from + seconds
+    per_conn = rate / len(conns)
+    cpu: list[float] = []
+    scheduled = 0
+    in_window = 0
+    outstanding: dict[tuple[int, int], float] = {}
+
+    async def one(conn: PipeConn, n: int, due: float) -> None:
+        nonlocal in_window
+        outstanding[(id(conn), n)] = due
+        answered = await call(conn, n)
+        del outstanding[(id(conn), n)]
+        if due >= measured_from:
+            latencies.append((answered - due) * 1000)
+        if measured_from <= answered < end:
+            in_window += 1
+
+    async def drive(index: int, conn: PipeConn, tg: Any) -> None:
+        nonlocal scheduled
+        for n in range(MAX_CALLS_PER_CONNECTION):
+            due = start + (n + index / len(conns)) / per_conn
+            if due >= end:
+                return
+            await anyio.sleep(max(0.0, due - time.perf_counter()))
+            if due >= measured_from:
+                scheduled += 1
+            tg.start_soon(one, conn, n, due)
+
+    async def cpu_marks() -> None:
+        await anyio.sleep(max(0.0, measured_from - time.perf_counter()))
+        cpu.append(time.process_time())
+        await anyio.sleep(max(0.0, end - time.perf_counter()))
+        cpu.append(time.process_time())
+
+    give_up = anyio.current_time() + (end - time.perf_counter()) + OPEN_LOOP_DRAIN
+    async with anyio.create_task_group() as tg:
+        for conn in conns:
+            tg.start_soon(conn.read)
+        with anyio.CancelScope(deadline=give_up):
+            async with anyio.create_task_group() as calls:
+                calls.start_soon(cpu_marks)
+                for index, conn in enumerate(conns):
+                    calls.start_soon(drive, index, conn, calls)
+        cut = time.perf_counter()
+        late = [due for due in outstanding.values() if due >= measured_from]
+        latencies.extend((cut - due) * 1000 for due in late)
+        for conn in conns:
+            await conn.conn.aclose()
+    return OpenLoopFigures(latencies, cpu[1] - cpu[0], scheduled, in_window, len(late))
