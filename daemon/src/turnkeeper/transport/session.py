@@ -325,8 +325,8 @@ class Session:
         return await handler(self, params)
 
     def promote(self, principal: Principal, narrate: bool) -> None:
-        """Make this connection a session of ``principal``, or refuse: ``server_busy`` closes
-        it, after the refused hello's answer."""
+        """Make this connection a session of ``principal``, or refuse: a ``server_busy``
+        notification closes it, and the refused hello gets no answer of its own."""
         busy = self.sessions.admission.session_refusal(self.channel.kind)
         if busy is not None:
             self.close_with(busy)
