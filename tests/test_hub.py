@@ -24,6 +24,7 @@ from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.model import TriggerFacts, TurnRef
 from turnkeeper_engine.plain import command_from_plain, from_shared, to_shared
 
@@ -134,7 +135,7 @@ async def test_r15_a_snapshot_an_older_daemon_stored_with_its_undo_states_is_use
         assert _snapshots(tmp_path) == [(old["seq"], old["snapshot"])]
         for n in range(10):
             await again.execute("p", NARRATOR, "old", c.Undo(), f"u{n}")
-        with pytest.raises(RequestError) as refused:
+        with pytest.raises(ProtocolError) as refused:
             await again.execute("p", NARRATOR, "old", c.Undo(), "u10")
         assert refused.value.code == "nothing_to_undo"
         assert (await again.combat("old")).state.phase == "setup"
