@@ -50,12 +50,17 @@ EVENT_TAG = "event"
 """Key of an event's name in its plain form: ``{"event": name, **fields}``."""
 
 
+def _plain_fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    """A dataclass's fields that have a plain form: all but a memo (``State.measured``)."""
+    return tuple(f for f in dataclasses.fields(cls) if f.metadata.get("plain", True))
+
+
 @cache
 def _field_names(cls: type) -> tuple[str, ...] | None:
     """A dataclass's field names, looked up once per class (this is the hot path of every
     reply, event and snapshot)."""
     if dataclasses.is_dataclass(cls):
-        return tuple(f.name for f in dataclasses.fields(cls))
+        return tuple(f.name for f in _plain_fields(cls))
     return None
 
 
@@ -97,7 +102,8 @@ def _str_size(value: str) -> int:
     return n + (1 if n < 32 else 2 if n < 0x100 else 3 if n < 0x10000 else 5)
 
 
-def _header(items: int) -> int:
+def header_size(items: int) -> int:
+    """What the header of an array or a map of ``items`` takes, encoded."""
     return 1 if items < 16 else 3 if items < 0x10000 else 5
 
 
@@ -107,9 +113,15 @@ def _keys_size(cls: type) -> tuple[tuple[str, ...], int]:
     names = _field_names(cls) or ()
     tag = _tag(cls)
     if tag is None:
-        return names, _header(len(names)) + sum(_str_size(n) for n in names)
+        return names, header_size(len(names)) + sum(_str_size(n) for n in names)
     keys = (EVENT_TAG, *names)
-    return names, _header(len(keys)) + sum(_str_size(n) for n in keys) + _str_size(tag)
+    return names, header_size(len(keys)) + sum(_str_size(n) for n in keys) + _str_size(tag)
+
+
+def keys_size(cls: type) -> int:
+    """What a record of class ``cls`` takes encoded besides its fields' values: its map's
+    header and keys (and an event's name)."""
+    return _keys_size(cls)[1]
 
 
 def encoded_size(value: Any) -> int:
@@ -126,10 +138,10 @@ def encoded_size(value: Any) -> int:
     if kind is str:
         return _str_size(value)
     if kind is tuple or kind is list or kind is frozenset:
-        return _header(len(value)) + sum(encoded_size(v) for v in value)
+        return header_size(len(value)) + sum(encoded_size(v) for v in value)
     if kind is dict:
         entries = sum(encoded_size(k) + encoded_size(v) for k, v in value.items())
-        return _header(len(value)) + entries
+        return header_size(len(value)) + entries
     names, size = _keys_size(typing.cast(type, kind))
     if not names:
         raise TypeError(f"{kind.__name__} has no plain form")
@@ -349,7 +361,7 @@ def _layout(cls: type) -> tuple[tuple[str, Any, bool], ...]:
             hints[f.name],
             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
         )
-        for f in dataclasses.fields(cls)
+        for f in _plain_fields(cls)
     )
 
 
@@ -437,7 +449,7 @@ def _old_history(states: tuple[State, ...], state: State) -> History:
 
 def _checkpoint(state: State) -> State:
     """``state`` as a stretch starts from: the log's fields are never a checkpoint's."""
-    return dataclasses.replace(state, undo=History(), seq=0, secrets=())
+    return dataclasses.replace(state, undo=History(), seq=0, secrets=(), measured=None)
 
 
 def _within(path: str, inner: str) -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
-from ..model import NARRATOR, ActionSpec, Combatant, OptionValue, Predicate, Turn
-from ..plain import encoded_size
+from ..model import ActionSpec, Combatant, Measure, OptionValue, Predicate, State, Turn
+from ..plain import encoded_size, header_size, keys_size
 from ..rulesets import Ruleset
-from ..views import view
+from ..views import View
 from .context import (
     MAX_ITEMS,
     MAX_NAME,
@@ -34,7 +34,7 @@ def check_size(ctx: Ctx) -> None:
     state = ctx.state
     longest = max((encoded_size(c.id) for c in state.combatants), default=0)
     room = PLAY_FIXED + PLAY_PLUGINS + len(state.combatants) * (PLAY_BYTES + PLAY_IDS * longest)
-    size = encoded_size(view(state, NARRATOR)) + room
+    size = view_size(state) + room
     if size > MAX_VIEW_BYTES:
         raise reject(
             "combat_too_large",
@@ -42,6 +42,47 @@ def check_size(ctx: Ctx) -> None:
             size=size,
             limit=MAX_VIEW_BYTES,
         )
+
+
+_VIEW_FIELDS = tuple(f.name for f in fields(View))
+"""The fields of a view, each a field of the state: the narrator's view is the state's."""
+_VIEW_KEYS = keys_size(View)
+
+
+def view_size(state: State) -> int:
+    """``encoded_size(view(state, NARRATOR))``, exactly, measuring only the values that are
+    not those measured last (``State.measured``, carried from state to state by the fold):
+    a size check ran on every content-adding command and walked the whole combat. A value
+    still held (``is``: values are immutable) has the size it had, and so has an item of a
+    tuple that was in the tuple measured (the memo holds that tuple, so the ids compared are
+    of live objects). The measure is left on ``state`` for the next check."""
+    measured = state.measured
+    values: list[object] = []
+    sizes: list[int] = []
+    items: list[tuple[int, ...] | None] = []
+    for i, name in enumerate(_VIEW_FIELDS):
+        value = getattr(state, name)
+        each: tuple[int, ...] | None = None
+        if measured is not None and measured.values[i] is value:
+            size, each = measured.sizes[i], measured.items[i]
+        elif type(value) is tuple:
+            old = measured.items[i] if measured is not None else None
+            known: dict[int, int] = {}
+            if measured is not None and old is not None:
+                was = measured.values[i]
+                assert isinstance(was, tuple)
+                known = {id(v): n for v, n in zip(was, old, strict=True)}
+            each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
+            size = header_size(len(each)) + sum(each)
+        else:
+            size = encoded_size(value)
+        values.append(value)
+        sizes.append(size)
+        items.append(each)
+    # A memo, not a change of the state: frozen values are set this way only here and in the
+    # fold's log fields (``evolve``).
+    object.__setattr__(state, "measured", Measure(tuple(values), tuple(sizes), tuple(items)))
+    return _VIEW_KEYS + sum(sizes)
 
 
 def find_combatant(ctx: Ctx, combatant_id: str, field_name: str = "combatant") -> Combatant:
