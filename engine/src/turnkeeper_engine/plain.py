@@ -11,7 +11,7 @@ import dataclasses
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -71,19 +71,40 @@ def _tag(cls: type) -> str | None:
     return cls.name if issubclass(cls, Event) else None
 
 
+_ENCODERS: dict[type, Callable[[Any], dict[str, Plain]]] = {}
+"""The plain form of each record class, made once by ``_encoder``."""
+
+
+def _encoder(cls: type) -> Callable[[Any], dict[str, Plain]]:
+    """``to_plain`` for records of ``cls``, written once as Python source: each field read
+    directly and a scalar kept as it is, without a call (every event, reply and snapshot
+    goes through here). The map's keys are in the order the generic walk gave them (an
+    event's name first), so the encoded bytes are the same."""
+    names = _field_names(cls) or ()
+    tag = _tag(cls)
+    entries = [f"{EVENT_TAG!r}: {tag!r}"] if tag is not None else []
+    entries += [f"{n!r}: v.{n} if type(v.{n}) in S else to_plain(v.{n})" for n in names]
+    source = f"def encode(v):\n    return {{{', '.join(entries)}}}\n"
+    scope: dict[str, Any] = {"S": _SCALARS, "to_plain": to_plain}
+    # Made from the class's own field names, as dataclasses makes its methods.
+    exec(source, scope)
+    made: Callable[[Any], dict[str, Plain]] = scope["encode"]
+    _ENCODERS[cls] = made
+    return made
+
+
 def to_plain(value: Any) -> Plain:
     """Encode a value of the engine's model (dataclasses, tuples, frozensets) as plain data."""
     kind = type(value)
     if kind in _SCALARS:
         return value  # type: ignore[no-any-return]
     if kind is tuple or kind is list:
-        return [to_plain(v) for v in value]
-    names = _field_names(typing.cast(type, kind))
-    if names is not None:
-        tag = _tag(typing.cast(type, kind))
-        if tag is None:
-            return {n: to_plain(getattr(value, n)) for n in names}
-        return {EVENT_TAG: tag, **{n: to_plain(getattr(value, n)) for n in names}}
+        return [v if type(v) in _SCALARS else to_plain(v) for v in value]
+    encode = _ENCODERS.get(kind)
+    if encode is not None:
+        return encode(value)
+    if _field_names(typing.cast(type, kind)) is not None:
+        return _encoder(kind)(value)
     if kind is frozenset:
         return sorted(to_plain(v) for v in value)  # type: ignore[type-var]
     raise TypeError(f"{kind.__name__} has no plain form")
