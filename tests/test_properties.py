@@ -26,7 +26,7 @@ from turnkeeper_engine import (
 )
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.decide.checks import view_size
+from turnkeeper_engine.decide.checks import measure
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
 from turnkeeper_engine.plain import encoded_size
 
@@ -664,7 +664,7 @@ class CombatMachine(RuleBasedStateMachine):
     def the_measured_view_size_is_the_encoded_size(self) -> None:
         # The size check measures only what changed since its memo (``State.measured``): it
         # must always say what a walk over the whole view says.
-        assert view_size(self.state) == encoded_size(view(self.state, NARRATOR))
+        assert measure(self.state).size == encoded_size(view(self.state, NARRATOR))
 
     @invariant()
     def turns_and_rounds_follow_r5(self) -> None:

@@ -415,13 +415,17 @@ class History:
 
 @dataclass(frozen=True, slots=True)
 class Measure:
-    """The encoded size of a state's view as last measured (``decide.checks.check_size``):
-    the value of each of the view's fields then, its size, and for a tuple each item's size.
-    A value still held (``is``) has its size known; only what changed since is measured."""
+    """The encoded size of a state's view as last measured (``decide.checks.measure``): the
+    value of each of the view's fields then, its size, and for a tuple each item's size. A
+    value still held (``is``) has its size known; only what changed since is measured."""
 
     values: tuple[object, ...]
     sizes: tuple[int, ...]
     items: tuple[tuple[int, ...] | None, ...]
+    longest: int
+    """The longest combatant id, encoded: the room kept for play counts ids this long."""
+    size: int
+    """The whole view's, encoded."""
 
 
 @dataclass(frozen=True, slots=True)
