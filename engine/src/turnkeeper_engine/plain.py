@@ -163,10 +163,30 @@ def encoded_size(value: Any) -> int:
     if kind is dict:
         entries = sum(encoded_size(k) + encoded_size(v) for k, v in value.items())
         return header_size(len(value)) + entries
-    names, size = _keys_size(typing.cast(type, kind))
+    sizer = _SIZERS.get(kind)
+    if sizer is None:
+        sizer = _sizer(typing.cast(type, kind))
+    return sizer(value)
+
+
+_SIZERS: dict[type, Callable[[Any], int]] = {}
+"""``encoded_size`` of each record class, made once by ``_sizer``."""
+
+
+def _sizer(cls: type) -> Callable[[Any], int]:
+    """``encoded_size`` for records of ``cls``, written once as Python source like
+    ``_encoder``: its keys' size and each field's, read directly (a size check measures each
+    value a command adds)."""
+    names, size = _keys_size(cls)
     if not names:
-        raise TypeError(f"{kind.__name__} has no plain form")
-    return size + sum(encoded_size(getattr(value, n)) for n in names)
+        raise TypeError(f"{cls.__name__} has no plain form")
+    terms = " + ".join(f"size(v.{n})" for n in names)
+    scope: dict[str, Any] = {"size": encoded_size}
+    # Made from the class's own field names, as dataclasses makes its methods.
+    exec(f"def sized(v):\n    return {size} + {terms}\n", scope)
+    made: Callable[[Any], int] = scope["sized"]
+    _SIZERS[cls] = made
+    return made
 
 
 REF = "@"
