@@ -22,6 +22,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     # name: (full arguments, --quick arguments)
     "reads": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "commands": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
+    "engine": (["--commands", "5000", "--reps", "5"], ["--commands", "500", "--reps", "1"]),
     "plugins": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "hook_calls": (["--calls", "5000", "--reps", "3"], ["--calls", "200", "--reps", "1"]),
     "websocket": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
@@ -46,7 +47,16 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     ),
 }
 GROUPS = {
-    "issue11": ["reads", "commands", "latency", "fanout", "peer_fanout", "scale", "memory"],
+    "issue11": [
+        "reads",
+        "commands",
+        "engine",
+        "latency",
+        "fanout",
+        "peer_fanout",
+        "scale",
+        "memory",
+    ],
 }
 """Names ``--only`` also takes for several benchmarks: issue 11's speed targets."""
 TIMEOUT = 900.0

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from story import Story
-from turnkeeper_engine import BUNDLED_RULES, NARRATOR, RuleError, SeededDice, decide, view
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    NARRATOR,
+    RuleError,
+    SeededDice,
+    State,
+    decide,
+    view,
+)
 from turnkeeper_engine import commands as c
 from turnkeeper_engine.decide import (
     MAX_COMBATANTS,
@@ -19,7 +29,10 @@ from turnkeeper_engine.decide import (
     MAX_SECRETS,
     MAX_TEXT,
     MAX_VIEW_BYTES,
+    PLAY_BYTES,
+    PLAY_FIXED,
     PLAY_IDS,
+    PLAY_PLUGINS,
 )
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger
 from turnkeeper_engine.plain import Plain, encoded_size, to_plain
@@ -219,14 +232,41 @@ def brimful() -> Story:
     return s
 
 
+DECIDING: dict[str, Any] = {"dice": SeededDice(0), "rules": BUNDLED_RULES}
+
+
 def _fits(s: Story, command: c.Command) -> bool:
-    return not isinstance(
-        decide(s.state, command, s.now, dice=SeededDice(0), rules=BUNDLED_RULES), RuleError
-    )
+    return not isinstance(decide(s.state, command, s.now, **DECIDING), RuleError)
 
 
 def _noted(who: str, size: int) -> c.ApplyCondition:
     return c.ApplyCondition(who, "custom", note="x" * size)
+
+
+def _room(state: State) -> int:
+    """What ``check_size`` keeps for play besides the view, as protocol.md says."""
+    longest = max(encoded_size(k.id) for k in state.combatants)
+    return PLAY_FIXED + PLAY_PLUGINS + len(state.combatants) * (PLAY_BYTES + PLAY_IDS * longest)
+
+
+def test_a_combat_grown_to_its_last_byte_is_taken_and_one_byte_more_is_refused() -> None:
+    """The size check is exact at the limit, whatever it measured before: the note that brings
+    the view with room for play to ``MAX_VIEW_BYTES`` exactly fits, one character more does
+    not, and a state that carries no measure of its own (a snapshot's) says the same."""
+    s = brimful()
+    last = s.state.conditions[-1]
+    assert view_bytes(s) + _room(s.state) == MAX_VIEW_BYTES
+    s.do(c.RemoveCondition(last.id))
+    assert s.state.measured is not None  # as measured with ``last``: it measures the change
+    for state in (s.state, dataclasses.replace(s.state, measured=None)):
+        refused = decide(state, _noted(last.target, len(last.note) + 1), s.now, **DECIDING)
+        assert isinstance(refused, RuleError)
+        assert refused.code == "combat_too_large"
+        assert f"{MAX_VIEW_BYTES + 1} bytes" in refused.message
+        fitting = decide(state, _noted(last.target, len(last.note)), s.now, **DECIDING)
+        assert not isinstance(fitting, RuleError)
+    s.do(_noted(last.target, len(last.note)))
+    assert view_bytes(s) + _room(s.state) == MAX_VIEW_BYTES
 
 
 def test_disabling_a_plugin_is_never_refused_for_size_and_at_most_32_are_disabled() -> None:

@@ -12,10 +12,12 @@ import pytest
 
 from turnkeeper.combats import Hub
 from turnkeeper.store import Store
-from turnkeeper_engine import NARRATOR, SeededDice, pipeline
+from turnkeeper_engine import BUNDLED_RULES, NARRATOR, SeededDice, State, pipeline
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.decide import context
 from turnkeeper_engine.model import ActionSpec
+from turnkeeper_engine.pipeline import MemoryLog, Pipeline, at_once
 from turnkeeper_engine.plain import event_from_plain
 from turnkeeper_sdk import CheckAdjustment, CombatView, hookimpl
 from turnkeeper_sdk.plugins import PluginHost
@@ -133,7 +135,7 @@ def test_the_engine_decides_each_command_once_with_a_plugin_loaded(
     hook that changes the combat first has its command decided again, on what it changed.)"""
     calls: list[str] = []
     seen: list[str] = []
-    decide = pipeline.decide
+    decide = pipeline.decide_folded
 
     def counted(state: Any, command: cmd.Command, now: float, **kwargs: Any) -> Any:
         calls.append(command.name)
@@ -157,7 +159,7 @@ def test_the_engine_decides_each_command_once_with_a_plugin_loaded(
     table.add("b")
     table.start()
     turn = table.turn()
-    monkeypatch.setattr(pipeline, "decide", counted)
+    monkeypatch.setattr(pipeline, "decide_folded", counted)
     table.do(cmd.EndTurn(turn))
     turn = table.turn()
     table.do(cmd.DeclareAction(turn, ActionSpec("attack")))
@@ -168,6 +170,39 @@ def test_the_engine_decides_each_command_once_with_a_plugin_loaded(
     assert calls.count("record_outcome") == 2
     assert calls.count("declare_action") == 2
     assert seen == [turn.combatant] * 2
+
+
+def test_each_event_is_folded_once_and_applied_keeps_the_states_deciding_folded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Deciding folds each event as it makes it; the pipeline keeps those states (its
+    ``Applied.states``) rather than fold the events again: one fold per event, and the states
+    are those a fold of the events from the log's state gives."""
+    log = MemoryLog()
+    run = Pipeline(SeededDice(1), lambda: 5.0, rules=BUNDLED_RULES)
+    at_once(run.run(log, NARRATOR, cmd.CreateCombat("t", "marvel")))
+    at_once(run.run(log, NARRATOR, cmd.AddCombatant("k", "K")))
+    folded: list[ev.Event] = []
+    made: list[State] = []
+    fold = context.evolve
+
+    def counted(state: State, event: ev.Event) -> State:
+        folded.append(event)
+        made.append(fold(state, event))
+        return made[-1]
+
+    monkeypatch.setattr(context, "evolve", counted)
+    before = log.state
+    applied = at_once(run.run(log, NARRATOR, cmd.ApplyCondition("k", "custom")))
+    assert applied is not None
+    assert folded == list(applied.events)
+    assert all(kept is state for kept, state in zip(applied.states[1:], made, strict=True))
+    assert applied.states[0] is before
+    assert applied.after is log.state
+    state = before
+    for event, after in zip(applied.events, applied.states[1:], strict=True):
+        state = fold(state, event)
+        assert (after, after.seq, after.undo) == (state, state.seq, state.undo)
 
 
 def test_a_command_whose_before_hooks_took_long_records_the_time_of_its_commit() -> None:

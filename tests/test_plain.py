@@ -11,7 +11,7 @@ import pytest
 from story import Story
 from turnkeeper_engine import BUNDLED_RULES, RuleError, SeededDice, State, decide, fold
 from turnkeeper_engine import commands as c
-from turnkeeper_engine.model import ActionSpec, History, Predicate, Trigger, TriggerFacts
+from turnkeeper_engine.model import ActionSpec, Event, History, Predicate, Trigger, TriggerFacts
 from turnkeeper_engine.plain import (
     MAX_DEPTH,
     PlainError,
@@ -212,3 +212,32 @@ def test_a_client_reads_what_a_newer_daemon_sends_and_skips_fields_it_does_not_k
     # A request is decoded strictly: an unknown field is refused.
     with pytest.raises(PlainError):
         command_from_plain({"command": "end_combat", "extra": 1})
+
+
+def _walked(value: object) -> object:
+    """The plain form as the definition says it: a record's fields in declaration order (an
+    event's name first), tuples as arrays, frozensets sorted, scalars as they are."""
+    if isinstance(value, tuple):
+        return [_walked(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(_walked(v) for v in value)  # type: ignore[type-var]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        head = {"event": value.name} if isinstance(value, Event) else {}
+        names = [f.name for f in dataclasses.fields(value) if f.name != "measured"]
+        return {**head, **{n: _walked(getattr(value, n)) for n in names}}
+    return value
+
+
+def test_the_plain_form_of_every_value_is_its_fields_in_order_with_an_events_name_first() -> None:
+    s = Story("marvel")
+    s.add("a", hidden=True)
+    s.add("b", tags=("x",))
+    s.roll("a", 6, 6, 6)
+    s.roll("b", 2, 2, 2)
+    s.do(c.StartCombat())
+    s.do(c.ApplyCondition("a", "custom", note="n"))
+    s.do(c.DeclareAction(s.turn, ActionSpec("attack", targets=("b",))))
+    for value in (*s.log, s.state):
+        plain = to_plain(value)
+        assert plain == _walked(value)
+        assert json.dumps(plain) == json.dumps(_walked(value))  # the keys' order too

@@ -22,10 +22,13 @@ from turnkeeper_engine import (
     State,
     SystemDice,
     fold,
+    view,
 )
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.decide.checks import measure
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
+from turnkeeper_engine.plain import encoded_size
 
 MAX_COMBATANTS = 7
 """Enough for ties, groups and holds to interact; more only slows the search."""
@@ -656,6 +659,12 @@ class CombatMachine(RuleBasedStateMachine):
         assert fold(self.log) == self.state
         # Leaving the undone commands out tells the same story (R15).
         assert fold(e for events in self.effective for e in events) == self.state
+
+    @invariant()
+    def the_measured_view_size_is_the_encoded_size(self) -> None:
+        # The size check measures only what changed since its memo (``State.measured``): it
+        # must always say what a walk over the whole view says.
+        assert measure(self.state).size == encoded_size(view(self.state, NARRATOR))
 
     @invariant()
     def turns_and_rounds_follow_r5(self) -> None:

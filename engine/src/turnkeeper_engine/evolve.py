@@ -27,11 +27,22 @@ import base64
 import json
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from . import events as ev
-from .model import Clock, Condition, Done, History, Hold, Secret, State, Stretch, Turn, Window
+from .model import (
+    Clock,
+    Condition,
+    Done,
+    History,
+    Hold,
+    Secret,
+    State,
+    Stretch,
+    Turn,
+    Window,
+    replace,
+)
 from .plain import from_plain, to_plain
 
 _NOT_UNDOABLE = frozenset({"undo", "create_combat"})
@@ -229,8 +240,9 @@ def _recorded(state: State, name: str) -> State:
         last = _opened(stretches[-1])
         stretches = (*stretches[:-1], Stretch(last.start, (*last.done, done)))
     else:
-        # The log's fields are the current state's, never a checkpoint's: undo keeps them.
-        start = replace(state, undo=_NO_HISTORY, seq=0, secrets=())
+        # The log's fields are the current state's, never a checkpoint's: undo keeps them; nor
+        # is the size memo, which would hold values the checkpoint has not.
+        start = replace(state, undo=_NO_HISTORY, seq=0, secrets=(), measured=None)
         if stretches:
             stretches = (*stretches[:-1], _packed(stretches[-1]))
         stretches = (*stretches, Stretch(start, (done,)))

@@ -8,8 +8,9 @@ state keeps the events of the commands it can undo (``History``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Literal, TypeVar
 
 Phase = Literal["none", "setup", "initiative", "bonus_round", "rounds", "ended"]
 Status = Literal["active", "defeated", "removed"]
@@ -17,6 +18,42 @@ Role = Literal["narrator", "player", "observer"]
 Boundary = Literal["start", "end"]
 TurnKind = Literal["normal", "held", "floor"]
 OptionValue = str | int | float | bool | None
+T = TypeVar("T")
+
+_KEEP: Any = object()
+"""The default of a ``replace`` function's arguments: the field is kept as it is."""
+
+_REPLACERS: dict[type, Callable[..., Any]] = {}
+
+
+def _replacer(cls: type) -> Callable[..., Any]:
+    """``replace`` for one class, written once as Python source: each field set directly on a
+    new object, no ``__init__`` and no walk over the class's fields per call."""
+    names = [f.name for f in fields(cls)]
+    source = (
+        f"def replace(obj, *, {', '.join(f'{n}=_KEEP' for n in names)}):\n"
+        "    new = _new(cls)\n"
+        + "".join(f"    _set(new, {n!r}, obj.{n} if {n} is _KEEP else {n})\n" for n in names)
+        + "    return new\n"
+    )
+    scope: dict[str, Any] = {"_KEEP": _KEEP, "_new": object.__new__, "_set": object.__setattr__}
+    scope["cls"] = cls
+    # The source is made above from the class's own field names, as dataclasses makes its
+    # ``__init__``: nothing from outside the model goes into it.
+    exec(source, scope)
+    made: Callable[..., Any] = scope["replace"]
+    _REPLACERS[cls] = made
+    return made
+
+
+def replace(obj: T, /, **changes: Any) -> T:
+    """``obj`` with ``changes``, as ``dataclasses.replace`` makes it, for the frozen values of
+    the engine's model: a fold makes a few new values per event (``evolve``), and
+    ``dataclasses.replace`` calls ``__init__`` after a walk over the fields, four times slower.
+    A field name the class does not have raises ``TypeError``, as there."""
+    cls = type(obj)
+    made = _REPLACERS.get(cls) or _replacer(cls)
+    return made(obj, **changes)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +414,21 @@ class History:
 
 
 @dataclass(frozen=True, slots=True)
+class Measure:
+    """The encoded size of a state's view as last measured (``decide.checks.measure``): the
+    value of each of the view's fields then, its size, and for a tuple each item's size. A
+    value still held (``is``) has its size known; only what changed since is measured."""
+
+    values: tuple[object, ...]
+    sizes: tuple[int, ...]
+    items: tuple[tuple[int, ...] | None, ...]
+    longest: int
+    """The longest combatant id, encoded: the room kept for play counts ids this long."""
+    size: int
+    """The whole view's, encoded."""
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """One combat's whole state. Built only by folding events with ``evolve``."""
 
@@ -409,6 +461,12 @@ class State:
     """Every stretch of the log in which a combatant was hidden, in the order they began. Like
     ``seq`` the log's record, kept across undo: an undone hidden combatant stays hidden in the
     events it had (R16)."""
+    measured: Measure | None = field(
+        default=None, compare=False, repr=False, metadata={"plain": False}
+    )
+    """A memo, not part of the combat: the view's size as measured on this state or one it
+    came from (``Measure``), so that a size check measures only what changed. Never encoded
+    (``plain``): a state decoded measures itself whole once."""
 
     def option(self, name: str) -> OptionValue:
         for key, value in self.options:

@@ -1,6 +1,6 @@
 """The one write pipeline: every command of every host takes it, written once.
 
-    before hooks → decide → fold → commit → publish → hooks due
+    before hooks → decide (folding) → commit → publish → hooks due
                                                     ↓
                            after hooks → proposed commands → back in at the top
 
@@ -41,10 +41,9 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 from . import commands as cmd
 from . import events as ev
-from .decide import decide
+from .decide import decide_folded
 from .dice import DiceSource
 from .errors import Arg, ProtocolError, RuleError, TemplatedError
-from .evolve import evolve
 from .model import Actor, State
 from .rulebook import RuleBook
 
@@ -210,9 +209,11 @@ class _Undrawn:
 
 @dataclass(slots=True)
 class _Decision:
-    """A command decided and not yet committed: its events, when, and on which seq."""
+    """A command decided and not yet committed: its events, the states they went through
+    (``states[0]`` the one it was decided on), when, and on which seq."""
 
     events: list[ev.Event]
+    states: list[State]
     now: float
     seq: int
 
@@ -239,10 +240,10 @@ class Pipeline(Generic[Q]):
     ) -> _Decision:
         """The one place the engine decides: raises the refusal."""
         now = self.clock()
-        decided = decide(log.state, command, now, actor=actor, dice=dice, rules=self.rules)
+        decided = decide_folded(log.state, command, now, actor=actor, dice=dice, rules=self.rules)
         if isinstance(decided, RuleError):
             raise RefusedError.relay(decided, decided.code, decided.field)
-        return _Decision(decided, now, log.seq)
+        return _Decision(decided.events, decided.states, now, log.seq)
 
     async def run(
         self,
@@ -286,7 +287,12 @@ class Pipeline(Generic[Q]):
                 else:
                     outcome = await self._proposed(log, proposal)
         async with log.writing():
-            if kept is None or kept.seq != log.seq or self.clock() - kept.now > KEPT_FOR:
+            if (
+                kept is None
+                or kept.seq != log.seq
+                or kept.states[0] is not log.state
+                or self.clock() - kept.now > KEPT_FOR
+            ):
                 kept = self._decide(log, command, actor, self.dice)
             return await self._write(log, actor, command, kept, context, cause)
 
@@ -324,20 +330,17 @@ class Pipeline(Generic[Q]):
         context: Q | None,
         cause: object,
     ) -> Applied | None:
-        """Fold, commit, publish, due: under the writer's lock, in commit order."""
+        """Commit, publish, due: under the writer's lock, in commit order. The states are
+        those deciding folded the events to, on the log's state (the lock has been held since,
+        or the decision was checked to be made on it)."""
         if not decision.events:
             return None
-        state = log.state
-        states = [state]
-        for event in decision.events:
-            state = evolve(state, event)
-            states.append(state)
         applied = Applied(
             actor,
             command,
             decision.now,
             tuple(decision.events),
-            tuple(states),
+            tuple(decision.states),
             log.seq + len(decision.events),
             cause,
         )

@@ -11,7 +11,7 @@ import dataclasses
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -50,12 +50,17 @@ EVENT_TAG = "event"
 """Key of an event's name in its plain form: ``{"event": name, **fields}``."""
 
 
+def _plain_fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    """A dataclass's fields that have a plain form: all but a memo (``State.measured``)."""
+    return tuple(f for f in dataclasses.fields(cls) if f.metadata.get("plain", True))
+
+
 @cache
 def _field_names(cls: type) -> tuple[str, ...] | None:
     """A dataclass's field names, looked up once per class (this is the hot path of every
     reply, event and snapshot)."""
     if dataclasses.is_dataclass(cls):
-        return tuple(f.name for f in dataclasses.fields(cls))
+        return tuple(f.name for f in _plain_fields(cls))
     return None
 
 
@@ -66,19 +71,40 @@ def _tag(cls: type) -> str | None:
     return cls.name if issubclass(cls, Event) else None
 
 
+_ENCODERS: dict[type, Callable[[Any], dict[str, Plain]]] = {}
+"""The plain form of each record class, made once by ``_encoder``."""
+
+
+def _encoder(cls: type) -> Callable[[Any], dict[str, Plain]]:
+    """``to_plain`` for records of ``cls``, written once as Python source: each field read
+    directly and a scalar kept as it is, without a call (every event, reply and snapshot
+    goes through here). The map's keys are in the order the generic walk gave them (an
+    event's name first), so the encoded bytes are the same."""
+    names = _field_names(cls) or ()
+    tag = _tag(cls)
+    entries = [f"{EVENT_TAG!r}: {tag!r}"] if tag is not None else []
+    entries += [f"{n!r}: v.{n} if type(v.{n}) in S else to_plain(v.{n})" for n in names]
+    source = f"def encode(v):\n    return {{{', '.join(entries)}}}\n"
+    scope: dict[str, Any] = {"S": _SCALARS, "to_plain": to_plain}
+    # Made from the class's own field names, as dataclasses makes its methods.
+    exec(source, scope)
+    made: Callable[[Any], dict[str, Plain]] = scope["encode"]
+    _ENCODERS[cls] = made
+    return made
+
+
 def to_plain(value: Any) -> Plain:
     """Encode a value of the engine's model (dataclasses, tuples, frozensets) as plain data."""
     kind = type(value)
     if kind in _SCALARS:
         return value  # type: ignore[no-any-return]
     if kind is tuple or kind is list:
-        return [to_plain(v) for v in value]
-    names = _field_names(typing.cast(type, kind))
-    if names is not None:
-        tag = _tag(typing.cast(type, kind))
-        if tag is None:
-            return {n: to_plain(getattr(value, n)) for n in names}
-        return {EVENT_TAG: tag, **{n: to_plain(getattr(value, n)) for n in names}}
+        return [v if type(v) in _SCALARS else to_plain(v) for v in value]
+    encode = _ENCODERS.get(kind)
+    if encode is not None:
+        return encode(value)
+    if _field_names(typing.cast(type, kind)) is not None:
+        return _encoder(kind)(value)
     if kind is frozenset:
         return sorted(to_plain(v) for v in value)  # type: ignore[type-var]
     raise TypeError(f"{kind.__name__} has no plain form")
@@ -97,7 +123,8 @@ def _str_size(value: str) -> int:
     return n + (1 if n < 32 else 2 if n < 0x100 else 3 if n < 0x10000 else 5)
 
 
-def _header(items: int) -> int:
+def header_size(items: int) -> int:
+    """What the header of an array or a map of ``items`` takes, encoded."""
     return 1 if items < 16 else 3 if items < 0x10000 else 5
 
 
@@ -107,9 +134,15 @@ def _keys_size(cls: type) -> tuple[tuple[str, ...], int]:
     names = _field_names(cls) or ()
     tag = _tag(cls)
     if tag is None:
-        return names, _header(len(names)) + sum(_str_size(n) for n in names)
+        return names, header_size(len(names)) + sum(_str_size(n) for n in names)
     keys = (EVENT_TAG, *names)
-    return names, _header(len(keys)) + sum(_str_size(n) for n in keys) + _str_size(tag)
+    return names, header_size(len(keys)) + sum(_str_size(n) for n in keys) + _str_size(tag)
+
+
+def keys_size(cls: type) -> int:
+    """What a record of class ``cls`` takes encoded besides its fields' values: its map's
+    header and keys (and an event's name)."""
+    return _keys_size(cls)[1]
 
 
 def encoded_size(value: Any) -> int:
@@ -126,14 +159,34 @@ def encoded_size(value: Any) -> int:
     if kind is str:
         return _str_size(value)
     if kind is tuple or kind is list or kind is frozenset:
-        return _header(len(value)) + sum(encoded_size(v) for v in value)
+        return header_size(len(value)) + sum(encoded_size(v) for v in value)
     if kind is dict:
         entries = sum(encoded_size(k) + encoded_size(v) for k, v in value.items())
-        return _header(len(value)) + entries
-    names, size = _keys_size(typing.cast(type, kind))
+        return header_size(len(value)) + entries
+    sizer = _SIZERS.get(kind)
+    if sizer is None:
+        sizer = _sizer(typing.cast(type, kind))
+    return sizer(value)
+
+
+_SIZERS: dict[type, Callable[[Any], int]] = {}
+"""``encoded_size`` of each record class, made once by ``_sizer``."""
+
+
+def _sizer(cls: type) -> Callable[[Any], int]:
+    """``encoded_size`` for records of ``cls``, written once as Python source like
+    ``_encoder``: its keys' size and each field's, read directly (a size check measures each
+    value a command adds)."""
+    names, size = _keys_size(cls)
     if not names:
-        raise TypeError(f"{kind.__name__} has no plain form")
-    return size + sum(encoded_size(getattr(value, n)) for n in names)
+        raise TypeError(f"{cls.__name__} has no plain form")
+    terms = " + ".join(f"size(v.{n})" for n in names)
+    scope: dict[str, Any] = {"size": encoded_size}
+    # Made from the class's own field names, as dataclasses makes its methods.
+    exec(f"def sized(v):\n    return {size} + {terms}\n", scope)
+    made: Callable[[Any], int] = scope["sized"]
+    _SIZERS[cls] = made
+    return made
 
 
 REF = "@"
@@ -349,7 +402,7 @@ def _layout(cls: type) -> tuple[tuple[str, Any, bool], ...]:
             hints[f.name],
             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
         )
-        for f in dataclasses.fields(cls)
+        for f in _plain_fields(cls)
     )
 
 
@@ -437,7 +490,7 @@ def _old_history(states: tuple[State, ...], state: State) -> History:
 
 def _checkpoint(state: State) -> State:
     """``state`` as a stretch starts from: the log's fields are never a checkpoint's."""
-    return dataclasses.replace(state, undo=History(), seq=0, secrets=())
+    return dataclasses.replace(state, undo=History(), seq=0, secrets=(), measured=None)
 
 
 def _within(path: str, inner: str) -> str:

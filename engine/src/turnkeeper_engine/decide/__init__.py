@@ -17,12 +17,14 @@ refusals, limits). Imports only go down that list: no module imports one above i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .. import commands as cmd
 from .. import events as ev
 from ..dice import DiceSource
 from ..errors import Rejected, RuleError
+from ..evolve import evolve
 from ..model import NARRATOR, Actor, State
 from ..rulebook import RuleBook
 from .authorize import authorize
@@ -89,7 +91,9 @@ __all__ = [
     "PLAY_FIXED",
     "PLAY_IDS",
     "PLAY_PLUGINS",
+    "Decided",
     "decide",
+    "decide_folded",
 ]
 
 
@@ -106,6 +110,32 @@ def decide(
     clock: the engine never reads one, R13), for ``actor``, rolling ``dice`` (the engine never
     rolls on its own) by the rulesets and condition types of ``rules``. Returns the events, or
     the rule error that refused the command, in which case nothing changes."""
+    decided = decide_folded(state, command, now, actor=actor, dice=dice, rules=rules)
+    return decided if isinstance(decided, RuleError) else decided.events
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A command's events and the states they went through as it was decided:
+    ``states[0]`` is the state it was decided on, ``states[i + 1]`` the state after
+    ``events[i]``."""
+
+    events: list[ev.Event]
+    states: list[State]
+
+
+def decide_folded(
+    state: State,
+    command: cmd.Command,
+    now: float,
+    *,
+    actor: Actor = NARRATOR,
+    dice: DiceSource,
+    rules: RuleBook,
+) -> Decided | RuleError:
+    """``decide``, with the states its events fold to: deciding folds each event as it is
+    made (``Ctx.emit``), and a host that applies the events keeps those states rather than
+    fold the events again (the pipeline)."""
     try:
         return _decide(state, command, now, actor, dice, rules)
     except Rejected as refused:
@@ -114,9 +144,13 @@ def decide(
 
 def _decide(
     state: State, command: cmd.Command, now: float, actor: Actor, dice: DiceSource, book: RuleBook
-) -> list[ev.Event]:
+) -> Decided:
     if isinstance(command, cmd.CreateCombat):
-        return create_combat(state, command, now, actor, book)
+        events = create_combat(state, command, now, actor, book)
+        states = [state]
+        for event in events:
+            states.append(evolve(states[-1], event))
+        return Decided(events, states)
     if state.phase == "none":
         raise reject("no_combat", "there is no combat yet: create one first")
     if state.phase == "ended" and not isinstance(command, cmd.Undo):
@@ -129,15 +163,15 @@ def _decide(
             "ruleset",
             ruleset=state.ruleset,
         )
-    ctx = Ctx(state, now, actor, dice, rules, book)
+    ctx = Ctx(state, now, actor, dice, rules, book, states=[state])
     authorize(ctx, command)
     ctx.emit(ev.CommandRecorded(command.name, actor, now))
     _HANDLERS[type(command)](ctx, command)
     if isinstance(command, cmd.Tick) and len(ctx.events) == 1:
-        return []  # nothing was due: a tick that changes nothing is not recorded
+        return Decided([], [state])  # nothing was due: a tick that changes nothing is not recorded
     if type(command) in _ADDS_CONTENT:
         check_size(ctx)
-    return ctx.events
+    return Decided(ctx.events, ctx.states)
 
 
 _ADDS_CONTENT = frozenset(

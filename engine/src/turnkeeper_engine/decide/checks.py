@@ -3,15 +3,18 @@ it checked. They read the state and never change it."""
 
 from __future__ import annotations
 
+import operator
 import re
 import string
-from dataclasses import replace
+import typing
+from dataclasses import fields, replace
+from operator import attrgetter
 from typing import Any
 
-from ..model import NARRATOR, ActionSpec, Combatant, OptionValue, Predicate, Turn
-from ..plain import encoded_size
+from ..model import ActionSpec, Combatant, Measure, OptionValue, Predicate, State, Turn
+from ..plain import encoded_size, header_size, keys_size
 from ..rulesets import Ruleset
-from ..views import view
+from ..views import View
 from .context import (
     MAX_ITEMS,
     MAX_NAME,
@@ -32,9 +35,9 @@ from .context import (
 def check_size(ctx: Ctx) -> None:
     """Refuse a command that grows the combat past ``MAX_VIEW_BYTES`` with room for play."""
     state = ctx.state
-    longest = max((encoded_size(c.id) for c in state.combatants), default=0)
-    room = PLAY_FIXED + PLAY_PLUGINS + len(state.combatants) * (PLAY_BYTES + PLAY_IDS * longest)
-    size = encoded_size(view(state, NARRATOR)) + room
+    measured = measure(state)
+    room = PLAY_BYTES + PLAY_IDS * measured.longest
+    size = measured.size + PLAY_FIXED + PLAY_PLUGINS + len(state.combatants) * room
     if size > MAX_VIEW_BYTES:
         raise reject(
             "combat_too_large",
@@ -42,6 +45,55 @@ def check_size(ctx: Ctx) -> None:
             size=size,
             limit=MAX_VIEW_BYTES,
         )
+
+
+_VIEW_FIELDS = tuple(f.name for f in fields(View))
+"""The fields of a view, each a field of the state: the narrator's view is the state's."""
+_view_values = attrgetter(*_VIEW_FIELDS)
+_VIEW_KEYS = keys_size(View)
+_COMBATANTS = _VIEW_FIELDS.index("combatants")
+_UNMEASURED = object()
+"""What a state never measured was measured with: no value is it."""
+
+
+def measure(state: State) -> Measure:
+    """The encoded size of ``view(state, NARRATOR)``, exactly, measuring only the values that
+    are not those measured last (``State.measured``, carried from state to state by the
+    fold): a size check ran on every content-adding command and walked the whole combat. A
+    value still held (``is``: values are immutable) has the size it had, and so has an item
+    of a tuple that was in the tuple measured (the memo holds that tuple, so the ids compared
+    are of live objects). The measure is left on ``state`` for the next check."""
+    values: tuple[object, ...] = _view_values(state)
+    measured = state.measured
+    if measured is None:
+        n = len(values)
+        measured = Measure((_UNMEASURED,) * n, (0,) * n, (None,) * n, 0, 0)
+    elif all(map(operator.is_, values, measured.values)):
+        return measured
+    sizes = list(measured.sizes)
+    items = list(measured.items)
+    longest = measured.longest
+    for i, (value, was) in enumerate(zip(values, measured.values, strict=True)):
+        if value is was:
+            continue
+        if type(value) is tuple:
+            known: dict[int, int] = {}
+            old = measured.items[i]
+            if old is not None:
+                assert isinstance(was, tuple)
+                known = {id(v): n for v, n in zip(was, old, strict=True)}
+            each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
+            sizes[i], items[i] = header_size(len(each)) + sum(each), each
+        else:
+            sizes[i], items[i] = encoded_size(value), None
+        if i == _COMBATANTS:
+            combatants = typing.cast(tuple[Combatant, ...], value)
+            longest = max((encoded_size(c.id) for c in combatants), default=0)
+    made = Measure(values, tuple(sizes), tuple(items), longest, _VIEW_KEYS + sum(sizes))
+    # A memo, not a change of the state: frozen values are set this way only here and in the
+    # fold's log fields (``evolve``).
+    object.__setattr__(state, "measured", made)
+    return made
 
 
 def find_combatant(ctx: Ctx, combatant_id: str, field_name: str = "combatant") -> Combatant:

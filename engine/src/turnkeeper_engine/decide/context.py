@@ -81,11 +81,16 @@ class Ctx:
     rules: Ruleset
     book: RuleBook
     events: list[ev.Event] = field(default_factory=list)
+    states: list[State] = field(default_factory=list)
+    """The states the events went through, from the one decided on (``states[0]``, given by
+    whoever makes the ``Ctx``): ``states[i + 1]`` after ``events[i]``. The pipeline keeps
+    them rather than fold the events again."""
 
     def emit(self, event: ev.Event) -> None:
         """Record ``event`` and fold it at once, so the next step sees its effect."""
         self.events.append(event)
         self.state = evolve(self.state, event)
+        self.states.append(self.state)
 
     @property
     def opts(self) -> dict[str, OptionValue]:

@@ -1,0 +1,52 @@
+"""The engine's values: immutable, updated by ``model.replace`` as ``dataclasses.replace`` would
+update them, and a state's size memo is never part of the combat."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from story import Story
+from turnkeeper_engine import State, from_plain, to_plain
+from turnkeeper_engine import commands as c
+from turnkeeper_engine.model import Clock, Condition, replace
+
+
+def _condition() -> Condition:
+    return Condition("c1", "custom", "k", None, (Clock("k", "end", 2),), note="n")
+
+
+def test_replace_makes_what_dataclasses_replace_makes_and_leaves_the_original() -> None:
+    s = Story("marvel")
+    s.add("k")
+    s.do(c.ApplyCondition("k", "custom"))
+    state = s.state
+    changed = replace(state, serial=99, last_command="x")
+    assert changed == dataclasses.replace(state, serial=99, last_command="x")
+    assert (changed.serial, state.serial) == (99, s.state.serial)
+    assert changed.combatants is state.combatants
+    assert replace(_condition(), note="m") == dataclasses.replace(_condition(), note="m")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        changed.serial = 1  # type: ignore[misc]
+
+
+def test_replace_refuses_a_field_the_value_does_not_have() -> None:
+    with pytest.raises(TypeError):
+        replace(_condition(), colour="red")
+
+
+def test_the_size_memo_is_never_encoded_nor_compared() -> None:
+    s = Story("marvel")
+    s.add("k")
+    s.do(c.ApplyCondition("k", "custom"))  # a content command: the size check measures
+    state = s.state
+    assert state.measured is not None
+    plain = to_plain(state)
+    assert isinstance(plain, dict)
+    assert "measured" not in plain
+    decoded = from_plain(State, plain)
+    assert decoded == state
+    assert decoded.measured is None
+    with pytest.raises(ValueError, match="unknown field"):
+        from_plain(State, {**plain, "measured": None})
