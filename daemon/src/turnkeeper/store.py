@@ -577,7 +577,12 @@ class Store:
             None if batch.summary is None else _pack(batch.summary),
         )
         try:
-            await self._send.send(pending)
+            try:
+                # No trip round the event loop while the queue has room: the wait for the
+                # commit yields anyway.
+                self._send.send_nowait(pending)
+            except anyio.WouldBlock:
+                await self._send.send(pending)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise StoreError("store_failed", "the store is stopping") from None
         with anyio.CancelScope(shield=True):
