@@ -1006,6 +1006,8 @@ class PluginHost:
         for event in applied.events:
             if type(event) in types or isinstance(event, ev.PluginEnabled):
                 return True
+        if not self._due_off:
+            return False
         combat_id = applied.after.combat_id
         return any(c == combat_id for c, _ in self._due_off)
 
