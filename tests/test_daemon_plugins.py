@@ -720,44 +720,74 @@ async def test_r13_the_clock_never_waits_on_a_full_hook_queue(
     monkeypatch.setattr(hook_workers, "HOOK_WORKERS", 1)
     hub, seen = _recording_hub(tmp_path)
     store = hub.store
+
+    def noted(text: str) -> cmd.ApplyCondition:
+        return cmd.ApplyCondition("k", "custom", note=text)
+
     async with anyio.create_task_group() as tg:
         await tg.start(store.run)
         for combat_id in ("bank", "vault"):
             create = cmd.CreateCombat(combat_id, "marvel")
             await hub.execute("p", NARRATOR, combat_id, create, f"create-{combat_id}")
+            # No hook of the plugin stands for these: they take no place in the queue.
+            await hub.execute("p", NARRATOR, combat_id, cmd.AddCombatant("k", "K"), combat_id)
         vault = await hub.combat("vault")
         # No worker runs yet: a client's command and a clock's take the two places.
-        await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("k", "K"), "add")
+        await hub.execute("p", NARRATOR, "bank", noted("x"), "x")
         with anyio.fail_after(1):
-            await hub.writer.run(vault, None, CLOCK_ACTOR, cmd.AddCombatant("k", "K"))
+            await hub.writer.run(vault, None, CLOCK_ACTOR, noted("a"))
         bank = await hub.combat("bank")
         seq = bank.seq
         with anyio.move_on_after(0.2) as blocked:
-            await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("j", "J"), "add-j")
+            await hub.execute("p", NARRATOR, "bank", noted("y"), "y")
         # A client waits here, before its command is committed, never after.
         assert blocked.cancelled_caught
         assert bank.seq == seq
         with anyio.fail_after(1):  # the clock does not wait
-            await hub.writer.run(
-                vault, None, CLOCK_ACTOR, cmd.ApplyCondition("k", "custom", note="a")
-            )
+            await hub.writer.run(vault, None, CLOCK_ACTOR, noted("b"))
         async with anyio.create_task_group() as hooks:
             hooks.start_soon(hub.run_hooks)
             with anyio.fail_after(WAIT_SECONDS):
                 # The places free up as the hooks run: a client gets in again, the clock too.
-                await hub.execute("p", NARRATOR, "bank", cmd.AddCombatant("j", "J"), "add-j")
-                command = cmd.ApplyCondition("k", "custom", note="b")
-                await hub.writer.run(vault, None, CLOCK_ACTOR, command)
-                while not seen:
+                await hub.execute("p", NARRATOR, "bank", noted("y"), "y")
+                await hub.writer.run(vault, None, CLOCK_ACTOR, noted("c"))
+                while len(seen) < 4:
                     await anyio.sleep(0.01)
             hooks.cancel_scope.cancel()
         await store.stop()
     store.close()
     assert bank.seq > seq
-    # Both conditions are applied; the hooks of the one the clock applied with the queue full
+    # Every condition is applied; the hooks of the one the clock applied with the queue full
     # never run.
-    assert [c.note for c in vault.state.conditions] == ["a", "b"]
-    assert seen == [("vault", "b")]
+    assert [c.note for c in vault.state.conditions] == ["a", "b", "c"]
+    assert sorted(seen) == [("bank", "x"), ("bank", "y"), ("vault", "a"), ("vault", "c")]
+
+
+@pytest.mark.anyio
+async def test_a_command_no_loaded_hook_stands_for_is_never_queued_for_the_hook_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No worker runs and a combat may hold one place in the queue: commands whose events the
+    # plugin has no hook for go by one after another (each frees the place it took), and only
+    # the condition, whose hook the plugin has, waits for the workers.
+    monkeypatch.setattr(hook_workers, "HOOK_QUEUE_PER_COMBAT", 1)
+    hub, seen = _recording_hub(tmp_path)
+    store = hub.store
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "create")
+        with anyio.fail_after(WAIT_SECONDS):
+            for n in range(5):
+                add = cmd.AddCombatant(f"k{n}", "K")
+                await hub.execute("p", NARRATOR, "bank", add, f"add-{n}")
+            note = cmd.ApplyCondition("k0", "custom", note="x")
+            await hub.execute("p", NARRATOR, "bank", note, "x")
+        bank = await hub.combat("bank")
+        assert [a.command for a, _ in bank.hooks_due] == [note]
+        assert bank.places == 1
+        await store.stop()
+    store.close()
+    assert seen == []
 
 
 @pytest.mark.anyio
@@ -769,8 +799,8 @@ async def test_a_combat_whose_plugins_fall_behind_holds_up_only_its_own_clients(
     # client, on the same worker, is answered at once. Then the worker's combats take turns,
     # one command's hooks each, rather than one combat's whole backlog first.
     monkeypatch.setattr(hook_workers, "HOOK_WORKERS", 1)
-    monkeypatch.setattr(hook_workers, "HOOK_QUEUE", 6)
-    monkeypatch.setattr(hook_workers, "HOOK_QUEUE_PER_COMBAT", 3)
+    monkeypatch.setattr(hook_workers, "HOOK_QUEUE", 4)
+    monkeypatch.setattr(hook_workers, "HOOK_QUEUE_PER_COMBAT", 2)
     hub, seen = _recording_hub(tmp_path)
     store = hub.store
 

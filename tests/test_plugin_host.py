@@ -11,17 +11,20 @@ import asyncio
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import anyio
 import pytest
 
+from turnkeeper_engine import BUNDLED_RULES, NARRATOR, SeededDice
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.decide import MAX_DISABLED_PLUGINS
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger
+from turnkeeper_engine.pipeline import Applied, MemoryLog, Pipeline, at_once
 from turnkeeper_sdk import CheckAdjustment, hookimpl
-from turnkeeper_sdk.plugins import MAX_CHAIN, MAX_PROPOSALS, PluginHost
+from turnkeeper_sdk.plugins import _AFTER, MAX_CHAIN, MAX_PROPOSALS, PluginHost, _hook_calls
 from turnkeeper_sdk.testing import Table
 
 
@@ -852,3 +855,65 @@ def test_a_base_exception_from_a_task_of_the_plugins_own_leaves_its_loop_serving
     assert table.problems == []
     assert exits.task is not None
     assert isinstance(exits.task.exception(), SystemExit)
+
+
+def _a_game() -> list[Applied]:
+    """What a short game applies: combatants, a condition, turns with actions, rounds."""
+    log = MemoryLog()
+    run = Pipeline(SeededDice(3), lambda: 1_000.0, rules=BUNDLED_RULES).run
+    applied: list[Applied] = []
+
+    def do(command: cmd.Command) -> None:
+        done = at_once(run(log, NARRATOR, command))
+        if done is not None:
+            applied.append(done)
+
+    for command in [
+        cmd.CreateCombat("t", "marvel"),
+        cmd.AddCombatant("a", "A", init_mod=2),
+        cmd.AddCombatant("b", "B", init_mod=1),
+        cmd.ApplyCondition("a", "custom"),
+        cmd.StartCombat(),
+    ]:
+        do(command)
+    for _ in range(3):
+        turn = log.state.turn
+        assert turn is not None
+        do(cmd.DeclareAction(turn.ref, ActionSpec("attack")))
+        do(cmd.EndTurn(turn.ref))
+    return applied
+
+
+AFTER_HOOKS = sorted({h for hooks in _AFTER.values() for h in hooks})
+
+
+@pytest.mark.parametrize("hook", AFTER_HOOKS)
+def test_a_command_is_due_for_after_hooks_whenever_a_loaded_hook_stands_for_it(hook: str) -> None:
+    """``after_due`` lets a host skip a command's after hooks: never one a loaded plugin's hook
+    is called for, whichever hook it is."""
+    host = PluginHost()
+    host.register(type("One", (), {hook: hookimpl(lambda self: None)})(), "one")
+    game = _a_game()
+    called = [a for a in game if any(h == hook for h, _ in _hook_calls(a, BUNDLED_RULES))]
+    assert all(host.after_due(a) for a in called)
+    assert not all(host.after_due(a) for a in game)
+
+
+def test_a_command_no_hook_stands_for_is_not_due_unless_the_host_has_work_in_its_combat() -> None:
+    host = PluginHost()
+    host.register(type("Turns", (), {"on_turn_start": hookimpl(lambda self: None)})(), "turns")
+    game = _a_game()
+    quiet = [a for a in game if not _hook_calls(a, BUNDLED_RULES)]
+    assert quiet
+    assert not any(host.after_due(a) for a in quiet)
+    # A plugin failed too often in the combat: the next command's after hooks disable it.
+    host._due_off[("t", "turns")] = "failed"
+    assert all(host.after_due(a) for a in quiet)
+    host.failing("t")
+    # A plugin enabled again, and the combat's end, are the host's to see.
+    enabled = replace(quiet[-1], events=(ev.PluginEnabled("turns"),))
+    assert host.after_due(enabled)
+    ended = replace(
+        quiet[-1], states=(*quiet[-1].states[:-1], replace(quiet[-1].after, phase="ended"))
+    )
+    assert host.after_due(ended)

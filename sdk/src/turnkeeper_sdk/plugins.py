@@ -173,6 +173,22 @@ _BEFORE: Mapping[type[cmd.Command], tuple[str, ...]] = {
 }
 """The hooks that come before each command that has any."""
 
+_AFTER: Mapping[type[ev.Event], tuple[str, ...]] = {
+    ev.CombatStarted: ("on_combat_start",),
+    ev.CombatEnded: ("on_combat_end",),
+    ev.InitiativeRolled: ("on_initiative_check",),
+    ev.RoundStarted: ("on_round_start",),
+    ev.RoundEnded: ("on_round_end",),
+    ev.TurnStarted: ("on_turn_start",),
+    ev.TurnEnded: ("on_turn_end",),
+    ev.ActionDeclared: ("on_action_declared",),
+    ev.WindowOpened: ("on_window_open", "on_trigger"),
+    ev.WindowClosed: ("on_window_close",),
+    ev.ConditionApplied: ("on_condition_applied",),
+    ev.ConditionExpired: ("on_condition_expired",),
+}
+"""The hooks each event may stand for once committed (``_hook_calls`` says when it does)."""
+
 
 @dataclass(slots=True)
 class _Chain:
@@ -423,6 +439,8 @@ class PluginHost:
     there any more, until ``failing`` hands them over to be disabled."""
     _before_types: set[type[cmd.Command]] = field(default_factory=set, init=False)
     """Commands a loaded plugin has a before hook for."""
+    _after_types: set[type[ev.Event]] = field(default_factory=set, init=False)
+    """Events a loaded plugin has a hook for, once committed."""
     _off: dict[str, set[str]] = field(default_factory=dict, init=False)
     """Plugins this host disabled, by combat (see ``call``)."""
     in_progress: dict[int, tuple[str, str, str, float]] = field(default_factory=dict, init=False)
@@ -500,6 +518,7 @@ class PluginHost:
         self.plugins[name] = info
         self.per_command = self.per_command or bool(set(hooks) - REGISTRATION_HOOKS)
         self._before_types.update(t for t, names in _BEFORE.items() if set(names) & set(hooks))
+        self._after_types.update(t for t, names in _AFTER.items() if set(names) & set(hooks))
         self.stats.setdefault(name, PluginStats())
         return info
 
@@ -972,6 +991,25 @@ class PluginHost:
                 field="combatant",
             )
         return allowed
+
+    def after_due(self, applied: Applied) -> bool:
+        """Whether ``after(applied)`` has anything to do: a loaded plugin's hook one of its
+        events may stand for, a plugin enabled again, one to disable, a chain to report cut,
+        or the combat's end. A host skips the rest (a queue, a task switch) for every other
+        command: most of them."""
+        cause = applied.cause
+        if applied.after.phase == "ended" or (
+            isinstance(cause, _Cause) and cause.depth > MAX_CHAIN
+        ):
+            return True
+        types = self._after_types
+        for event in applied.events:
+            if type(event) in types or isinstance(event, ev.PluginEnabled):
+                return True
+        if not self._due_off:
+            return False
+        combat_id = applied.after.combat_id
+        return any(c == combat_id for c, _ in self._due_off)
 
     async def after(self, applied: Applied) -> Talk:
         """Let plugins see ``applied``, as a conversation with the pipeline: the commands they

@@ -71,7 +71,9 @@ class HookWorkers:
         self._ready_wake = [anyio.Event() for _ in range(workers)]
         self._places = [0] * workers
         """Places taken in each worker's ``HOOK_QUEUE``."""
-        self._room = [anyio.Event() for _ in range(workers)]
+        self._room: list[anyio.Event | None] = [None] * workers
+        """Set when a place is freed in a worker's queue, for the clients waiting for one;
+        made by the first that waits, so a queue with room costs no event per command."""
         self._stopped = False
         """Set once the workers stop: nobody waits for room any more."""
 
@@ -106,7 +108,10 @@ class HookWorkers:
         while self._places[shard] >= HOOK_QUEUE or combat.places >= HOOK_QUEUE_PER_COMBAT:
             if self._stopped:
                 return False
-            await self._room[shard].wait()
+            room = self._room[shard]
+            if room is None:
+                room = self._room[shard] = anyio.Event()
+            await room.wait()
         self._places[shard] += 1
         combat.places += 1
         return True
@@ -133,8 +138,10 @@ class HookWorkers:
     def _free_place(self, shard: int, combat: Combat) -> None:
         self._places[shard] -= 1
         combat.places -= 1
-        self._room[shard].set()
-        self._room[shard] = anyio.Event()
+        room = self._room[shard]
+        if room is not None:
+            room.set()
+            self._room[shard] = None
 
     def _mark_ready(self, combat: Combat, shard: int) -> None:
         """Put a combat with hooks due on its worker's list; never waits."""
@@ -151,7 +158,8 @@ class HookWorkers:
         finally:
             self._stopped = True
             for room in self._room:
-                room.set()
+                if room is not None:
+                    room.set()
 
     async def _worker(self, reactor: Reactor, shard: int) -> None:
         ready = self._ready[shard]

@@ -91,6 +91,7 @@ class Hub:
             subscriptions=self.subscriptions,
             hooks=self.hooks,
             snapshot_every=snapshot_every,
+            observes=hooks.after_due if hooks is not None else None,
         )
         self.clock = Clock(self.deadlines, self.rebuilder, self.writer, clock)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -143,7 +144,10 @@ class _CombatLog:
         self._writer.subscriptions.publish(self._combat, self._numbered, self._plains)
 
     def due(self, applied: Applied, ticket: _Ticket | None) -> None:
-        self._writer.hooks.due(self._combat, applied, ticket.room if ticket is not None else None)
+        writer = self._writer
+        if writer.observes is not None and not writer.observes(applied):
+            return  # its after hooks would do nothing: no worker needs to wake for it
+        writer.hooks.due(self._combat, applied, ticket.room if ticket is not None else None)
 
 
 class Writer:
@@ -161,6 +165,7 @@ class Writer:
         subscriptions: SubscriptionRegistry,
         hooks: HookWorkers,
         snapshot_every: int,
+        observes: Callable[[Applied], bool] | None = None,
     ) -> None:
         self.store = store
         self.pipeline: Pipeline[_Ticket] = pipeline
@@ -171,7 +176,12 @@ class Writer:
         self.subscriptions = subscriptions
         self.hooks = hooks
         self.snapshot_every = snapshot_every
-        self._in_flight: dict[tuple[str, str], anyio.Event] = {}
+        self.observes = observes
+        """Whether a committed command's after hooks have anything to do (the plugin host's
+        ``after_due``); None: all of them do."""
+        self._in_flight: dict[tuple[str, str], anyio.Event | None] = {}
+        """Request ids being applied, with the event a retry of one waits on (made by the
+        first retry: a request is almost never retried while in flight)."""
 
     async def execute(
         self,
@@ -184,12 +194,15 @@ class Writer:
         """Apply a command once. A retried ``request_id`` gets the first result back, also
         across a restart, and is never applied twice."""
         key = (principal, request_id)
-        while key in self._in_flight:
-            await self._in_flight[key].wait()
+        in_flight = self._in_flight
+        while key in in_flight:
+            done = in_flight[key]
+            if done is None:
+                done = in_flight[key] = anyio.Event()
+            await done.wait()
         # In flight from here: the lookup may wait for a database read, and a retry arriving
         # meanwhile must wait for this one's answer, not run beside it.
-        done = anyio.Event()
-        self._in_flight[key] = done
+        in_flight[key] = None
         try:
             remembered = await self.store.lookup_request(principal, request_id)
             if remembered is not None:
@@ -204,8 +217,9 @@ class Writer:
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
             return await self._execute(ticket, actor, combat_id, command)
         finally:
-            del self._in_flight[key]
-            done.set()
+            done = in_flight.pop(key)
+            if done is not None:
+                done.set()
 
     async def _execute(
         self, ticket: _Ticket, actor: Actor, combat_id: str, command: cmd.Command
