@@ -7,7 +7,12 @@
    same size while its undo history fills: undo reaches 200 commands back); VmRSS when they
    are started and after the 500 commands, by combat. With ``--tracemalloc``, the same again
    on ``--traced-busy`` combats in a daemon run by ``traced_serve.py``, measured by the Python
-   allocations it holds after a garbage collection (no allocator arenas, no SQLite cache).
+   allocations it holds after a garbage collection (no allocator arenas, no SQLite cache),
+   split by where they were allocated: by the engine (states and their undo history), by the
+   store (among others its memory of recent answers, shared by every combat of a principal and
+   bounded in all, and its filter of request ids, 2 MiB however many combats), elsewhere; and
+   the store's own count of its recent answers. The split tells a combat's own cost from what
+   only looks like one because few combats share it.
 
 The baseline is the idle daemon's own VmRSS (read before the load, in the same run).
 

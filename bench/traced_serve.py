@@ -19,8 +19,10 @@ import runpy
 import signal
 import sys
 import tracemalloc
+import weakref
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 OUT_VARIABLE = "TURNKEEPER_BENCH_TRACE_OUT"
 TRACE_FRAMES = 1
@@ -41,12 +43,27 @@ def _part(filename: str) -> str:
     return next((part for part, fragment in PARTS.items() if fragment in filename), "other")
 
 
-def _recent_answers() -> int:
-    """The bytes the store counts for its recent answers (their encoded bytes and
-    ``RECENT_ENTRY_BYTES`` each), read from the one ``_Recent`` the daemon holds."""
+_RECENTS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The store's memories of recent answers, noted as they are made: the daemon freezes what it
+holds at start-up, and frozen objects are not among ``gc.get_objects()``."""
+
+
+def _note_recents() -> None:
     from turnkeeper import store
 
-    return sum(o._bytes for o in gc.get_objects() if isinstance(o, store._Recent))
+    made = store._Recent.__init__
+
+    def noted(self: Any) -> None:
+        made(self)
+        _RECENTS.add(self)
+
+    store._Recent.__init__ = noted
+
+
+def _recent_answers() -> int:
+    """The bytes the store counts for its recent answers (their encoded bytes and
+    ``RECENT_ENTRY_BYTES`` each)."""
+    return sum(recent._bytes for recent in _RECENTS)
 
 
 def _report(_signum: int, _frame: FrameType | None) -> None:
@@ -69,6 +86,7 @@ def _report(_signum: int, _frame: FrameType | None) -> None:
 
 
 def main() -> None:
+    _note_recents()
     tracemalloc.start(TRACE_FRAMES)
     signal.signal(signal.SIGUSR1, _report)
     sys.argv = ["turnkeeper", *sys.argv[1:]]
