@@ -7,7 +7,12 @@
    same size while its undo history fills: undo reaches 200 commands back); VmRSS when they
    are started and after the 500 commands, by combat. With ``--tracemalloc``, the same again
    on ``--traced-busy`` combats in a daemon run by ``traced_serve.py``, measured by the Python
-   allocations it holds after a garbage collection (no allocator arenas, no SQLite cache).
+   allocations it holds after a garbage collection (no allocator arenas, no SQLite cache),
+   split by where they were allocated: by the engine (states and their undo history), by the
+   store (among others its memory of recent answers, shared by every combat of a principal and
+   bounded in all, and its filter of request ids, 2 MiB however many combats), elsewhere; and
+   the store's own count of its recent answers. The split tells a combat's own cost from what
+   only looks like one because few combats share it.
 
 The baseline is the idle daemon's own VmRSS (read before the load, in the same run).
 
@@ -156,8 +161,9 @@ def _created(args: argparse.Namespace) -> list[list[str]]:
     ]
 
 
-def _traced_kib(server: tk.Server, out: Path) -> float:
-    """The traced daemon's Python allocations, in KiB, after a garbage collection."""
+def _traced(server: tk.Server, out: Path) -> dict[str, float]:
+    """The traced daemon's Python allocations, in KiB, after a garbage collection: in all
+    (``total``), by part (see ``traced_serve.PARTS``), and the store's recent answers."""
     out.unlink(missing_ok=True)
     os.kill(server.pid, signal.SIGUSR1)
     deadline = time.monotonic() + tk.CALL_TIMEOUT
@@ -165,7 +171,18 @@ def _traced_kib(server: tk.Server, out: Path) -> float:
         if time.monotonic() > deadline:
             raise RuntimeError("the traced daemon did not report its allocations")
         time.sleep(0.05)
-    return float(json.loads(out.read_text())["current"]) / 1024
+    report = json.loads(out.read_text())
+    kib = {part: float(size) / 1024 for part, size in report["by_part"].items()}
+    return {"total": report["current"] / 1024, **kib, "recent": report["recent_answers"] / 1024}
+
+
+TRACED_PARTS = {
+    "engine": "allocated by the engine (states, undo)",
+    "store": "allocated by the store (recent answers, …)",
+    "recent": "the store's recent answers, by its count",
+    "other": "allocated elsewhere",
+}
+"""The per-combat rows the tracemalloc pass adds for each part of its growth."""
 
 
 def _busy_rows(args: argparse.Namespace, traced: bool) -> list[list[str]]:
@@ -174,7 +191,8 @@ def _busy_rows(args: argparse.Namespace, traced: bool) -> list[list[str]]:
     busy = args.traced_busy if traced else args.busy
     names = [f"b{n:05d}" for n in range(busy)]
     what = "tracemalloc" if traced else "VmRSS"
-    rows: list[dict[str, float]] = []
+    rows: list[dict[str, dict[str, float]]] = []
+    seconds: list[float] = []
     for rep in range(args.reps):
         root = tk.workdir(f"memory-busy-{rep}-{what}")
         out = root / "traced.json"
@@ -185,40 +203,65 @@ def _busy_rows(args: argparse.Namespace, traced: bool) -> list[list[str]]:
             server = tk.daemon(root)
         server.start()
 
-        def measure(server: tk.Server = server, out: Path = out) -> float:
+        def measure(server: tk.Server = server, out: Path = out) -> dict[str, float]:
             time.sleep(SETTLE_SECONDS)
-            return _traced_kib(server, out) if traced else float(server.rss_kib())
+            return _traced(server, out) if traced else {"total": float(server.rss_kib())}
 
         try:
             idle = measure()
             _run(server, names, args)
             started = measure()
-            seconds = _run(server, names, args, BUSY_COMMANDS)
+            seconds.append(_run(server, names, args, BUSY_COMMANDS))
             after = measure()
         finally:
             server.stop()
-        rows.append({"idle": idle, "started": started, "after": after, "seconds": seconds})
+        rows.append({"idle": idle, "started": started, "after": after})
+        grown = ", ".join(f"{p} +{after[p] - started[p]:,.0f}" for p in TRACED_PARTS if traced)
         print(
-            f"rep {rep}: {busy} combats, {what} idle {idle:,.0f} KiB, started "
-            f"{started:,.0f} KiB, after {BUSY_COMMANDS} commands each {after:,.0f} KiB "
-            f"({busy * BUSY_COMMANDS / seconds:.0f} commands/s)",
+            f"rep {rep}: {busy} combats, {what} idle {idle['total']:,.0f} KiB, started "
+            f"{started['total']:,.0f} KiB, after {BUSY_COMMANDS} commands each "
+            f"{after['total']:,.0f} KiB{f' ({grown})' if traced else ''} "
+            f"({busy * BUSY_COMMANDS / seconds[-1]:.0f} commands/s)",
             flush=True,
         )
-    per_combat = tk.median([(r["after"] - r["idle"]) / busy for r in rows])
-    growth = tk.median([(r["after"] - r["started"]) / busy for r in rows])
-    at_start = tk.median([(r["started"] - r["idle"]) / busy for r in rows])
+
+    def per_combat(frm: str, to: str, part: str = "total") -> float:
+        return tk.median([(r[to][part] - r[frm][part]) / busy for r in rows])
+
+    total = per_combat("idle", "after")
+    at_start = per_combat("idle", "started")
     label = f"{busy} after {BUSY_COMMANDS} commands ({what})"
-    return [
+    table = [
         [
             f"{label}: KiB per combat",
-            tk.fmt(per_combat, 1),
+            tk.fmt(total, 1),
             tk.fmt(at_start, 1),
-            f"{per_combat / at_start:.1f}x" if at_start > 0 else "",
+            f"{total / at_start:.1f}x" if at_start > 0 else "",
             f"≤ {TARGET_KIB:g}",
-            "yes" if per_combat <= TARGET_KIB else f"no ({per_combat / TARGET_KIB:.1f}x)",
+            "yes" if total <= TARGET_KIB else f"no ({total / TARGET_KIB:.1f}x)",
         ],
-        [f"… of which grown over the {BUSY_COMMANDS} commands", tk.fmt(growth, 1), "", "", "", ""],
+        [
+            f"… of which grown over the {BUSY_COMMANDS} commands",
+            tk.fmt(per_combat("started", "after"), 1),
+            "",
+            "",
+            "",
+            "",
+        ],
     ]
+    if traced:
+        for part, words in TRACED_PARTS.items():
+            table.append(
+                [
+                    f"… {words}",
+                    tk.fmt(per_combat("idle", "after", part), 1),
+                    tk.fmt(per_combat("idle", "started", part), 1),
+                    "",
+                    "",
+                    "",
+                ]
+            )
+    return table
 
 
 def main() -> None:

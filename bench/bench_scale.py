@@ -2,6 +2,9 @@
 the protocol (``create_combat``, many connections at once) up to each level in ``--combats``, and
 at each level the commands workload of ``bench_commands.py`` (50 connections, each on its own
 combat, alternating ``apply_condition`` and ``remove_condition``) is measured ``--reps`` times.
+The workload's combats are made once, before the first level, and count among the resident
+ones: every level holds exactly as many combats as it says (100,000 is ``MAX_COMBATS``, which
+leaves no room for the workload to create its own).
 The first level is the baseline. Then the daemon is stopped and started again on the same data
 directory: the time until its socket accepts and until ``list_combats`` answers (against a start
 on an empty directory in the same run), its resident size, and the same workload once more.
@@ -21,13 +24,14 @@ from typing import Any
 
 import anyio
 import tkbench as tk
-from bench_commands import _worker
 
 TARGET_P50_RATIO = 1.2
 TARGET_COMBATS = 50_000
 CREATORS = 2
 """Client processes creating combats."""
 CREATOR_CONNECTIONS = 50
+WORKLOAD_COMBAT = "w{:03d}"
+"""The workload's combats (ids sort before the others' ``s…``)."""
 CREATE_CHUNK = 2000
 """Combats created by one set of creator processes: on a daemon whose commits slow as combats
 grow, a chunk stays well inside ``tkbench.WORKER_TIMEOUT``, and the progress shows."""
@@ -60,6 +64,55 @@ async def _create(spec: dict[str, Any], ready: Any) -> int:
     return done
 
 
+def _worker(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
+    return anyio.run(_work, spec, ready)
+
+
+async def _work(spec: dict[str, Any], ready: Any) -> Any:
+    """``bench_commands.py``'s daemon workload on the combats made by ``_prepare``, one per
+    connection, with request ids of this window's own (``tag``)."""
+    conns = await tk.open_many(Path(spec["socket"]), spec["conns"])
+    combats = {id(c): WORKLOAD_COMBAT.format(i) for i, c in enumerate(conns)}
+    conditions: dict[int, str] = {}
+
+    async def call(conn: tk.Conn, n: int) -> None:
+        combat = combats[id(conn)]
+        request_id = f"{spec['tag']}-{combat}-{n}"
+        if n % 2 == 0:
+            result = await conn.call(
+                "apply_condition",
+                {"combat": combat, "request_id": request_id, "target": "k", "type": "custom"},
+            )
+            applied = next(e for e in result["events"] if e["event"] == "condition_applied")
+            conditions[id(conn)] = applied["condition"]["id"]
+        else:
+            await conn.call(
+                "remove_condition",
+                {"combat": combat, "request_id": request_id, "condition": conditions[id(conn)]},
+            )
+
+    await anyio.to_thread.run_sync(ready)
+    result = await tk.closed_loop(conns, call, spec["warmup"], spec["seconds"])
+    for c in conns:
+        await c.aclose()
+    return result
+
+
+async def _prepare(sock: Path, connections: int) -> None:
+    """The workload's combats, one per connection, each with the combatant it targets."""
+    conn = await tk.Conn.open(sock)
+    for i in range(connections):
+        combat = WORKLOAD_COMBAT.format(i)
+        await conn.call(
+            "create_combat", {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"}
+        )
+        await conn.call(
+            "add_combatant",
+            {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
+        )
+    await conn.aclose()
+
+
 def _grow(server: tk.Server, first: int, last: int) -> float:
     """Create combats number ``first`` to ``last - 1``, a chunk at a time; return the commands/s
     it went at."""
@@ -86,7 +139,6 @@ def _load(server: tk.Server, args: argparse.Namespace, tag: str) -> tk.LoopFigur
         "socket": str(server.socket_path),
         "conns": args.connections,
         "tag": tag,
-        "daemon": True,
         "warmup": args.warmup,
         "seconds": args.seconds,
     }
@@ -122,7 +174,8 @@ def main() -> None:
     root = tk.workdir("scale")
     levels: dict[int, list[tk.LoopFigures]] = {}
     server = tk.daemon(root).start()
-    made = 0
+    anyio.run(_prepare, server.socket_path, args.connections)
+    made = args.connections
     try:
         for level in args.combats:
             rate = _grow(server, made, level)

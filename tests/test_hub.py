@@ -54,6 +54,61 @@ async def test_a_daemon_holds_at_most_max_combats(
 
 
 @pytest.mark.anyio
+async def test_combats_created_at_once_share_a_transaction(tmp_path: Path) -> None:
+    """Creating a combat holds its id and its room, not every other creation: combats created
+    at the same time are committed together, as other commands are."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        before = store.transactions
+        async with anyio.create_task_group() as creators:
+            for n in range(5):
+                creators.start_soon(
+                    hub.execute, "p", NARRATOR, f"c{n}", c.CreateCombat(f"c{n}", "marvel"), f"r{n}"
+                )
+        assert sorted(hub.combats) == [f"c{n}" for n in range(5)]
+        assert store.transactions - before < 5
+        await store.stop()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_creation_waits_for_one_of_the_same_id_or_for_the_last_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two creations of one id at once: the second is refused as existing once the first is
+    committed. With one room left, the second creation of another id learns the first's
+    outcome before it is judged: refused when the first took the room."""
+    monkeypatch.setattr(registry, "MAX_COMBATS", 2)
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    refusals: dict[str, str] = {}
+
+    async def create(combat_id: str, request_id: str) -> None:
+        try:
+            await hub.execute(
+                "p", NARRATOR, combat_id, c.CreateCombat(combat_id, "marvel"), request_id
+            )
+        except RequestError as e:
+            refusals[request_id] = e.code
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        async with anyio.create_task_group() as creators:
+            creators.start_soon(create, "a", "r1")
+            creators.start_soon(create, "a", "r2")
+        assert refusals == {"r2": "combat_exists"}
+        async with anyio.create_task_group() as creators:
+            creators.start_soon(create, "b", "r3")
+            creators.start_soon(create, "c", "r4")
+        assert refusals == {"r2": "combat_exists", "r4": "too_many_combats"}
+        assert sorted(hub.combats) == ["a", "b"]
+        await store.stop()
+    store.close()
+
+
+@pytest.mark.anyio
 async def test_a_quarantined_combats_row_shows_its_reason_cut_short(tmp_path: Path) -> None:
     """A page of combats has a bounded size: a quarantine reason (an exception's text, of any
     length) is cut to MAX_REASON_CHARS in its row; the daemon's log has it whole."""

@@ -225,8 +225,7 @@ class Writer:
         self, ticket: _Ticket, actor: Actor, combat_id: str, command: cmd.Command
     ) -> Plain:
         if isinstance(command, cmd.CreateCombat):
-            async with self.combats.creating:
-                self.combats.check_room(combat_id)
+            async with self.combats.creating(combat_id):
                 combat = Combat(combat_id, State(), 0)
                 ticket.ruleset = command.ruleset
                 result = await self.run(combat, ticket, actor, command)
