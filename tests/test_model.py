@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from story import Story
-from turnkeeper_engine import State, from_plain, to_plain
+from turnkeeper_engine import State, from_plain, model, to_plain
 from turnkeeper_engine import commands as c
-from turnkeeper_engine.model import Clock, Condition, replace
+from turnkeeper_engine.model import Clock, Condition, Reroll, replace
 
 
 def _condition() -> Condition:
@@ -29,6 +29,23 @@ def test_replace_makes_what_dataclasses_replace_makes_and_leaves_the_original() 
     assert replace(_condition(), note="m") == dataclasses.replace(_condition(), note="m")
     with pytest.raises(dataclasses.FrozenInstanceError):
         changed.serial = 1  # type: ignore[misc]
+
+
+def test_replace_keeps_a_field_whose_name_the_generated_function_could_use() -> None:
+    # Reroll has a field called ``new``: the generated function's own names must not shadow it.
+    roll = Reroll("edge", 1, 2, 5, 5)
+    assert replace(roll) == roll
+    assert replace(roll, new=6) == dataclasses.replace(roll, new=6)
+    assert replace(roll, new=6).new == 6
+
+
+def test_every_model_class_has_only_names_replace_can_take() -> None:
+    classes = [
+        v for v in vars(model).values() if dataclasses.is_dataclass(v) and isinstance(v, type)
+    ]
+    assert Reroll in classes
+    for cls in classes:
+        assert not [f.name for f in dataclasses.fields(cls) if f.name.startswith("_")], cls
 
 
 def test_replace_refuses_a_field_the_value_does_not_have() -> None:

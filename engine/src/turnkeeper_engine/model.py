@@ -30,14 +30,18 @@ def _replacer(cls: type) -> Callable[..., Any]:
     """``replace`` for one class, written once as Python source: each field set directly on a
     new object, no ``__init__`` and no walk over the class's fields per call."""
     names = [f.name for f in fields(cls)]
+    # The function's own names begin with an underscore, so that no field (a model field is a
+    # public name) can shadow them: a field called ``new`` would be the object being made.
+    if any(n.startswith("_") for n in names):
+        raise TypeError(f"{cls.__name__}: replace() is only made for public field names")
     source = (
-        f"def replace(obj, *, {', '.join(f'{n}=_KEEP' for n in names)}):\n"
-        "    new = _new(cls)\n"
-        + "".join(f"    _set(new, {n!r}, obj.{n} if {n} is _KEEP else {n})\n" for n in names)
-        + "    return new\n"
+        f"def replace(_obj, *, {', '.join(f'{n}=_KEEP' for n in names)}):\n"
+        "    _made = _new(_cls)\n"
+        + "".join(f"    _set(_made, {n!r}, _obj.{n} if {n} is _KEEP else {n})\n" for n in names)
+        + "    return _made\n"
     )
     scope: dict[str, Any] = {"_KEEP": _KEEP, "_new": object.__new__, "_set": object.__setattr__}
-    scope["cls"] = cls
+    scope["_cls"] = cls
     # The source is made above from the class's own field names, as dataclasses makes its
     # ``__init__``: nothing from outside the model goes into it.
     exec(source, scope)
