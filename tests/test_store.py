@@ -679,3 +679,34 @@ async def test_the_filter_rebuilt_from_the_database_still_finds_every_stored_req
         assert await store.lookup_request("alice", "r10") is None
     store.close()
     assert found == [("c1", seq) for seq in range(2, 10)]
+
+
+def test_the_committer_thread_outlives_a_loop_that_closed_while_it_wrote() -> None:
+    # A job still running when its loop is gone cannot report to it; the thread must go on to
+    # the next job (a store used again from a new loop), not die and leave that one waiting.
+    import asyncio
+
+    committer = store_module._CommitterThread()
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        release.wait(10)
+        return 1
+
+    async def abandon() -> None:
+        task = asyncio.ensure_future(committer.run(slow))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+
+    asyncio.run(abandon())
+    release.set()
+
+    async def again() -> int:
+        return await asyncio.wait_for(committer.run(lambda: 42), 10)
+
+    try:
+        assert asyncio.run(again()) == 42
+    finally:
+        committer.close()
+        committer.join()

@@ -350,20 +350,26 @@ class _CommitterThread:
         self._jobs: deque[Callable[[], None] | None] = deque()
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._ending: threading.Thread | None = None
+        """A closed thread that may still be running its last job."""
 
     async def run(self, work: Callable[[], _T]) -> _T:
-        """``work()``'s result (or exception) once it has run in the thread. Awaited in a
-        shielded scope: the job runs to its end whatever becomes of the wait."""
+        """``work()``'s result (or exception) once it has run in the thread. The job runs to its
+        end whatever becomes of the wait: callers shield the wait, so that what reached the disk
+        is reported."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[_T] = loop.create_future()
 
         def job() -> None:
             try:
-                result = work()
+                result: Any = work()
+                error: BaseException | None = None
             except BaseException as e:  # handed to the waiter, whatever it is
-                loop.call_soon_threadsafe(_settle, done, None, e)
-            else:
-                loop.call_soon_threadsafe(_settle, done, result, None)
+                result, error = None, e
+            # A loop closed meanwhile has no waiter left to tell; the thread must live on for
+            # the next job (or ``close``), not die here and leave later jobs waiting forever.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, done, result, error)
 
         with self._ready:
             if self._thread is None:
@@ -391,7 +397,13 @@ class _CommitterThread:
             if self._thread is not None:
                 self._jobs.append(None)
                 self._ready.notify()
-                self._thread = None
+                self._ending, self._thread = self._thread, None
+
+    def join(self) -> None:
+        """Wait for a closed thread's last job: the connection it writes with is closed next."""
+        if self._ending is not None:
+            self._ending.join()
+            self._ending = None
 
 
 def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -634,6 +646,8 @@ class Store:
 
     def close(self) -> None:
         """Close the database. Call after ``run`` has returned (or was never started)."""
+        self._committer.close()
+        self._committer.join()
         self._send.close()
         self._receive.close()
         self._reader.close()
