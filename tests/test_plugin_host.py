@@ -24,7 +24,15 @@ from turnkeeper_engine.decide import MAX_DISABLED_PLUGINS
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger
 from turnkeeper_engine.pipeline import Applied, MemoryLog, Pipeline, at_once
 from turnkeeper_sdk import CheckAdjustment, hookimpl
-from turnkeeper_sdk.plugins import _AFTER, MAX_CHAIN, MAX_PROPOSALS, PluginHost, _hook_calls
+from turnkeeper_sdk.hookspecs import HOOKS, REGISTRATION_HOOKS
+from turnkeeper_sdk.plugins import (
+    _AFTER,
+    _BEFORE,
+    MAX_CHAIN,
+    MAX_PROPOSALS,
+    PluginHost,
+    _hook_calls,
+)
 from turnkeeper_sdk.testing import Table
 
 
@@ -868,8 +876,9 @@ def _a_game() -> list[Applied]:
         if done is not None:
             applied.append(done)
 
+    # Windows wait for answers, so each declared action opens one, closed by the next command.
     for command in [
-        cmd.CreateCombat("t", "marvel"),
+        cmd.CreateCombat("t", "marvel", (("window_deadline", 5.0),)),
         cmd.AddCombatant("a", "A", init_mod=2),
         cmd.AddCombatant("b", "B", init_mod=1),
         cmd.ApplyCondition("a", "custom"),
@@ -880,7 +889,12 @@ def _a_game() -> list[Applied]:
         turn = log.state.turn
         assert turn is not None
         do(cmd.DeclareAction(turn.ref, ActionSpec("attack")))
+        window = log.state.window
+        assert window is not None
+        assert window.status == "open"
+        do(cmd.CloseWindow(window.id))
         do(cmd.EndTurn(turn.ref))
+    do(cmd.EndCombat())
     return applied
 
 
@@ -895,8 +909,16 @@ def test_a_command_is_due_for_after_hooks_whenever_a_loaded_hook_stands_for_it(h
     host.register(type("One", (), {hook: hookimpl(lambda self: None)})(), "one")
     game = _a_game()
     called = [a for a in game if any(h == hook for h, _ in _hook_calls(a, BUNDLED_RULES))]
+    assert called, f"the game never calls {hook}: it proves nothing for it"
     assert all(host.after_due(a) for a in called)
     assert not all(host.after_due(a) for a in game)
+
+
+def test_every_per_command_hook_comes_before_or_after_a_command() -> None:
+    """A hookspec neither before a command nor after one would never be called, and a host
+    asking ``after_due`` would skip it."""
+    before = {h for hooks in _BEFORE.values() for h in hooks}
+    assert set(HOOKS) - REGISTRATION_HOOKS - before == set(AFTER_HOOKS)
 
 
 def test_a_command_no_hook_stands_for_is_not_due_unless_the_host_has_work_in_its_combat() -> None:
