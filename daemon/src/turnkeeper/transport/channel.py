@@ -80,6 +80,14 @@ class Channel(asyncio.Protocol):
         """The peer's address (``peer_key``) on TCP and WebSocket; None on the Unix socket."""
         self.gone: str | None = None
         """Why the transport ended on its own (``peer_gone``, ``write_stalled``), if it did."""
+        self.at_once: Callable[[wire.Message | wire.WireError], bool] | None = None
+        """The session's way to handle a message as soon as it is decoded, while its task waits
+        for the next one: True when it did (answered it), False to leave it to the task. A
+        transport that decodes as bytes arrive calls it; the others leave everything to the
+        task (``next``)."""
+        self._handed: wire.Message | wire.WireError | None = None
+        """A message decoded on arrival and left to the session's task, which ``next`` gives
+        it before decoding any further."""
         self._chunks: deque[bytes] = deque()
         self._chunk_bytes = 0
         self._eof = False
@@ -171,7 +179,7 @@ class Channel(asyncio.Protocol):
     async def receive(self) -> bytes:
         """The next bytes received; empty once nothing more will come."""
         while not self._chunks:
-            if self._eof:
+            if self._eof or self._handed is not None:
                 return b""
             self._waiter = self._loop.create_future()
             try:
@@ -336,6 +344,40 @@ class UnixChannel(Channel):
         _pid, uid, _gid = struct.unpack("3i", creds)
         self.peer_uid = int(uid)
 
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        waiter = self._waiter
+        if (
+            self.at_once is None
+            or decoder is None
+            or waiter is None
+            or waiter.done()
+            or self._chunks
+            or self._closing
+        ):
+            super().data_received(data)
+            return
+        # The session's task waits in ``next`` for these very bytes with nothing else held, so
+        # its decoder has used up what it had: decoded here, each message the session can
+        # answer at once costs no wake-up of its task and no turn of the loop; the first it
+        # cannot is handed over with the bytes behind it, and read as the task would have.
+        try:
+            decoder.push(data)
+        except wire.WireError as e:
+            self._hand(e)
+            return
+        while not self._closing:
+            item = decoder.next()
+            if item is None:
+                return
+            if not self.at_once(item):
+                self._hand(item)
+                return
+
+    def _hand(self, item: wire.Message | wire.WireError) -> None:
+        self._handed = item
+        self._wake()
+
     async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
         decoder = self._decoder
         if decoder is None:
@@ -344,11 +386,17 @@ class UnixChannel(Channel):
             # Limits change only right after a request (a hello), between two messages.
             decoder.limit(limits)
         while True:
-            item = decoder.next()
+            item = self._handed
+            if item is None:
+                item = decoder.next()
+            else:
+                self._handed = None
             if item is not None:
                 return item
             data = await self.receive()
             if not data:
+                if self._handed is not None:
+                    continue
                 return None
             try:
                 decoder.push(data)
