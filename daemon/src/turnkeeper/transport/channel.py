@@ -17,6 +17,7 @@ import asyncio
 import ipaddress
 import socket
 import struct
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -65,6 +66,42 @@ def peer_address(transport: asyncio.BaseTransport) -> str | None:
     return peer_key(str(peer[0])) if peer else None
 
 
+class _Flusher:
+    """The channels with messages posted in this turn of the loop, all written by one callback
+    at its end: a command's events for 500 subscribers cost one callback, not 500."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: list[Channel] = []
+
+    def add(self, channel: Channel) -> None:
+        if not self._due:
+            self._loop.call_soon(self._run)
+        self._due.append(channel)
+
+    def _run(self) -> None:
+        due, self._due = self._due, []
+        for channel in due:
+            try:
+                channel._flush()
+            except Exception as e:
+                # One channel's failure is its own, as when each had a callback: the others'
+                # messages still go out.
+                self._loop.call_exception_handler({"message": "a channel failed", "exception": e})
+
+
+_flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _flusher(loop: asyncio.AbstractEventLoop) -> _Flusher:
+    found = _flushers.get(loop)
+    if found is None:
+        found = _flushers[loop] = _Flusher(loop)
+    return found
+
+
 class Channel(asyncio.Protocol):
     """One connection's bytes: read on demand, written at once, bounded both ways."""
 
@@ -105,6 +142,7 @@ class Channel(asyncio.Protocol):
         self._stall: asyncio.TimerHandle | None = None
         self._stall_mark = 0
         self._loop = asyncio.get_running_loop()
+        self._flusher = _flusher(self._loop)
         self._lost: asyncio.Future[None] = self._loop.create_future()
 
     # asyncio.Protocol ------------------------------------------------------------------------
@@ -250,7 +288,7 @@ class Channel(asyncio.Protocol):
         if self._closing or not framed:
             return True
         if not self._corked:
-            self._loop.call_soon(self._flush)
+            self._flusher.add(self)
         self._corked.append(framed)
         return True
 
