@@ -253,9 +253,13 @@ def pack(message: Message) -> bytes:
     The error carries the message's msgid, so a server can answer a request with it instead.
     """
     if isinstance(message, Response) and isinstance(message.result, Packed):
-        # The array ``[1, msgid, error]``, told it holds four items, then the result's bytes.
-        head: bytes = msgpack.packb(_to_array(message)[:3], use_bin_type=True)
-        data = b"\x94" + head[1:] + message.result
+        if message.error is None:
+            # ``[1, msgid, nil, result]``: the array's head, the msgid, nil, the result's bytes.
+            data = b"".join((b"\x94\x01", msgpack.packb(message.msgid), b"\xc0", message.result))
+        else:
+            # The array ``[1, msgid, error]``, told it holds four items, then the result's bytes.
+            head: bytes = msgpack.packb(_to_array(message)[:3], use_bin_type=True)
+            data = b"\x94" + head[1:] + message.result
     else:
         data = msgpack.packb(_to_array(message), use_bin_type=True)
     if len(data) > MAX_MESSAGE_BYTES:
@@ -645,6 +649,19 @@ def _parse(obj: Any) -> Message:
         raise WireError(INVALID_MESSAGE, "a message must be an array")
     # type() rather than isinstance(): msgpack's true decodes to a bool, and True == 1.
     kind = obj[0] if obj and type(obj[0]) is int else None
+    if kind == _REQUEST and len(obj) == 4:
+        # The common case first, checked as the general one below would, in fewer steps.
+        msgid, method, params = obj[1], obj[2], obj[3]
+        if (
+            type(msgid) is int
+            and 0 <= msgid <= MAX_MSGID
+            and type(method) is str
+            and type(params) is list
+            and len(params) == 1
+            and type(params[0]) is dict
+        ):
+            _check_plain(params[0], "params", msgid)
+            return Request(msgid, method, params[0])
     if kind == _REQUEST:
         # Read the msgid first: once it is known, every other fault can be answered.
         msgid = _msgid(obj)

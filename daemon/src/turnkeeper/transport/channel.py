@@ -275,8 +275,13 @@ class Channel(asyncio.Protocol):
         if self._corked:
             self._corked.append(framed)
             self._flush()
-        else:
-            self._write([framed])
+            return
+        # ``_write`` of one message, spelled out: every reply comes this way.
+        assert self.transport is not None
+        self._written += len(framed)
+        self.transport.write(framed)
+        if self._writing_paused:
+            self._ends.append(self._written)
 
     def post(self, data: bytes) -> bool:
         """Write one packed message at the end of this turn of the loop, with every other posted
