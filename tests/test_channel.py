@@ -81,6 +81,34 @@ def test_a_reply_goes_out_behind_the_events_posted_before_it() -> None:
     asyncio.run(main())
 
 
+def test_what_is_posted_to_many_channels_goes_out_at_the_end_of_the_turn_despite_one_failing() -> (
+    None
+):
+    async def main() -> None:
+        (broken, _), (fine, peer) = await _channel(), await _channel()
+        failures: list[BaseException] = []
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: failures.append(context["exception"]))
+
+        def refuse(data: bytes) -> None:
+            raise OSError("refused")
+
+        assert broken.transport is not None
+        broken.transport.write = refuse  # type: ignore[method-assign]
+        assert broken.post(b"\x01")
+        assert fine.post(b"\x02")
+        assert fine.post(b"\x03")
+        await asyncio.sleep(0.01)
+        assert peer.recv(16) == b"\x02\x03"
+        assert [str(e) for e in failures] == ["refused"]
+        fine.close()
+        broken.abort()
+        await fine.wait_closed()
+        peer.close()
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 70000])
 def test_a_frame_reads_back_as_its_message_and_is_made_once_for_the_same_bytes(size: int) -> None:
     framing = _Framing()

@@ -274,3 +274,34 @@ def test_a_bridge_reusing_a_request_id_for_another_user_is_refused(tmp_path: Pat
         with pytest.raises(CallError) as refused:
             bridge.call("roll_initiative", **roll, **{"as": "u2"})
         assert (refused.value.code, refused.value.field) == ("request_id_reused", "request_id")
+
+
+def test_reads_answered_on_arrival_keep_their_place_among_other_requests(tmp_path: Path) -> None:
+    """A view the daemon holds is answered as soon as its request arrives; one behind a
+    command still waits for it, and shows what it did."""
+    from turnkeeper_sdk import wire
+
+    with running(tmp_path) as d:
+        gm = d.client()
+        add_spidey(gm)
+        seq = gm.call("get_combat", combat="bank")["seq"]
+        add = {"request_id": "x", "combat": "bank", "id": "x", "display_name": "X"}
+        burst = [
+            wire.Request(11, "get_combat", {"combat": "bank"}),
+            wire.Request(12, "add_combatant", add),
+            wire.Request(13, "get_combat", {"combat": "bank"}),
+            wire.Request(14, "get_combat", {"combat": "nowhere"}),
+            wire.Request(15, "get_combat", {}),
+        ]
+        gm.send_raw(b"".join(wire.pack(m) for m in burst))
+        # Each read in turn: a response out of order would be skipped, and its wait time out.
+        assert gm.response(11).result["seq"] == seq
+        added = gm.response(12).result["seq"]
+        third = gm.response(13).result
+        assert third["seq"] == added > seq
+        assert "x" in [c["id"] for c in third["view"]["combatants"]]
+        refusals = [gm.response(n).error for n in (14, 15)]
+        assert [(e.code, e.field) for e in refusals if e] == [
+            ("unknown_combat", "combat"),
+            ("invalid_params", "combat"),
+        ]

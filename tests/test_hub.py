@@ -248,7 +248,7 @@ async def test_a_combat_is_rebuilt_once_for_all_who_need_it_and_off_the_event_lo
             while rebuilds != ["slow"]:
                 await anyio.sleep(0.01)
             # The rebuild of "slow" is held in its thread: the loop still answers for "ready".
-            assert (await again.view("ready", NARRATOR))["seq"] == created
+            assert msgpack.unpackb(await again.view("ready", NARRATOR))["seq"] == created
             assert answers == []
             release.set()
             while len(answers) < 3:

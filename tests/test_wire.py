@@ -23,11 +23,13 @@ from turnkeeper_sdk.wire import (
     ErrorBody,
     Message,
     Notification,
+    Packed,
     Request,
     Response,
     WireError,
     error_message,
     pack,
+    pack_value,
 )
 
 END_TURN = Request(7, "end_turn", {"combat": "c1", "turn": {"round": 2, "combatant": "cap"}})
@@ -458,3 +460,49 @@ def test_a_request_trickled_a_byte_at_a_time_decodes_whole() -> None:
     for i in range(len(data)):
         items += decoder.feed(data[i : i + 1])
     assert items == [request]
+
+
+def test_a_result_packed_once_goes_out_as_the_same_bytes_as_its_value() -> None:
+    view = {"combat": "c1", "seq": 12, "view": {"order": ["a", "b"], "round": 2, "hp": None}}
+    for msgid in (0, 7, 300, MAX_MSGID):
+        once = pack_value(view)
+        assert isinstance(once, Packed)
+        assert pack(Response(msgid, None, once)) == pack(Response(msgid, None, view))
+        assert decode(pack(Response(msgid, None, once))) == [Response(msgid, None, view)]
+
+
+# What arrives whole in one read is decoded by msgpack at once, what does not by the scanner:
+# the two must agree on every message and every refusal, at the same place in the stream.
+WHOLE_OR_TRICKLED = [
+    pack(END_TURN),
+    pack(Request(1, "get_combat", {"combat": "c1"})) * 3,
+    raw([0, 1, "x", [nest(MAX_NESTING)]]),
+    raw([0, 1, "x", [nest(MAX_NESTING + 1)]]),
+    raw([0, 1, nest(120), []]),
+    b"\x91" * (4 * MAX_NESTING) + b"\x90",
+    b"\x91" * (4 * MAX_NESTING + 1) + b"\x90",
+    raw([0, 7, "note", [None]])[:-1] + b"\xdc\x10\x00" * 5,
+    raw([0, 7, "note", [{"a": [[]] * 60}]]),
+    raw([0, 7, "note", [{"a": [[]] * 126}]]),
+    raw([0, 7, {"k": 1}, []]),
+    raw([0, 7, "note", [{"k": b"bin"}]]),
+    b"\x94\x00\x07\xc1",
+    b"\x81\x01\x02" + pack(END_TURN),
+    raw([2, "ping", []]) + raw(7) + raw([1, 3, None, [1, 2]]),
+]
+
+
+@pytest.mark.parametrize("limits", [REQUESTS, BEFORE_HELLO], ids=["requests", "before_hello"])
+@pytest.mark.parametrize("data", WHOLE_OR_TRICKLED)
+def test_a_stream_read_whole_decodes_as_when_trickled(data: bytes, limits: Any) -> None:
+    whole = Decoder(limits).feed(data)
+    decoder = Decoder(limits)
+    trickled: list[Message | WireError] = []
+    for i in range(len(data)):
+        trickled += decoder.feed(data[i : i + 1])
+        if trickled and isinstance(trickled[-1], WireError) and trickled[-1].fatal:
+            break
+    assert summary(whole) == summary(trickled)
+    assert [str(e) for e in whole if isinstance(e, WireError)] == [
+        str(e) for e in trickled if isinstance(e, WireError)
+    ]

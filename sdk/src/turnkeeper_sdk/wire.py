@@ -205,6 +205,17 @@ class Notification:
 Message = Request | Response | Notification
 
 
+class Packed(bytes):
+    """A value encoded already (``pack_value``): as a response's ``result``, :func:`pack` puts
+    it in as it is, so a result that answers many requests (a combat's view, between two of its
+    commands) is encoded once. Anywhere else it would be sent as a bin value."""
+
+
+def pack_value(value: Any) -> Packed:
+    """``value`` encoded once, to be a response's ``result`` many times (see ``Packed``)."""
+    return Packed(msgpack.packb(value, use_bin_type=True))
+
+
 class WireError(ProtocolError):
     """A message or byte stream the codec refuses, as data: ``code``, ``message`` and ``field``.
 
@@ -241,7 +252,16 @@ def pack(message: Message) -> bytes:
 
     The error carries the message's msgid, so a server can answer a request with it instead.
     """
-    data: bytes = msgpack.packb(_to_array(message), use_bin_type=True)
+    if isinstance(message, Response) and isinstance(message.result, Packed):
+        if message.error is None:
+            # ``[1, msgid, nil, result]``: the array's head, the msgid, nil, the result's bytes.
+            data = b"".join((b"\x94\x01", msgpack.packb(message.msgid), b"\xc0", message.result))
+        else:
+            # The array ``[1, msgid, error]``, told it holds four items, then the result's bytes.
+            head: bytes = msgpack.packb(_to_array(message)[:3], use_bin_type=True)
+            data = b"\x94" + head[1:] + message.result
+    else:
+        data = msgpack.packb(_to_array(message), use_bin_type=True)
     if len(data) > MAX_MESSAGE_BYTES:
         raise WireError(
             MESSAGE_TOO_LARGE,
@@ -282,6 +302,7 @@ class Decoder:
         self._limits = limits
         self._unpacker = self._new_unpacker()
         self._scanner = _Scanner(limits) if limits.values is not None else None
+        self._window = _window(limits)
         self._backlog = memoryview(b"")
         self._fed = 0
         self._message_start = 0
@@ -318,6 +339,10 @@ class Decoder:
         """The next message, or the ``WireError`` for the next bad one; None when the bytes
         pushed so far hold no more (and after a fatal error)."""
         while self._fatal is None:
+            if self._window and self._backlog and self._fed == self._message_start:
+                item = self._whole()
+                if item is not None:
+                    return item
             try:
                 obj = next(self._unpacker)
             except StopIteration:
@@ -356,6 +381,36 @@ class Decoder:
                 return err
         return None
 
+    def _whole(self) -> Message | WireError | None:
+        """The next message if it lies whole in the first ``_window`` bytes of the backlog,
+        decoded by msgpack at once; None to read it by the scanner (it is longer, not all here,
+        or refused: the scanner finds the same fault, at the same byte)."""
+        window = self._backlog[: self._window]
+        size = len(window)
+        # No header may announce more than the window holds: a message that is all there
+        # announces less, and what is not has its allocations bounded by the window.
+        try:
+            obj = msgpack.unpackb(
+                window,
+                raw=False,
+                strict_map_key=True,
+                max_str_len=size,
+                max_bin_len=size,
+                max_ext_len=size,
+                max_array_len=size,
+                max_map_len=size,
+            )
+            used = size
+        except msgpack.ExtraData as more:
+            obj, used = more.unpacked, size - len(more.extra)
+        except ValueError:
+            return None
+        self._backlog = self._backlog[used:]
+        try:
+            return _parse(obj)
+        except WireError as err:
+            return err
+
     def limit(self, limits: Limits) -> None:
         """Hold the messages after the last one returned to ``limits``. Only a counted decoder
         changes them: it never gives msgpack a byte past the message it reads, so the next
@@ -368,6 +423,7 @@ class Decoder:
         self._limits = limits
         self._unpacker = self._new_unpacker()
         self._scanner = _Scanner(limits)
+        self._window = _window(limits)
         self._fed = self._message_start = 0
 
     @property
@@ -379,6 +435,19 @@ class Decoder:
         self._fatal = error
         self._backlog = memoryview(b"")
         return error
+
+
+def _window(limits: Limits) -> int:
+    """Bytes a counted decoder hands msgpack whole, unscanned (0: none, it counts nothing).
+
+    A message of n bytes nests at most n deep and decodes to fewer than 2n values (each value
+    takes a byte at least, and an array or map counts once more for its header), so one no
+    longer than this can break neither the scanner's depth nor the values limit, nor its
+    size: all of it is here, msgpack may read it at once. Requests mostly arrive one per read
+    and far shorter, so most are read so, without a step per value."""
+    if limits.values is None:
+        return 0
+    return min(_MAX_SCANNED_DEPTH, limits.values // 2, limits.message_bytes)
 
 
 def _value_too_long(limits: Limits) -> WireError:
@@ -439,83 +508,95 @@ class _Scanner:
     def scan(self, data: memoryview) -> int:
         """How many of ``data``'s bytes to feed msgpack: all of them, or up to the end of the
         current message. Raises the fatal ``WireError`` for a message over its limits."""
-        limits = self._limits
-        allowed = limits.message_bytes - self._size
-        at, end = 0, min(len(data), allowed + 1)
+        limit = self._limits.message_bytes
+        at, end = 0, min(len(data), limit - self._size + 1)
+        opened = self._open
+        # One value per turn: the rest of a body or of a length, or a type byte with as much of
+        # its body as is here. This runs for every value a peer sends, so the common types
+        # (fixint, fixstr, fixarray, fixmap) are read inline rather than by a method each.
         while at < end:
             if self._skip:
                 step = min(self._skip, end - at)
                 self._skip -= step
                 at += step
-                if not self._skip and self._value_done():
+                if self._skip:
                     break
             elif self._need:
                 step = min(self._need, end - at)
                 self._length += data[at : at + step]
                 self._need -= step
                 at += step
-                if not self._need and self._header(self._kind, int.from_bytes(self._length)):
-                    break
+                if self._need or self._header(self._kind, int.from_bytes(self._length)):
+                    continue
             else:
                 kind = data[at]
                 at += 1
-                if self._type(kind):
+                if 0x80 <= kind <= 0x9F:  # fixmap, fixarray
+                    items = (kind & 0x0F) << 1 if kind <= 0x8F else kind & 0x0F
+                    if self._container(items):
+                        continue
+                elif 0xA0 <= kind <= 0xBF:  # fixstr
+                    length = kind & 0x1F
+                    if length > self._max_str:
+                        raise _value_too_long(self._limits)
+                    if length > end - at:
+                        self._skip = length - (end - at)
+                        at = end
+                        break
+                    at += length
+                elif 0x7F < kind < 0xE0:  # not a fixint: a header the type byte does not size
+                    size = _FIXED_SIZES.get(kind)
+                    if size is None:
+                        self._kind, self._need = kind, _LENGTH_BYTES[kind]
+                        self._length.clear()
+                        continue
+                    if size > end - at:
+                        self._skip = size - (end - at)
+                        at = end
+                        break
+                    at += size
+            # A value is whole: it completes the arrays and maps it ends, and maybe the message.
+            while opened:
+                opened[-1] -= 1
+                if opened[-1]:
                     break
+                opened.pop()
+            else:
+                break
         self._size += at
-        if self._size > limits.message_bytes:
-            raise too_large(limits.message_bytes)
-        if not self._open and not self._skip and not self._need:
+        if self._size > limit:
+            raise too_large(limit)
+        if not opened and not self._skip and not self._need:
             self._size = self._values = 0
         return at
 
-    def _type(self, kind: int) -> bool:
-        """Read a type byte; True when it ends the message."""
-        if kind <= 0x7F or kind >= 0xE0:
-            return self._value_done()
-        if kind <= 0x8F:
-            return self._header(0xDE, kind & 0x0F)
-        if kind <= 0x9F:
-            return self._header(0xDC, kind & 0x0F)
-        if kind <= 0xBF:
-            return self._header(0xDB, kind & 0x1F)
-        if kind in _FIXED_SIZES:
-            self._skip = _FIXED_SIZES[kind]
-            return not self._skip and self._value_done()
-        self._kind, self._need = kind, _LENGTH_BYTES[kind]
-        self._length.clear()
-        return False
+    def _container(self, items: int) -> bool:
+        """An array or map header announcing ``items`` values; True when it opens one (False:
+        it is empty, a whole value)."""
+        self._values += 1 + items
+        if self._values > self._max_values:
+            raise WireError(
+                MESSAGE_TOO_LARGE,
+                "a message decodes to more than {limit} values",
+                fatal=True,
+                limit=self._max_values,
+            )
+        if not items:
+            return False
+        if len(self._open) >= _MAX_SCANNED_DEPTH:
+            raise WireError(NESTED_TOO_DEEPLY, "the msgpack data nests too deeply", fatal=True)
+        self._open.append(items)
+        return True
 
     def _header(self, kind: int, length: int) -> bool:
-        """A header's length has come; True when it ends the message."""
-        if kind in (0xDC, 0xDD, 0xDE, 0xDF):
-            items = length * 2 if kind >= 0xDE else length
-            self._values += 1 + items
-            if self._values > self._max_values:
-                raise WireError(
-                    MESSAGE_TOO_LARGE,
-                    "a message decodes to more than {limit} values",
-                    fatal=True,
-                    limit=self._max_values,
-                )
-            if not items:
-                return self._value_done()
-            if len(self._open) >= _MAX_SCANNED_DEPTH:
-                raise WireError(NESTED_TOO_DEEPLY, "the msgpack data nests too deeply", fatal=True)
-            self._open.append(items)
-            return False
+        """A header's length has come; False when it is a whole value already (an empty
+        string or container)."""
+        if kind >= 0xDC:  # array 16 and 32, map 16 and 32
+            return self._container(length * 2 if kind >= 0xDE else length)
         if length > self._max_str:
             raise _value_too_long(self._limits)
         self._skip = length + (1 if kind in (0xC7, 0xC8, 0xC9) else 0)
-        return not self._skip and self._value_done()
-
-    def _value_done(self) -> bool:
-        """A whole value has been read; True when it was the message itself."""
-        while self._open:
-            self._open[-1] -= 1
-            if self._open[-1]:
-                return False
-            self._open.pop()
-        return True
+        return bool(self._skip)
 
 
 def too_large(limit: int = MAX_MESSAGE_BYTES) -> WireError:
@@ -568,6 +649,19 @@ def _parse(obj: Any) -> Message:
         raise WireError(INVALID_MESSAGE, "a message must be an array")
     # type() rather than isinstance(): msgpack's true decodes to a bool, and True == 1.
     kind = obj[0] if obj and type(obj[0]) is int else None
+    if kind == _REQUEST and len(obj) == 4:
+        # The common case first, checked as the general one below would, in fewer steps.
+        msgid, method, params = obj[1], obj[2], obj[3]
+        if (
+            type(msgid) is int
+            and 0 <= msgid <= MAX_MSGID
+            and type(method) is str
+            and type(params) is list
+            and len(params) == 1
+            and type(params[0]) is dict
+        ):
+            _check_plain(params[0], "params", msgid)
+            return Request(msgid, method, params[0])
     if kind == _REQUEST:
         # Read the msgid first: once it is known, every other fault can be answered.
         msgid = _msgid(obj)

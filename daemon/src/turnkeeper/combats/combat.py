@@ -12,6 +12,7 @@ import anyio
 from turnkeeper_engine import State, next_deadline
 from turnkeeper_engine.pipeline import Applied
 from turnkeeper_engine.plain import Plain
+from turnkeeper_sdk import wire
 
 
 @dataclass(slots=True)
@@ -27,8 +28,9 @@ class Combat:
     usual case: a combat's commands rarely overlap), since its holder awaits the store at
     once anyway."""
     quarantined: str | None = None
-    views: dict[tuple[str, str | None], Plain] = field(default_factory=dict)
-    """Encoded views of the state at ``seq``, by who may see what: reads outnumber writes."""
+    views: dict[tuple[str, str | None], wire.Packed] = field(default_factory=dict)
+    """Views of the state at ``seq`` encoded for the wire, by who may see what: reads
+    outnumber writes."""
     views_seq: int = -1
     loaded: bool = True
     """False while only the stored summary is known (see ``Rebuilder.recover``)."""

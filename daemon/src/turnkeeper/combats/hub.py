@@ -13,6 +13,7 @@ from turnkeeper_engine import BUNDLED_RULES, Actor, DiceSource, RuleBook, System
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.pipeline import Pipeline
 from turnkeeper_engine.plain import Plain
+from turnkeeper_sdk import wire
 from turnkeeper_sdk.plugins import PluginHost
 
 from ..store import Store
@@ -121,8 +122,8 @@ class Hub:
         """Apply a command once (see ``Writer.execute``)."""
         return await self.writer.execute(principal, actor, combat_id, command, request_id)
 
-    async def view(self, combat_id: str, actor: Actor) -> Plain:
-        """The combat as ``actor`` may see it."""
+    async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
+        """The combat as ``actor`` may see it, encoded for the wire."""
         return await self.queries.view(combat_id, actor)
 
     async def history(

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from turnkeeper_engine import Actor, RuleBook, view
 from turnkeeper_engine.plain import Plain, event_from_plain, to_plain
+from turnkeeper_sdk import wire
 
 from ..store import Store, StoreError
+from .combat import Combat
 from .rebuild import Rebuilder
 from .registry import Combats
 from .telling import audience, numbered, told
@@ -24,17 +26,29 @@ class Queries:
         self._rebuilder = rebuilder
         self._rules = rules
 
-    async def view(self, combat_id: str, actor: Actor) -> Plain:
+    async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
         """The combat as ``actor`` may see it (R16), encoded once per audience and seq."""
-        combat = await self._rebuilder.ready(combat_id)
+        return self._view(await self._rebuilder.ready(combat_id), actor)
+
+    def view_now(self, combat_id: str, actor: Actor) -> wire.Packed | None:
+        """``view`` without waiting: None when it would wait or refuse (the combat is unknown,
+        not rebuilt yet, or quarantined), for ``view`` to do so."""
+        combat = self._combats.by_id.get(combat_id)
+        if combat is None or not combat.loaded or combat.quarantined is not None:
+            return None
+        return self._view(combat, actor)
+
+    def _view(self, combat: Combat, actor: Actor) -> wire.Packed:
         if combat.views_seq != combat.seq:
             combat.views.clear()
             combat.views_seq = combat.seq
         key = audience(actor)
-        if key not in combat.views:
+        encoded = combat.views.get(key)
+        if encoded is None:
             seen = to_plain(view(combat.state, actor))
-            combat.views[key] = {"combat": combat.id, "seq": combat.seq, "view": seen}
-        return combat.views[key]
+            body = {"combat": combat.id, "seq": combat.seq, "view": seen}
+            encoded = combat.views[key] = wire.pack_value(body)
+        return encoded
 
     async def history(
         self, combat_id: str, actor: Actor, after: int, limit: int, locale: str | None = None

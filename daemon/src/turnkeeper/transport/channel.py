@@ -17,6 +17,7 @@ import asyncio
 import ipaddress
 import socket
 import struct
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -65,6 +66,42 @@ def peer_address(transport: asyncio.BaseTransport) -> str | None:
     return peer_key(str(peer[0])) if peer else None
 
 
+class _Flusher:
+    """The channels with messages posted in this turn of the loop, all written by one callback
+    at its end: a command's events for 500 subscribers cost one callback, not 500."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: list[Channel] = []
+
+    def add(self, channel: Channel) -> None:
+        if not self._due:
+            self._loop.call_soon(self._run)
+        self._due.append(channel)
+
+    def _run(self) -> None:
+        due, self._due = self._due, []
+        for channel in due:
+            try:
+                channel._flush()
+            except Exception as e:
+                # One channel's failure is its own, as when each had a callback: the others'
+                # messages still go out.
+                self._loop.call_exception_handler({"message": "a channel failed", "exception": e})
+
+
+_flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _flusher(loop: asyncio.AbstractEventLoop) -> _Flusher:
+    found = _flushers.get(loop)
+    if found is None:
+        found = _flushers[loop] = _Flusher(loop)
+    return found
+
+
 class Channel(asyncio.Protocol):
     """One connection's bytes: read on demand, written at once, bounded both ways."""
 
@@ -80,6 +117,14 @@ class Channel(asyncio.Protocol):
         """The peer's address (``peer_key``) on TCP and WebSocket; None on the Unix socket."""
         self.gone: str | None = None
         """Why the transport ended on its own (``peer_gone``, ``write_stalled``), if it did."""
+        self.at_once: Callable[[wire.Message | wire.WireError], bool] | None = None
+        """The session's way to handle a message as soon as it is decoded, while its task waits
+        for the next one: True when it did (answered it), False to leave it to the task. A
+        transport that decodes as bytes arrive calls it; the others leave everything to the
+        task (``next``)."""
+        self._handed: wire.Message | wire.WireError | None = None
+        """A message decoded on arrival and left to the session's task, which ``next`` gives
+        it before decoding any further."""
         self._chunks: deque[bytes] = deque()
         self._chunk_bytes = 0
         self._eof = False
@@ -97,6 +142,7 @@ class Channel(asyncio.Protocol):
         self._stall: asyncio.TimerHandle | None = None
         self._stall_mark = 0
         self._loop = asyncio.get_running_loop()
+        self._flusher = _flusher(self._loop)
         self._lost: asyncio.Future[None] = self._loop.create_future()
 
     # asyncio.Protocol ------------------------------------------------------------------------
@@ -171,7 +217,7 @@ class Channel(asyncio.Protocol):
     async def receive(self) -> bytes:
         """The next bytes received; empty once nothing more will come."""
         while not self._chunks:
-            if self._eof:
+            if self._eof or self._handed is not None:
                 return b""
             self._waiter = self._loop.create_future()
             try:
@@ -229,8 +275,13 @@ class Channel(asyncio.Protocol):
         if self._corked:
             self._corked.append(framed)
             self._flush()
-        else:
-            self._write([framed])
+            return
+        # ``_write`` of one message, spelled out: every reply comes this way.
+        assert self.transport is not None
+        self._written += len(framed)
+        self.transport.write(framed)
+        if self._writing_paused:
+            self._ends.append(self._written)
 
     def post(self, data: bytes) -> bool:
         """Write one packed message at the end of this turn of the loop, with every other posted
@@ -242,7 +293,7 @@ class Channel(asyncio.Protocol):
         if self._closing or not framed:
             return True
         if not self._corked:
-            self._loop.call_soon(self._flush)
+            self._flusher.add(self)
         self._corked.append(framed)
         return True
 
@@ -336,6 +387,40 @@ class UnixChannel(Channel):
         _pid, uid, _gid = struct.unpack("3i", creds)
         self.peer_uid = int(uid)
 
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        waiter = self._waiter
+        if (
+            self.at_once is None
+            or decoder is None
+            or waiter is None
+            or waiter.done()
+            or self._chunks
+            or self._closing
+        ):
+            super().data_received(data)
+            return
+        # The session's task waits in ``next`` for these very bytes with nothing else held, so
+        # its decoder has used up what it had: decoded here, each message the session can
+        # answer at once costs no wake-up of its task and no turn of the loop; the first it
+        # cannot is handed over with the bytes behind it, and read as the task would have.
+        try:
+            decoder.push(data)
+        except wire.WireError as e:
+            self._hand(e)
+            return
+        while not self._closing:
+            item = decoder.next()
+            if item is None:
+                return
+            if not self.at_once(item):
+                self._hand(item)
+                return
+
+    def _hand(self, item: wire.Message | wire.WireError) -> None:
+        self._handed = item
+        self._wake()
+
     async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
         decoder = self._decoder
         if decoder is None:
@@ -344,11 +429,17 @@ class UnixChannel(Channel):
             # Limits change only right after a request (a hello), between two messages.
             decoder.limit(limits)
         while True:
-            item = decoder.next()
+            item = self._handed
+            if item is None:
+                item = decoder.next()
+            else:
+                self._handed = None
             if item is not None:
                 return item
             data = await self.receive()
             if not data:
+                if self._handed is not None:
+                    continue
                 return None
             try:
                 decoder.push(data)
