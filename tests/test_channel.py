@@ -67,6 +67,25 @@ def test_a_peer_that_stops_reading_is_refused_past_the_outbox_and_gets_room_as_i
     asyncio.run(main())
 
 
+def test_a_batch_is_taken_whole_or_refused_whole_and_each_of_its_messages_takes_room() -> None:
+    async def main() -> None:
+        channel, peer = await _channel()
+        await _post_until_refused(channel)
+        while not channel.room():
+            with contextlib.suppress(BlockingIOError):
+                peer.recv(64 * 1024)
+            await asyncio.sleep(0.01)
+        room = channel.room()
+        assert not channel.post(Batch([MESSAGE] * (room + 1)))
+        assert channel.room() == room  # nothing of it was queued
+        assert channel.post(Batch([MESSAGE] * room))
+        assert channel.room() == 0
+        channel.abort()
+        peer.close()
+
+    asyncio.run(main())
+
+
 def test_a_reply_goes_out_behind_the_events_posted_before_it() -> None:
     async def main() -> None:
         channel, peer = await _channel()

@@ -287,7 +287,7 @@ class Channel(asyncio.Protocol):
             self._corked.append((framed, (len(framed),)))
             self._flush()
             return
-        # ``_write`` of one message, spelled out: every reply comes this way.
+        # ``put`` of one message, spelled out: every reply comes this way.
         assert self.transport is not None
         self._written += len(framed)
         self.transport.write(framed)
@@ -316,12 +316,14 @@ class Channel(asyncio.Protocol):
     def _flush(self) -> None:
         corked, self._corked = self._corked, []
         self._corked_messages = 0
-        if corked and not self._closing:
-            self._write(corked)
-
-    def _write(self, corked: list[tuple[bytes, tuple[int, ...]]]) -> None:
+        if not corked or self._closing:
+            return
+        # ``put``, spelled out: a fan-out comes this way once per subscriber.
         start = self._written
-        self.put(corked[0][0] if len(corked) == 1 else b"".join([data for data, _ in corked]))
+        data = corked[0][0] if len(corked) == 1 else b"".join([data for data, _ in corked])
+        self._written += len(data)
+        assert self.transport is not None
+        self.transport.write(data)
         if self._writing_paused:
             for data, ends in corked:
                 self._ends.extend([start + end for end in ends])
