@@ -649,11 +649,15 @@ def _flood_until_cut(gm: Client, slow: Client, combat: str) -> None:
     its buffer for ``slow`` filled, the daemon waits WRITE_STALL for it to read, then drops
     what is buffered, final error included, so a flood going on for longer (a loaded machine)
     would lose what is checked. A connection being closed is read no more: a small request
-    ``slow`` sends before each turn and still finds unread after it says so."""
+    ``slow`` sends before each turn and still finds unread after it says so. The next turn is
+    read from the events of the last, so each turn costs one call: the outbox fills as fast
+    as the daemon commits."""
+    turn = _turn(gm, combat)
     for i in range(FLOOD_TURNS):
         _send(slow, wire.pack(wire.Request(i, "list_plugins")))
-        turn = _turn(gm, combat)
-        gm.call("end_turn", combat=combat, request_id=f"{combat}-{i}", turn=turn)
+        ended = gm.call("end_turn", combat=combat, request_id=f"{combat}-{i}", turn=turn)
+        (started,) = [e for e in ended["events"] if e["event"] == "turn_started"]
+        turn = {"round": started["round"], "combatant": started["combatant"]}
         unread = fcntl.ioctl(slow.sock, termios.TIOCOUTQ, struct.pack("i", 0))
         if struct.unpack("i", unread)[0]:
             return
