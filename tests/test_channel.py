@@ -211,3 +211,44 @@ def test_pings_from_a_peer_that_does_not_read_get_no_pile_of_pongs() -> None:
         peer.close()
 
     asyncio.run(main())
+
+
+def test_bytes_that_arrive_behind_a_message_the_callback_handed_over_wait_for_it() -> None:
+    # The data callback decodes a message it cannot answer and hands it to the task with the
+    # start of the next one still in the decoder; more bytes come before the task wakes.
+    requests = [wire.pack(wire.Request(i, "get_combat", {"combat": "c"})) for i in (1, 2, 3)]
+
+    async def main() -> None:
+        channel, peer = await _channel()
+        assert isinstance(channel, UnixChannel)
+        channel.at_once = lambda _item: False
+        task = asyncio.ensure_future(channel.next(wire.REQUESTS))
+        await asyncio.sleep(0)  # the task waits for bytes
+        channel.data_received(requests[0] + requests[1][:5])
+        channel.data_received(requests[1][5:] + requests[2])
+        got = [await task]
+        got += [await channel.next(wire.REQUESTS), await channel.next(wire.REQUESTS)]
+        assert [m.msgid for m in got if isinstance(m, wire.Request)] == [1, 2, 3]
+        channel.close()
+        await channel.wait_closed()
+        peer.close()
+
+    asyncio.run(main())
+
+
+def test_a_loop_that_is_gone_leaves_no_flusher_behind() -> None:
+    import gc
+
+    async def main() -> None:
+        channel, peer = await _channel()
+        assert channel.post(b"\x01")
+        await asyncio.sleep(0.01)
+        channel.close()
+        await channel.wait_closed()
+        peer.close()
+
+    before = len(channel_module._flushers)
+    for _ in range(3):
+        asyncio.run(main())
+    gc.collect()
+    assert len(channel_module._flushers) <= before

@@ -73,13 +73,12 @@ class _Flusher:
     """The channels with messages posted in this turn of the loop, all written by one callback
     at its end: a command's events for 500 subscribers cost one callback, not 500."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
         self._due: list[Channel] = []
 
     def add(self, channel: Channel) -> None:
         if not self._due:
-            self._loop.call_soon(self._run)
+            channel._loop.call_soon(self._run)
         self._due.append(channel)
 
     def _run(self) -> None:
@@ -87,10 +86,14 @@ class _Flusher:
         for channel in due:
             try:
                 channel._flush()
-            except Exception as e:
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as e:
                 # One channel's failure is its own, as when each had a callback: the others'
                 # messages still go out.
-                self._loop.call_exception_handler({"message": "a channel failed", "exception": e})
+                channel._loop.call_exception_handler(
+                    {"message": "a channel failed", "exception": e}
+                )
 
 
 _flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = (
@@ -99,9 +102,10 @@ _flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = (
 
 
 def _flusher(loop: asyncio.AbstractEventLoop) -> _Flusher:
+    # The flusher holds no reference to its loop, so a loop's entry goes with the loop.
     found = _flushers.get(loop)
     if found is None:
-        found = _flushers[loop] = _Flusher(loop)
+        found = _flushers[loop] = _Flusher()
     return found
 
 
@@ -226,8 +230,10 @@ class Channel(asyncio.Protocol):
         raise NotImplementedError
 
     async def receive(self) -> bytes:
-        """The next bytes received; empty once nothing more will come."""
-        while not self._chunks:
+        """The next bytes received; empty once nothing more will come, or while a message the
+        data callback decoded waits to be taken (the decoder still holds the bytes behind it,
+        so bytes that came since must wait for it)."""
+        while not self._chunks or self._handed is not None:
             if self._eof or self._handed is not None:
                 return b""
             self._waiter = self._loop.create_future()

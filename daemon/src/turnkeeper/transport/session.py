@@ -316,15 +316,21 @@ class Session:
             return False
         started = time.perf_counter()
         try:
-            self._may_call(item.method)
-            result = handler(self, item.params)
-        except Exception as e:
-            response = self._failed(item, e)
-        else:
-            if result is None:
-                return False
-            response = wire.Response(item.msgid, None, result)
-        data = self._packed(self._logged(item, response, started))
+            try:
+                self._may_call(item.method)
+                result = handler(self, item.params)
+            except Exception as e:
+                response = self._failed(item, e)
+            else:
+                if result is None:
+                    return False
+                response = wire.Response(item.msgid, None, result)
+            data = self._packed(self._logged(item, response, started))
+        except Exception:
+            # Not answerable here after all (say its error cannot be told): the task reads it
+            # again (a read changes nothing) and fails as it fails everything, logged, the
+            # connection closed in order, not aborted from inside the transport's callback.
+            return False
         if self.closing is None:
             self.channel.send(data)
         return True
