@@ -241,7 +241,7 @@ def test_a_loop_that_is_gone_leaves_no_flusher_behind() -> None:
 
     async def main() -> None:
         channel, peer = await _channel()
-        assert channel.post(b"\x01")
+        assert channel.post(Batch([b"\x01"]))
         await asyncio.sleep(0.01)
         channel.close()
         await channel.wait_closed()
