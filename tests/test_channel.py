@@ -13,9 +13,10 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.connection import Connection
 from wsproto.events import BytesMessage, Ping, Request
 
+from turnkeeper.combats.telling import Batch
 from turnkeeper.transport import channel as channel_module
 from turnkeeper.transport.channel import OUTBOX_MESSAGES, Channel, UnixChannel
-from turnkeeper.transport.websocket import Gate, WebSocketChannel, _Framing
+from turnkeeper.transport.websocket import Gate, WebSocketChannel, _frame
 from turnkeeper_sdk import wire
 
 MESSAGE = b"\x92\x02" + b"x" * 1022
@@ -33,7 +34,7 @@ async def _channel() -> tuple[Channel, socket.socket]:
 
 async def _post_until_refused(channel: Channel) -> int:
     posted = 0
-    while channel.post(MESSAGE):
+    while channel.post(Batch([MESSAGE])):
         posted += 1
         if posted % 100 == 0:
             await asyncio.sleep(0)  # the posts so far are written
@@ -66,11 +67,30 @@ def test_a_peer_that_stops_reading_is_refused_past_the_outbox_and_gets_room_as_i
     asyncio.run(main())
 
 
+def test_a_batch_is_taken_whole_or_refused_whole_and_each_of_its_messages_takes_room() -> None:
+    async def main() -> None:
+        channel, peer = await _channel()
+        await _post_until_refused(channel)
+        while not channel.room():
+            with contextlib.suppress(BlockingIOError):
+                peer.recv(64 * 1024)
+            await asyncio.sleep(0.01)
+        room = channel.room()
+        assert not channel.post(Batch([MESSAGE] * (room + 1)))
+        assert channel.room() == room  # nothing of it was queued
+        assert channel.post(Batch([MESSAGE] * room))
+        assert channel.room() == 0
+        channel.abort()
+        peer.close()
+
+    asyncio.run(main())
+
+
 def test_a_reply_goes_out_behind_the_events_posted_before_it() -> None:
     async def main() -> None:
         channel, peer = await _channel()
-        assert channel.post(b"\x01")
-        assert channel.post(b"\x02")
+        assert channel.post(Batch([b"\x01"]))
+        assert channel.post(Batch([b"\x02"]))
         channel.send(b"\x03")
         await asyncio.sleep(0.01)
         assert peer.recv(16) == b"\x01\x02\x03"
@@ -95,9 +115,9 @@ def test_what_is_posted_to_many_channels_goes_out_at_the_end_of_the_turn_despite
 
         assert broken.transport is not None
         broken.transport.write = refuse  # type: ignore[method-assign]
-        assert broken.post(b"\x01")
-        assert fine.post(b"\x02")
-        assert fine.post(b"\x03")
+        assert broken.post(Batch([b"\x01"]))
+        assert fine.post(Batch([b"\x02"]))
+        assert fine.post(Batch([b"\x03"]))
         await asyncio.sleep(0.01)
         assert peer.recv(16) == b"\x02\x03"
         assert [str(e) for e in failures] == ["refused"]
@@ -110,16 +130,18 @@ def test_what_is_posted_to_many_channels_goes_out_at_the_end_of_the_turn_despite
 
 
 @pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 70000])
-def test_a_frame_reads_back_as_its_message_and_is_made_once_for_the_same_bytes(size: int) -> None:
-    framing = _Framing()
+def test_a_frame_reads_back_as_its_message_and_is_made_once_per_batch(size: int) -> None:
     data = bytes(i % 251 for i in range(size))
-    frame = framing(data)
-    assert framing(data) is frame
+    batch = Batch([data, b"\x01"])
+    framed = batch.framed(_frame)
+    assert batch.framed(_frame) is framed
+    frames, ends = framed
     client = Connection(ConnectionType.CLIENT)
-    client.receive_data(frame)
-    (message,) = list(client.events())
-    assert isinstance(message, BytesMessage)
-    assert (bytes(message.data), message.message_finished) == (data, True)
+    client.receive_data(frames)
+    messages = list(client.events())
+    assert all(isinstance(m, BytesMessage) and m.message_finished for m in messages)
+    assert [bytes(m.data) for m in messages] == [data, b"\x01"]  # type: ignore[attr-defined]
+    assert ends == (len(_frame(data)), len(frames))
 
 
 def test_a_waiting_reply_gets_room_while_the_peer_reads_though_the_buffer_never_empties(
@@ -138,8 +160,8 @@ def test_a_waiting_reply_gets_room_while_the_peer_reads_though_the_buffer_never_
         while not waiter.done() and loop.time() - start < 4:
             with contextlib.suppress(BlockingIOError):
                 peer.recv(3 * 1024)
-            channel.post(MESSAGE)
-            channel.post(MESSAGE)
+            channel.post(Batch([MESSAGE]))
+            channel.post(Batch([MESSAGE]))
             await asyncio.sleep(0.005)
         assert waiter.done()
         assert waiter.exception() is None  # not the TimeoutError of SEND_TIMEOUT
@@ -219,7 +241,7 @@ def test_a_loop_that_is_gone_leaves_no_flusher_behind() -> None:
 
     async def main() -> None:
         channel, peer = await _channel()
-        assert channel.post(b"\x01")
+        assert channel.post(Batch([b"\x01"]))
         await asyncio.sleep(0.01)
         channel.close()
         await channel.wait_closed()

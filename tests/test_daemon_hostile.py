@@ -6,8 +6,11 @@ The tests of what one connection sends run on the Unix socket and again over Web
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import socket
+import struct
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -641,11 +644,31 @@ def test_a_slow_consumer_that_never_reads_is_disconnected(daemon: Daemon, gm: Cl
         slow.close()
 
 
+def _flood_until_cut(gm: Client, slow: Client, combat: str) -> None:
+    """End turns until the daemon has found ``slow`` too slow, and no further: from the moment
+    its buffer for ``slow`` filled, the daemon waits WRITE_STALL for it to read, then drops
+    what is buffered, final error included, so a flood going on for longer (a loaded machine)
+    would lose what is checked. A connection being closed is read no more: a small request
+    ``slow`` sends before each turn and still finds unread after it says so. The next turn is
+    read from the events of the last, so each turn costs one call: the outbox fills as fast
+    as the daemon commits."""
+    turn = _turn(gm, combat)
+    for i in range(FLOOD_TURNS):
+        _send(slow, wire.pack(wire.Request(i, "list_plugins")))
+        ended = gm.call("end_turn", combat=combat, request_id=f"{combat}-{i}", turn=turn)
+        (started,) = [e for e in ended["events"] if e["event"] == "turn_started"]
+        turn = {"round": started["round"], "combatant": started["combatant"]}
+        unread = fcntl.ioctl(slow.sock, termios.TIOCOUTQ, struct.pack("i", 0))
+        if struct.unpack("i", unread)[0]:
+            return
+    pytest.fail(f"still read after {FLOOD_TURNS} turns: never found too slow")
+
+
 @STREAM_ONLY
 def test_a_slow_consumer_is_told_slow_consumer_before_the_close(daemon: Daemon, gm: Client) -> None:
     slow, _ = _slow_subscriber(daemon, gm, "slow-told")
     try:
-        _flood(gm, "slow-told", FLOOD_TURNS)
+        _flood_until_cut(gm, slow, "slow-told")
         seen = _until_closed(slow, 10.0)
         events = [n.params["seq"] for n in seen if n.method == "event"]
         assert events == list(range(events[0], events[0] + len(events)))  # no gap, in order

@@ -19,6 +19,7 @@ from daemon import CALL_TIMEOUT
 from story import OBSERVER, Story, player
 from turnkeeper.combats import Hub, RequestError, deadlines, queries, registry, writer
 from turnkeeper.combats import hub as facade
+from turnkeeper.combats.telling import Batch
 from turnkeeper.combats.telling import numbered as shown_to
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
@@ -441,8 +442,8 @@ class _Follower:
     def __init__(self) -> None:
         self.sent: list[bytes] = []
 
-    def deliver(self, data: bytes) -> bool:
-        self.sent.append(data)
+    def deliver(self, batch: Batch) -> bool:
+        self.sent.extend(batch.messages)
         return True
 
     def room(self) -> int:
@@ -482,10 +483,66 @@ async def test_unsubscribing_leaves_the_combats_followed_and_no_other(tmp_path: 
     store.close()
 
 
+class _Batched(_Follower):
+    """A subscriber that keeps the batches it is handed, as they are."""
+
+    def __init__(self, actor: Any = NARRATOR, narration: str | None = None) -> None:
+        super().__init__()
+        self.actor = actor
+        self.narration = narration
+        self.batches: list[Batch] = []
+
+    def deliver(self, batch: Batch) -> bool:
+        self.batches.append(batch)
+        return True
+
+
+@pytest.mark.anyio
+async def test_an_audience_shares_one_batch_per_command_and_sees_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """A command's events are packed once per audience (role, user, locale): its subscribers,
+    whether they follow the combat or every combat, are handed that one batch, and another
+    audience's never; a hidden combatant's events reach no player's batch (R16)."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    gms = [_Batched(), _Batched()]
+    told = _Batched(narration="en")
+    players = [_Batched(player("u1")), _Batched(player("u1"))]
+    everywhere = _Batched()
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "create")
+        for follower in [*gms, told, *players]:
+            await hub.subscribe("k", follower, hub.combats["k"].seq)
+        hub.subscribe_all(everywhere)
+        hidden = c.AddCombatant("spy", "Spy", hidden=True)
+        await hub.execute("p", NARRATOR, "k", hidden, "hide")
+        await hub.execute("p", NARRATOR, "k", c.AddCombatant("ann", "Ann"), "add")
+        first, second = gms[0].batches, gms[1].batches
+        assert len(first) == 2
+        assert [a is b for a, b in zip(first, second, strict=True)] == [True, True]
+        assert [a is b for a, b in zip(first, everywhere.batches, strict=True)] == [True, True]
+        assert not any(a is b for a in first for b in told.batches)
+        # The hidden combatant's arrival is no player's: only that a command was recorded.
+        mine, theirs = players[0].batches, players[1].batches
+        assert [a is b for a, b in zip(mine, theirs, strict=True)] == [True, True]
+        assert not any(a is b for a in mine for b in first)
+
+        def kinds(batch: Batch) -> list[str]:
+            return [msgpack.unpackb(m)[2][0]["event"] for m in batch.messages]
+
+        assert kinds(first[0]) == ["command_recorded", "combatant_added"]
+        assert kinds(mine[0]) == ["command_recorded"]
+        assert kinds(mine[1]) == kinds(first[1])
+        await store.stop()
+    store.close()
+
+
 class _Stalled(_Follower):
     """A subscriber whose outbox is full once it has caught up."""
 
-    def deliver(self, data: bytes) -> bool:
+    def deliver(self, batch: Batch) -> bool:
         return False
 
 

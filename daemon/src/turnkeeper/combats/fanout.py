@@ -23,7 +23,7 @@ from .combat import Combat
 from .errors import RequestError
 from .rebuild import Rebuilder
 from .registry import Combats
-from .telling import audience, numbered, packed
+from .telling import Batch, audience, numbered, packed
 
 log = structlog.get_logger("turnkeeper.combats")
 
@@ -32,16 +32,23 @@ MAX_CATCH_UP = 1000
 combat's state and history first (``too_far_behind``), so no outbox ever holds a whole log."""
 
 
+Audience = tuple[str, str | None, str | None]
+"""Subscribers shown the very same bytes: who they are to R16 (``audience``) and the locale
+their events are told in."""
+
+
 class Subscriber(Protocol):
-    """A connection's side of a subscription."""
+    """A connection's side of a subscription. Its ``actor`` and ``narration`` stay the same
+    while it follows anything (a session's are set by its one hello, before it may follow)."""
 
     actor: Actor
     narration: str | None
     """The locale this subscriber's events are told in (their ``summary``), or None for none."""
 
-    def deliver(self, data: bytes) -> bool:
-        """Queue one packed ``event`` notification; False when the subscriber cannot keep up
-        (it then ends its connection itself, and the registry drops it)."""
+    def deliver(self, batch: Batch) -> bool:
+        """Queue a batch of packed ``event`` notifications, all or none; False when the
+        subscriber cannot keep up (it then ends its connection itself, and the registry drops
+        it). The batch is shared with the rest of its audience, never changed."""
         ...
 
     def room(self) -> int:
@@ -62,12 +69,15 @@ class SubscriptionRegistry:
         self._combats = combats
         self._rebuilder = rebuilder
         self._rules = rules
-        self._by_combat: dict[str, set[Subscriber]] = {}
-        """The subscribers of each combat; an entry per combat that has any."""
+        self._by_combat: dict[str, dict[Audience, set[Subscriber]]] = {}
+        """The subscribers of each combat by audience, so that a command's events are shown
+        and packed once per audience by a walk that meets no subscriber; an entry per combat
+        that has any, and per audience that has any."""
         self._by_subscriber: dict[Subscriber, set[str]] = {}
         """The combats each subscriber follows, so that a disconnect leaves them without a walk
         over every combat; an entry per subscriber that follows any."""
-        self._everywhere: set[Subscriber] = set()
+        self._everywhere: dict[Audience, set[Subscriber]] = {}
+        """Who follows every combat (``subscribe_all``), by audience likewise."""
 
     def follows(self, subscriber: Subscriber, combat_id: str) -> bool:
         """Whether ``subscriber`` follows ``combat_id`` (by ``subscribe``)."""
@@ -75,11 +85,11 @@ class SubscriptionRegistry:
 
     def follows_all(self, subscriber: Subscriber) -> bool:
         """Whether ``subscriber`` follows every combat (by ``subscribe_all``)."""
-        return subscriber in self._everywhere
+        return subscriber in self._everywhere.get(_audience(subscriber), ())
 
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
-        return set(self._by_combat.get(combat_id, ()))
+        return set().union(*self._by_combat.get(combat_id, {}).values())
 
     async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
         """Missed events first, then live, with no gap and no duplicate: the catch-up is read
@@ -111,14 +121,14 @@ class SubscriptionRegistry:
                 locale=subscriber.narration,
                 rules=self._rules,
             )
-            notes = packed(combat.id, shown)
-            if len(notes) > subscriber.room():
+            batch = packed(combat.id, shown)
+            if len(batch.messages) > subscriber.room():
                 raise RequestError(
                     "too_far_behind", "the catch-up does not fit the outbox", "after"
                 )
-            for data in notes:
-                subscriber.deliver(data)
-            self._by_combat.setdefault(combat.id, set()).add(subscriber)
+            if batch.messages:
+                subscriber.deliver(batch)
+            _join(self._by_combat.setdefault(combat.id, {}), subscriber)
             self._by_subscriber.setdefault(subscriber, set()).add(combat.id)
             return combat.seq
 
@@ -128,11 +138,11 @@ class SubscriptionRegistry:
         on any with ``history``; ``until`` is the page's last id and ``more`` whether combats
         follow it, whose seqs ``list_combats`` pages on with. A refused request subscribes
         nothing."""
-        if subscriber in self._everywhere:
+        if self.follows_all(subscriber):
             raise RequestError("already_subscribed", "subscribed to all already", "method")
         page = self._combats.page(None, limit)
         seqs: dict[str, Plain] = {c.id: c.seq for c in page if c.quarantined is None}
-        self._everywhere.add(subscriber)
+        _join(self._everywhere, subscriber)
         until = page[-1].id if page else None
         return {"seqs": seqs, "until": until, "more": len(page) < len(self._combats)}
 
@@ -148,19 +158,19 @@ class SubscriptionRegistry:
 
     def unsubscribe_all(self, subscriber: Subscriber) -> None:
         """Stop ``subscribe_all``'s events (combats subscribed one by one go on)."""
-        self._everywhere.discard(subscriber)
+        _part(self._everywhere, subscriber)
 
     def drop(self, subscriber: Subscriber) -> None:
         """Forget every subscription of ``subscriber`` (a disconnect): only the combats it
         follows are visited."""
-        self._everywhere.discard(subscriber)
+        _part(self._everywhere, subscriber)
         for combat_id in self._by_subscriber.pop(subscriber, set()):
             self._leave(subscriber, combat_id)
 
     def _leave(self, subscriber: Subscriber, combat_id: str) -> None:
         followers = self._by_combat.get(combat_id)
         if followers is not None:
-            followers.discard(subscriber)
+            _part(followers, subscriber)
             if not followers:
                 del self._by_combat[combat_id]
 
@@ -171,38 +181,63 @@ class SubscriptionRegistry:
         plains: list[dict[str, Plain]],
     ) -> None:
         """Send a combat's newly committed events to everyone following it, each shown as its
-        audience may see them (R16): filtered and packed once per audience, however many
-        subscribers it has."""
-        ready: dict[tuple[str, str | None, str | None], list[bytes] | None] = {}
+        audience may see them (R16): filtered and packed once per audience into one batch,
+        which each of its subscribers is handed as it is."""
+        batches: dict[Audience, Batch | None] = {}
         failed: list[Subscriber] = []
         lagging: list[Subscriber] = []
-        for subscriber in [*self._by_combat.get(combat.id, ()), *self._everywhere]:
-            key = (*audience(subscriber.actor), subscriber.narration)
-            if key not in ready:
-                try:
-                    shown = numbered(
-                        events,
-                        combat.state,
-                        subscriber.actor,
-                        plains,
-                        subscriber.narration,
-                        rules=self._rules,
-                    )
-                    ready[key] = packed(combat.id, shown)
-                except Exception:
-                    log.exception("publish_failed", combat=combat.id, audience=key)
-                    ready[key] = None
-            notes = ready[key]
-            if notes is None:
-                # The command is committed; a subscriber its events cannot be shown to loses
-                # its subscriptions, and is told, rather than receive a gap.
-                failed.append(subscriber)
-                continue
-            for data in notes:
-                if not subscriber.deliver(data):
-                    lagging.append(subscriber)  # it ends its connection itself
-                    break
+        for groups in (self._by_combat.get(combat.id, {}), self._everywhere):
+            for key, followers in groups.items():
+                if key in batches:
+                    batch = batches[key]
+                else:
+                    batch = batches[key] = self._batch(combat, events, plains, key, followers)
+                if batch is None:
+                    # The command is committed; a subscriber its events cannot be shown to
+                    # loses its subscriptions, and is told, rather than receive a gap.
+                    failed.extend(followers)
+                elif batch.messages:
+                    for subscriber in followers:
+                        if not subscriber.deliver(batch):
+                            lagging.append(subscriber)  # it ends its connection itself
         for subscriber in [*failed, *lagging]:
             self.drop(subscriber)
         for subscriber in failed:
             subscriber.lost()
+
+    def _batch(
+        self,
+        combat: Combat,
+        events: list[tuple[int, ev.Event]],
+        plains: list[dict[str, Plain]],
+        key: Audience,
+        followers: set[Subscriber],
+    ) -> Batch | None:
+        """The events as ``key``'s audience is shown them (None if that failed): any of its
+        followers stands for all of them."""
+        one = next(iter(followers))
+        try:
+            shown = numbered(
+                events, combat.state, one.actor, plains, one.narration, rules=self._rules
+            )
+            return packed(combat.id, shown)
+        except Exception:
+            log.exception("publish_failed", combat=combat.id, audience=key)
+            return None
+
+
+def _audience(subscriber: Subscriber) -> Audience:
+    return (*audience(subscriber.actor), subscriber.narration)
+
+
+def _join(groups: dict[Audience, set[Subscriber]], subscriber: Subscriber) -> None:
+    groups.setdefault(_audience(subscriber), set()).add(subscriber)
+
+
+def _part(groups: dict[Audience, set[Subscriber]], subscriber: Subscriber) -> None:
+    key = _audience(subscriber)
+    followers = groups.get(key)
+    if followers is not None:
+        followers.discard(subscriber)
+        if not followers:
+            del groups[key]

@@ -4,6 +4,8 @@ what a command's caller, a subscriber and a ``history`` page are shown."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from itertools import accumulate
 
 from turnkeeper_engine import Actor, RuleBook, State, view, visible
 from turnkeeper_engine import events as ev
@@ -70,10 +72,32 @@ def told(state: State, events: Plain, actor: Actor, locale: str, rules: RuleBook
     return lines
 
 
-def packed(combat_id: str, shown: list[Plain]) -> list[bytes]:
+class Batch:
+    """A command's events as one audience is shown them, packed once: every subscriber of the
+    audience is handed this very object, so what a subscriber costs does not grow with the
+    events' size or number."""
+
+    __slots__ = ("_framed", "messages")
+
+    def __init__(self, messages: list[bytes]) -> None:
+        self.messages = messages
+        """One packed ``event`` notification per event, in order."""
+        self._framed: dict[Callable[[bytes], bytes], tuple[bytes, tuple[int, ...]]] = {}
+
+    def framed(self, frame: Callable[[bytes], bytes]) -> tuple[bytes, tuple[int, ...]]:
+        """The messages each framed by ``frame`` (a transport's framing), in one piece, with
+        where each ends in it: made once per framing, however many subscribers write it."""
+        found = self._framed.get(frame)
+        if found is None:
+            frames = [frame(message) for message in self.messages]
+            found = self._framed[frame] = (b"".join(frames), tuple(accumulate(map(len, frames))))
+        return found
+
+
+def packed(combat_id: str, shown: list[Plain]) -> Batch:
     """Shown events as packed ``event`` notifications, one per event."""
     notes = []
     for item in shown:
         assert isinstance(item, dict)
         notes.append(wire.pack(wire.Notification("event", {"combat": combat_id, **item})))
-    return notes
+    return Batch(notes)

@@ -20,11 +20,14 @@ import struct
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
 from turnkeeper_sdk import wire
+
+if TYPE_CHECKING:
+    from ..combats.telling import Batch
 
 OUTBOX_MESSAGES = 1024
 """Messages waiting for one peer beyond what the kernel took. An event for a subscriber with
@@ -106,6 +109,11 @@ def _flusher(loop: asyncio.AbstractEventLoop) -> _Flusher:
     return found
 
 
+def _unframed(data: bytes) -> bytes:
+    """A byte stream's framing: msgpack delimits its messages itself."""
+    return data
+
+
 class Channel(asyncio.Protocol):
     """One connection's bytes: read on demand, written at once, bounded both ways."""
 
@@ -139,8 +147,11 @@ class Channel(asyncio.Protocol):
         """Bytes handed to the transport so far."""
         self._ends: deque[int] = deque()
         """Where each message still (partly) in the transport's buffer ends, in ``_written``."""
-        self._corked: list[bytes] = []
-        """Messages posted (``post``), written together at the end of this turn of the loop."""
+        self._corked: list[tuple[bytes, tuple[int, ...]]] = []
+        """Bytes posted (``post``), written together at the end of this turn of the loop, each
+        with where its messages end in it."""
+        self._corked_messages = 0
+        """How many messages ``_corked`` holds."""
         self._writing_paused = False
         self._room_waiter: asyncio.Future[None] | None = None
         self._stall: asyncio.TimerHandle | None = None
@@ -249,12 +260,12 @@ class Channel(asyncio.Protocol):
     def room(self) -> int:
         """How many more messages may wait for this peer."""
         if not self._writing_paused:
-            return OUTBOX_MESSAGES - len(self._corked)
+            return OUTBOX_MESSAGES - self._corked_messages
         flushed = self._flushed()
         ends = self._ends
         while ends and ends[0] <= flushed:
             ends.popleft()
-        return max(0, OUTBOX_MESSAGES - len(ends) - len(self._corked))
+        return max(0, OUTBOX_MESSAGES - len(ends) - self._corked_messages)
 
     async def wait_room(self) -> None:
         """Until a message may be queued (or the connection is gone); ``TimeoutError`` after
@@ -279,46 +290,59 @@ class Channel(asyncio.Protocol):
         if self._closing or not framed:
             return
         if self._corked:
-            self._corked.append(framed)
+            self._corked.append((framed, (len(framed),)))
             self._flush()
             return
-        # ``_write`` of one message, spelled out: every reply comes this way.
+        # ``put`` of one message, spelled out: every reply comes this way.
         assert self.transport is not None
         self._written += len(framed)
         self.transport.write(framed)
         if self._writing_paused:
             self._ends.append(self._written)
 
-    def post(self, data: bytes) -> bool:
-        """Write one packed message at the end of this turn of the loop, with every other posted
-        meanwhile: a command's events reach a subscriber in one write, not one each. False,
-        and nothing written, when the peer has ``OUTBOX_MESSAGES`` waiting already."""
-        if (self._writing_paused or len(self._corked) >= OUTBOX_MESSAGES) and not self.room():
+    def post(self, batch: Batch) -> bool:
+        """Write a batch of packed messages at the end of this turn of the loop, with every
+        other posted meanwhile: a command's events reach a subscriber in one write. The batch
+        is framed once for all the channels of this transport it is posted to. False, and
+        nothing written, when the peer has no room for all its messages."""
+        count = len(batch.messages)
+        if (
+            self._writing_paused or self._corked_messages + count > OUTBOX_MESSAGES
+        ) and self.room() < count:
             return False
-        framed = self.frame(data)
-        if self._closing or not framed:
+        framing = self.framing()
+        if self._closing or framing is None:
             return True
         if not self._corked:
             self._flusher.add(self)
-        self._corked.append(framed)
+        self._corked.append(batch.framed(framing))
+        self._corked_messages += count
         return True
 
     def _flush(self) -> None:
         corked, self._corked = self._corked, []
-        if corked and not self._closing:
-            self._write(corked)
-
-    def _write(self, messages: list[bytes]) -> None:
-        end = self._written
-        self.put(messages[0] if len(messages) == 1 else b"".join(messages))
+        self._corked_messages = 0
+        if not corked or self._closing:
+            return
+        # ``put``, spelled out: a fan-out comes this way once per subscriber.
+        start = self._written
+        data = corked[0][0] if len(corked) == 1 else b"".join([data for data, _ in corked])
+        self._written += len(data)
+        assert self.transport is not None
+        self.transport.write(data)
         if self._writing_paused:
-            for message in messages:
-                end += len(message)
-                self._ends.append(end)
+            for data, ends in corked:
+                self._ends.extend([start + end for end in ends])
+                start += len(data)
+
+    def framing(self) -> Callable[[bytes], bytes] | None:
+        """How the transport frames a packed message; None once no message may be sent."""
+        return _unframed
 
     def frame(self, data: bytes) -> bytes:
-        """A packed message as the transport carries it."""
-        return data
+        """A packed message as the transport carries it; empty once none may be sent."""
+        framing = self.framing()
+        return b"" if framing is None else framing(data)
 
     def put(self, data: bytes) -> None:
         """Write bytes as they are: the transport's own (a handshake, a control frame)."""
@@ -364,6 +388,7 @@ class Channel(asyncio.Protocol):
     def abort(self) -> None:
         """Close at once, dropping what is buffered: for a peer not worth an answer."""
         self._corked = []
+        self._corked_messages = 0
         self._closing = self._eof = True
         self._wake()
         self._wake_room()

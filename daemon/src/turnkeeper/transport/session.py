@@ -32,6 +32,7 @@ from .. import __version__, i18n
 from ..auth import AuthError, Principal, Tokens
 from ..combats import Hub, RequestError
 from ..combats.registry import MAX_COMBAT_PAGE
+from ..combats.telling import Batch
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
 from .listeners import Admission, ConnectionLimits
@@ -147,10 +148,10 @@ class Session:
 
     # Subscriber protocol -------------------------------------------------------------------
 
-    def deliver(self, data: bytes) -> bool:
+    def deliver(self, batch: Batch) -> bool:
         if self.closing is not None:
             return False
-        if self.channel.post(data):
+        if self.channel.post(batch):
             return True
         self.close_with(
             wire.WireError("slow_consumer", "the connection fell too far behind its events")

@@ -66,9 +66,6 @@ CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 """The WebSocket close code sent with a fatal protocol error (the error notification, sent just
 before, says which)."""
-FRAMES_KEPT = 64
-"""Latest framings kept for reuse: more than the events one command makes for one audience in
-all but the rarest case, so each of its events is framed once however many subscribers it has."""
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -85,35 +82,16 @@ _CATALOGUE = re.compile(r"^/i18n/([A-Za-z_-]{1,35})\.json$")
 _IMPORT_MAP = re.compile(rb'<script type="importmap">(.*?)</script>', re.DOTALL)
 
 
-class _Framing:
-    """Binary frames of whole messages as a server sends them (unmasked, unfragmented). A frame
-    depends on its message alone, and the hub hands the same bytes objects to every subscriber
-    of an audience in turn (a command's events, one subscriber after another): the latest
-    framings are kept, so those subscribers share their frames."""
-
-    def __init__(self) -> None:
-        self._frames: dict[int, tuple[bytes, bytes]] = {}
-
-    def __call__(self, data: bytes) -> bytes:
-        kept = self._frames.get(id(data))
-        # The message is kept with its frame, so its id cannot be another's meanwhile.
-        if kept is not None and kept[0] is data:
-            return kept[1]
-        size = len(data)
-        if size < 126:
-            head = bytes((0x82, size))
-        elif size < 1 << 16:
-            head = b"\x82\x7e" + size.to_bytes(2, "big")
-        else:
-            head = b"\x82\x7f" + size.to_bytes(8, "big")
-        frame = head + data
-        if len(self._frames) >= FRAMES_KEPT:
-            del self._frames[next(iter(self._frames))]
-        self._frames[id(data)] = (data, frame)
-        return frame
-
-
-_framed = _Framing()
+def _frame(data: bytes) -> bytes:
+    """A binary frame of a whole message as a server sends it (unmasked, unfragmented)."""
+    size = len(data)
+    if size < 126:
+        head = bytes((0x82, size))
+    elif size < 1 << 16:
+        head = b"\x82\x7e" + size.to_bytes(2, "big")
+    else:
+        head = b"\x82\x7f" + size.to_bytes(8, "big")
+    return head + data
 
 
 class WebSocketChannel(Channel):
@@ -218,9 +196,9 @@ class WebSocketChannel(Channel):
         if pong is not None and self._open:
             self.put(pong)
 
-    def frame(self, data: bytes) -> bytes:
-        """Nothing once the WebSocket is closing: no message may follow the close frame."""
-        return _framed(data) if self._open else b""
+    def framing(self) -> Callable[[bytes], bytes] | None:
+        """None once the WebSocket is closing: no message may follow the close frame."""
+        return _frame if self._open else None
 
     def _goodbye(self, *, refused: bool) -> None:
         """A close frame while the WebSocket is open: 1008 after a fatal error, else 1001."""
