@@ -180,10 +180,20 @@ def _sizer(cls: type) -> Callable[[Any], int]:
     names, size = _keys_size(cls)
     if not names:
         raise TypeError(f"{cls.__name__} has no plain form")
-    terms = " + ".join(f"size(v.{n})" for n in names)
-    scope: dict[str, Any] = {"size": encoded_size}
+    # The scalars most fields hold are sized here, without going through ``encoded_size``'s
+    # dispatch: a record's size is mostly its strings'.
+    lines = ["def sized(v):", f"    n = {size}"]
+    for n in names:
+        lines += [
+            f"    x = v.{n}",
+            "    t = type(x)",
+            "    n += str_size(x) if t is str else 1 if x is None or t is bool else"
+            " int_size(x) if t is int else size(x)",
+        ]
+    lines += ["    return n", ""]
+    scope: dict[str, Any] = {"size": encoded_size, "str_size": _str_size, "int_size": _int_size}
     # Made from the class's own field names, as dataclasses makes its methods.
-    exec(f"def sized(v):\n    return {size} + {terms}\n", scope)
+    exec("\n".join(lines), scope)
     made: Callable[[Any], int] = scope["sized"]
     _SIZERS[cls] = made
     return made

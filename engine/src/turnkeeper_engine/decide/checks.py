@@ -77,12 +77,18 @@ def measure(state: State) -> Measure:
         if value is was:
             continue
         if type(value) is tuple:
-            known: dict[int, int] = {}
             old = measured.items[i]
-            if old is not None:
+            if old is None:
+                each = tuple(encoded_size(v) for v in value)
+            else:
                 assert isinstance(was, tuple)
-                known = {id(v): n for v, n in zip(was, old, strict=True)}
-            each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
+                if len(value) >= len(old) and all(map(operator.is_, was, value)):
+                    # Items added at the end (a condition applied, a combatant added): only
+                    # they are measured, the rest compared in one pass, not looked up each.
+                    each = old + tuple(encoded_size(v) for v in value[len(old) :])
+                else:
+                    known = {id(v): n for v, n in zip(was, old, strict=True)}
+                    each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
             sizes[i], items[i] = header_size(len(each)) + sum(each), each
         else:
             sizes[i], items[i] = encoded_size(value), None
