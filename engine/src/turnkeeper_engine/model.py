@@ -46,7 +46,8 @@ def _replacer(cls: type) -> Callable[..., Any]:
     )
     scope: dict[str, Any] = {"_KEEP": _KEEP, "_new": object.__new__, "_cls": cls}
     for n in names:
-        slot = cls.__dict__.get(n)
+        # A field an event's base class declares has its slot there.
+        slot = next((c.__dict__[n] for c in cls.__mro__ if n in c.__dict__), None)
         if not isinstance(slot, MemberDescriptorType):
             raise TypeError(f"{cls.__name__}: replace() is only made for records with slots")
         scope[f"_set_{n}"] = slot.__set__
