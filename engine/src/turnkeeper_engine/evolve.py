@@ -205,7 +205,8 @@ def _within_reach(stretches: tuple[Stretch, ...], reach: int) -> tuple[Stretch, 
     for i in range(len(stretches) - 1, -1, -1):
         if held >= reach:
             return stretches[i + 1 :]
-        held += stretches[i].size
+        s = stretches[i]
+        held += s.count if s.packed else len(s.done)  # ``Stretch.size``, without its call
     return stretches
 
 

@@ -73,9 +73,10 @@ def measure(state: State) -> Measure:
     sizes = list(measured.sizes)
     items = list(measured.items)
     longest = measured.longest
-    for i, (value, was) in enumerate(zip(values, measured.values, strict=True)):
-        if value is was:
-            continue
+    held = measured.values
+    # Most commands change one or two of the view's fields: only they are gone through.
+    for i in [i for i, value in enumerate(values) if value is not held[i]]:
+        value, was = values[i], held[i]
         if type(value) is tuple:
             old = measured.items[i]
             if old is None:
