@@ -241,3 +241,41 @@ def test_the_plain_form_of_every_value_is_its_fields_in_order_with_an_events_nam
         plain = to_plain(value)
         assert plain == _walked(value)
         assert json.dumps(plain) == json.dumps(_walked(value))  # the keys' order too
+
+
+def test_the_fast_decoders_make_the_values_and_raise_the_errors_of_the_general_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each record class's generated decoder only ever takes data the general walk would
+    decode the same way; everything else goes to that walk (its errors, its values)."""
+    from turnkeeper_engine import plain
+
+    s, commands = _played()
+    good: list[dict[str, object]] = [command_to_plain(command) for command in commands]
+    good += [event_to_plain(event) for event in s.log]
+    bad: list[dict[str, object]] = [
+        {"command": "apply_condition", "target": 1, "type": "x"},
+        {"command": "apply_condition", "type": "x"},
+        {"command": "apply_condition", "target": "k", "type": "x", "rounds": True},
+        {"command": "apply_condition", "target": "k", "type": "x", "rounds": 2.0},
+        {"command": "apply_condition", "target": "k", "type": "x", "boundary": "never"},
+        {"command": "apply_condition", "target": "k", "type": "x", "anchor": 3},
+        {"command": "apply_condition", "target": "k", "type": "x", "extra": None},
+        {"command": "take_held_turn", "combatant": "x", "when": "during", "other": "y"},
+        {"command": "add_combatant", "id": "a", "display_name": "X", "group": ["g"]},
+        {"command": "end_turn", "turn": {"round": 1, "combatant": "x", "extra": 1}},
+    ]
+
+    def decoded(data: dict[str, object]) -> object:
+        try:
+            if "command" in data:
+                return command_from_plain(data)
+            return event_from_plain(data)
+        except PlainError as e:
+            return ("refused", e.field, e.template, dict(e.args))
+
+    fast = [decoded(d) for d in good + bad]
+    assert all(isinstance(v, tuple) and v[0] == "refused" for v in fast[len(good) :])
+    monkeypatch.setattr(plain, "_FAST", {})
+    monkeypatch.setattr(plain, "_fast", lambda cls: lambda *args: plain._SLOW)
+    assert [decoded(d) for d in good + bad] == fast

@@ -180,10 +180,20 @@ def _sizer(cls: type) -> Callable[[Any], int]:
     names, size = _keys_size(cls)
     if not names:
         raise TypeError(f"{cls.__name__} has no plain form")
-    terms = " + ".join(f"size(v.{n})" for n in names)
-    scope: dict[str, Any] = {"size": encoded_size}
+    # The scalars most fields hold are sized here, without going through ``encoded_size``'s
+    # dispatch: a record's size is mostly its strings'.
+    lines = ["def sized(v):", f"    n = {size}"]
+    for n in names:
+        lines += [
+            f"    x = v.{n}",
+            "    t = type(x)",
+            "    n += str_size(x) if t is str else 1 if x is None or t is bool else"
+            " int_size(x) if t is int else size(x)",
+        ]
+    lines += ["    return n", ""]
+    scope: dict[str, Any] = {"size": encoded_size, "str_size": _str_size, "int_size": _int_size}
     # Made from the class's own field names, as dataclasses makes its methods.
-    exec(f"def sized(v):\n    return {size} + {terms}\n", scope)
+    exec("\n".join(lines), scope)
     made: Callable[[Any], int] = scope["sized"]
     _SIZERS[cls] = made
     return made
@@ -277,6 +287,13 @@ def from_plain(tp: Any, data: Any, *, strict: bool = True) -> Any:
     holds is decoded so. A client decodes what a daemon sent with ``strict=False``, skipping
     the fields it does not know: a newer daemon may add optional fields (protocol.md, API
     contract), and a client must go on working."""
+    fast = _FAST.get(tp)
+    if fast is not None and type(data) is dict:
+        # A command a client sent, straight to its class's decoder (``_dataclass`` would
+        # call it after the general dispatch).
+        made = fast(data, 0, None, strict)
+        if made is not _SLOW:
+            return made
     return _decode(tp, data, "", 0, None, strict)
 
 
@@ -414,8 +431,13 @@ def _dataclass(
     if tp is Event:
         tp, data = _event_body(data, field)  # type: ignore[assignment]
     cls = typing.cast(type, tp)
-    if cls is State and _old_undo(data.get("undo"), shared):
-        return _old_state(data, field, depth, shared, strict)  # type: ignore[return-value]
+    if cls is State:
+        if _old_undo(data.get("undo"), shared):
+            return _old_state(data, field, depth, shared, strict)  # type: ignore[return-value]
+    else:
+        made = (_FAST.get(cls) or _fast(cls))(data, depth, shared, strict)
+        if made is not _SLOW:
+            return made  # type: ignore[no-any-return]
     layout = _layout(cls)
     names = _names_of(cls)
     if strict:
@@ -433,6 +455,76 @@ def _dataclass(
         elif required:
             raise PlainError("is required", f"{field}.{name}" if field else name)
     return tp(**values)
+
+
+_SLOW = object()
+"""What a fast decoder (``_fast``) returns for data it does not take as it is."""
+_FAST: dict[type, Callable[[Any, int, _Shared | None, bool], Any]] = {}
+"""The fast decoder of each record class, made once by ``_fast``."""
+
+
+def _fast(cls: type) -> Callable[[Any, int, _Shared | None, bool], Any]:
+    """A decoder for records of ``cls`` written once as Python source, as ``_encoder`` is:
+    each field read directly and a string, integer, boolean, optional string or string
+    literal checked inline, without a call (every command a client sends is decoded so).
+    It only ever accepts: for data it does not take exactly as it is (a field missing, of
+    another type, unknown, too deep) it returns ``_SLOW``, and ``_dataclass`` decodes it the
+    general way, which refuses it with its field and message or decodes it as it would have
+    anyway. So the values it makes and the errors raised are those of ``_dataclass``."""
+    scope: dict[str, Any] = {
+        "SLOW": _SLOW,
+        "cls": cls,
+        "names": _names_of(cls),
+        "intern": sys.intern,
+        "decode": _decode,
+        "PlainError": PlainError,
+    }
+    lines = [
+        "def fast(d, depth, shared, strict):",
+        f"    if depth >= {MAX_DEPTH} or (strict and not names.issuperset(d)):",
+        "        return SLOW",
+        "    k = {}",
+    ]
+    for i, (name, hint, required) in enumerate(_layout(cls)):
+        lines += [f"    if {name!r} in d:", f"        v = d[{name!r}]"]
+        lines += [f"        {line}" for line in _fast_check(hint, i, scope)]
+        lines += [f"        k[{name!r}] = v"]
+        if required:
+            lines += ["    else:", "        return SLOW"]
+    lines += ["    return cls(**k)", ""]
+    # Made from the class's own field names and type hints, as dataclasses makes its methods.
+    exec("\n".join(lines), scope)
+    made: Callable[[Any, int, _Shared | None, bool], Any] = scope["fast"]
+    _FAST[cls] = made
+    return made
+
+
+def _fast_check(hint: Any, i: int, scope: dict[str, Any]) -> list[str]:
+    """The lines that check ``v``, the value of a field of type ``hint``, and make it what
+    ``_decode`` makes of it (returning ``SLOW`` where they do not take it)."""
+    text = [
+        "if type(v) is not str:",
+        "    return SLOW",
+        f"if len(v) <= {INTERN_MAX}:",
+        "    v = intern(v)",
+    ]
+    if hint is str:
+        return text
+    if hint is int or hint is bool:
+        return [f"if type(v) is not {hint.__name__}:", "    return SLOW"]
+    origin, args = _shape(hint)
+    if origin in (Union, types.UnionType) and set(args) == {str, type(None)}:
+        return ["if v is not None:", *(f"    {line}" for line in text)]
+    if origin is Literal and all(type(a) is str for a in args):
+        scope[f"allowed{i}"] = frozenset(args)
+        return [f"if type(v) is not str or v not in allowed{i}:", "    return SLOW", *text[2:]]
+    scope[f"hint{i}"] = hint
+    return [
+        "try:",
+        f"    v = decode(hint{i}, v, '', depth + 1, shared, strict)",
+        "except PlainError:",
+        "    return SLOW",
+    ]
 
 
 def _event_body(data: Mapping[str, Any], field: str) -> tuple[type[Event], Mapping[str, Any]]:

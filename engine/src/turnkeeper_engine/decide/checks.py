@@ -73,16 +73,23 @@ def measure(state: State) -> Measure:
     sizes = list(measured.sizes)
     items = list(measured.items)
     longest = measured.longest
-    for i, (value, was) in enumerate(zip(values, measured.values, strict=True)):
-        if value is was:
-            continue
+    held = measured.values
+    # Most commands change one or two of the view's fields: only they are gone through.
+    for i in [i for i, value in enumerate(values) if value is not held[i]]:
+        value, was = values[i], held[i]
         if type(value) is tuple:
-            known: dict[int, int] = {}
             old = measured.items[i]
-            if old is not None:
+            if old is None:
+                each = tuple(encoded_size(v) for v in value)
+            else:
                 assert isinstance(was, tuple)
-                known = {id(v): n for v, n in zip(was, old, strict=True)}
-            each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
+                if len(value) >= len(old) and all(map(operator.is_, was, value)):
+                    # Items added at the end (a condition applied, a combatant added): only
+                    # they are measured, the rest compared in one pass, not looked up each.
+                    each = old + tuple(encoded_size(v) for v in value[len(old) :])
+                else:
+                    known = {id(v): n for v, n in zip(was, old, strict=True)}
+                    each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
             sizes[i], items[i] = header_size(len(each)) + sum(each), each
         else:
             sizes[i], items[i] = encoded_size(value), None
