@@ -539,6 +539,45 @@ async def test_an_audience_shares_one_batch_per_command_and_sees_only_its_own(
     store.close()
 
 
+class _Leaving(_Batched):
+    """A subscriber that leaves every subscription as it is handed a batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hub: Hub | None = None
+
+    def deliver(self, batch: Batch) -> bool:
+        super().deliver(batch)
+        assert self.hub is not None
+        self.hub.forget(self)
+        return True
+
+
+@pytest.mark.anyio
+async def test_a_subscriber_that_leaves_as_it_is_handed_its_batch_cuts_no_one_else_off(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    leaving = [_Leaving(), _Leaving()]
+    others = [_Batched(player("u1")), _Batched()]
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "create")
+        for follower in leaving:
+            follower.hub = hub
+            await hub.subscribe("k", follower, hub.combats["k"].seq)
+            hub.subscribe_all(follower)
+        for follower in others:
+            await hub.subscribe("k", follower, hub.combats["k"].seq)
+            hub.subscribe_all(follower)
+        await hub.execute("p", NARRATOR, "k", c.AddCombatant("ann", "Ann"), "add")
+        assert [len(f.batches) for f in others] == [2, 2]
+        assert len(leaving[0].batches) + len(leaving[1].batches) >= 2
+        await store.stop()
+    store.close()
+
+
 class _Stalled(_Follower):
     """A subscriber whose outbox is full once it has caught up."""
 

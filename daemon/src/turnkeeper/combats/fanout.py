@@ -187,7 +187,9 @@ class SubscriptionRegistry:
         failed: list[Subscriber] = []
         lagging: list[Subscriber] = []
         for groups in (self._by_combat.get(combat.id, {}), self._everywhere):
-            for key, followers in groups.items():
+            # Walked over copies: a subscriber that left as it was handed its batch must not
+            # cut the walk short (the audiences after it would miss a committed command).
+            for key, followers in list(groups.items()):
                 if key in batches:
                     batch = batches[key]
                 else:
@@ -197,7 +199,7 @@ class SubscriptionRegistry:
                     # loses its subscriptions, and is told, rather than receive a gap.
                     failed.extend(followers)
                 elif batch.messages:
-                    for subscriber in followers:
+                    for subscriber in tuple(followers):
                         if not subscriber.deliver(batch):
                             lagging.append(subscriber)  # it ends its connection itself
         for subscriber in [*failed, *lagging]:
@@ -227,6 +229,8 @@ class SubscriptionRegistry:
 
 
 def _audience(subscriber: Subscriber) -> Audience:
+    # Worked out again where a subscriber leaves: its actor and language are settled at hello,
+    # before it can subscribe, and never change after.
     return (*audience(subscriber.actor), subscriber.narration)
 
 
