@@ -59,6 +59,9 @@ class _Rebuilt:
     snapshot_seq: int
     quarantined: str | None = None
     fresh: bool = False
+    passed_over: tuple[str, ...] = ()
+    """Why a stored snapshot was passed over: logged by ``_settle`` when this rebuild is the
+    one kept, as ``warm`` may read a combat that a request then rebuilds for itself."""
 
 
 class Rebuilder:
@@ -211,6 +214,8 @@ class Rebuilder:
     async def _settle(self, combat: Combat, rebuilt: _Rebuilt) -> None:
         """Make ``combat`` what its rebuild found (event loop), storing a fresh snapshot first
         when the rebuild is worth one."""
+        for note in rebuilt.passed_over:
+            log.warning("snapshot_unreadable", combat=combat.id, detail=note)
         quarantined = rebuilt.quarantined
         seq, snapshot_seq = rebuilt.seq, rebuilt.snapshot_seq
         # The summary is written in the transaction of the last batch: a log that ends before
@@ -274,13 +279,11 @@ class Rebuilder:
             return _Rebuilt(State(), 0, 0, f"its stored log could not be read: {e}")
         finally:
             gc.enable()
-        for warning in loaded.warnings:
-            log.warning("snapshot_unreadable", combat=combat_id, detail=warning)
+        notes = list(loaded.warnings)
         if loaded.quarantined is not None:
-            return _Rebuilt(State(), 0, 0, loaded.quarantined)
+            return _Rebuilt(State(), 0, 0, loaded.quarantined, passed_over=tuple(notes))
         state = State()
         seq = 0
-        passed_over = bool(loaded.warnings)
         if loaded.snapshot is not None:
             seq, body = loaded.snapshot
             problem: str | None = None
@@ -295,14 +298,9 @@ class Rebuilder:
                 if state.seq != seq:
                     problem = f"counts {state.seq} events"
             if problem is not None:
-                log.warning(
-                    "snapshot_unreadable",
-                    combat=combat_id,
-                    detail=f"snapshot at seq {seq} {problem}, replaying the log",
-                )
+                notes.append(f"snapshot at seq {seq} {problem}, replaying the log")
                 state = State()
                 seq = 0
-                passed_over = True
         snapshot_seq = seq
         try:
             for n, body in self.store.replay(combat_id, seq):
@@ -313,13 +311,20 @@ class Rebuilder:
                 try:
                     state = evolve(state, event_from_plain(body))
                 except Exception as e:  # any failure to replay quarantines the combat
-                    return _Rebuilt(State(), 0, 0, f"replay failed at event {n}: {e}")
+                    return _Rebuilt(
+                        State(), 0, 0, f"replay failed at event {n}: {e}", passed_over=tuple(notes)
+                    )
                 seq = n
         except StoreError as e:  # an unreadable or missing event: this combat alone
-            return _Rebuilt(State(), 0, 0, e.message)
+            return _Rebuilt(State(), 0, 0, e.message, passed_over=tuple(notes))
         if seq != loaded.last:  # rows removed behind the rebuild (another process on the file)
-            return _Rebuilt(
-                State(), 0, 0, f"seq {seq + 1} is missing (the log reached {loaded.last})"
-            )
+            missing = f"seq {seq + 1} is missing (the log reached {loaded.last})"
+            return _Rebuilt(State(), 0, 0, missing, passed_over=tuple(notes))
         long_replay = seq - snapshot_seq >= self.snapshot_every
-        return _Rebuilt(state, seq, snapshot_seq, fresh=seq > 0 and (passed_over or long_replay))
+        return _Rebuilt(
+            state,
+            seq,
+            snapshot_seq,
+            fresh=seq > 0 and (bool(notes) or long_replay),
+            passed_over=tuple(notes),
+        )
