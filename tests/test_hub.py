@@ -206,6 +206,38 @@ def _snapshots(data_dir: Path) -> list[tuple[int, Any]]:
 
 
 @pytest.mark.anyio
+async def test_combats_played_in_step_take_their_snapshots_at_different_moments(
+    tmp_path: Path,
+) -> None:
+    """A combat's first snapshot comes after between half and all of ``snapshot_every``
+    events, by its id, so that combats made together and played at one pace do not all
+    snapshot in one transaction, every time."""
+    every = 40
+    store = Store.open(tmp_path)
+    hub = Hub(store, snapshot_every=every)
+    ids = [f"c{i}" for i in range(6)]
+    firsts: dict[str, int] = {}
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for combat in ids:
+            await hub.execute("p", NARRATOR, combat, c.CreateCombat(combat, "marvel"), combat)
+            await hub.execute("p", NARRATOR, combat, c.AddCombatant("k", "K"), f"{combat}-k")
+        for n in range(every // 2 + 2):
+            for combat in ids:
+                await hub.execute(
+                    "p", NARRATOR, combat, c.ApplyCondition("k", "custom"), f"{combat}-{n}"
+                )
+                snapshot_seq = hub.combats[combat].snapshot_seq
+                if snapshot_seq and combat not in firsts:
+                    firsts[combat] = snapshot_seq
+        await store.stop()
+    store.close()
+    assert set(firsts) == set(ids)
+    assert all(every // 2 <= seq <= every + 1 for seq in firsts.values()), firsts
+    assert len(set(firsts.values())) > 1, firsts
+
+
+@pytest.mark.anyio
 async def test_a_combat_is_rebuilt_once_for_all_who_need_it_and_off_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
