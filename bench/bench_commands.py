@@ -31,7 +31,6 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
     conns = await tk.open_many(Path(spec["socket"]), spec["conns"], ws=ws)  # type: ignore[arg-type]
     tag = spec["tag"]
     combats = {id(c): f"{tag}-{i}" for i, c in enumerate(conns)}
-    conditions: dict[int, str] = {}
     if spec["daemon"]:
         for conn in conns:
             combat = combats[id(conn)]
@@ -44,22 +43,6 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
                 {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
             )
 
-    async def daemon_call(conn: tk.Conn, n: int) -> None:
-        combat = combats[id(conn)]
-        request_id = f"{combat}-{n}"
-        if n % 2 == 0:
-            result = await conn.call(
-                "apply_condition",
-                {"combat": combat, "request_id": request_id, "target": "k", "type": "custom"},
-            )
-            applied = next(e for e in result["events"] if e["event"] == "condition_applied")
-            conditions[id(conn)] = applied["condition"]["id"]
-        else:
-            await conn.call(
-                "remove_condition",
-                {"combat": combat, "request_id": request_id, "condition": conditions[id(conn)]},
-            )
-
     async def echo_call(conn: tk.Conn, n: int) -> None:
         combat = combats[id(conn)]
         await conn.call(
@@ -68,7 +51,7 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
         )
 
     await anyio.to_thread.run_sync(ready)
-    call = daemon_call if spec["daemon"] else echo_call
+    call = tk.condition_calls(combats) if spec["daemon"] else echo_call
     result = await tk.closed_loop(conns, call, spec["warmup"], spec["seconds"])
     for c in conns:
         await c.aclose()

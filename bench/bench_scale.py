@@ -73,24 +73,7 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
     connection, with request ids of this window's own (``tag``)."""
     conns = await tk.open_many(Path(spec["socket"]), spec["conns"])
     combats = {id(c): WORKLOAD_COMBAT.format(i) for i, c in enumerate(conns)}
-    conditions: dict[int, str] = {}
-
-    async def call(conn: tk.Conn, n: int) -> None:
-        combat = combats[id(conn)]
-        request_id = f"{spec['tag']}-{combat}-{n}"
-        if n % 2 == 0:
-            result = await conn.call(
-                "apply_condition",
-                {"combat": combat, "request_id": request_id, "target": "k", "type": "custom"},
-            )
-            applied = next(e for e in result["events"] if e["event"] == "condition_applied")
-            conditions[id(conn)] = applied["condition"]["id"]
-        else:
-            await conn.call(
-                "remove_condition",
-                {"combat": combat, "request_id": request_id, "condition": conditions[id(conn)]},
-            )
-
+    call = tk.condition_calls(combats, f"{spec['tag']}-")
     await anyio.to_thread.run_sync(ready)
     result = await tk.closed_loop(conns, call, spec["warmup"], spec["seconds"])
     for c in conns:

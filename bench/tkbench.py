@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
@@ -553,6 +553,34 @@ class LoopFigures:
         """The server's CPU time per answered call, in µs: the figure a shared machine moves
         least, since a busy neighbour slows the rate but not the work per call."""
         return self.server_cpu / self.calls_per_s * 1e6 if self.calls_per_s else float("nan")
+
+
+def condition_calls(
+    combats: dict[int, str], prefix: str = ""
+) -> Callable[[Conn, int], Awaitable[None]]:
+    """The durable-commands workload for ``closed_loop``: each connection on its own combat
+    (``combats[id(conn)]``, holding a combatant ``k``), ``apply_condition`` and
+    ``remove_condition`` alternating, each two events, with request ids unique per combat
+    (``prefix`` makes them unique per window too)."""
+    conditions: dict[int, str] = {}
+
+    async def call(conn: Conn, n: int) -> None:
+        combat = combats[id(conn)]
+        request_id = f"{prefix}{combat}-{n}"
+        if n % 2 == 0:
+            result = await conn.call(
+                "apply_condition",
+                {"combat": combat, "request_id": request_id, "target": "k", "type": "custom"},
+            )
+            applied = next(e for e in result["events"] if e["event"] == "condition_applied")
+            conditions[id(conn)] = applied["condition"]["id"]
+        else:
+            await conn.call(
+                "remove_condition",
+                {"combat": combat, "request_id": request_id, "condition": conditions[id(conn)]},
+            )
+
+    return call
 
 
 async def closed_loop(
