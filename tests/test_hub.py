@@ -530,7 +530,7 @@ class _Batched(_Follower):
 
 
 @pytest.mark.anyio
-async def test_an_audience_shares_one_batch_per_command_and_sees_only_its_own(
+async def test_r16_an_audience_shares_one_batch_per_command_and_sees_only_its_own(
     tmp_path: Path,
 ) -> None:
     """A command's events are packed once per audience (role, user, locale): its subscribers,
