@@ -7,7 +7,7 @@ from turnkeeper_engine import Actor, RuleBook, view
 from turnkeeper_engine.plain import Plain, event_from_plain, to_plain
 from turnkeeper_sdk import wire
 
-from ..store import Store, StoreError
+from ..stores.port import StoreError, StorePort
 from .combat import Combat
 from .rebuild import Rebuilder
 from .registry import Combats
@@ -20,7 +20,7 @@ MAX_REASON_CHARS = 200
 class Queries:
     """What clients read of the combats (``Combats``, rebuilt on first use by ``Rebuilder``)."""
 
-    def __init__(self, store: Store, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
+    def __init__(self, store: StorePort, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
         self._store = store
         self._combats = combats
         self._rebuilder = rebuilder

@@ -17,7 +17,7 @@ import structlog
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
 
-from ..store import Batch, Store, StoreError
+from ..stores.port import Batch, StoreError, StorePort
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -70,7 +70,7 @@ class Rebuilder:
 
     def __init__(
         self,
-        store: Store,
+        store: StorePort,
         combats: Combats,
         deadlines: Deadlines,
         clock: Callable[[], float],

@@ -20,7 +20,7 @@ from turnkeeper_engine import events as ev
 from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
-from ..store import Batch, Store, StoreError
+from ..stores.port import Batch, StoreError, StorePort
 from .combat import Combat, summary, unchanged
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -165,7 +165,7 @@ class Writer:
     def __init__(
         self,
         *,
-        store: Store,
+        store: StorePort,
         pipeline: Pipeline[Any],
         combats: Combats,
         rebuilder: Rebuilder,

@@ -1,0 +1,50 @@
+"""The stores behind the daemon: the port they all satisfy (``turnkeeper.stores.port``), the
+embedded SQLite store (``turnkeeper.store``, the default) and the PostgreSQL store
+(``turnkeeper.stores.postgresql``, with the ``postgresql`` extra), chosen by ``open_store``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+from ..store import Store, StoreError
+from .port import StorePort
+
+POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
+"""How a ``--store`` location names a PostgreSQL database: libpq's own URI schemes."""
+
+PAGES_PER_MIB = 256
+"""SQLite's default page is 4 KiB."""
+
+
+def is_postgresql(location: str | None) -> bool:
+    """Whether ``--store`` names a PostgreSQL database (else the data directory's SQLite)."""
+    return location is not None and location.startswith(POSTGRESQL_SCHEMES)
+
+
+def open_store(location: str | None, data_dir: Path, *, max_mib: int | None = None) -> StorePort:
+    """The store ``turnkeeper serve`` runs on: PostgreSQL at ``location`` when it is a
+    ``postgresql://`` URI (migrated to this daemon's schema first), else SQLite in ``data_dir``.
+    ``max_mib`` is the operator's quota, as each store defines it."""
+    if location is not None and is_postgresql(location):
+        store: StorePort = load_postgresql().PostgresStore.open(
+            location, max_bytes=None if max_mib is None else max_mib << 20
+        )
+        return store
+    return Store.open(data_dir, max_pages=None if max_mib is None else max_mib * PAGES_PER_MIB)
+
+
+def load_postgresql() -> ModuleType:
+    """``turnkeeper.stores.postgresql``, or ``StoreError`` saying how to install its driver."""
+    try:
+        from . import postgresql as module
+    except ImportError as e:
+        raise StoreError(
+            "store_failed",
+            "the PostgreSQL store needs {package}: pip install 'turnkeeper[postgresql]'",
+            package=e.name or "psycopg",
+        ) from e
+    return module
+
+
+__all__ = ["POSTGRESQL_SCHEMES", "StorePort", "is_postgresql", "load_postgresql", "open_store"]

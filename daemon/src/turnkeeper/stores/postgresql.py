@@ -1,0 +1,895 @@
+"""The PostgreSQL store: every combat's event log in one PostgreSQL database, written by one
+committer thread, with the SQLite store's guarantees (``turnkeeper.stores.port``).
+
+A command is acknowledged only after its events are committed: the committer's session runs
+with ``synchronous_commit = on`` whatever the server's default, so ``COMMIT`` returns once the
+server has flushed its WAL. Commands arriving together share one transaction (group commit): a
+``COPY`` per table for the events and requests, one statement for the rest. Bodies are the
+same msgpack as the SQLite store's.
+
+Driver: psycopg 3, synchronous, in the committer's thread as the SQLite store runs sqlite3
+(``docs/scale-out.md`` has the measurement against asyncpg). Tables live in the ``turnkeeper``
+schema, made and upgraded by versioned migrations (``MIGRATIONS``), applied on start or by
+``turnkeeper migrate``.
+
+Room for many daemons on one database (issue 12, part 3): each combat row holds its last seq
+and an owner epoch, and every append is conditional on the last seq the committer expected
+(``_write_together``), so a fenced append only has to add the epoch to that condition. Until
+then one daemon holds the database, by a session advisory lock (``STORE_LOCK``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import anyio
+import msgpack  # type: ignore[import-untyped]
+import psycopg
+import structlog
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from psycopg import conninfo
+
+from ..store import (
+    COMMIT_QUEUE,
+    MAX_BATCHES_PER_COMMIT,
+    MAX_EVENTS_PER_READ,
+    MAX_REMEMBERED_REQUESTS,
+    PRUNE_EVERY_COMMITS,
+    PRUNE_MAX_ROWS,
+    REQUEST_MEMORY_SECONDS,
+    Batch,
+    LoadedCombat,
+    StoreError,
+    _CommitterThread,
+    _conflict,
+    _Filter,
+    _pack,
+    _Pending,
+    _Recent,
+    _unpack,
+    _unpack_event,
+)
+
+log = structlog.get_logger("turnkeeper.store")
+
+SCHEMA = "turnkeeper"
+"""The PostgreSQL schema holding the store's tables, so that a database shared with other
+applications keeps them apart."""
+
+STORE_LOCK = 0x746B_5354_4F52_4531
+"""The session advisory lock held by the one daemon writing the database: two daemons would
+each number a combat's events from their own memory (part 3 replaces it with a lease per
+combat)."""
+
+MIGRATION_LOCK = 0x746B_4D49_4752_4154
+"""The transaction advisory lock taken while migrating, so that two daemons (or a daemon and
+``turnkeeper migrate``) starting together apply each migration once."""
+
+CONNECT_TIMEOUT = 10
+"""Seconds to reach the server before the start (or a reconnection) fails."""
+
+QUOTA_MEASURE_BYTES = 256 * 2**10
+"""Bytes written between two measures of the store's size under a quota. Measuring asks the
+server for the size of every relation (a catalog query and a ``stat`` per file), too dear for
+every transaction; between two measures the bytes written are added to the last one."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema: applied once, in order, recorded in ``schema_migrations``."""
+
+    version: int
+    name: str
+    sql: str
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "combats, events, requests, snapshots, summaries",
+        f"""
+CREATE TABLE {SCHEMA}.combats (
+    combat_id text PRIMARY KEY,
+    -- The table (group) the combat belongs to (issue 12, part 1).
+    table_id text NOT NULL DEFAULT 'default',
+    ruleset text NOT NULL,
+    created_at double precision NOT NULL,
+    -- Creation order, for start-up (created_at may tie).
+    position bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    -- The last seq appended: every append is conditional on it (``_write_together``).
+    last_seq bigint NOT NULL DEFAULT 0,
+    -- The owning daemon's epoch, for fenced appends once many daemons share the database.
+    owner_epoch bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE {SCHEMA}.events (
+    combat_id text NOT NULL,
+    seq bigint NOT NULL,
+    body bytea NOT NULL,
+    PRIMARY KEY (combat_id, seq)
+);
+CREATE TABLE {SCHEMA}.requests (
+    principal text NOT NULL,
+    request_id text NOT NULL,
+    combat_id text NOT NULL,
+    response bytea NOT NULL,
+    at double precision NOT NULL,
+    PRIMARY KEY (principal, request_id)
+);
+CREATE INDEX requests_at ON {SCHEMA}.requests (at);
+CREATE INDEX requests_principal_at ON {SCHEMA}.requests (principal, at);
+CREATE TABLE {SCHEMA}.snapshots (
+    combat_id text PRIMARY KEY,
+    seq bigint NOT NULL,
+    body bytea NOT NULL
+);
+CREATE TABLE {SCHEMA}.summaries (
+    combat_id text PRIMARY KEY,
+    body bytea NOT NULL
+);
+""",
+    ),
+)
+"""Every schema version, oldest first. A released migration never changes: a new one is added."""
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+class _ConflictError(Exception):
+    """A batch (or a group's conditional append) that does not fit the log."""
+
+
+def shown(location: str) -> str:
+    """The database a location names, without its password, for messages and logs."""
+    try:
+        parts = conninfo.conninfo_to_dict(location)
+    except psycopg.ProgrammingError:
+        return "postgresql://?"
+    host = parts.get("host") or "localhost"
+    port = parts.get("port") or "5432"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    return f"postgresql://{user}{host}:{port}/{parts.get('dbname') or ''}"
+
+
+def _connect(location: str, role: str) -> psycopg.Connection[Any]:
+    """A connection in autocommit mode (transactions are explicit), named for
+    ``pg_stat_activity`` so that an operator, and a refused second daemon, can tell whose it is."""
+    return psycopg.connect(
+        location,
+        autocommit=True,
+        connect_timeout=CONNECT_TIMEOUT,
+        application_name=f"turnkeeper {role} pid {os.getpid()} on {socket.gethostname()}",
+    )
+
+
+def migrate(location: str) -> list[Migration]:
+    """Bring the database at ``location`` to this daemon's schema; return what was applied.
+
+    Raises ``StoreError("store_failed")`` if the server cannot be reached, a migration fails
+    (then none of this call's is kept: they run in one transaction), or the database is at a
+    newer version than this daemon knows (never guessed at)."""
+    try:
+        with _connect(location, "migrate") as db:
+            return _migrate(db, location)
+    except psycopg.Error as e:
+        raise StoreError(
+            "store_failed",
+            "cannot migrate the store at {store}: {reason}",
+            store=shown(location),
+            reason=str(e).strip(),
+        ) from e
+
+
+def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
+    applied: list[Migration] = []
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        db.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = db.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_migrations")
+        (version,) = row.fetchone() or (0,)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                "store_failed",
+                "{store}: schema version {version}, this daemon reads up to {expected}",
+                store=shown(location),
+                version=str(version),
+                expected=SCHEMA_VERSION,
+            )
+        for migration in MIGRATIONS:
+            if migration.version > version:
+                db.execute(migration.sql.encode())
+                db.execute(
+                    f"INSERT INTO {SCHEMA}.schema_migrations (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+                applied.append(migration)
+    for migration in applied:
+        log.info("store_migrated", version=migration.version, name=migration.name)
+    return applied
+
+
+def _error(e: psycopg.Error) -> StoreError:
+    if isinstance(e, psycopg.errors.IntegrityError):
+        return StoreError("conflict", "{reason}", reason=str(e).strip())
+    if isinstance(e, psycopg.errors.DiskFull | psycopg.errors.OutOfMemory):
+        return StoreError("store_full", "{reason}", reason=str(e).strip())
+    return StoreError("store_failed", "{reason}", reason=str(e).strip())
+
+
+class PostgresStore:
+    """Every combat's event log, remembered requests and snapshots, in PostgreSQL.
+
+    Lifecycle as ``turnkeeper.stores.port.StorePort``: ``PostgresStore.open`` →
+    ``await task_group.start(store.run)`` → recovery → ``commit`` and ``lookup_request`` →
+    ``await stop()`` → ``close``.
+    """
+
+    transactions: int
+    """Write transactions run so far (group commit makes this smaller than batches committed)."""
+
+    def __init__(
+        self,
+        location: str,
+        writer: psycopg.Connection[Any],
+        reader: psycopg.Connection[Any],
+        loader: psycopg.Connection[Any],
+        max_bytes: int | None,
+    ) -> None:
+        self._location = location
+        self._writer = writer  # the committer's; holds STORE_LOCK
+        self._reader = reader  # the event loop's: autocommit, each statement its own snapshot
+        self._loader = loader  # worker threads', one call at a time
+        self._loading = threading.Lock()
+        self._max_bytes = max_bytes
+        self._measured: int | None = None  # the store's size when last measured
+        self._written = 0  # bytes written since
+        self._send: MemoryObjectSendStream[_Pending]
+        self._receive: MemoryObjectReceiveStream[_Pending]
+        self._send, self._receive = anyio.create_memory_object_stream[_Pending](COMMIT_QUEUE)
+        self.transactions = 0
+        self._touched: set[str] = set()
+        self._latest_at = 0.0
+        # Each combat's last seq as the committer last wrote or read it: the expected seq of
+        # its next conditional append. Forgotten when a transaction fails or a reconnection
+        # makes what reached the server unknown.
+        self._last: dict[str, int] = {}
+        self._recent = _Recent()
+        self._filter: _Filter | None = None
+        self._stopped: anyio.Event | None = None
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._committer = _CommitterThread()
+
+    @classmethod
+    def open(cls, location: str, *, max_bytes: int | None = None) -> PostgresStore:
+        """Open the store at ``location`` (a libpq URI or conninfo), migrating it to this
+        daemon's schema first, for this daemon alone.
+
+        ``max_bytes`` is an operator's quota on the store's size in the database: its tables,
+        indexes and TOAST as ``pg_total_relation_size`` counts them (not the server's WAL,
+        nor other databases). Past it every commit fails with ``store_full``. Raises
+        ``StoreError("store_failed")`` if the server cannot be reached, the schema is newer
+        than this daemon, or another daemon holds the store (the message names its session).
+        """
+        migrate(location)
+        connections: list[psycopg.Connection[Any]] = []
+        try:
+            writer = _connect(location, "committer")
+            connections.append(writer)
+            _lock(writer, location)
+            writer.execute("SET synchronous_commit = on")
+            for role in ("reader", "loader"):
+                connections.append(_connect(location, role))
+        except psycopg.Error as e:
+            for c in connections:
+                c.close()
+            raise StoreError(
+                "store_failed",
+                "cannot open the store at {store}: {reason}",
+                store=shown(location),
+                reason=str(e).strip(),
+            ) from e
+        except BaseException:
+            for c in connections:
+                c.close()
+            raise
+        return cls(location, writer, connections[1], connections[2], max_bytes)
+
+    def close(self) -> None:
+        """Close the connections (the lock goes with the committer's). Call after ``run``."""
+        self._committer.close()
+        self._committer.join()
+        self._send.close()
+        self._receive.close()
+        for db in (self._reader, self._loader, self._writer):
+            db.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    async def commit(self, batch: Batch) -> None:
+        """Make ``batch`` durable; return only once it is committed. Errors as
+        ``turnkeeper.store.Store.commit``'s: ``conflict`` for this batch alone, ``store_full``
+        or ``store_failed`` for its whole transaction (nothing of it kept)."""
+        pack = self._packer.pack
+        pending = _Pending(
+            batch,
+            [(batch.combat_id, batch.first_seq + i, pack(e)) for i, e in enumerate(batch.events)],
+            None if batch.request is None else pack(batch.response),
+            None if batch.summary is None else pack(batch.summary),
+        )
+        try:
+            try:
+                self._send.send_nowait(pending)
+            except anyio.WouldBlock:
+                await self._send.send(pending)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise StoreError("store_failed", "the store is stopping") from None
+        with anyio.CancelScope(shield=True):
+            await pending.done
+        if pending.error is not None:
+            raise pending.error
+
+    async def stop(self) -> None:
+        """Accept no more commits, and return once ``run`` has committed everything queued."""
+        self._send.close()
+        if self._stopped is not None:
+            await self._stopped.wait()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The committer: write queued batches, many per transaction, until ``stop``."""
+        self._stopped = stopped = anyio.Event()
+        task_status.started()
+        try:
+            async for first in self._receive:
+                group = [first]
+                while len(group) < MAX_BATCHES_PER_COMMIT:
+                    try:
+                        group.append(self._receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await self._committer.run(partial(self._write, group))
+                    self._remember(group)
+                except BaseException:
+                    for pending in group:
+                        pending.error = StoreError("store_failed", "the committer crashed")
+                    raise
+                finally:
+                    for pending in group:
+                        pending.settle()
+                if self.transactions % PRUNE_EVERY_COMMITS == 0:
+                    with anyio.CancelScope(shield=True):
+                        await self._committer.run(self._prune)
+        finally:
+            self._committer.close()
+            self._send.close()
+            while True:
+                try:
+                    pending = self._receive.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+                pending.error = StoreError("store_failed", "the store stopped before this commit")
+                pending.settle()
+            stopped.set()
+
+    def _remember(self, group: Sequence[_Pending]) -> None:
+        for pending in group:
+            b = pending.batch
+            if pending.error is None and b.request is not None and pending.response is not None:
+                self._recent.add(*b.request, b.combat_id, pending.response, b.at)
+
+    def _reconnect(self) -> None:
+        """A new committer's connection, with the lock, after the last one broke (the server
+        restarted, the network failed): the last seqs remembered may be wrong now, since
+        whether the failed transaction reached the server is unknown."""
+        self._writer.close()
+        self._last.clear()
+        writer = _connect(self._location, "committer")
+        try:
+            _lock(writer, self._location)
+            writer.execute("SET synchronous_commit = on")
+        except BaseException:
+            writer.close()
+            raise
+        self._writer = writer
+        log.info("store_reconnected", store=shown(self._location))
+
+    def _write(self, group: Sequence[_Pending]) -> None:
+        """One transaction for the whole group (committer's thread), as the SQLite store's:
+        batches that do not fit the log refused alone, the rest written a statement per table;
+        if the server refuses the group (a request id stored already, a combat whose last seq
+        moved), it is written again, each batch in its own savepoint."""
+        self.transactions += 1
+        try:
+            if self._writer.broken or self._writer.closed:
+                self._reconnect()
+            if self._filter is None or self._filter.worn:
+                self._filter = self._build_filter()
+            over = self._over_quota(group)
+        except (psycopg.Error, StoreError) as e:
+            error = e if isinstance(e, StoreError) else _error(e)
+            for pending in group:
+                pending.error = error
+            return
+        if over is not None:
+            for pending in group:
+                pending.error = over
+            return
+        for pending in group:
+            self._encode_snapshot(pending)
+        db = self._writer
+        try:
+            try:
+                with db.transaction():
+                    self._write_together(group)
+            except (_ConflictError, psycopg.errors.IntegrityError):
+                for pending in group:
+                    pending.error = None
+                    self._last.pop(pending.batch.combat_id, None)
+                with db.transaction():
+                    for pending in group:
+                        try:
+                            with db.transaction():  # a savepoint
+                                self._write_batch(pending)
+                        except (_ConflictError, psycopg.errors.IntegrityError) as e:
+                            pending.error = _conflict(str(e).strip())
+        except psycopg.Error as e:
+            error = _error(e)
+            for pending in group:
+                pending.error = error
+                self._last.pop(pending.batch.combat_id, None)
+            return
+        stored = self._filter
+        for pending in group:
+            if pending.error is None:
+                b = pending.batch
+                self._latest_at = max(self._latest_at, b.at)
+                self._written += _size(pending)
+                if pending.events:
+                    self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
+                if b.request is not None:
+                    self._touched.add(b.request[0])
+                    stored.add(*b.request)
+
+    def _encode_snapshot(self, pending: _Pending) -> None:
+        make = pending.batch.snapshot
+        if make is None:
+            return
+        try:
+            pending.snapshot = _pack(make())
+        except Exception:
+            log.exception("snapshot_not_encoded", combat=pending.batch.combat_id)
+
+    def _over_quota(self, group: Sequence[_Pending]) -> StoreError | None:
+        """``store_full`` if the group would take the store past its quota (committer's
+        thread): the size last measured, plus what was written since, plus the group's own
+        bytes. Measured again every ``QUOTA_MEASURE_BYTES``, and before any refusal, so a
+        refusal is never of an estimate alone."""
+        if self._max_bytes is None:
+            return None
+        adding = sum(_size(p) for p in group)
+        for fresh in (False, True):
+            if fresh or self._measured is None or self._written >= QUOTA_MEASURE_BYTES:
+                self._measured, self._written = self._size(), 0
+            if self._measured + self._written + adding <= self._max_bytes:
+                return None
+            if fresh:
+                break
+        return StoreError(
+            "store_full",
+            "the store at {store} would pass its quota of {quota} bytes",
+            store=shown(self._location),
+            quota=self._max_bytes,
+        )
+
+    def _size(self) -> int:
+        row = self._writer.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relkind = 'r'",
+            (SCHEMA,),
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _build_filter(self) -> _Filter:
+        built = _Filter()
+        # A named (server-side) cursor, which needs a transaction: the ids come a page at a
+        # time, not all in memory at once.
+        with self._writer.transaction(), self._writer.cursor(name="turnkeeper_filter") as rows:
+            rows.execute(f"SELECT principal, request_id FROM {SCHEMA}.requests")
+            for principal, request_id in rows:
+                built.add(principal, request_id)
+        built.built()
+        return built
+
+    def _stored_last(self, combat_id: str) -> int | None:
+        row = self._writer.execute(
+            f"SELECT last_seq FROM {SCHEMA}.combats WHERE combat_id = %s", (combat_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        self._last[combat_id] = row[0]
+        return int(row[0])
+
+    def _write_together(self, group: Sequence[_Pending]) -> None:
+        """Check each batch against the log as the batches before it leave it, then write the
+        rest a statement per table, each combat's append conditional on the last seq expected
+        (committer's thread, inside the transaction). Raises ``_ConflictError`` if a combat's
+        last seq is not what was expected."""
+        starts: dict[str, int] = {}  # each combat's last seq before this group
+        ends: dict[str, int | None] = {}  # and as the group leaves it
+        combats: list[tuple[str, str, float]] = []
+        events: list[tuple[str, int, bytes]] = []
+        requests: list[tuple[str, str, str, bytes | None, float]] = []
+        summaries: dict[str, bytes] = {}  # one row per combat: the group's last
+        snapshots: dict[str, tuple[int, bytes]] = {}
+        for pending in group:
+            b = pending.batch
+            if b.combat_id in ends:
+                last = ends[b.combat_id]
+            elif b.combat_id in self._last:
+                last = self._last[b.combat_id]
+            else:
+                last = self._stored_last(b.combat_id)
+            if b.ruleset is not None:
+                if last is not None:
+                    pending.error = _conflict(f"combat {b.combat_id!r} exists")
+                    continue
+                last = 0
+            elif last is None:
+                pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
+                continue
+            if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
+                pending.error = _conflict(
+                    f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
+                )
+                continue
+            if b.ruleset is not None:
+                combats.append((b.combat_id, b.ruleset, b.at))
+            starts.setdefault(b.combat_id, last)
+            ends[b.combat_id] = last + len(pending.events)
+            events.extend(pending.events)
+            if b.request is not None:
+                requests.append((*b.request, b.combat_id, pending.response, b.at))
+            if pending.summary is not None:
+                summaries[b.combat_id] = pending.summary
+            if pending.snapshot is not None:
+                snapshots[b.combat_id] = (last + len(pending.events), pending.snapshot)
+        db = self._writer
+        if combats:
+            ids, rulesets, ats = zip(*combats, strict=True)
+            db.execute(
+                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at)"
+                " SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[])",
+                (list(ids), list(rulesets), list(ats)),
+            )
+        moved = [(c, starts[c], end) for c, end in ends.items() if end != starts[c]]
+        if moved:
+            ids, expected, lasts = zip(*moved, strict=True)
+            # The append's condition: each combat is where this committer left it.
+            cursor = db.execute(
+                f"UPDATE {SCHEMA}.combats c SET last_seq = u.last"
+                " FROM unnest(%s::text[], %s::int8[], %s::int8[]) AS u (combat_id, expected, last)"
+                " WHERE c.combat_id = u.combat_id AND c.last_seq = u.expected",
+                (list(ids), list(expected), list(lasts)),
+            )
+            if cursor.rowcount != len(moved):
+                raise _ConflictError("a combat's log moved under the committer")
+        with db.cursor() as cur:
+            if events:
+                with cur.copy(
+                    f"COPY {SCHEMA}.events (combat_id, seq, body) FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(["text", "int8", "bytea"])
+                    for row in events:
+                        copy.write_row(row)
+            if requests:
+                with cur.copy(
+                    f"COPY {SCHEMA}.requests (principal, request_id, combat_id, response, at)"
+                    " FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(["text", "text", "text", "bytea", "float8"])
+                    for request in requests:
+                        copy.write_row(request)
+        if summaries:
+            db.execute(
+                f"INSERT INTO {SCHEMA}.summaries (combat_id, body)"
+                " SELECT * FROM unnest(%s::text[], %s::bytea[])"
+                " ON CONFLICT (combat_id) DO UPDATE SET body = excluded.body",
+                (list(summaries), list(summaries.values())),
+            )
+        if snapshots:
+            db.execute(
+                f"INSERT INTO {SCHEMA}.snapshots (combat_id, seq, body)"
+                " SELECT * FROM unnest(%s::text[], %s::int8[], %s::bytea[])"
+                " ON CONFLICT (combat_id) DO UPDATE SET seq = excluded.seq, body = excluded.body",
+                (
+                    list(snapshots),
+                    [seq for seq, _ in snapshots.values()],
+                    [body for _, body in snapshots.values()],
+                ),
+            )
+
+    def _write_batch(self, pending: _Pending) -> None:
+        """One batch in its own savepoint, checked against the database itself."""
+        db = self._writer
+        b = pending.batch
+        row = db.execute(
+            f"SELECT last_seq FROM {SCHEMA}.combats WHERE combat_id = %s FOR UPDATE",
+            (b.combat_id,),
+        ).fetchone()
+        if b.ruleset is not None:
+            if row is not None:
+                raise _ConflictError(f"combat {b.combat_id!r} exists")
+            db.execute(
+                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at)"
+                " VALUES (%s, %s, %s)",
+                (b.combat_id, b.ruleset, b.at),
+            )
+            last = 0
+        elif row is None:
+            raise _ConflictError(f"combat {b.combat_id!r} does not exist")
+        else:
+            last = row[0]
+        if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
+            raise _ConflictError(
+                f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
+            )
+        with db.cursor() as cur:
+            if pending.events:
+                cur.executemany(
+                    f"INSERT INTO {SCHEMA}.events (combat_id, seq, body) VALUES (%s, %s, %s)",
+                    pending.events,
+                )
+                cur.execute(
+                    f"UPDATE {SCHEMA}.combats SET last_seq = %s WHERE combat_id = %s",
+                    (last + len(pending.events), b.combat_id),
+                )
+            if b.request is not None:
+                cur.execute(
+                    f"INSERT INTO {SCHEMA}.requests"
+                    " (principal, request_id, combat_id, response, at)"
+                    " VALUES (%s, %s, %s, %s, %s)",
+                    (*b.request, b.combat_id, pending.response, b.at),
+                )
+            if pending.summary is not None:
+                cur.execute(
+                    f"INSERT INTO {SCHEMA}.summaries (combat_id, body) VALUES (%s, %s)"
+                    " ON CONFLICT (combat_id) DO UPDATE SET body = excluded.body",
+                    (b.combat_id, pending.summary),
+                )
+            if pending.snapshot is not None:
+                cur.execute(
+                    f"INSERT INTO {SCHEMA}.snapshots (combat_id, seq, body) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (combat_id) DO UPDATE"
+                    " SET seq = excluded.seq, body = excluded.body",
+                    (b.combat_id, last + len(pending.events), pending.snapshot),
+                )
+
+    def _prune(self) -> None:
+        """Forget requests older than REQUEST_MEMORY_SECONDS or past MAX_REMEMBERED_REQUESTS
+        (as the SQLite store's ``_prune``); a failed prune is dropped and runs again later."""
+        db = self._writer
+        cutoff = self._latest_at - REQUEST_MEMORY_SECONDS
+        touched, self._touched = self._touched, set()
+        with contextlib.suppress(psycopg.Error), db.transaction():
+            db.execute(
+                f"DELETE FROM {SCHEMA}.requests WHERE ctid IN"
+                f" (SELECT ctid FROM {SCHEMA}.requests WHERE at < %s LIMIT %s)",
+                (cutoff, PRUNE_MAX_ROWS),
+            )
+            for principal in touched:
+                db.execute(
+                    f"DELETE FROM {SCHEMA}.requests WHERE ctid IN (SELECT ctid FROM"
+                    f" {SCHEMA}.requests WHERE principal = %(p)s AND at <= (SELECT at FROM"
+                    f" {SCHEMA}.requests WHERE principal = %(p)s ORDER BY at DESC"
+                    " LIMIT 1 OFFSET %(cap)s) LIMIT %(rows)s)",
+                    {"p": principal, "cap": MAX_REMEMBERED_REQUESTS, "rows": PRUNE_MAX_ROWS},
+                )
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def summaries(self) -> list[tuple[str, Any]]:
+        """Every combat in creation order with its last summary (None if it has none or the
+        summary does not decode)."""
+        rows = self._reader.execute(
+            f"SELECT c.combat_id, s.body FROM {SCHEMA}.combats c"
+            f" LEFT JOIN {SCHEMA}.summaries s USING (combat_id) ORDER BY c.position"
+        ).fetchall()
+        result: list[tuple[str, Any]] = []
+        for combat_id, body in rows:
+            try:
+                result.append((combat_id, None if body is None else _unpack(body)))
+            except ValueError:
+                result.append((combat_id, None))
+        return result
+
+    def load_one(self, combat_id: str) -> LoadedCombat:
+        """One combat as found at start-up, with its snapshot (from any thread).
+
+        A gap anywhere in its log quarantines it, and so does a log shorter than the combat's
+        own last seq (events lost at the end): found by counting, so no event body is read.
+        Raises ``StoreError("store_failed")`` for a combat the store does not hold."""
+        with self._loading, self._loader.transaction():
+            # One snapshot of the database for the combat row, its snapshot and its log.
+            self._loader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = self._loader.execute(
+                f"SELECT ruleset, created_at, last_seq FROM {SCHEMA}.combats WHERE combat_id = %s",
+                (combat_id,),
+            ).fetchone()
+            if row is None:
+                raise StoreError("store_failed", "no combat {id!r} in the store", id=combat_id)
+            ruleset, created_at, last_seq = row
+            stored = self._loader.execute(
+                f"SELECT seq, body FROM {SCHEMA}.snapshots WHERE combat_id = %s", (combat_id,)
+            ).fetchone()
+            counted = self._loader.execute(
+                f"SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0)"
+                f" FROM {SCHEMA}.events WHERE combat_id = %s",
+                (combat_id,),
+            ).fetchone()
+            assert counted is not None
+            count, first, last = counted
+
+            def quarantined(reason: str) -> LoadedCombat:
+                return LoadedCombat(combat_id, ruleset, created_at, None, 0, quarantined=reason)
+
+            if count != last or first != 1:
+                expected = 1
+                seq = 0
+                for (seq,) in self._loader.execute(
+                    f"SELECT seq FROM {SCHEMA}.events WHERE combat_id = %s ORDER BY seq",
+                    (combat_id,),
+                ):
+                    if seq != expected:
+                        break
+                    expected += 1
+                return quarantined(f"seq {expected} is missing (next stored is {seq})")
+        if stored is not None and stored[0] > last:
+            return quarantined(f"seq {last + 1} is missing (the snapshot is at seq {stored[0]})")
+        if last_seq > last:
+            return quarantined(f"seq {last + 1} is missing (the log should end at seq {last_seq})")
+        snapshot: tuple[int, Any] | None = None
+        warnings: list[str] = []
+        if stored is not None:
+            try:
+                snapshot = (stored[0], _unpack(stored[1]))
+            except ValueError as e:
+                warnings.append(
+                    f"combat {combat_id}: snapshot at seq {stored[0]} is unreadable ({e}),"
+                    " loaded from the whole log"
+                )
+        return LoadedCombat(combat_id, ruleset, created_at, snapshot, last, warnings)
+
+    def replay(self, combat_id: str, after: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The combat's events after ``after``, decoded, in order, MAX_EVENTS_PER_READ at a
+        time (from any thread). Raises ``StoreError("store_failed")`` naming the seq of an
+        event that does not decode or is missing."""
+        expected = after + 1
+        while True:
+            with self._loading:
+                rows = self._loader.execute(
+                    f"SELECT seq, body FROM {SCHEMA}.events WHERE combat_id = %s AND seq > %s"
+                    " ORDER BY seq LIMIT %s",
+                    (combat_id, expected - 1, MAX_EVENTS_PER_READ),
+                ).fetchall()
+            for seq, body in rows:
+                if seq != expected:
+                    raise StoreError(
+                        "store_failed",
+                        "seq {seq} is missing (next stored is {next})",
+                        seq=expected,
+                        next=seq,
+                    )
+                yield seq, _event(seq, body)
+                expected += 1
+            if len(rows) < MAX_EVENTS_PER_READ:
+                return
+
+    def events_after(
+        self, combat_id: str, seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """Up to ``limit`` (at most MAX_EVENTS_PER_READ) events of the combat after ``seq``.
+        Raises ``StoreError("store_failed")`` if a stored event does not decode or the server
+        cannot be reached."""
+        try:
+            rows = self._reader.execute(
+                f"SELECT seq, body FROM {SCHEMA}.events WHERE combat_id = %s AND seq > %s"
+                " ORDER BY seq LIMIT %s",
+                (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ))),
+            ).fetchall()
+        except psycopg.Error as e:
+            raise _error(e) from e
+        return [(s, _event(s, body)) for s, body in rows]
+
+    async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
+        """The combat id and response remembered for a retried request, or None if forgotten:
+        from memory when recent, ruled out by the filter when never stored, else read from
+        the database in a worker thread."""
+        found = self._recent.get(principal, request_id)
+        if found is not None and found[2] < self._latest_at - REQUEST_MEMORY_SECONDS:
+            found = None
+        if found is None:
+            known = self._filter
+            if known is not None and not known.maybe(principal, request_id):
+                return None
+            found = await anyio.to_thread.run_sync(self._stored_request, principal, request_id)
+            if found is None:
+                return None
+        combat_id, body, _ = found
+        try:
+            return combat_id, _unpack(body)
+        except ValueError as e:
+            raise StoreError(
+                "store_failed",
+                "the response remembered for {principal}/{request} is unreadable: {reason}",
+                principal=principal,
+                request=request_id,
+                reason=str(e),
+            ) from e
+
+    def _stored_request(self, principal: str, request_id: str) -> tuple[str, bytes, float] | None:
+        try:
+            with self._loading:
+                row = self._loader.execute(
+                    f"SELECT combat_id, response, at FROM {SCHEMA}.requests"
+                    " WHERE principal = %s AND request_id = %s",
+                    (principal, request_id),
+                ).fetchone()
+        except psycopg.Error as e:
+            raise _error(e) from e
+        return None if row is None else (row[0], row[1], row[2])
+
+
+def _lock(db: psycopg.Connection[Any], location: str) -> None:
+    """Take ``STORE_LOCK`` on the committer's session, or raise ``StoreError`` naming the
+    session that holds it (its ``application_name`` says which daemon, pid and host)."""
+    row = db.execute("SELECT pg_try_advisory_lock(%s)", (STORE_LOCK,)).fetchone()
+    if row is not None and row[0]:
+        return
+    holder = db.execute(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.database = ("
+        " SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND l.classid = (%s >> 32)::oid AND l.objid = (%s & 4294967295)::oid",
+        (STORE_LOCK, STORE_LOCK),
+    ).fetchone()
+    raise StoreError(
+        "store_failed",
+        "the store at {store} is in use by another turnkeeper daemon ({holder})",
+        store=shown(location),
+        holder=holder[0] if holder is not None else "gone since",
+    )
+
+
+def _size(pending: _Pending) -> int:
+    """The bytes a batch adds, as the quota counts them between two measures."""
+    size = sum(len(body) for _, _, body in pending.events)
+    for extra in (pending.response, pending.summary, pending.snapshot):
+        if extra is not None:
+            size += len(extra)
+    return size
+
+
+def _event(seq: int, body: object) -> dict[str, Any]:
+    try:
+        return _unpack_event(body)
+    except ValueError as e:
+        raise StoreError(
+            "store_failed", "event {seq} is unreadable: {reason}", seq=seq, reason=str(e)
+        ) from e
+
+
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "PostgresStore", "migrate", "shown"]

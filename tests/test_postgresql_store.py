@@ -1,0 +1,162 @@
+"""What only the PostgreSQL store does, on a real server: migrations, one daemon per database,
+the log's own end kept with each combat, reconnecting, the throwaway cluster the tests fall
+back on, and a real ``turnkeeper serve --store postgresql://`` killed with SIGKILL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+import postgres
+from daemon import CALL_TIMEOUT, Daemon, add_spidey
+from test_store_port import batch, event, loaded, logged, running
+from turnkeeper.store import StoreError
+from turnkeeper.stores import open_store
+from turnkeeper.stores.postgresql import SCHEMA, SCHEMA_VERSION, PostgresStore
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as db:
+        cursor = db.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def test_a_second_store_on_the_same_database_is_refused_naming_the_holder(
+    postgres_db: str,
+) -> None:
+    first = PostgresStore.open(postgres_db)
+    try:
+        with pytest.raises(StoreError) as refused:
+            PostgresStore.open(postgres_db)
+    finally:
+        first.close()
+    assert refused.value.code == "store_failed"
+    assert "in use by another turnkeeper daemon (turnkeeper committer pid" in str(refused.value)
+    PostgresStore.open(postgres_db).close()  # the lock went with the first's session
+
+
+def test_a_database_at_a_newer_schema_version_is_refused(postgres_db: str) -> None:
+    PostgresStore.open(postgres_db).close()
+    _sql(postgres_db, f"INSERT INTO {SCHEMA}.schema_migrations (version, name) VALUES (99, 'x')")
+    with pytest.raises(StoreError) as refused:
+        PostgresStore.open(postgres_db)
+    assert f"schema version 99, this daemon reads up to {SCHEMA_VERSION}" in str(refused.value)
+
+
+def _migrate(dsn: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnkeeper.cli", "migrate", "--store", dsn],
+        capture_output=True,
+        text=True,
+        timeout=CALL_TIMEOUT,
+        check=False,
+    )
+
+
+def test_turnkeeper_migrate_applies_each_migration_once(postgres_db: str) -> None:
+    first = _migrate(postgres_db)
+    again = _migrate(postgres_db)
+    assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
+    assert first.stdout.startswith("applied 1: combats, events")
+    assert "applied" not in again.stdout
+    assert f"is at schema version {SCHEMA_VERSION}" in again.stdout
+    assert _sql(postgres_db, f"SELECT version FROM {SCHEMA}.schema_migrations") == [(1,)]
+
+
+def test_turnkeeper_migrate_needs_a_postgresql_uri(tmp_path: Path) -> None:
+    done = _migrate(str(tmp_path))
+    assert done.returncode == 2
+    assert "--store: expected a postgresql:// URI" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_events_lost_at_the_end_of_a_log_quarantine_its_combat(postgres_db: str) -> None:
+    store = PostgresStore.open(postgres_db)
+    async with running(store):
+        await store.commit(batch("c1", 1, 3, create=True))
+        await store.commit(batch("c2", 1, 2, create=True))
+    store.close()
+    # The end of a log, where SQLite could not tell a loss from a log that ended there.
+    _sql(postgres_db, f"DELETE FROM {SCHEMA}.events WHERE combat_id = 'c1' AND seq = 3")
+
+    store = open_store(postgres_db, Path("/nonexistent"))
+    c1, c2 = loaded(store)
+    store.close()
+    assert c1.quarantined == "seq 3 is missing (the log should end at seq 3)"
+    assert c2.quarantined is None
+
+
+@pytest.mark.anyio
+async def test_the_committer_reconnects_after_its_session_is_ended(postgres_db: str) -> None:
+    store = PostgresStore.open(postgres_db)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        _sql(
+            postgres_db,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'turnkeeper committer%%'",
+        )
+        with pytest.raises(StoreError) as lost:  # the session is found gone on its next use
+            await store.commit(batch("c1", 2))
+        await store.commit(batch("c1", 2))  # a new session, the lock taken again
+        await store.commit(batch("c1", 3))
+    [combat] = loaded(store)
+    assert logged(store, combat) == [(n, event(n)) for n in (1, 2, 3)]
+    store.close()
+    assert lost.value.code == "store_failed"
+
+
+def test_the_throwaway_cluster_starts_from_the_installed_binaries() -> None:
+    async def use(dsn: str) -> None:
+        store = PostgresStore.open(dsn)
+        async with running(store):
+            await store.commit(batch("c1", 1, 2, create=True))
+        store.close()
+
+    with postgres.throwaway_cluster() as server, postgres.database(server) as dsn:
+        assert not server.startswith(postgres.LOCAL.rsplit("/", 1)[0] + "/")
+        anyio.run(use, dsn)
+        assert _sql(dsn, f"SELECT seq FROM {SCHEMA}.events ORDER BY seq") == [(1,), (2,)]
+
+
+def test_serve_on_postgresql_keeps_every_acknowledged_command_through_a_sigkill(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    d = Daemon(tmp_path, None, "--store", postgres_db)
+    d.start()
+    try:
+        c = d.client()
+        add_spidey(c, "bank")
+        started = c.call("start_combat", request_id="bank-start", combat="bank")
+        seq = c.call("get_combat", combat="bank")["seq"]
+        for n in range(20):  # acknowledged, each one: then the kill
+            c.call("create_combat", request_id=f"make-{n}", combat_id=f"c{n}", ruleset="marvel")
+        c.close()
+        d.kill()
+
+        d.start()
+        c = d.client()
+        assert c.call("get_combat", combat="bank")["seq"] == seq
+        listed = {row["combat"] for row in c.call("list_combats")}
+        assert listed == {"bank", *(f"c{n}" for n in range(20))}
+        # A retried request id returns the original result, and changes nothing.
+        assert c.call("start_combat", request_id="bank-start", combat="bank") == started
+        assert c.call("get_combat", combat="bank")["seq"] == seq
+        c.close()
+        assert d.stop() == 0
+    finally:
+        if d.process is not None and d.process.poll() is None:
+            d.process.kill()
+            d.process.wait()
+    assert not (tmp_path / "data" / "turnkeeper.db").exists()  # nothing went to SQLite
