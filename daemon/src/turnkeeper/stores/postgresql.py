@@ -24,10 +24,10 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import anyio
 import msgpack  # type: ignore[import-untyped]
@@ -59,6 +59,9 @@ from ..store import (
 )
 
 log = structlog.get_logger("turnkeeper.store")
+
+_T = TypeVar("_T")
+_Connection = psycopg.Connection[Any]
 
 SCHEMA = "turnkeeper"
 """The PostgreSQL schema holding the store's tables, so that a database shared with other
@@ -429,28 +432,44 @@ class PostgresStore:
             return
         for pending in group:
             self._encode_snapshot(pending)
-        db = self._writer
-        try:
+        for attempt in (1, 2):
+            committing = False  # whether COMMIT was sent: then the outcome may be either
             try:
-                with db.transaction():
-                    self._write_together(group)
-            except (_ConflictError, psycopg.errors.IntegrityError):
-                for pending in group:
-                    pending.error = None
-                    self._last.pop(pending.batch.combat_id, None)
-                with db.transaction():
+                db = self._writer
+                try:
+                    with db.transaction():
+                        self._write_together(group)
+                        committing = True
+                except (_ConflictError, psycopg.errors.IntegrityError):
+                    committing = False
                     for pending in group:
-                        try:
-                            with db.transaction():  # a savepoint
-                                self._write_batch(pending)
-                        except (_ConflictError, psycopg.errors.IntegrityError) as e:
-                            pending.error = _conflict(str(e).strip())
-        except psycopg.Error as e:
-            error = _error(e)
-            for pending in group:
-                pending.error = error
-                self._last.pop(pending.batch.combat_id, None)
-            return
+                        pending.error = None
+                        self._last.pop(pending.batch.combat_id, None)
+                    with db.transaction():
+                        for pending in group:
+                            try:
+                                with db.transaction():  # a savepoint
+                                    self._write_batch(pending)
+                            except (_ConflictError, psycopg.errors.IntegrityError) as e:
+                                pending.error = _conflict(str(e).strip())
+                        committing = True
+                break
+            except psycopg.Error as e:
+                lost = isinstance(e, psycopg.OperationalError)
+                if lost and attempt == 1 and not committing:
+                    # The session was gone before COMMIT (the server restarted while the
+                    # daemon was idle): nothing of the group was kept, so a new session
+                    # writes it again.
+                    for pending in group:
+                        pending.error = None
+                    with contextlib.suppress(psycopg.Error, StoreError):
+                        self._reconnect()
+                        continue
+                error = _error(e)
+                for pending in group:
+                    pending.error = error
+                    self._last.pop(pending.batch.combat_id, None)
+                return
         stored = self._filter
         for pending in group:
             if pending.error is None:
@@ -701,13 +720,40 @@ class PostgresStore:
 
     # -- reading ---------------------------------------------------------------------------------
 
+    def _read(self, role: Literal["reader", "loader"], query: Callable[[_Connection], _T]) -> _T:
+        """``query`` on the role's session, on a new session if it broke (the server
+        restarted, the network failed) before or during the query: a read changes nothing,
+        so running it again is safe. Raises ``StoreError`` for a query that failed otherwise,
+        or again on the new session."""
+        for attempt in (1, 2):
+            db: _Connection = getattr(self, f"_{role}")
+            try:
+                if db.broken or db.closed:
+                    db.close()
+                    db = _connect(self._location, role)
+                    setattr(self, f"_{role}", db)
+                return query(db)
+            except psycopg.OperationalError as e:
+                # The server ended the session (57P01 on a restart) or it was lost: a new one
+                # runs the query again.
+                if attempt == 1:
+                    db.close()
+                    continue
+                raise _error(e) from e
+            except psycopg.Error as e:
+                raise _error(e) from e
+        raise AssertionError("unreachable")
+
     def summaries(self) -> list[tuple[str, Any]]:
         """Every combat in creation order with its last summary (None if it has none or the
         summary does not decode)."""
-        rows = self._reader.execute(
-            f"SELECT c.combat_id, s.body FROM {SCHEMA}.combats c"
-            f" LEFT JOIN {SCHEMA}.summaries s USING (combat_id) ORDER BY c.position"
-        ).fetchall()
+        rows = self._read(
+            "reader",
+            lambda db: db.execute(
+                f"SELECT c.combat_id, s.body FROM {SCHEMA}.combats c"
+                f" LEFT JOIN {SCHEMA}.summaries s USING (combat_id) ORDER BY c.position"
+            ).fetchall(),
+        )
         result: list[tuple[str, Any]] = []
         for combat_id, body in rows:
             try:
@@ -722,20 +768,25 @@ class PostgresStore:
         A gap anywhere in its log quarantines it, and so does a log shorter than the combat's
         own last seq (events lost at the end): found by counting, so no event body is read.
         Raises ``StoreError("store_failed")`` for a combat the store does not hold."""
-        with self._loading, self._loader.transaction():
+        with self._loading:
+            return self._read("loader", partial(self._load_combat, combat_id))
+
+    @staticmethod
+    def _load_combat(combat_id: str, db: _Connection) -> LoadedCombat:
+        with db.transaction():
             # One snapshot of the database for the combat row, its snapshot and its log.
-            self._loader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            row = self._loader.execute(
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = db.execute(
                 f"SELECT ruleset, created_at, last_seq FROM {SCHEMA}.combats WHERE combat_id = %s",
                 (combat_id,),
             ).fetchone()
             if row is None:
                 raise StoreError("store_failed", "no combat {id!r} in the store", id=combat_id)
             ruleset, created_at, last_seq = row
-            stored = self._loader.execute(
+            stored = db.execute(
                 f"SELECT seq, body FROM {SCHEMA}.snapshots WHERE combat_id = %s", (combat_id,)
             ).fetchone()
-            counted = self._loader.execute(
+            counted = db.execute(
                 f"SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0)"
                 f" FROM {SCHEMA}.events WHERE combat_id = %s",
                 (combat_id,),
@@ -749,7 +800,7 @@ class PostgresStore:
             if count != last or first != 1:
                 expected = 1
                 seq = 0
-                for (seq,) in self._loader.execute(
+                for (seq,) in db.execute(
                     f"SELECT seq FROM {SCHEMA}.events WHERE combat_id = %s ORDER BY seq",
                     (combat_id,),
                 ):
@@ -780,11 +831,7 @@ class PostgresStore:
         expected = after + 1
         while True:
             with self._loading:
-                rows = self._loader.execute(
-                    f"SELECT seq, body FROM {SCHEMA}.events WHERE combat_id = %s AND seq > %s"
-                    " ORDER BY seq LIMIT %s",
-                    (combat_id, expected - 1, MAX_EVENTS_PER_READ),
-                ).fetchall()
+                rows = self._read("loader", partial(_page, combat_id, expected - 1))
             for seq, body in rows:
                 if seq != expected:
                     raise StoreError(
@@ -804,14 +851,8 @@ class PostgresStore:
         """Up to ``limit`` (at most MAX_EVENTS_PER_READ) events of the combat after ``seq``.
         Raises ``StoreError("store_failed")`` if a stored event does not decode or the server
         cannot be reached."""
-        try:
-            rows = self._reader.execute(
-                f"SELECT seq, body FROM {SCHEMA}.events WHERE combat_id = %s AND seq > %s"
-                " ORDER BY seq LIMIT %s",
-                (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ))),
-            ).fetchall()
-        except psycopg.Error as e:
-            raise _error(e) from e
+        count = max(0, min(limit, MAX_EVENTS_PER_READ))
+        rows = self._read("reader", lambda db: _page(combat_id, seq, db, count))
         return [(s, _event(s, body)) for s, body in rows]
 
     async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
@@ -841,15 +882,15 @@ class PostgresStore:
             ) from e
 
     def _stored_request(self, principal: str, request_id: str) -> tuple[str, bytes, float] | None:
-        try:
-            with self._loading:
-                row = self._loader.execute(
+        with self._loading:
+            row = self._read(
+                "loader",
+                lambda db: db.execute(
                     f"SELECT combat_id, response, at FROM {SCHEMA}.requests"
                     " WHERE principal = %s AND request_id = %s",
                     (principal, request_id),
-                ).fetchone()
-        except psycopg.Error as e:
-            raise _error(e) from e
+                ).fetchone(),
+            )
         return None if row is None else (row[0], row[1], row[2])
 
 
@@ -872,6 +913,17 @@ def _lock(db: psycopg.Connection[Any], location: str) -> None:
         store=shown(location),
         holder=holder[0] if holder is not None else "gone since",
     )
+
+
+def _page(
+    combat_id: str, after: int, db: _Connection, limit: int = MAX_EVENTS_PER_READ
+) -> list[tuple[int, bytes]]:
+    """Up to ``limit`` of the combat's events after ``after``, as stored: (seq, body)."""
+    return db.execute(
+        f"SELECT seq, body FROM {SCHEMA}.events WHERE combat_id = %s AND seq > %s"
+        " ORDER BY seq LIMIT %s",
+        (combat_id, after, limit),
+    ).fetchall()
 
 
 def _size(pending: _Pending) -> int:
