@@ -27,7 +27,10 @@ def open_store(location: str | None, data_dir: Path, *, max_mib: int | None = No
     ``postgresql://`` URI (migrated to this daemon's schema first), else SQLite in ``data_dir``.
     ``max_mib`` is the operator's quota, as each store defines it."""
     if location is not None and is_postgresql(location):
-        store: StorePort = load_postgresql().PostgresStore.open(
+        load_postgresql()  # says how to install the driver if it is missing
+        from .postgresql import PostgresStore
+
+        store: StorePort = PostgresStore.open(
             location, max_bytes=None if max_mib is None else max_mib << 20
         )
         return store

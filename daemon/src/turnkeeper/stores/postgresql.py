@@ -186,7 +186,7 @@ def migrate(location: str) -> list[Migration]:
             "store_failed",
             "cannot migrate the store at {store}: {reason}",
             store=shown(location),
-            reason=str(e).strip(),
+            reason=_reason(e),
         ) from e
 
 
@@ -223,12 +223,17 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     return applied
 
 
+def _reason(e: Exception) -> str:
+    """The server's or libpq's words, on one line (they come with a hint on the next)."""
+    return " ".join(str(e).split())
+
+
 def _error(e: psycopg.Error) -> StoreError:
     if isinstance(e, psycopg.errors.IntegrityError):
-        return StoreError("conflict", "{reason}", reason=str(e).strip())
+        return StoreError("conflict", "{reason}", reason=_reason(e))
     if isinstance(e, psycopg.errors.DiskFull | psycopg.errors.OutOfMemory):
-        return StoreError("store_full", "{reason}", reason=str(e).strip())
-    return StoreError("store_failed", "{reason}", reason=str(e).strip())
+        return StoreError("store_full", "{reason}", reason=_reason(e))
+    return StoreError("store_failed", "{reason}", reason=_reason(e))
 
 
 class PostgresStore:
@@ -301,7 +306,7 @@ class PostgresStore:
                 "store_failed",
                 "cannot open the store at {store}: {reason}",
                 store=shown(location),
-                reason=str(e).strip(),
+                reason=_reason(e),
             ) from e
         except BaseException:
             for c in connections:
@@ -451,7 +456,7 @@ class PostgresStore:
                                 with db.transaction():  # a savepoint
                                     self._write_batch(pending)
                             except (_ConflictError, psycopg.errors.IntegrityError) as e:
-                                pending.error = _conflict(str(e).strip())
+                                pending.error = _conflict(_reason(e))
                         committing = True
                 break
             except psycopg.Error as e:
