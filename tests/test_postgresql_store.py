@@ -174,3 +174,35 @@ def test_serve_on_postgresql_keeps_every_acknowledged_command_through_a_sigkill(
             d.process.kill()
             d.process.wait()
     assert not (tmp_path / "data" / "turnkeeper.db").exists()  # nothing went to SQLite
+
+
+def test_a_commit_whose_session_is_lost_after_its_commit_is_found_landed() -> None:
+    # A server of the test's own: it is made to hold every COMMIT (waiting for a synchronous
+    # standby that never comes) while the committer's session is ended, so the transaction is
+    # committed on the server and its answer lost on the way back.
+    with postgres.throwaway_cluster() as server, postgres.database(server) as dsn:
+        anyio.run(_lost_after_commit, server, dsn)
+
+
+async def _lost_after_commit(server: str, dsn: str) -> None:
+    store = PostgresStore.open(dsn)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        _sql(server, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        _sql(server, "SELECT pg_reload_conf()")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.commit, batch("c1", 2, 2, request=("alice", "r"), response=2))
+            with anyio.fail_after(CALL_TIMEOUT):
+                while (
+                    _sql(dsn, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == []
+                ):
+                    await anyio.sleep(0.01)
+            assert _end_sessions(dsn) == 3
+            _sql(server, "ALTER SYSTEM RESET synchronous_standby_names")
+            _sql(server, "SELECT pg_reload_conf()")
+        # The commit returned without an error: the combat row said it had landed.
+        assert await store.lookup_request("alice", "r") == ("c1", 2)
+        await store.commit(batch("c1", 4))  # and the committer knows where the log ends
+    [combat] = loaded(store)
+    assert logged(store, combat) == [(n, event(n)) for n in (1, 2, 3, 4)]
+    store.close()

@@ -24,6 +24,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -78,6 +79,14 @@ MIGRATION_LOCK = 0x746B_4D49_4752_4154
 
 CONNECT_TIMEOUT = 10
 """Seconds to reach the server before the start (or a reconnection) fails."""
+
+RELOCK_WAIT = 5.0
+"""Seconds a new committer's session waits for the lock after the last one was lost: the
+server ends a lost session (and frees its lock) once it notices, which a terminated or restarted
+one does at once. A session still alive after this is another daemon's, or a partitioned one's."""
+
+RELOCK_POLL = 0.05
+"""Seconds between two tries for the lock while waiting for it."""
 
 QUOTA_MEASURE_BYTES = 256 * 2**10
 """Bytes written between two measures of the store's size under a quota. Measuring asks the
@@ -406,7 +415,8 @@ class PostgresStore:
         self._last.clear()
         writer = _connect(self._location, "committer")
         try:
-            _lock(writer, self._location)
+            # The lost session may still be on its way out, holding the lock a moment more.
+            _lock(writer, self._location, wait=RELOCK_WAIT)
             writer.execute("SET synchronous_commit = on")
         except BaseException:
             writer.close()
@@ -460,21 +470,27 @@ class PostgresStore:
                         committing = True
                 break
             except psycopg.Error as e:
-                lost = isinstance(e, psycopg.OperationalError)
-                if lost and attempt == 1 and not committing:
-                    # The session was gone before COMMIT (the server restarted while the
-                    # daemon was idle): nothing of the group was kept, so a new session
-                    # writes it again.
-                    for pending in group:
-                        pending.error = None
+                landed: bool | None = None  # unknown
+                if isinstance(e, psycopg.OperationalError) and attempt == 1:
+                    # The session is lost (the server restarted, the network failed). Before
+                    # COMMIT was sent nothing of the group was kept; after it, the combat
+                    # rows a new session reads tell, since each append moved its combat's
+                    # last seq in the same transaction.
                     with contextlib.suppress(psycopg.Error, StoreError):
                         self._reconnect()
-                        continue
-                error = _error(e)
-                for pending in group:
-                    pending.error = error
-                    self._last.pop(pending.batch.combat_id, None)
-                return
+                        landed = self._landed(group) if committing else False
+                if landed is False:
+                    for pending in group:
+                        pending.error = None
+                    continue  # written again on the new session
+                if landed is None:
+                    error = _error(e)
+                    for pending in group:
+                        pending.error = error
+                        self._last.pop(pending.batch.combat_id, None)
+                    return
+                log.info("store_commit_found_landed", batches=len(group))
+                break
         stored = self._filter
         for pending in group:
             if pending.error is None:
@@ -486,6 +502,24 @@ class PostgresStore:
                 if b.request is not None:
                     self._touched.add(b.request[0])
                     stored.add(*b.request)
+
+    def _landed(self, group: Sequence[_Pending]) -> bool | None:
+        """Whether the group's transaction, whose COMMIT was sent when its session was lost,
+        was committed: read from the combat row of one batch it appended to or created (on
+        the new session). None when no batch of it did either (a snapshot alone)."""
+        for pending in group:
+            b = pending.batch
+            if pending.error is not None or not (pending.events or b.ruleset is not None):
+                continue
+            row = self._writer.execute(
+                f"SELECT last_seq FROM {SCHEMA}.combats WHERE combat_id = %s", (b.combat_id,)
+            ).fetchone()
+            if row is None:
+                return False  # the combat it created is not there
+            return bool(row[0] >= b.first_seq + len(pending.events) - 1)
+        if all(pending.error is not None for pending in group):
+            return True  # every batch was refused: the transaction wrote nothing
+        return None
 
     def _encode_snapshot(self, pending: _Pending) -> None:
         make = pending.batch.snapshot
@@ -899,12 +933,18 @@ class PostgresStore:
         return None if row is None else (row[0], row[1], row[2])
 
 
-def _lock(db: psycopg.Connection[Any], location: str) -> None:
-    """Take ``STORE_LOCK`` on the committer's session, or raise ``StoreError`` naming the
-    session that holds it (its ``application_name`` says which daemon, pid and host)."""
-    row = db.execute("SELECT pg_try_advisory_lock(%s)", (STORE_LOCK,)).fetchone()
-    if row is not None and row[0]:
-        return
+def _lock(db: psycopg.Connection[Any], location: str, wait: float = 0.0) -> None:
+    """Take ``STORE_LOCK`` on the committer's session, waiting up to ``wait`` seconds for it,
+    or raise ``StoreError`` naming the session that holds it (its ``application_name`` says
+    which daemon, pid and host)."""
+    deadline = time.monotonic() + wait
+    while True:
+        row = db.execute("SELECT pg_try_advisory_lock(%s)", (STORE_LOCK,)).fetchone()
+        if row is not None and row[0]:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(RELOCK_POLL)
     holder = db.execute(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
         " WHERE l.locktype = 'advisory' AND l.granted AND l.database = ("
