@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import postgres
-from daemon import CALL_TIMEOUT, Daemon, add_spidey
+from daemon import CALL_TIMEOUT, CallError, Client, Daemon, add_spidey
 from test_store_port import batch, event, loaded, logged, running
 from turnkeeper.store import StoreError
 from turnkeeper.stores import open_store
@@ -206,3 +206,48 @@ async def _lost_after_commit(server: str, dsn: str) -> None:
     [combat] = loaded(store)
     assert logged(store, combat) == [(n, event(n)) for n in (1, 2, 3, 4)]
     store.close()
+
+
+def test_serve_on_postgresql_quarantines_a_damaged_combat_alone(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    d = Daemon(tmp_path, None, "--store", postgres_db)
+    d.start()
+    try:
+        c = d.client()
+        for combat in ("unreadable", "deleted", "good"):
+            add_spidey(c, combat)
+            c.call("start_combat", request_id=f"{combat}-start", combat=combat)
+        last = c.call("get_combat", combat="good")["seq"]
+        c.close()
+        d.kill()
+        where = "WHERE combat_id = %s AND seq = %s"
+        _sql(
+            postgres_db,
+            f"UPDATE {SCHEMA}.events SET body = %s {where}",
+            b"\x92",
+            "unreadable",
+            last,
+        )
+        _sql(postgres_db, f"DELETE FROM {SCHEMA}.events {where}", "deleted", last)
+
+        d.start()
+        c = d.client()
+        unreadable = _refused(c, "unreadable")
+        assert unreadable.code == "combat_quarantined"
+        assert f"event {last} is unreadable" in unreadable.message
+        deleted = _refused(c, "deleted")
+        assert deleted.code == "combat_quarantined"
+        assert f"seq {last} is missing" in deleted.message
+        assert c.call("get_combat", combat="good")["seq"] == last
+        c.close()
+    finally:
+        if d.process is not None and d.process.poll() is None:
+            d.process.kill()
+            d.process.wait()
+
+
+def _refused(c: Client, combat: str) -> CallError:
+    with pytest.raises(CallError) as refused:
+        c.call("get_combat", combat=combat)
+    return refused.value
