@@ -52,30 +52,67 @@ def reachable(dsn: str) -> bool:
     return True
 
 
+class Cluster:
+    """A throwaway cluster the test controls: stopped and started again at will (a server
+    restart, an outage), on the same port and data."""
+
+    def __init__(self, root: Path, port: int, run_as: list[str]) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.port = port
+        self.run_as = run_as
+        self.dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    def ctl(self, *args: str, options: str = "") -> None:
+        subprocess.run(
+            [
+                *self.run_as,
+                binaries() / "pg_ctl",
+                "-D",
+                self.data,
+                "-l",
+                self.root / "server.log",
+                "-w",
+                "-t",
+                str(START_TIMEOUT),
+                "-o",
+                f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 {options}",
+                *args,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=START_TIMEOUT + 10,
+        )
+
+    def start(self, options: str = "") -> None:
+        self.ctl("start", options=options)
+
+    def stop(self, mode: str = "fast") -> None:
+        self.ctl("stop", "-m", mode)
+
+
 @contextmanager
-def throwaway_cluster() -> Iterator[str]:
-    """A new cluster in a temporary directory on a free port, trust auth for user postgres;
-    yields its maintenance database's URI, and stops and removes it after. The server
-    refuses to run as root: then it runs as the ``postgres`` user (which Debian's package
-    makes)."""
+def controlled_cluster() -> Iterator[Cluster]:
+    """A new cluster in a temporary directory on a free port, trust auth for user postgres,
+    started; stopped and removed after. The server refuses to run as root: then it runs as
+    the ``postgres`` user (which Debian's package makes)."""
     from daemon import free_port
 
     bin_dir = binaries()
     root = Path(tempfile.mkdtemp(prefix="tk-pg-"))
-    data = root / "data"
-    port = free_port()
     run_as: list[str] = []
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
         run_as = ["runuser", "-u", "postgres", "--"]
     os.chmod(root, 0o700)
+    cluster = Cluster(root, free_port(), run_as)
     try:
         subprocess.run(
             [
                 *run_as,
                 bin_dir / "initdb",
                 "-D",
-                data,
+                cluster.data,
                 "-U",
                 "postgres",
                 "--auth=trust",
@@ -87,35 +124,24 @@ def throwaway_cluster() -> Iterator[str]:
             capture_output=True,
             timeout=START_TIMEOUT,
         )
-        subprocess.run(
-            [
-                *run_as,
-                bin_dir / "pg_ctl",
-                "-D",
-                data,
-                "-l",
-                root / "server.log",
-                "-w",
-                "-t",
-                str(START_TIMEOUT),
-                "-o",
-                f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
-                "start",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=START_TIMEOUT + 10,
-        )
+        cluster.start()
         try:
-            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+            yield cluster
         finally:
             subprocess.run(
-                [*run_as, bin_dir / "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"],
+                [*run_as, bin_dir / "pg_ctl", "-D", cluster.data, "-m", "immediate", "-w", "stop"],
                 capture_output=True,
                 timeout=START_TIMEOUT,
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_cluster() -> Iterator[str]:
+    """A new cluster (``controlled_cluster``); yields its maintenance database's URI."""
+    with controlled_cluster() as cluster:
+        yield cluster.dsn
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import postgres
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, add_spidey
 from test_store_port import batch, event, loaded, logged, running
 from turnkeeper.store import StoreError
-from turnkeeper.stores import open_store
+from turnkeeper.stores import open_store, postgresql
 from turnkeeper.stores.postgresql import SCHEMA, SCHEMA_VERSION, PostgresStore
 
 
@@ -251,3 +251,82 @@ def _refused(c: Client, combat: str) -> CallError:
     with pytest.raises(CallError) as refused:
         c.call("get_combat", combat=combat)
     return refused.value
+
+
+async def _held_in_syncrep(cluster: postgres.Cluster, dsn: str) -> None:
+    """Have the server hold every COMMIT (waiting for a synchronous standby that never comes)
+    and return once one is held: committed on the server, unanswered."""
+    _sql(cluster.dsn, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+    _sql(cluster.dsn, "SELECT pg_reload_conf()")
+    with anyio.fail_after(CALL_TIMEOUT):
+        while _sql(dsn, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == []:
+            await anyio.sleep(0.01)
+
+
+def _restart_without_standby(cluster: postgres.Cluster) -> None:
+    cluster.start(options="-c synchronous_standby_names=")
+    _sql(cluster.dsn, "ALTER SYSTEM RESET synchronous_standby_names")
+
+
+def test_a_commit_held_while_the_server_restarts_is_found_landed_once_it_is_back() -> None:
+    # The server stops (fast) with the COMMIT sent: the session is lost and, for a moment, no
+    # new one can be had. The committer keeps trying, and finds the group committed.
+    with postgres.controlled_cluster() as cluster, postgres.database(cluster.dsn) as dsn:
+        anyio.run(_restarted_while_committing, cluster, dsn)
+
+
+async def _restarted_while_committing(cluster: postgres.Cluster, dsn: str) -> None:
+    store = PostgresStore.open(dsn)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.commit, batch("c1", 2, 2, request=("alice", "r"), response=2))
+            await _held_in_syncrep(cluster, dsn)
+            await anyio.to_thread.run_sync(cluster.stop)
+            await anyio.sleep(1)
+            await anyio.to_thread.run_sync(_restart_without_standby, cluster)
+        # The commit returned without an error: it was found landed once the server was back.
+        assert await store.lookup_request("alice", "r") == ("c1", 2)
+        await store.commit(batch("c1", 4))
+    [combat] = loaded(store)
+    assert logged(store, combat) == [(n, event(n)) for n in (1, 2, 3, 4)]
+    store.close()
+
+
+def test_a_commit_whose_outcome_stays_unknown_is_unavailable_and_its_retry_finds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The server stays down longer than the committer waits: the outcome is unknown, never
+    # "nothing kept". Once the server is back, the request id is looked up in the database
+    # (its first answer returned) and the combat's next append is checked against it.
+    monkeypatch.setattr(postgresql, "LANDED_WAIT", 1.0)
+    with postgres.controlled_cluster() as cluster, postgres.database(cluster.dsn) as dsn:
+        anyio.run(_down_while_committing, cluster, dsn)
+
+
+async def _down_while_committing(cluster: postgres.Cluster, dsn: str) -> None:
+    store = PostgresStore.open(dsn)
+    outcome: list[StoreError] = []
+
+    async def commit() -> None:
+        try:
+            await store.commit(batch("c1", 2, 2, request=("alice", "r"), response=2))
+        except StoreError as e:
+            outcome.append(e)
+
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(commit)
+            await _held_in_syncrep(cluster, dsn)
+            await anyio.to_thread.run_sync(cluster.stop)
+        [unknown] = outcome
+        assert unknown.code == "store_unavailable"
+        assert "retry" in unknown.message
+        assert str(cluster.port) not in unknown.message
+        await anyio.to_thread.run_sync(_restart_without_standby, cluster)
+        assert await store.lookup_request("alice", "r") == ("c1", 2)
+        await store.commit(batch("c1", 4))
+    [combat] = loaded(store)
+    assert logged(store, combat) == [(n, event(n)) for n in (1, 2, 3, 4)]
+    store.close()

@@ -119,7 +119,7 @@ BUSY_TIMEOUT_MS = 5000
 """How long a connection waits for a lock another holds (an operator may run ``sqlite3`` on the
 file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
 
-ErrorCode = Literal["store_failed", "store_full", "conflict"]
+ErrorCode = Literal["store_failed", "store_full", "store_unavailable", "conflict"]
 
 log = structlog.get_logger("turnkeeper.store")
 
@@ -169,7 +169,9 @@ class StoreError(ProtocolError):
 
     ``conflict``: the batch does not fit the log (sequence taken or skipped, unknown or duplicate
     combat, request id already stored). ``store_full``: the disk or the configured size limit is
-    full. ``store_failed``: anything else (I/O error, unreadable record, store stopped).
+    full. ``store_unavailable``: a database server could not be reached (nothing is damaged;
+    a commit's outcome may be unknown, its request id safe to retry). ``store_failed``: anything
+    else (I/O error, unreadable record, store stopped).
     The message is a string-literal template with named arguments (like every error's).
     """
 

@@ -138,6 +138,10 @@ class _CombatLog:
         try:
             await writer.store.commit(batch)
         except StoreError as e:
+            if e.code == "store_unavailable":
+                # Whether the batch was kept may be unknown: the combat is read again from
+                # the store before its next command, rather than trusted as it is in memory.
+                writer.rebuilder.forget(combat)
             raise RefusedError.relay(e, e.code) from e
         combat.state = state
         combat.seq = last

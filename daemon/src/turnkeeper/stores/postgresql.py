@@ -88,6 +88,15 @@ one does at once. A session still alive after this is another daemon's, or a par
 RELOCK_POLL = 0.05
 """Seconds between two tries for the lock while waiting for it."""
 
+LANDED_WAIT = 30.0
+"""Seconds the committer keeps trying to reach the server after losing its session while a
+COMMIT was on its way, to learn whether it was kept, before answering ``store_unavailable``
+(outcome unknown). A server restarting (a fast stop, a failover) is back well within it."""
+
+LANDED_FIRST_PAUSE = 0.05
+LANDED_MAX_PAUSE = 2.0
+"""Seconds between two tries to reach the server: doubling from the first to the most."""
+
 QUOTA_MEASURE_BYTES = 256 * 2**10
 """Bytes written between two measures of the store's size under a quota. Measuring asks the
 server for the size of every relation (a catalog query and a ``stat`` per file), too dear for
@@ -238,11 +247,19 @@ def _reason(e: Exception) -> str:
 
 
 def _error(e: psycopg.Error) -> StoreError:
+    """The client's error for a database error: a stable code and words of the daemon's own.
+    The server's words name hosts, ports, columns and the rows of a ``COPY``: they go to the
+    daemon's log only."""
+    log.warning("store_error", kind=type(e).__name__, reason=_reason(e))
     if isinstance(e, psycopg.errors.IntegrityError):
-        return StoreError("conflict", "{reason}", reason=_reason(e))
+        return StoreError("conflict", "the batch does not fit the stored log")
     if isinstance(e, psycopg.errors.DiskFull | psycopg.errors.OutOfMemory):
-        return StoreError("store_full", "{reason}", reason=_reason(e))
-    return StoreError("store_failed", "{reason}", reason=_reason(e))
+        return StoreError("store_full", "the database server is out of space")
+    if isinstance(e, psycopg.OperationalError):
+        return StoreError(
+            "store_unavailable", "the database server could not be reached: retry later"
+        )
+    return StoreError("store_failed", "the database refused the store's statement (see the log)")
 
 
 class PostgresStore:
@@ -471,23 +488,15 @@ class PostgresStore:
                 break
             except psycopg.Error as e:
                 landed: bool | None = None  # unknown
-                if isinstance(e, psycopg.OperationalError) and attempt == 1:
-                    # The session is lost (the server restarted, the network failed). Before
-                    # COMMIT was sent nothing of the group was kept; after it, the combat
-                    # rows a new session reads tell, since each append moved its combat's
-                    # last seq in the same transaction.
-                    with contextlib.suppress(psycopg.Error, StoreError):
-                        self._reconnect()
-                        landed = self._landed(group) if committing else False
+                lost = isinstance(e, psycopg.OperationalError)
+                if lost and attempt == 1:
+                    landed = self._after_lost_session(group, committing)
                 if landed is False:
                     for pending in group:
                         pending.error = None
                     continue  # written again on the new session
                 if landed is None:
-                    error = _error(e)
-                    for pending in group:
-                        pending.error = error
-                        self._last.pop(pending.batch.combat_id, None)
+                    self._unknown_outcome(group, e, sent=committing and lost)
                     return
                 log.info("store_commit_found_landed", batches=len(group))
                 break
@@ -502,6 +511,49 @@ class PostgresStore:
                 if b.request is not None:
                     self._touched.add(b.request[0])
                     stored.add(*b.request)
+
+    def _after_lost_session(self, group: Sequence[_Pending], committing: bool) -> bool | None:
+        """Whether the group's transaction was committed, once its session was lost (the
+        server restarted, the network failed), read on a new session: before COMMIT was sent
+        nothing of it was kept; after it, the combat rows tell, since each append moved its
+        combat's last seq in the same transaction. A server restarting refuses sessions for a
+        moment: after COMMIT, a new one is tried again for up to ``LANDED_WAIT`` seconds, and
+        None (unknown) returned if none could be had."""
+        deadline = time.monotonic() + (LANDED_WAIT if committing else 0.0)
+        pause = LANDED_FIRST_PAUSE
+        while True:
+            try:
+                self._reconnect()
+                return self._landed(group) if committing else False
+            except StoreError as e:
+                log.error("store_reconnect_refused", reason=e.message)
+                return None  # another daemon holds the store: waiting would not help
+            except psycopg.Error as e:
+                log.warning("store_unreachable", store=shown(self._location), reason=_reason(e))
+            if time.monotonic() + pause > deadline:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, LANDED_MAX_PAUSE)
+
+    def _unknown_outcome(self, group: Sequence[_Pending], e: psycopg.Error, *, sent: bool) -> None:
+        """Fail the group with ``e``. When its COMMIT was ``sent`` the transaction may have
+        been committed: its request ids go in the filter, so that a retry looks for them in
+        the database (and finds the first answer if it was kept), and its combats' last seqs
+        are forgotten, so that their next appends are checked against the database."""
+        error = _error(e)
+        if sent:
+            error = StoreError(
+                "store_unavailable",
+                "the store could not be reached to learn whether this command was kept:"
+                " retry it with the same request_id",
+            )
+            log.error("store_commit_outcome_unknown", batches=len(group), reason=_reason(e))
+        for pending in group:
+            pending.error = error
+            b = pending.batch
+            self._last.pop(b.combat_id, None)
+            if sent and b.request is not None and self._filter is not None:
+                self._filter.add(*b.request)
 
     def _landed(self, group: Sequence[_Pending]) -> bool | None:
         """Whether the group's transaction, whose COMMIT was sent when its session was lost,
