@@ -330,3 +330,42 @@ async def _down_while_committing(cluster: postgres.Cluster, dsn: str) -> None:
     [combat] = loaded(store)
     assert logged(store, combat) == [(n, event(n)) for n in (1, 2, 3, 4)]
     store.close()
+
+
+def test_serve_through_a_database_outage_quarantines_nothing_and_tells_no_address(
+    tmp_path: Path,
+) -> None:
+    with postgres.controlled_cluster() as cluster, postgres.database(cluster.dsn) as dsn:
+        d = Daemon(tmp_path, None, "--store", dsn)
+        d.start()
+        try:
+            c = d.client()
+            add_spidey(c, "bank")
+            seq = c.call("get_combat", combat="bank")["seq"]
+            cluster.stop()
+            refusals = []
+            for method, params in (
+                ("history", {"combat": "bank"}),
+                ("start_combat", {"request_id": "bank-start", "combat": "bank"}),
+                ("get_combat", {"combat": "bank"}),  # read again from the store: unreachable
+            ):
+                with pytest.raises(CallError) as refused:
+                    c.call(method, **params)
+                refusals.append(refused.value)
+            assert [r.code for r in refusals] == ["store_unavailable"] * 3
+            for r in refusals:
+                assert "127.0.0.1" not in r.message
+                assert str(cluster.port) not in r.message
+            cluster.start()
+            assert c.call("get_combat", combat="bank")["seq"] == seq
+            assert [e["seq"] for e in c.call("history", combat="bank")["events"]] == list(
+                range(1, seq + 1)
+            )
+            started = c.call("start_combat", request_id="bank-start", combat="bank")
+            assert started["seq"] > seq
+            assert all("quarantined" not in row for row in c.call("list_combats"))
+            c.close()
+        finally:
+            if d.process is not None and d.process.poll() is None:
+                d.process.kill()
+                d.process.wait()
