@@ -4,8 +4,11 @@ back on, and a real ``turnkeeper serve --store postgresql://`` killed with SIGKI
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from test_store_port import batch, event, loaded, logged, running
 from turnkeeper.store import StoreError
 from turnkeeper.stores import open_store, postgresql
 from turnkeeper.stores.postgresql import SCHEMA, SCHEMA_VERSION, PostgresStore
+from turnkeeper_sdk import wire
 
 
 @pytest.fixture
@@ -120,9 +124,9 @@ async def test_the_store_reconnects_after_its_sessions_are_ended_and_loses_nothi
         # the lock taken again) writes it.
         await store.commit(batch("c1", 2))
         # A read is run again on a new session: the reader never sees the loss.
-        assert [seq for seq, _ in store.events_after("c1", 0, 10)] == [1, 2]
+        assert [seq for seq, _ in await store.events_after("c1", 0, 10)] == [1, 2]
         assert _end_sessions(postgres_db) == 2  # the loader's is still the ended one
-        assert store.events_after("c1", 1, 10) == [(2, event(2))]
+        assert await store.events_after("c1", 1, 10) == [(2, event(2))]
         assert await store.lookup_request("alice", "r1") == ("c1", "one")
         assert [c for c, _ in store.summaries()] == ["c1"]
         await store.commit(batch("c1", 3))
@@ -365,6 +369,44 @@ def test_serve_through_a_database_outage_quarantines_nothing_and_tells_no_addres
             assert started["seq"] > seq
             assert all("quarantined" not in row for row in c.call("list_combats"))
             c.close()
+        finally:
+            if d.process is not None and d.process.poll() is None:
+                d.process.kill()
+                d.process.wait()
+
+
+def test_a_history_read_the_server_never_answers_stalls_no_other_request(
+    tmp_path: Path,
+) -> None:
+    with postgres.controlled_cluster() as cluster, postgres.database(cluster.dsn) as dsn:
+        d = Daemon(tmp_path, None, "--store", dsn)
+        d.start()
+        try:
+            c = d.client()
+            add_spidey(c, "bank")
+            seq = c.call("get_combat", combat="bank")["seq"]
+            [(reader,)] = _sql(
+                dsn,
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE application_name LIKE 'turnkeeper reader%%'",
+            )
+            os.kill(reader, signal.SIGSTOP)  # the reader's backend: alive, never answering
+            try:
+                stuck = d.client()
+                stuck.send_raw(
+                    wire.pack(wire.Request(7, "history", {"combat": "bank", "after": 0}))
+                )
+                time.sleep(0.2)  # the history read is on its way to the stopped backend
+                started = time.monotonic()
+                assert c.call("get_combat", combat="bank")["seq"] == seq
+                assert time.monotonic() - started < 1.0
+                refused = stuck.response(7).error
+                assert refused is not None
+                assert refused.code == "store_unavailable"
+            finally:
+                os.kill(reader, signal.SIGCONT)
+            c.close()
+            stuck.close()
         finally:
             if d.process is not None and d.process.poll() is None:
                 d.process.kill()

@@ -346,13 +346,13 @@ async def test_events_after_pages_through_the_log(backend: Backend) -> None:
     store = backend.open()
     async with running(store):
         await store.commit(batch("c1", 1, total, create=True))
-    assert store.events_after("c1", 0, 3) == [(1, event(1)), (2, event(2)), (3, event(3))]
-    assert store.events_after("c1", total - 1, 10) == [(total, event(total))]
-    assert store.events_after("c1", total, 10) == []
-    assert store.events_after("c1", 0, 0) == []
-    assert store.events_after("nowhere", 0, 10) == []
+    assert await store.events_after("c1", 0, 3) == [(1, event(1)), (2, event(2)), (3, event(3))]
+    assert await store.events_after("c1", total - 1, 10) == [(total, event(total))]
+    assert await store.events_after("c1", total, 10) == []
+    assert await store.events_after("c1", 0, 0) == []
+    assert await store.events_after("nowhere", 0, 10) == []
     seen: list[int] = []
-    while page := store.events_after("c1", seen[-1] if seen else 0, total):
+    while page := await store.events_after("c1", seen[-1] if seen else 0, total):
         assert len(page) <= MAX_EVENTS_PER_READ
         seen.extend(seq for seq, _ in page)
     store.close()
@@ -460,7 +460,7 @@ async def test_a_gap_before_the_snapshot_quarantines_an_unreadable_event_is_foun
     # finds it unreadable.
     assert (unreadable.quarantined, logged(store, unreadable)) == (None, [(5, event(5))])
     with pytest.raises(StoreError) as unread:
-        store.events_after("unreadable", 0, 10)
+        await store.events_after("unreadable", 0, 10)
     assert "event 1 is unreadable" in unread.value.message
     store.close()
     assert gap.quarantined == "seq 2 is missing (next stored is 3)"

@@ -110,7 +110,7 @@ class SubscriptionRegistry:
                     limit=MAX_CATCH_UP,
                 )
             try:
-                stored = self._store.events_after(combat.id, after, MAX_CATCH_UP)
+                stored = await self._store.events_after(combat.id, after, MAX_CATCH_UP)
             except StoreError as e:
                 raise self._combats.quarantine(combat, e) from e
             events = [(seq, event_from_plain(body)) for seq, body in stored]

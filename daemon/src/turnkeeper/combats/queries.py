@@ -56,7 +56,7 @@ class Queries:
         """A page of the events after ``after``, as ``actor`` may see them."""
         combat = await self._rebuilder.ready(combat_id)
         try:
-            stored = self._store.events_after(combat.id, after, limit)
+            stored = await self._store.events_after(combat.id, after, limit)
         except StoreError as e:
             raise self._combats.quarantine(combat, e) from e
         events = [(seq, event_from_plain(body)) for seq, body in stored]

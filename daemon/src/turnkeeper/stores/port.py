@@ -21,8 +21,8 @@ class StorePort(Protocol):
 
     Lifecycle: open (each store's own ``open``) → ``await task_group.start(store.run)`` →
     start-up recovery (``summaries``, then ``load_one`` and ``replay`` per combat, from worker
-    threads) → ``commit`` and ``lookup_request`` from any task, ``events_after`` on the event
-    loop → ``await stop()`` → ``close``.
+    threads) → ``commit``, ``lookup_request`` and ``events_after`` from any task →
+    ``await stop()`` → ``close``.
 
     Guarantees every store gives: ``commit`` returns only once the batch is durable, and
     batches queued together share one transaction; a batch that does not fit the log (seq
@@ -61,10 +61,11 @@ class StorePort(Protocol):
     def replay(self, combat_id: str, after: int) -> Iterator[tuple[int, dict[str, Any]]]:
         """The combat's events after ``after``, decoded and in order (any thread)."""
 
-    def events_after(
+    async def events_after(
         self, combat_id: str, seq: int, limit: int
     ) -> list[tuple[int, dict[str, Any]]]:
-        """Up to ``limit`` events of the combat after ``seq`` (on the event loop)."""
+        """Up to ``limit`` events of the combat after ``seq``; never blocks the event loop
+        for longer than a page of a local file takes."""
 
 
 __all__ = ["Batch", "LoadedCombat", "StoreError", "StorePort"]

@@ -80,6 +80,25 @@ MIGRATION_LOCK = 0x746B_4D49_4752_4154
 CONNECT_TIMEOUT = 10
 """Seconds to reach the server before the start (or a reconnection) fails."""
 
+READ_TIMEOUT = 5.0
+"""Seconds a read for a client (``events_after``) waits for the server before the client is
+told ``store_unavailable``."""
+
+STATEMENT_TIMEOUT_MS = 30_000
+"""Milliseconds the server lets one statement of the store's run (a hung lock, a runaway
+query) before cancelling it: far past any the store sends."""
+
+SESSION_BOUNDS: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+    "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+}
+"""libpq's settings bounding each session: a peer silent for about 25 s (keepalives), data
+unacknowledged for 30 s (``tcp_user_timeout``) or a statement running 30 s ends it."""
+
 RELOCK_WAIT = 5.0
 """Seconds a new committer's session waits for the lock after the last one was lost: the
 server ends a lost session (and frees its lock) once it notices, which a terminated or restarted
@@ -181,12 +200,17 @@ def shown(location: str) -> str:
 
 def _connect(location: str, role: str) -> psycopg.Connection[Any]:
     """A connection in autocommit mode (transactions are explicit), named for
-    ``pg_stat_activity`` so that an operator, and a refused second daemon, can tell whose it is."""
+    ``pg_stat_activity`` so that an operator, and a refused second daemon, can tell whose it is.
+
+    Bounded every way a session can hang: keepalives and ``tcp_user_timeout`` find a server
+    or network gone silent, ``statement_timeout`` a statement the server never finishes (the
+    location's own settings win where it gives them)."""
     return psycopg.connect(
         location,
         autocommit=True,
         connect_timeout=CONNECT_TIMEOUT,
         application_name=f"turnkeeper {role} pid {os.getpid()} on {socket.gethostname()}",
+        **{**SESSION_BOUNDS, **conninfo.conninfo_to_dict(location)},
     )
 
 
@@ -286,6 +310,7 @@ class PostgresStore:
         self._reader = reader  # the event loop's: autocommit, each statement its own snapshot
         self._loader = loader  # worker threads', one call at a time
         self._loading = threading.Lock()
+        self._reading = threading.Lock()  # the reader's: its reads and its reconnection
         self._max_bytes = max_bytes
         self._measured: int | None = None  # the store's size when last measured
         self._written = 0  # bytes written since
@@ -838,13 +863,14 @@ class PostgresStore:
     def summaries(self) -> list[tuple[str, Any]]:
         """Every combat in creation order with its last summary (None if it has none or the
         summary does not decode)."""
-        rows = self._read(
-            "reader",
-            lambda db: db.execute(
-                f"SELECT c.combat_id, s.body FROM {SCHEMA}.combats c"
-                f" LEFT JOIN {SCHEMA}.summaries s USING (combat_id) ORDER BY c.position"
-            ).fetchall(),
-        )
+        with self._reading:
+            rows = self._read(
+                "reader",
+                lambda db: db.execute(
+                    f"SELECT c.combat_id, s.body FROM {SCHEMA}.combats c"
+                    f" LEFT JOIN {SCHEMA}.summaries s USING (combat_id) ORDER BY c.position"
+                ).fetchall(),
+            )
         result: list[tuple[str, Any]] = []
         for combat_id, body in rows:
             try:
@@ -936,15 +962,38 @@ class PostgresStore:
             if len(rows) < MAX_EVENTS_PER_READ:
                 return
 
-    def events_after(
+    async def events_after(
         self, combat_id: str, seq: int, limit: int
     ) -> list[tuple[int, dict[str, Any]]]:
-        """Up to ``limit`` (at most MAX_EVENTS_PER_READ) events of the combat after ``seq``.
-        Raises ``StoreError("store_failed")`` if a stored event does not decode or the server
-        cannot be reached."""
+        """Up to ``limit`` (at most MAX_EVENTS_PER_READ) events of the combat after ``seq``,
+        read in a worker thread: the event loop never waits for the server. Raises
+        ``StoreError("store_failed")`` if a stored event does not decode, and
+        ``StoreError("store_unavailable")`` if the server cannot be reached or does not answer
+        within ``READ_TIMEOUT`` (the thread is left to finish on its own)."""
         count = max(0, min(limit, MAX_EVENTS_PER_READ))
-        rows = self._read("reader", lambda db: _page(combat_id, seq, db, count))
+        rows: list[tuple[int, bytes]] | None = None
+        with anyio.move_on_after(READ_TIMEOUT):
+            rows = await anyio.to_thread.run_sync(
+                self._events, combat_id, seq, count, abandon_on_cancel=True
+            )
+        if rows is None:
+            log.warning("store_read_timed_out", store=shown(self._location), combat=combat_id)
+            raise StoreError(
+                "store_unavailable", "the database server could not be reached: retry later"
+            )
         return [(s, _event(s, body)) for s, body in rows]
+
+    def _events(self, combat_id: str, seq: int, count: int) -> list[tuple[int, bytes]]:
+        # One read at a time on the reader's session; a read still stuck on it (the server
+        # stopped answering) makes the next ones give up rather than queue behind it.
+        if not self._reading.acquire(timeout=READ_TIMEOUT):
+            raise StoreError(
+                "store_unavailable", "the database server could not be reached: retry later"
+            )
+        try:
+            return self._read("reader", lambda db: _page(combat_id, seq, db, count))
+        finally:
+            self._reading.release()
 
     async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The combat id and response remembered for a retried request, or None if forgotten:
