@@ -4,6 +4,7 @@ back on, and a real ``turnkeeper serve --store postgresql://`` killed with SIGKI
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -411,3 +412,36 @@ def test_a_history_read_the_server_never_answers_stalls_no_other_request(
             if d.process is not None and d.process.poll() is None:
                 d.process.kill()
                 d.process.wait()
+
+
+def test_a_write_the_server_never_answers_fails_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(postgresql, "WRITE_TIMEOUT", 1.0)
+    monkeypatch.setattr(postgresql, "RELOCK_WAIT", 0.5)
+    with postgres.controlled_cluster() as cluster, postgres.database(cluster.dsn) as dsn:
+        anyio.run(_hung_committer, dsn)
+
+
+async def _hung_committer(dsn: str) -> None:
+    store = PostgresStore.open(dsn)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        [(committer,)] = _sql(
+            dsn,
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'turnkeeper committer%%'",
+        )
+        os.kill(committer, signal.SIGSTOP)
+        try:
+            with anyio.fail_after(CALL_TIMEOUT), pytest.raises(StoreError) as refused:
+                await store.commit(batch("c1", 2))
+            assert refused.value.code == "store_unavailable"
+        finally:
+            os.kill(committer, signal.SIGCONT)
+        with anyio.fail_after(CALL_TIMEOUT):
+            while True:  # the severed session ends once its backend runs again
+                with contextlib.suppress(StoreError):
+                    await store.commit(batch("c1", 2))
+                    break
+                await anyio.sleep(0.2)
+    store.close()

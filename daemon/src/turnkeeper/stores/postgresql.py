@@ -84,6 +84,10 @@ READ_TIMEOUT = 5.0
 """Seconds a read for a client (``events_after``) waits for the server before the client is
 told ``store_unavailable``."""
 
+WRITE_TIMEOUT = 60.0
+"""Seconds one write transaction may take before its session is severed (``_bounded``): the
+server's own ``statement_timeout`` ends a slow statement, this a server that answers nothing."""
+
 STATEMENT_TIMEOUT_MS = 30_000
 """Milliseconds the server lets one statement of the store's run (a hung lock, a runaway
 query) before cancelling it: far past any the store sends."""
@@ -494,7 +498,7 @@ class PostgresStore:
             try:
                 db = self._writer
                 try:
-                    with db.transaction():
+                    with _bounded(db), db.transaction():
                         self._write_together(group)
                         committing = True
                 except (_ConflictError, psycopg.errors.IntegrityError):
@@ -502,7 +506,7 @@ class PostgresStore:
                     for pending in group:
                         pending.error = None
                         self._last.pop(pending.batch.combat_id, None)
-                    with db.transaction():
+                    with _bounded(db), db.transaction():
                         for pending in group:
                             try:
                                 with db.transaction():  # a savepoint
@@ -1059,6 +1063,27 @@ def _lock(db: psycopg.Connection[Any], location: str, wait: float = 0.0) -> None
         store=shown(location),
         holder=holder[0] if holder is not None else "gone since",
     )
+
+
+@contextlib.contextmanager
+def _bounded(db: _Connection) -> Iterator[None]:
+    """Sever ``db``'s socket if the transaction inside is not over within ``WRITE_TIMEOUT``:
+    a server that stopped answering (its backend hung, its host frozen) keeps the socket open
+    and acknowledged, so nothing else would end the committer's wait, nor the daemon's drain
+    behind it. The transaction then fails as a lost session does."""
+
+    def sever() -> None:
+        with contextlib.suppress(OSError, psycopg.Error):
+            socket.socket(fileno=os.dup(db.pgconn.socket)).shutdown(socket.SHUT_RDWR)
+        log.error("store_write_timed_out", seconds=WRITE_TIMEOUT)
+
+    timer = threading.Timer(WRITE_TIMEOUT, sever)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _page(
