@@ -86,7 +86,9 @@ def test_turnkeeper_migrate_needs_a_postgresql_uri(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_events_lost_at_the_end_of_a_log_quarantine_its_combat(postgres_db: str) -> None:
+async def test_events_lost_at_the_end_of_a_log_quarantine_its_combat(
+    postgres_db: str, tmp_path: Path
+) -> None:
     store = PostgresStore.open(postgres_db)
     async with running(store):
         await store.commit(batch("c1", 1, 3, create=True))
@@ -95,7 +97,7 @@ async def test_events_lost_at_the_end_of_a_log_quarantine_its_combat(postgres_db
     # The end of a log, where SQLite could not tell a loss from a log that ended there.
     _sql(postgres_db, f"DELETE FROM {SCHEMA}.events WHERE combat_id = 'c1' AND seq = 3")
 
-    store = open_store(postgres_db, Path("/nonexistent"))
+    store = open_store(postgres_db, tmp_path / "data")
     c1, c2 = loaded(store)
     store.close()
     assert c1.quarantined == "seq 3 is missing (the log should end at seq 3)"
@@ -445,3 +447,41 @@ async def _hung_committer(dsn: str) -> None:
                     break
                 await anyio.sleep(0.2)
     store.close()
+
+
+def _serve(data_dir: Path, dsn: str) -> subprocess.CompletedProcess[str]:
+    """``turnkeeper serve --store`` expected to refuse at start-up: its exit and what it said."""
+    argv = [sys.executable, "-m", "turnkeeper.cli", "serve", "--store", dsn]
+    argv += ["--data-dir", str(data_dir), "--socket", str(data_dir.parent / "run" / "tk.sock")]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT)
+
+
+def test_serve_on_postgresql_refuses_a_data_directory_others_may_write_in(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    loose = tmp_path / "data"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    refused = _serve(loose, postgres_db)
+    assert refused.returncode == 1
+    assert f"{loose} has mode 0777: other users may write in it" in refused.stderr
+    assert os.listdir(loose) == []
+
+
+def test_a_second_daemon_on_the_same_data_directory_refuses_though_its_database_differs(
+    tmp_path: Path, postgres_server: str, postgres_db: str
+) -> None:
+    d = Daemon(tmp_path, None, "--store", postgres_db)
+    d.start()
+    try:
+        assert d.process is not None
+        with postgres.database(postgres_server) as other:
+            second = _serve(d.data_dir, other)
+        assert second.returncode == 1
+        assert f"{d.data_dir} is in use by another turnkeeper daemon (pid {d.process.pid})" in (
+            second.stderr
+        )
+    finally:
+        if d.process is not None and d.process.poll() is None:
+            d.process.kill()
+            d.process.wait()

@@ -4,10 +4,12 @@ embedded SQLite store (``turnkeeper.store``, the default) and the PostgreSQL sto
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import ModuleType
 
-from ..store import Store, StoreError
+from ..private import private_directory
+from ..store import Store, StoreError, _lock, _ours
 from .port import StorePort
 
 POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
@@ -30,11 +32,33 @@ def open_store(location: str | None, data_dir: Path, *, max_mib: int | None = No
         load_postgresql()  # says how to install the driver if it is missing
         from .postgresql import PostgresStore
 
-        store: StorePort = PostgresStore.open(
-            location, max_bytes=None if max_mib is None else max_mib << 20
-        )
+        # The data directory still holds the token file: checked and locked as for SQLite, so
+        # that no other user may change the tokens and no two daemons share them.
+        lock = claim_data_dir(data_dir)
+        try:
+            store: StorePort = PostgresStore.open(
+                location, max_bytes=None if max_mib is None else max_mib << 20, dir_lock=lock
+            )
+        except BaseException:
+            os.close(lock)
+            raise
         return store
     return Store.open(data_dir, max_pages=None if max_mib is None else max_mib * PAGES_PER_MIB)
+
+
+def claim_data_dir(data_dir: Path) -> int:
+    """The data directory made or checked private and locked, as ``Store.open`` does; the
+    lock's descriptor. Raises ``UnsafePathError`` or ``StoreError`` as ``Store.open``."""
+    try:
+        private_directory(data_dir, "data directory", _ours)
+    except OSError as e:
+        raise StoreError(
+            "store_failed",
+            "cannot open the store in {path}: {reason}",
+            path=str(data_dir),
+            reason=str(e),
+        ) from e
+    return _lock(data_dir)
 
 
 def load_postgresql() -> ModuleType:

@@ -308,8 +308,10 @@ class PostgresStore:
         reader: psycopg.Connection[Any],
         loader: psycopg.Connection[Any],
         max_bytes: int | None,
+        dir_lock: int | None,
     ) -> None:
         self._location = location
+        self._dir_lock = dir_lock  # the data directory's (``claim_data_dir``): held until close
         self._writer = writer  # the committer's; holds STORE_LOCK
         self._reader = reader  # the event loop's: autocommit, each statement its own snapshot
         self._loader = loader  # worker threads', one call at a time
@@ -335,9 +337,12 @@ class PostgresStore:
         self._committer = _CommitterThread()
 
     @classmethod
-    def open(cls, location: str, *, max_bytes: int | None = None) -> PostgresStore:
+    def open(
+        cls, location: str, *, max_bytes: int | None = None, dir_lock: int | None = None
+    ) -> PostgresStore:
         """Open the store at ``location`` (a libpq URI or conninfo), migrating it to this
-        daemon's schema first, for this daemon alone.
+        daemon's schema first, for this daemon alone. ``dir_lock``, the data directory's lock
+        (``turnkeeper.stores.claim_data_dir``), is released by ``close``.
 
         ``max_bytes`` is an operator's quota on the store's size in the database: its tables,
         indexes and TOAST as ``pg_total_relation_size`` counts them (not the server's WAL,
@@ -367,7 +372,7 @@ class PostgresStore:
             for c in connections:
                 c.close()
             raise
-        return cls(location, writer, connections[1], connections[2], max_bytes)
+        return cls(location, writer, connections[1], connections[2], max_bytes, dir_lock)
 
     def close(self) -> None:
         """Close the connections (the lock goes with the committer's). Call after ``run``."""
@@ -377,6 +382,9 @@ class PostgresStore:
         self._receive.close()
         for db in (self._reader, self._loader, self._writer):
             db.close()
+        if self._dir_lock is not None:
+            os.close(self._dir_lock)
+            self._dir_lock = None
 
     # -- writing ---------------------------------------------------------------------------------
 
