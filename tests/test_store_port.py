@@ -236,6 +236,30 @@ async def test_a_duplicate_seq_is_a_conflict_for_its_own_batch_only(backend: Bac
 
 
 @pytest.mark.anyio
+async def test_a_batch_the_database_cannot_hold_fails_alone(backend: Backend) -> None:
+    # The protocol refuses NUL in ids (``methods.text``); a store given one anyway (PostgreSQL
+    # text cannot hold it) fails that batch alone, never the rest of its transaction.
+    store = backend.open()
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        outcomes = await _outcomes(
+            store,
+            {
+                "nul combat": batch("c\x00d", 1, create=True),
+                "nul request": batch("c1", 2, request=("alice", "r\x00"), response=2),
+                "other": batch("c2", 1, create=True, request=("alice", "r"), response=1),
+            },
+        )
+        await store.commit(batch("c2", 2))  # the store keeps working
+    assert outcomes["other"] == "ok"
+    if backend.name == "postgresql":
+        assert outcomes["nul combat"] == outcomes["nul request"] == "store_failed"
+    logs = {c.combat_id: logged(store, c) for c in loaded(store)}
+    store.close()
+    assert logs["c2"] == [(1, event(1)), (2, event(2))]
+
+
+@pytest.mark.anyio
 async def test_one_request_id_twice_in_a_group_refuses_the_second_batch_alone(
     backend: Backend,
 ) -> None:

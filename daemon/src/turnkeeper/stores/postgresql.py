@@ -509,7 +509,9 @@ class PostgresStore:
                     with _bounded(db), db.transaction():
                         self._write_together(group)
                         committing = True
-                except (_ConflictError, psycopg.errors.IntegrityError):
+                except (_ConflictError, psycopg.errors.IntegrityError, psycopg.DataError):
+                    # A batch does not fit the log, or holds what the database cannot store:
+                    # each batch in a savepoint of its own then, so that it fails alone.
                     committing = False
                     for pending in group:
                         pending.error = None
@@ -519,8 +521,10 @@ class PostgresStore:
                             try:
                                 with db.transaction():  # a savepoint
                                     self._write_batch(pending)
-                            except (_ConflictError, psycopg.errors.IntegrityError) as e:
-                                pending.error = _conflict(_reason(e))
+                            except _ConflictError as e:
+                                pending.error = _conflict(str(e))
+                            except (psycopg.errors.IntegrityError, psycopg.DataError) as e:
+                                pending.error = _error(e)  # the server's words to the log
                         committing = True
                 break
             except psycopg.Error as e:
