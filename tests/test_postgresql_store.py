@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from daemon import CALL_TIMEOUT, CallError, Client, Daemon, add_spidey
 from test_store_port import batch, event, loaded, logged, running
 from turnkeeper.store import StoreError
 from turnkeeper.stores import open_store, postgresql
-from turnkeeper.stores.postgresql import SCHEMA, SCHEMA_VERSION, PostgresStore
+from turnkeeper.stores.postgresql import SCHEMA, SCHEMA_VERSION, PostgresStore, migrate
 from turnkeeper_sdk import wire
 
 
@@ -485,3 +486,45 @@ def test_a_second_daemon_on_the_same_data_directory_refuses_though_its_database_
         if d.process is not None and d.process.poll() is None:
             d.process.kill()
             d.process.wait()
+
+
+def test_a_role_that_may_not_create_opens_an_up_to_date_store() -> None:
+    with postgres.controlled_cluster() as cluster, postgres.database(cluster.dsn) as dsn:
+        PostgresStore.open(dsn).close()  # migrated by the owner
+        # The least a daemon needs: its tables' rows and the identity column's sequence.
+        for statement in (
+            "CREATE ROLE daemon LOGIN",
+            f"GRANT USAGE ON SCHEMA {SCHEMA} TO daemon",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {SCHEMA} TO daemon",
+            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO daemon",
+        ):
+            _sql(dsn, statement)
+        least = dsn.replace("postgres@", "daemon@", 1)
+
+        async def use() -> None:
+            store = PostgresStore.open(least)
+            async with running(store):
+                await store.commit(batch("c1", 1, 2, create=True))
+            store.close()
+
+        anyio.run(use)
+        assert _sql(dsn, f"SELECT seq FROM {SCHEMA}.events ORDER BY seq") == [(1,), (2,)]
+
+
+def test_a_newer_migration_waits_for_the_store_lock(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = PostgresStore.open(postgres_db)
+    newer = postgresql.Migration(2, "a column", f"ALTER TABLE {SCHEMA}.combats ADD COLUMN x int")
+    monkeypatch.setattr(postgresql, "MIGRATIONS", (*postgresql.MIGRATIONS, newer))
+    monkeypatch.setattr(postgresql, "SCHEMA_VERSION", 2)
+    try:
+        for attempt in (partial(PostgresStore.open, postgres_db), partial(migrate, postgres_db)):
+            with pytest.raises(StoreError) as refused:
+                attempt()
+            assert "in use by another turnkeeper daemon" in str(refused.value)
+        assert _sql(postgres_db, f"SELECT max(version) FROM {SCHEMA}.schema_migrations") == [(1,)]
+    finally:
+        first.close()
+    PostgresStore.open(postgres_db).close()  # the lock is free: now it is applied
+    assert _sql(postgres_db, f"SELECT max(version) FROM {SCHEMA}.schema_migrations") == [(2,)]

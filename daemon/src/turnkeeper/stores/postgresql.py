@@ -73,9 +73,8 @@ STORE_LOCK = 0x746B_5354_4F52_4531
 each number a combat's events from their own memory (part 3 replaces it with a lease per
 combat)."""
 
-MIGRATION_LOCK = 0x746B_4D49_4752_4154
-"""The transaction advisory lock taken while migrating, so that two daemons (or a daemon and
-``turnkeeper migrate``) starting together apply each migration once."""
+MIGRATION_LOCK_TIMEOUT = "10s"
+"""How long a migration waits for a lock on a table before failing (``lock_timeout``)."""
 
 CONNECT_TIMEOUT = 10
 """Seconds to reach the server before the start (or a reconnection) fails."""
@@ -226,6 +225,9 @@ def migrate(location: str) -> list[Migration]:
     newer version than this daemon knows (never guessed at)."""
     try:
         with _connect(location, "migrate") as db:
+            # Never under a running daemon: it holds the store lock (taken, or refused naming
+            # the daemon that holds it; ended with the session).
+            _lock(db, location)
             return _migrate(db, location)
     except psycopg.Error as e:
         raise StoreError(
@@ -236,26 +238,43 @@ def migrate(location: str) -> list[Migration]:
         ) from e
 
 
+def _version(db: psycopg.Connection[Any]) -> int:
+    """The database's schema version, 0 before the first migration; read without DDL."""
+    row = db.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.schema_migrations",)).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    found = db.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_migrations")
+    (version,) = found.fetchone() or (0,)
+    return int(version)
+
+
 def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
+    """Migrate on ``db``, whose session holds ``STORE_LOCK``. A database at this daemon's
+    version is only read: a role without the right to create (a least-privilege one) runs
+    an up-to-date store."""
+    version = _version(db)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            "store_failed",
+            "{store}: schema version {version}, this daemon reads up to {expected}",
+            store=shown(location),
+            version=str(version),
+            expected=SCHEMA_VERSION,
+        )
+    if version == SCHEMA_VERSION:
+        return []
     applied: list[Migration] = []
     with db.transaction():
-        db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        # A migration waits this long at most for a table's lock (an operator's open
+        # transaction, a backup), then fails whole, rather than queue every session behind it.
+        db.execute(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'")
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_migrations ("
             " version integer PRIMARY KEY, name text NOT NULL,"
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        row = db.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_migrations")
-        (version,) = row.fetchone() or (0,)
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                "store_failed",
-                "{store}: schema version {version}, this daemon reads up to {expected}",
-                store=shown(location),
-                version=str(version),
-                expected=SCHEMA_VERSION,
-            )
+        version = _version(db)  # again, in the transaction
         for migration in MIGRATIONS:
             if migration.version > version:
                 db.execute(migration.sql.encode())
@@ -350,12 +369,12 @@ class PostgresStore:
         ``StoreError("store_failed")`` if the server cannot be reached, the schema is newer
         than this daemon, or another daemon holds the store (the message names its session).
         """
-        migrate(location)
         connections: list[psycopg.Connection[Any]] = []
         try:
             writer = _connect(location, "committer")
             connections.append(writer)
-            _lock(writer, location)
+            _lock(writer, location)  # first: no migration runs under another daemon
+            _migrate(writer, location)
             writer.execute("SET synchronous_commit = on")
             for role in ("reader", "loader"):
                 connections.append(_connect(location, role))
