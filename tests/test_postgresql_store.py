@@ -528,3 +528,20 @@ def test_a_newer_migration_waits_for_the_store_lock(
         first.close()
     PostgresStore.open(postgres_db).close()  # the lock is free: now it is applied
     assert _sql(postgres_db, f"SELECT max(version) FROM {SCHEMA}.schema_migrations") == [(2,)]
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "postgresql://tk:s3cr%zzet@127.0.0.1:1/tk",  # libpq quotes the token it cannot decode
+        "postgresql://tk:s3cr%21et@127.0.0.1:1/tk",  # parses, and no server answers
+    ],
+)
+def test_the_password_never_shows_in_what_migrate_and_serve_say(
+    tmp_path: Path, location: str
+) -> None:
+    for done in (_migrate(location), _serve(tmp_path / "data", location)):
+        assert done.returncode == 1
+        said = done.stdout + done.stderr
+        assert "cannot" in said
+        assert "s3cr" not in said

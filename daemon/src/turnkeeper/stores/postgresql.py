@@ -25,6 +25,7 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -234,7 +235,7 @@ def migrate(location: str) -> list[Migration]:
             "store_failed",
             "cannot migrate the store at {store}: {reason}",
             store=shown(location),
-            reason=_reason(e),
+            reason=_reason(e, location),
         ) from e
 
 
@@ -288,16 +289,27 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     return applied
 
 
-def _reason(e: Exception) -> str:
-    """The server's or libpq's words, on one line (they come with a hint on the next)."""
-    return " ".join(str(e).split())
+def _reason(e: Exception, location: str) -> str:
+    """The server's or libpq's words, on one line (they come with a hint on the next), with
+    the password of ``location`` blanked out: libpq quotes the part of a location it cannot
+    parse, password and all. The words about a location that does not parse are withheld."""
+    words = " ".join(str(e).split())
+    try:
+        password = conninfo.conninfo_to_dict(location).get("password")
+    except psycopg.Error:
+        return "the location does not parse: check its syntax and percent-encoding"
+    if password:
+        raw = urllib.parse.urlsplit(location).password if "://" in location else None
+        for secret in sorted({str(password), raw or str(password)}, key=len, reverse=True):
+            words = words.replace(secret, "***")
+    return words
 
 
-def _error(e: psycopg.Error) -> StoreError:
+def _error(e: psycopg.Error, location: str) -> StoreError:
     """The client's error for a database error: a stable code and words of the daemon's own.
     The server's words name hosts, ports, columns and the rows of a ``COPY``: they go to the
     daemon's log only."""
-    log.warning("store_error", kind=type(e).__name__, reason=_reason(e))
+    log.warning("store_error", kind=type(e).__name__, reason=_reason(e, location))
     if isinstance(e, psycopg.errors.IntegrityError):
         return StoreError("conflict", "the batch does not fit the stored log")
     if isinstance(e, psycopg.errors.DiskFull | psycopg.errors.OutOfMemory):
@@ -385,7 +397,7 @@ class PostgresStore:
                 "store_failed",
                 "cannot open the store at {store}: {reason}",
                 store=shown(location),
-                reason=_reason(e),
+                reason=_reason(e, location),
             ) from e
         except BaseException:
             for c in connections:
@@ -510,7 +522,7 @@ class PostgresStore:
                 self._filter = self._build_filter()
             over = self._over_quota(group)
         except (psycopg.Error, StoreError) as e:
-            error = e if isinstance(e, StoreError) else _error(e)
+            error = e if isinstance(e, StoreError) else _error(e, self._location)
             for pending in group:
                 pending.error = error
             return
@@ -543,7 +555,9 @@ class PostgresStore:
                             except _ConflictError as e:
                                 pending.error = _conflict(str(e))
                             except (psycopg.errors.IntegrityError, psycopg.DataError) as e:
-                                pending.error = _error(e)  # the server's words to the log
+                                pending.error = _error(
+                                    e, self._location
+                                )  # the server's words to the log
                         committing = True
                 break
             except psycopg.Error as e:
@@ -589,7 +603,11 @@ class PostgresStore:
                 log.error("store_reconnect_refused", reason=e.message)
                 return None  # another daemon holds the store: waiting would not help
             except psycopg.Error as e:
-                log.warning("store_unreachable", store=shown(self._location), reason=_reason(e))
+                log.warning(
+                    "store_unreachable",
+                    store=shown(self._location),
+                    reason=_reason(e, self._location),
+                )
             if time.monotonic() + pause > deadline:
                 return None
             time.sleep(pause)
@@ -600,14 +618,18 @@ class PostgresStore:
         been committed: its request ids go in the filter, so that a retry looks for them in
         the database (and finds the first answer if it was kept), and its combats' last seqs
         are forgotten, so that their next appends are checked against the database."""
-        error = _error(e)
+        error = _error(e, self._location)
         if sent:
             error = StoreError(
                 "store_unavailable",
                 "the store could not be reached to learn whether this command was kept:"
                 " retry it with the same request_id",
             )
-            log.error("store_commit_outcome_unknown", batches=len(group), reason=_reason(e))
+            log.error(
+                "store_commit_outcome_unknown",
+                batches=len(group),
+                reason=_reason(e, self._location),
+            )
         for pending in group:
             pending.error = error
             b = pending.batch
@@ -890,9 +912,9 @@ class PostgresStore:
                 if attempt == 1:
                     db.close()
                     continue
-                raise _error(e) from e
+                raise _error(e, self._location) from e
             except psycopg.Error as e:
-                raise _error(e) from e
+                raise _error(e, self._location) from e
         raise AssertionError("unreachable")
 
     def summaries(self) -> list[tuple[str, Any]]:
