@@ -77,7 +77,8 @@ def test_turnkeeper_migrate_applies_each_migration_once(postgres_db: str) -> Non
     assert first.stdout.startswith("applied 1: combats, events")
     assert "applied" not in again.stdout
     assert f"is at schema version {SCHEMA_VERSION}" in again.stdout
-    assert _sql(postgres_db, f"SELECT version FROM {SCHEMA}.schema_migrations") == [(1,)]
+    versions = _sql(postgres_db, f"SELECT version FROM {SCHEMA}.schema_migrations ORDER BY 1")
+    assert versions == [(m.version,) for m in postgresql.MIGRATIONS]
 
 
 def test_turnkeeper_migrate_needs_a_postgresql_uri(tmp_path: Path) -> None:
@@ -515,19 +516,25 @@ def test_a_newer_migration_waits_for_the_store_lock(
     postgres_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = PostgresStore.open(postgres_db)
-    newer = postgresql.Migration(2, "a column", f"ALTER TABLE {SCHEMA}.combats ADD COLUMN x int")
+    newer = postgresql.Migration(
+        SCHEMA_VERSION + 1, "a column", f"ALTER TABLE {SCHEMA}.combats ADD COLUMN x int"
+    )
     monkeypatch.setattr(postgresql, "MIGRATIONS", (*postgresql.MIGRATIONS, newer))
-    monkeypatch.setattr(postgresql, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(postgresql, "SCHEMA_VERSION", newer.version)
     try:
         for attempt in (partial(PostgresStore.open, postgres_db), partial(migrate, postgres_db)):
             with pytest.raises(StoreError) as refused:
                 attempt()
             assert "in use by another turnkeeper daemon" in str(refused.value)
-        assert _sql(postgres_db, f"SELECT max(version) FROM {SCHEMA}.schema_migrations") == [(1,)]
+        assert _sql(postgres_db, f"SELECT max(version) FROM {SCHEMA}.schema_migrations") == [
+            (SCHEMA_VERSION,)
+        ]
     finally:
         first.close()
     PostgresStore.open(postgres_db).close()  # the lock is free: now it is applied
-    assert _sql(postgres_db, f"SELECT max(version) FROM {SCHEMA}.schema_migrations") == [(2,)]
+    assert _sql(postgres_db, f"SELECT max(version) FROM {SCHEMA}.schema_migrations") == [
+        (newer.version,)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -545,3 +552,72 @@ def test_the_password_never_shows_in_what_migrate_and_serve_say(
         said = done.stdout + done.stderr
         assert "cannot" in said
         assert "s3cr" not in said
+
+
+@pytest.mark.anyio
+async def test_a_log_past_its_combat_rows_last_seq_quarantines_that_combat(
+    postgres_db: str,
+) -> None:
+    store = PostgresStore.open(postgres_db)
+    async with running(store):
+        await store.commit(batch("c1", 1, 3, create=True))
+        await store.commit(batch("c2", 1, 2, create=True))
+    store.close()
+    # Events the store's conditional appends did not record: written around them.
+    _sql(postgres_db, f"UPDATE {SCHEMA}.combats SET last_seq = 1 WHERE combat_id = 'c1'")
+    store = PostgresStore.open(postgres_db)
+    c1, c2 = loaded(store)
+    store.close()
+    assert c1.quarantined == "the log ends at seq 3, past its combat's last seq 1"
+    assert (c2.quarantined, c2.last) == (None, 2)
+
+
+def test_a_daemon_whose_store_another_held_meanwhile_stops(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    d = Daemon(tmp_path, None, "--store", postgres_db)
+    d.start()
+    try:
+        c = d.client()
+        add_spidey(c, "bank")
+        assert _end_sessions(postgres_db) == 3  # a network blip: the lock is free
+        PostgresStore.open(postgres_db).close()  # and another daemon took the store meanwhile
+        with pytest.raises(CallError) as refused:
+            c.call("start_combat", request_id="bank-start", combat="bank")
+        assert refused.value.code == "store_unavailable"
+        assert d.process is not None
+        assert d.process.wait(timeout=CALL_TIMEOUT) != 0
+        assert "store_taken_over" in d.log.read_text()
+    finally:
+        if d.process is not None and d.process.poll() is None:
+            d.process.kill()
+            d.process.wait()
+
+
+@pytest.mark.anyio
+async def test_every_write_transaction_commits_synchronously_whatever_the_default(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = postgres_db.rsplit("/", 1)[1]
+    _sql(postgres_db, f"ALTER DATABASE {name} SET synchronous_commit = off")
+    seen: list[str] = []
+    write_together = PostgresStore._write_together
+    write_batch = PostgresStore._write_batch
+
+    def together(self: PostgresStore, group: Any) -> None:
+        seen.append(self._writer.execute("SHOW synchronous_commit").fetchone()[0])
+        write_together(self, group)
+
+    def alone(self: PostgresStore, pending: Any) -> None:
+        seen.append(self._writer.execute("SHOW synchronous_commit").fetchone()[0])
+        write_batch(self, pending)
+
+    monkeypatch.setattr(PostgresStore, "_write_together", together)
+    monkeypatch.setattr(PostgresStore, "_write_batch", alone)
+    store = PostgresStore.open(postgres_db)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True, request=("alice", "r"), response=1))
+        with pytest.raises(StoreError):  # refused together, then written batch by batch
+            await store.commit(batch("c1", 2, request=("alice", "r"), response=2))
+    store.close()
+    assert seen == ["on", "on", "on"]

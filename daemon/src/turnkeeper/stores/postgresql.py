@@ -1,8 +1,8 @@
 """The PostgreSQL store: every combat's event log in one PostgreSQL database, written by one
 committer thread, with the SQLite store's guarantees (``turnkeeper.stores.port``).
 
-A command is acknowledged only after its events are committed: the committer's session runs
-with ``synchronous_commit = on`` whatever the server's default, so ``COMMIT`` returns once the
+A command is acknowledged only after its events are committed: each write transaction sets
+``synchronous_commit = on`` whatever the server's default, so ``COMMIT`` returns once the
 server has flushed its WAL. Commands arriving together share one transaction (group commit): a
 ``COPY`` per table for the events and requests, one statement for the rest. Bodies are the
 same msgpack as the SQLite store's.
@@ -180,10 +180,29 @@ CREATE TABLE {SCHEMA}.summaries (
 );
 """,
     ),
+    Migration(
+        2,
+        "the store lock's generation",
+        f"""
+-- Bumped by each daemon that takes the store lock: one that takes it again after losing its
+-- session learns whether another daemon had it meanwhile (``PostgresStore._reconnect``).
+CREATE TABLE {SCHEMA}.generation (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    value bigint NOT NULL
+);
+INSERT INTO {SCHEMA}.generation (value) VALUES (0);
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 
+
 SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+class StoreTakenError(Exception):
+    """Another daemon held the store while this one's committer was away (its session lost):
+    what this daemon holds in memory may be stale, so it stops rather than write on."""
 
 
 class _ConflictError(Exception):
@@ -366,6 +385,7 @@ class PostgresStore:
         self._stopped: anyio.Event | None = None
         self._packer = msgpack.Packer(use_bin_type=True)
         self._committer = _CommitterThread()
+        self._generation = 0  # the store lock's, as this daemon last took it (``_bump``)
 
     @classmethod
     def open(
@@ -387,7 +407,7 @@ class PostgresStore:
             connections.append(writer)
             _lock(writer, location)  # first: no migration runs under another daemon
             _migrate(writer, location)
-            writer.execute("SET synchronous_commit = on")
+            generation = _bump(writer)
             for role in ("reader", "loader"):
                 connections.append(_connect(location, role))
         except psycopg.Error as e:
@@ -403,7 +423,9 @@ class PostgresStore:
             for c in connections:
                 c.close()
             raise
-        return cls(location, writer, connections[1], connections[2], max_bytes, dir_lock)
+        store = cls(location, writer, connections[1], connections[2], max_bytes, dir_lock)
+        store._generation = generation
+        return store
 
     def close(self) -> None:
         """Close the connections (the lock goes with the committer's). Call after ``run``."""
@@ -464,6 +486,15 @@ class PostgresStore:
                     with anyio.CancelScope(shield=True):
                         await self._committer.run(partial(self._write, group))
                     self._remember(group)
+                except StoreTakenError:
+                    # Whether the group landed before the session was lost is unknown.
+                    for pending in group:
+                        pending.error = StoreError(
+                            "store_unavailable",
+                            "the store could not be reached to learn whether this command was"
+                            " kept: retry it with the same request_id",
+                        )
+                    raise
                 except BaseException:
                     for pending in group:
                         pending.error = StoreError("store_failed", "the committer crashed")
@@ -502,10 +533,22 @@ class PostgresStore:
         try:
             # The lost session may still be on its way out, holding the lock a moment more.
             _lock(writer, self._location, wait=RELOCK_WAIT)
-            writer.execute("SET synchronous_commit = on")
+            found = _generation(writer)
         except BaseException:
             writer.close()
             raise
+        if found != self._generation:
+            writer.close()
+            log.error(
+                "store_taken_over",
+                store=shown(self._location),
+                detail="another daemon held the store while this one's session was lost;"
+                " this daemon stops: restart it",
+            )
+            raise StoreTakenError(
+                f"another daemon held the store at {shown(self._location)} while this one's"
+                " session was lost: stopped, restart the daemon"
+            )
         self._writer = writer
         log.info("store_reconnected", store=shown(self._location))
 
@@ -538,6 +581,7 @@ class PostgresStore:
                 db = self._writer
                 try:
                     with _bounded(db), db.transaction():
+                        _durable(db)
                         self._write_together(group)
                         committing = True
                 except (_ConflictError, psycopg.errors.IntegrityError, psycopg.DataError):
@@ -548,6 +592,7 @@ class PostgresStore:
                         pending.error = None
                         self._last.pop(pending.batch.combat_id, None)
                     with _bounded(db), db.transaction():
+                        _durable(db)
                         for pending in group:
                             try:
                                 with db.transaction():  # a savepoint
@@ -986,6 +1031,10 @@ class PostgresStore:
             return quarantined(f"seq {last + 1} is missing (the snapshot is at seq {stored[0]})")
         if last_seq > last:
             return quarantined(f"seq {last + 1} is missing (the log should end at seq {last_seq})")
+        if last_seq < last:
+            # Events past the seq the combat's appends recorded: not written by this store's
+            # conditional appends, so the log is not what they left.
+            return quarantined(f"the log ends at seq {last}, past its combat's last seq {last_seq}")
         snapshot: tuple[int, Any] | None = None
         warnings: list[str] = []
         if stored is not None:
@@ -1139,6 +1188,25 @@ def _bounded(db: _Connection) -> Iterator[None]:
         timer.cancel()
 
 
+def _durable(db: _Connection) -> None:
+    """Make the transaction just begun on ``db`` commit only once flushed, whatever the
+    server's, the database's or the role's default: per transaction, so that nothing done to
+    the session in between (a ``RESET ALL``) can undo it."""
+    db.execute("SET LOCAL synchronous_commit = on")
+
+
+def _generation(db: _Connection) -> int:
+    row = db.execute(f"SELECT value FROM {SCHEMA}.generation").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _bump(db: _Connection) -> int:
+    """A new generation of the store lock, just taken on ``db``'s session."""
+    row = db.execute(f"UPDATE {SCHEMA}.generation SET value = value + 1 RETURNING value").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _page(
     combat_id: str, after: int, db: _Connection, limit: int = MAX_EVENTS_PER_READ
 ) -> list[tuple[int, bytes]]:
@@ -1168,4 +1236,12 @@ def _event(seq: int, body: object) -> dict[str, Any]:
         ) from e
 
 
-__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "PostgresStore", "migrate", "shown"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+    "StoreTakenError",
+    "migrate",
+    "shown",
+]
