@@ -5,6 +5,7 @@ back on, and a real ``turnkeeper serve --store postgresql://`` killed with SIGKI
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -621,3 +622,37 @@ async def test_every_write_transaction_commits_synchronously_whatever_the_defaul
             await store.commit(batch("c1", 2, request=("alice", "r"), response=2))
     store.close()
     assert seen == ["on", "on", "on"]
+
+
+@pytest.mark.anyio
+async def test_the_quota_counts_a_snapshots_bytes(postgres_db: str) -> None:
+    store = PostgresStore.open(postgres_db)
+    size = store._size()
+    store.close()
+    store = PostgresStore.open(postgres_db, max_bytes=size + 64 * 2**10)
+    blob = os.urandom(256 * 2**10)  # TOAST would compress a pattern
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        with pytest.raises(StoreError) as full:
+            await store.commit(dataclasses.replace(batch("c1", 2), snapshot=lambda: blob))
+        assert full.value.code == "store_full"
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_session_lost_before_the_quota_is_measured_is_replaced(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgresql, "QUOTA_MEASURE_BYTES", 0)  # measured before every commit
+    store = PostgresStore.open(postgres_db, max_bytes=2**30)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        _sql(
+            postgres_db,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'turnkeeper committer%%'",
+        )
+        await store.commit(batch("c1", 2))
+    [combat] = loaded(store)
+    assert logged(store, combat) == [(1, event(1)), (2, event(2))]
+    store.close()

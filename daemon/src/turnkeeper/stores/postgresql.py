@@ -558,14 +558,25 @@ class PostgresStore:
         if the server refuses the group (a request id stored already, a combat whose last seq
         moved), it is written again, each batch in its own savepoint."""
         self.transactions += 1
-        try:
-            if self._writer.broken or self._writer.closed:
-                self._reconnect()
-            if self._filter is None or self._filter.worn:
-                self._filter = self._build_filter()
-            over = self._over_quota(group)
-        except (psycopg.Error, StoreError) as e:
-            error = e if isinstance(e, StoreError) else _error(e, self._location)
+        for pending in group:  # first: the quota counts the snapshots' bytes too
+            self._encode_snapshot(pending)
+        for attempt in (1, 2):
+            try:
+                if self._writer.broken or self._writer.closed:
+                    self._reconnect()
+                if self._filter is None or self._filter.worn:
+                    self._filter = self._build_filter()
+                over = self._over_quota(group)
+                break
+            except psycopg.OperationalError as e:
+                # The session was lost since the last transaction (nothing of this group was
+                # sent): once on a new one.
+                if attempt == 1:
+                    self._writer.close()
+                    continue
+                error = _error(e, self._location)
+            except (psycopg.Error, StoreError) as e:
+                error = e if isinstance(e, StoreError) else _error(e, self._location)
             for pending in group:
                 pending.error = error
             return
@@ -573,8 +584,6 @@ class PostgresStore:
             for pending in group:
                 pending.error = over
             return
-        for pending in group:
-            self._encode_snapshot(pending)
         for attempt in (1, 2):
             committing = False  # whether COMMIT was sent: then the outcome may be either
             try:
@@ -620,6 +629,7 @@ class PostgresStore:
                 log.info("store_commit_found_landed", batches=len(group))
                 break
         stored = self._filter
+        assert stored is not None  # built before the transaction
         for pending in group:
             if pending.error is None:
                 b = pending.batch
