@@ -101,7 +101,10 @@ def psycopg_run(dsn: str, way: str, batch: int, rounds: int, lookups: int) -> tu
             for r in range(rounds):
                 written = rows(batch, r)
                 ids.append(written[1][0][1])
-                if way != "lookup":
+                if way == "lookup":
+                    # The rows the lookups find, as asyncpg_run stores them: like for like.
+                    db.execute(INSERT_REQUEST.format(*["%s"] * 5), written[1][0])
+                else:
                     psycopg_write(db, way, written)
             if way == "lookup":
                 t0, c0 = time.perf_counter(), cpu()

@@ -120,6 +120,10 @@ LANDED_FIRST_PAUSE = 0.05
 LANDED_MAX_PAUSE = 2.0
 """Seconds between two tries to reach the server: doubling from the first to the most."""
 
+FILTER_PAGE = 10_000
+"""Request ids fetched per round trip while the filter is built (up to 100,000 per principal
+are stored): about a megabyte a page."""
+
 QUOTA_MEASURE_BYTES = 256 * 2**10
 """Bytes written between two measures of the store's size under a quota. Measuring asks the
 server for the size of every relation (a catalog query and a ``stat`` per file), too dear for
@@ -755,6 +759,7 @@ class PostgresStore:
         # A named (server-side) cursor, which needs a transaction: the ids come a page at a
         # time, not all in memory at once.
         with self._writer.transaction(), self._writer.cursor(name="turnkeeper_filter") as rows:
+            rows.itersize = FILTER_PAGE  # a round trip per page: psycopg's 100 would be 1,000
             rows.execute(f"SELECT principal, request_id FROM {SCHEMA}.requests")
             for principal, request_id in rows:
                 built.add(principal, request_id)
