@@ -250,6 +250,19 @@ def test_the_image_and_the_unit_set_only_variables_the_daemon_reads() -> None:
         assert f'env="{name}"' in cli, name
 
 
+def test_the_image_is_built_by_the_steps_the_script_tries() -> None:
+    """deploy/try-image-steps stands in for the image's build: both build the wheels with
+    scripts/wheels and install every built wheel, so the script tests what the image does."""
+    image = (ROOT / "deploy" / "Containerfile").read_text()
+    script = (ROOT / "deploy" / "try-image-steps").read_text()
+    assert "RUN scripts/wheels /wheels\n" in image
+    assert re.search(r"^RUN pip install [-\w ]*/wheels/\*\.whl", image, re.M)
+    assert re.search(r"^scripts/wheels \"\$dir/wheels\"", script, re.M)
+    assert re.search(r"/bin/pip\" install [-\w ]*\"\$dir\"/wheels/\*\.whl", script, re.M)
+    assert re.search(r'^CMD \["turnkeeper", "serve"\]', image, re.M)
+    assert re.search(r"^USER turnkeeper$", image, re.M)
+
+
 @pytest.mark.slow
 def test_wheels_install_into_a_fresh_venv_as_documented(tmp_path: Path) -> None:
     """deploy/try-image-steps (the image's steps, offline: this environment's setuptools and
