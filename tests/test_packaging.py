@@ -24,6 +24,7 @@ from packaging.requirements import Requirement
 
 import turnkeeper
 from daemon import CALL_TIMEOUT, Client, free_port, running
+from turnkeeper import i18n
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each Python distribution's folder, and the package whose `__version__` is its version.
@@ -384,3 +385,16 @@ def _connect_when_up(port: int) -> Client:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def test_a_checkout_without_compiled_catalogues_says_how_to_compile_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(i18n, "LOCALE_DIR", tmp_path)
+    i18n._translations.cache_clear()
+    try:
+        with pytest.raises(i18n.CatalogueMissingError, match=r"turnkeeper\.i18n compile"):
+            i18n.gettext("pt-BR", "Round {n}")
+        assert i18n.gettext("en", "Round {n}") == "Round {n}"
+    finally:
+        i18n._translations.cache_clear()

@@ -483,7 +483,7 @@ def _main(argv: Iterable[str] | None = None) -> int:
         prog="python -m turnkeeper.i18n", description="Maintain Turnkeeper's translations."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("update", help="re-extract messages.pot and merge it into every .po")
+    sub.add_parser("update", help="re-extract messages.pot, merge it into every .po, compile")
     sub.add_parser("check", help="exit 1 if a catalogue is stale or a translation missing")
     sub.add_parser("compile", help="compile every .po into the .mo the daemon reads")
     start = sub.add_parser("init", help="start a new language's catalogue from messages.pot")
