@@ -15,6 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from itertools import count
 from typing import Any
 
@@ -314,7 +315,8 @@ class Session:
         handler = AT_ONCE.get(item.method)
         if handler is None or not self.channel.room():
             return False
-        started = time.perf_counter()
+        logged = self.sessions.log_requests
+        started = time.perf_counter() if logged else 0.0
         try:
             try:
                 self._may_call(item.method)
@@ -325,7 +327,9 @@ class Session:
                 if result is None:
                     return False
                 response = wire.Response(item.msgid, None, result)
-            data = self._packed(self._logged(item, response, started))
+            if logged:
+                self._logged(item, response, started)
+            data = self._packed(response)
         except Exception:
             # Not answerable here after all (say its error cannot be told): the task reads it
             # again (a read changes nothing) and fails as it fails everything, logged, the
@@ -395,9 +399,10 @@ class Session:
         if self.hello_scope is not None:
             self.hello_scope.deadline = math.inf
         self.actor = principal.reader()
-        # Run in this task's context, so that what it logs names this connection too.
-        context = contextvars.copy_context()
-        self.channel.at_once = lambda item: context.run(self._at_once, item)
+        # Run in this task's context, so that what it logs names this connection too; bound
+        # with no function of ours around it, which would be one more call per read.
+        run: Callable[..., bool] = contextvars.copy_context().run
+        self.channel.at_once = partial(run, self._at_once)
 
     def told(self, result: Plain, actor: Actor) -> Plain:
         """A command result's events, as shown to ``actor``, with their narrated lines if this
