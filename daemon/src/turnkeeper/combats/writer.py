@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import zlib
@@ -97,7 +98,7 @@ class _CombatLog:
     def seq(self) -> int:
         return self._combat.seq
 
-    def writing(self) -> anyio.Lock:
+    def writing(self) -> asyncio.Lock:
         return self._combat.lock
 
     async def commit(self, applied: Applied, ticket: _Ticket | None) -> None:
