@@ -325,15 +325,17 @@ class _Filter:
         return self._added - self._built_with > FILTER_REBUILD_KEYS
 
     @staticmethod
-    def _probes(principal: str, request_id: str) -> Iterator[int]:
+    def _probes(principal: str, request_id: str) -> list[int]:
         # Double hashing over one 64-bit hash: ``hash`` is salted per process, and so is the
-        # filter, built anew by each.
+        # filter, built anew by each. A list, not a generator: asked once per command.
         h = hash((principal, request_id))
         mask = FILTER_BITS - 1
         at, step = h & mask, (h >> 32) | 1
+        probes = []
         for _ in range(FILTER_PROBES):
-            yield at
+            probes.append(at)
             at = (at + step) & mask
+        return probes
 
     def add(self, principal: str, request_id: str) -> None:
         bits = self._bits
