@@ -352,7 +352,13 @@ class Session:
         """The response to ``request``: never a traceback to the client (``_failed``)."""
         started = time.perf_counter()
         try:
-            result = await self.call(request.method, request.params)
+            handler = HANDLERS.get(request.method)
+            if handler is None:
+                raise RequestError(
+                    "unknown_method", "no method {method!r}", "method", method=request.method
+                )
+            self._may_call(request.method)
+            result = await handler(self, request.params)
         except Exception as e:
             return self._logged(request, self._failed(request, e), started)
         return self._logged(request, wire.Response(request.msgid, None, result), started)
@@ -414,14 +420,6 @@ class Session:
                 duration_ms=round((time.perf_counter() - started) * 1000, 3),
             )
         return response
-
-    async def call(self, method: str, params: Mapping[str, Any]) -> Result:
-        """Run ``method``'s handler, once the session may call it."""
-        handler = HANDLERS.get(method)
-        if handler is None:
-            raise RequestError("unknown_method", "no method {method!r}", "method", method=method)
-        self._may_call(method)
-        return await handler(self, params)
 
     def _may_call(self, method: str) -> None:
         """Refuse a method of ``METHODS`` this session may not call now."""
