@@ -401,6 +401,42 @@ async def test_a_cancelled_committer_fails_the_queued_batches(tmp_path: Path) ->
     assert codes == ["store_failed"] * 5
 
 
+@pytest.mark.anyio
+async def test_a_commit_cancelled_while_it_waits_learns_its_outcome_then_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    learned: list[str] = []
+    release = threading.Event()
+    write = store._write
+
+    def slow(group: Any) -> None:
+        release.wait(10)
+        write(group)
+
+    store._write = slow  # type: ignore[method-assign]
+
+    async def commit(scope: anyio.CancelScope) -> None:
+        with scope:
+            await store.commit(batch("c1", 1, create=True))
+            learned.append("committed")  # before the cancellation lands, as after a shield
+            await anyio.sleep(10)
+            learned.append("not cancelled")
+
+    async with running(store), anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+        tg.start_soon(commit, scope)
+        await anyio.wait_all_tasks_blocked()
+        scope.cancel()
+        await anyio.sleep(0.05)
+        assert learned == []  # still waiting for the committer, whose write goes on
+        release.set()
+    assert learned == ["committed"]
+    assert scope.cancelled_caught
+    assert [c.combat_id for c in loaded(store)] == ["c1"]
+    store.close()
+
+
 def test_unencodable_data_is_refused_before_it_is_queued(tmp_path: Path) -> None:
     store = Store.open(tmp_path)
     with pytest.raises(TypeError):

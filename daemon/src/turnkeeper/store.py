@@ -28,7 +28,6 @@ import anyio
 import msgpack  # type: ignore[import-untyped]
 import structlog
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnkeeper_engine.errors import Arg, ProtocolError
 
@@ -229,8 +228,19 @@ class LoadedCombat:
     quarantined: str | None = None
 
 
-def _future() -> asyncio.Future[None]:
-    return asyncio.get_running_loop().create_future()
+class _Outcome(asyncio.Future[None]):
+    """Resolved by the committer once a batch's outcome is known, and deaf to cancellation: its
+    waiter must learn whether its events are on disk, or its in-memory state would drift from
+    the log. A task cancelled while it waits goes on waiting (``Task.cancel`` finds the future
+    refusing) and is thrown the cancellation only once the outcome is known: the guarantee of
+    a shielded scope, without a cancel scope entered and left per command."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+
+def _outcome() -> _Outcome:
+    return _Outcome(loop=asyncio.get_running_loop())
 
 
 @dataclass(slots=True, eq=False)
@@ -243,9 +253,8 @@ class _Pending:
     response: bytes | None
     summary: bytes | None
     snapshot: bytes | None = None
-    done: asyncio.Future[None] = field(default_factory=_future)
-    """Resolved by the committer once the outcome is known. The daemon serves on asyncio: a
-    bare future has one waiter and costs a fraction of an ``anyio.Event``, once per command."""
+    done: _Outcome = field(default_factory=_outcome)
+    """Resolved by the committer once the outcome is known (``error``)."""
     error: StoreError | None = None
 
     def settle(self) -> None:
@@ -316,15 +325,17 @@ class _Filter:
         return self._added - self._built_with > FILTER_REBUILD_KEYS
 
     @staticmethod
-    def _probes(principal: str, request_id: str) -> Iterator[int]:
+    def _probes(principal: str, request_id: str) -> list[int]:
         # Double hashing over one 64-bit hash: ``hash`` is salted per process, and so is the
-        # filter, built anew by each.
+        # filter, built anew by each. A list, not a generator: asked once per command.
         h = hash((principal, request_id))
         mask = FILTER_BITS - 1
         at, step = h & mask, (h >> 32) | 1
+        probes = []
         for _ in range(FILTER_PROBES):
-            yield at
+            probes.append(at)
             at = (at + step) & mask
+        return probes
 
     def add(self, principal: str, request_id: str) -> None:
         bits = self._bits
@@ -539,9 +550,14 @@ class Store:
         # the loop's connection would pin what the loop's reads see to its start.
         self._loader = loader
         self._loading = threading.Lock()
-        self._send: MemoryObjectSendStream[_Pending]
-        self._receive: MemoryObjectReceiveStream[_Pending]
-        self._send, self._receive = anyio.create_memory_object_stream[_Pending](COMMIT_QUEUE)
+        # The batches waiting for the committer (at most COMMIT_QUEUE), on the event loop: a
+        # deque and a future to wake each side, since every command passes here.
+        self._queue: deque[_Pending] = deque()
+        self._closed = False
+        self._arrived: asyncio.Future[None] | None = None
+        """What the committer waits on while the queue is empty."""
+        self._room: deque[asyncio.Future[None]] = deque()
+        """Committers of a full queue waiting for room, first come first served."""
         self.transactions = 0
         # Principals written since the last prune: only they can have gone over the cap.
         self._touched: set[str] = set()
@@ -648,8 +664,7 @@ class Store:
         """Close the database. Call after ``run`` has returned (or was never started)."""
         self._committer.close()
         self._committer.join()
-        self._send.close()
-        self._receive.close()
+        self._closed = True
         self._reader.close()
         self._loader.close()
         self._writer.close()
@@ -674,25 +689,53 @@ class Store:
             None if batch.request is None else pack(batch.response),
             None if batch.summary is None else pack(batch.summary),
         )
-        try:
+        queue = self._queue
+        while len(queue) >= COMMIT_QUEUE and not self._closed:
+            room = asyncio.get_running_loop().create_future()
+            self._room.append(room)
             try:
-                # No trip round the event loop while the queue has room: the wait for the
-                # commit yields anyway.
-                self._send.send_nowait(pending)
-            except anyio.WouldBlock:
-                await self._send.send(pending)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            raise StoreError("store_failed", "the store is stopping") from None
-        with anyio.CancelScope(shield=True):
+                await room
+            finally:
+                if not room.done():
+                    self._room.remove(room)
+        if self._closed:
+            raise StoreError("store_failed", "the store is stopping")
+        queue.append(pending)
+        arrived = self._arrived
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
+        try:
             await pending.done
+        except asyncio.CancelledError:
+            if not pending.done.done():
+                raise  # never so: the future refuses cancellation until settled
+            # Cancelled while it waited (``_Outcome``): the caller learns the outcome first.
+            # The cancel scope that cancelled it goes on delivering until its task leaves it,
+            # so it is cancelled again at its next wait, as after a shielded scope.
         if pending.error is not None:
             raise pending.error
 
+    def _make_room(self) -> None:
+        """Wake as many committers waiting for room as the queue has room for."""
+        for _ in range(min(len(self._room), COMMIT_QUEUE - len(self._queue))):
+            room = self._room.popleft()
+            if not room.done():
+                room.set_result(None)
+
     async def stop(self) -> None:
         """Accept no more commits, and return once ``run`` has committed everything queued."""
-        self._send.close()
+        self._close_queue()
         if self._stopped is not None:
             await self._stopped.wait()
+
+    def _close_queue(self) -> None:
+        self._closed = True
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
+        while self._room:
+            room = self._room.popleft()
+            if not room.done():
+                room.set_result(None)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The committer: write queued batches, many per transaction, until ``stop``.
@@ -702,14 +745,23 @@ class Store:
         """
         self._stopped = stopped = anyio.Event()
         task_status.started()
+        queue = self._queue
         try:
-            async for first in self._receive:
-                group = [first]
-                while len(group) < MAX_BATCHES_PER_COMMIT:
-                    try:
-                        group.append(self._receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
+            while True:
+                # Once per transaction: a committer cancelled before it starts writes nothing.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                if not queue:
+                    if self._closed:
                         break
+                    self._arrived = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._arrived
+                    finally:
+                        self._arrived = None
+                    continue
+                take = min(len(queue), MAX_BATCHES_PER_COMMIT)
+                group = [queue.popleft() for _ in range(take)]
+                self._make_room()
                 try:
                     # Shielded: a write that reached the disk must be reported to its waiters.
                     with anyio.CancelScope(shield=True):
@@ -729,12 +781,9 @@ class Store:
                         await self._committer.run(self._prune)
         finally:
             self._committer.close()
-            self._send.close()
-            while True:
-                try:
-                    pending = self._receive.receive_nowait()
-                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                    break
+            self._close_queue()
+            while queue:
+                pending = queue.popleft()
                 pending.error = StoreError("store_failed", "the store stopped before this commit")
                 pending.settle()
             stopped.set()

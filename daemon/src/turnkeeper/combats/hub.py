@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from turnkeeper_engine import BUNDLED_RULES, Actor, DiceSource, RuleBook, SystemDice
-from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.pipeline import Pipeline
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
@@ -95,6 +94,9 @@ class Hub:
             observes=hooks.after_due if hooks is not None else None,
         )
         self.clock = Clock(self.deadlines, self.rebuilder, self.writer, clock)
+        self.execute = self.writer.execute
+        """Apply a command once (see ``Writer.execute``): the writer's own method, so that
+        every command spares a coroutine of the facade's."""
 
     async def recover(self) -> None:
         """Know every combat from its stored summary (see ``Rebuilder.recover``)."""
@@ -115,12 +117,6 @@ class Hub:
     async def combat(self, combat_id: str) -> Combat:
         """The combat, rebuilt first if it was not yet; refused if unknown or quarantined."""
         return await self.rebuilder.ready(combat_id)
-
-    async def execute(
-        self, principal: str, actor: Actor, combat_id: str, command: cmd.Command, request_id: str
-    ) -> Plain:
-        """Apply a command once (see ``Writer.execute``)."""
-        return await self.writer.execute(principal, actor, combat_id, command, request_id)
 
     async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
         """The combat as ``actor`` may see it, encoded for the wire."""

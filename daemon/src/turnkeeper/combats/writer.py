@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import zlib
@@ -97,7 +98,7 @@ class _CombatLog:
     def seq(self) -> int:
         return self._combat.seq
 
-    def writing(self) -> anyio.Lock:
+    def writing(self) -> asyncio.Lock:
         return self._combat.lock
 
     async def commit(self, applied: Applied, ticket: _Ticket | None) -> None:
@@ -223,23 +224,22 @@ class Writer:
                     )
                 return stored["result"]  # type: ignore[no-any-return]
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
-            return await self._execute(ticket, actor, combat_id, command)
+            if isinstance(command, cmd.CreateCombat):
+                async with self.combats.creating(combat_id):
+                    combat = Combat(combat_id, State(), 0)
+                    ticket.ruleset = command.ruleset
+                    result = await self.run(combat, ticket, actor, command)
+                    self.combats.add(combat)
+                    return result
+            found = self.combats.by_id.get(combat_id)
+            if found is None or not found.loaded or found.quarantined is not None:
+                # Not known, not rebuilt yet, or quarantined: ``ready`` knows what to do.
+                found = await self.rebuilder.ready(combat_id)
+            return await self.run(found, ticket, actor, command)
         finally:
             done = in_flight.pop(key)
             if done is not None:
                 done.set()
-
-    async def _execute(
-        self, ticket: _Ticket, actor: Actor, combat_id: str, command: cmd.Command
-    ) -> Plain:
-        if isinstance(command, cmd.CreateCombat):
-            async with self.combats.creating(combat_id):
-                combat = Combat(combat_id, State(), 0)
-                ticket.ruleset = command.ruleset
-                result = await self.run(combat, ticket, actor, command)
-                self.combats.add(combat)
-                return result
-        return await self.run(await self.rebuilder.ready(combat_id), ticket, actor, command)
 
     async def run(
         self, combat: Combat, ticket: _Ticket | None, actor: Actor, command: cmd.Command
@@ -251,8 +251,10 @@ class Writer:
         for room, and nothing waits once the command is committed."""
         clock = ticket is None
         ticket = ticket or _Ticket()
-        if self.pipeline.hooks is not None:
-            await self.hooks.make_room(ticket.room, clock, command, combat)
+        if self.pipeline.hooks is not None and not self.hooks.make_room(
+            ticket.room, clock, command, combat
+        ):
+            await self.hooks.wait_room(ticket.room, combat)
         try:
             # A refusal (``RefusedError``) goes up as it is: the session tells it, like any.
             applied = await self.pipeline.run(_CombatLog(self, combat), actor, command, ticket)

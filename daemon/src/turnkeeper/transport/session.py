@@ -72,8 +72,11 @@ class Sessions:
         """Unix peers with this uid are narrators without a token; None turns that off."""
         self.admission = Admission(limits)
         self.connections: set[Session] = set()
+        self.running: set[Session] = set()
+        """Every session's task still running, admitted or not (``stop`` ends them)."""
         self.in_flight = 0
         self.draining = False
+        self.stopped = False
         self.log_requests = log.is_enabled_for(logging.DEBUG)
         """Whether each request gets its log line (``--debug``): asked once, not per request."""
         self._task_group = task_group
@@ -86,20 +89,46 @@ class Sessions:
             channel.abort()  # the daemon is stopping: its task group takes no more
 
     async def run_command(
-        self, principal: str, actor: Actor, combat_id: str, value: Any, request_id: str
+        self,
+        session: Session,
+        principal: str,
+        actor: Actor,
+        combat_id: str,
+        value: Any,
+        request_id: str,
     ) -> Plain:
         if self.draining:
             raise RequestError(
                 "shutting_down", "the daemon is stopping; retry with the same request_id"
             )
         self.in_flight += 1
+        # Once accepted, a command runs to its commit even if the daemon is asked to stop: its
+        # session is stopped once it is over (``Session.stop``), never in the middle.
+        session.in_command = True
         try:
-            # Once accepted, a command runs to its commit even if the daemon is asked to stop.
-            with anyio.CancelScope(shield=True):
-                result = await self.hub.execute(principal, actor, combat_id, value, request_id)
-            return result
+            return await self.hub.execute(principal, actor, combat_id, value, request_id)
         finally:
             self.in_flight -= 1
+            session.in_command = False
+            if session.stopping:
+                session.stop()
+
+    async def run(self) -> None:
+        """Until cancelled (the daemon stops, or fails): then ``stop``. Sessions run shielded
+        from the task group they run in, so that a command in flight is never cut, and this
+        is what ends them: one scope per session, not a shielded one entered and left by
+        every command (anyio's bookkeeping for it was most of its cost on a command's way)."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """End every session: at once, or the one running a command once it is answered; one
+        that starts from now on ends as it starts."""
+        self.stopped = True
+        for session in list(self.running):
+            session.stop()
 
     async def watch_tokens(self) -> None:
         """End the sessions of revoked tokens as soon as the token file changes, including those
@@ -146,6 +175,11 @@ class Session:
         self.locale = "en"
         self.narration: str | None = None
         """The locale events are told in for this session (hello's ``narrate``), or None."""
+        self.scope = anyio.CancelScope(shield=True)
+        """The session's task: shielded from the task group's cancellation, ended by ``stop``."""
+        self.in_command = False
+        self.stopping = False
+        """Set by ``stop`` while a command runs: the session ends once it is answered."""
 
     # Subscriber protocol -------------------------------------------------------------------
 
@@ -214,7 +248,25 @@ class Session:
 
     # The connection's life -----------------------------------------------------------------
 
+    def stop(self) -> None:
+        """End this session's task (``Sessions.stop``): at once, or after its command."""
+        if self.in_command:
+            self.stopping = True
+        else:
+            self.scope.cancel()
+
     async def run(self) -> None:
+        running = self.sessions.running
+        with self.scope:
+            running.add(self)
+            try:
+                if self.sessions.stopped:
+                    self.scope.cancel()
+                await self._run()
+            finally:
+                running.discard(self)
+
+    async def _run(self) -> None:
         channel = self.channel
         if not await channel.open():
             return  # a plain HTTP request, answered
@@ -300,7 +352,13 @@ class Session:
         """The response to ``request``: never a traceback to the client (``_failed``)."""
         started = time.perf_counter()
         try:
-            result = await self.call(request.method, request.params)
+            handler = HANDLERS.get(request.method)
+            if handler is None:
+                raise RequestError(
+                    "unknown_method", "no method {method!r}", "method", method=request.method
+                )
+            self._may_call(request.method)
+            result = await handler(self, request.params)
         except Exception as e:
             return self._logged(request, self._failed(request, e), started)
         return self._logged(request, wire.Response(request.msgid, None, result), started)
@@ -365,14 +423,6 @@ class Session:
                 duration_ms=round((time.perf_counter() - started) * 1000, 3),
             )
         return response
-
-    async def call(self, method: str, params: Mapping[str, Any]) -> Result:
-        """Run ``method``'s handler, once the session may call it."""
-        handler = HANDLERS.get(method)
-        if handler is None:
-            raise RequestError("unknown_method", "no method {method!r}", "method", method=method)
-        self._may_call(method)
-        return await handler(self, params)
 
     def _may_call(self, method: str) -> None:
         """Refuse a method of ``METHODS`` this session may not call now."""
@@ -491,15 +541,15 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
     assert request_id is not None
     actor = principal.actor(text(params, "as", required=False))
     combat_id, value = command(method, params)
-    result = await session.sessions.run_command(principal.key, actor, combat_id, value, request_id)
+    result = await session.sessions.run_command(
+        session, principal.key, actor, combat_id, value, request_id
+    )
     return session.told(result, actor)
 
 
 def _command_handler(method: str) -> Handler:
-    async def handle(session: Session, params: Mapping[str, Any]) -> Plain:
-        return await _command(session, params, method)
-
-    return handle
+    # A partial, not a closure: every command spares a coroutine that only awaits another.
+    return partial(_command, method=method)
 
 
 def _page_limit(params: Mapping[str, Any]) -> int | None:
