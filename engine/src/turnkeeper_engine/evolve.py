@@ -463,7 +463,8 @@ def evolve(state: State, event: ev.Event) -> State:
     # ``after`` was made just now for this event and nothing else holds it yet: the log's
     # fields are set on it rather than the whole state copied once more (replay speed).
     object.__setattr__(after, "seq", seq)
-    object.__setattr__(after, "secrets", secrets)
+    if after.secrets is not secrets:  # most events leave them, and ``after`` has them
+        object.__setattr__(after, "secrets", secrets)
     if joins:
         object.__setattr__(after, "undo", _joined(state.undo, event, after))
     return after

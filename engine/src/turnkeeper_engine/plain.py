@@ -83,7 +83,7 @@ def _encoder(cls: type) -> Callable[[Any], dict[str, Plain]]:
     value (``_plain_code``). The map's keys are in the order the generic walk gave them (an
     event's name first), so the encoded bytes are the same."""
     names = _field_names(cls) or ()
-    hints = _hints(cls)
+    hints = _field_hints(cls)
     tag = _tag(cls)
     scope: dict[str, Any] = {"S": _SCALARS, "to_plain": to_plain, "E": _ENCODERS}
     lines = ["def encode(v):"]
@@ -93,7 +93,7 @@ def _encoder(cls: type) -> Callable[[Any], dict[str, Plain]]:
         for i, n in enumerate(names):
             x = f"x{i}"
             lines.append(f"    {x} = v.{n}")
-            code = _nested_code(hints[n], x, i, scope, _encoder_of, "to_plain", _PLAIN_EACH)
+            code = _nested_code(hints.get(n), x, i, scope, _encoder_of, "to_plain", _PLAIN_EACH)
             entries.append(f"{n!r}: {x} if type({x}) in S else {code}")
     finally:
         _MAKING.discard(cls)
@@ -103,6 +103,16 @@ def _encoder(cls: type) -> Callable[[Any], dict[str, Plain]]:
     made: Callable[[Any], dict[str, Plain]] = scope["encode"]
     _ENCODERS[cls] = made
     return made
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    """The type hints of a record's fields, which its encoder and sizer are written from; none
+    for a class whose hints do not resolve (a caller's own record given to ``to_plain``): its
+    fields then go through the generic call, as they did before there were hints."""
+    try:
+        return _hints(cls)
+    except Exception:  # any failure to resolve them means: no hints
+        return {}
 
 
 _MAKING: set[type] = set()
@@ -275,7 +285,7 @@ def _sizer(cls: type) -> Callable[[Any], int]:
     names, size = _keys_size(cls)
     if not names:
         raise TypeError(f"{cls.__name__} has no plain form")
-    hints = _hints(cls)
+    hints = _field_hints(cls)
     scope: dict[str, Any] = {
         "size": encoded_size,
         "int_size": _int_size,
@@ -289,7 +299,7 @@ def _sizer(cls: type) -> Callable[[Any], int]:
     _MAKING.add(cls)
     try:
         for i, n in enumerate(names):
-            code = _nested_code(hints[n], "x", i, scope, _sizer_of, "size", _SIZE_EACH)
+            code = _nested_code(hints.get(n), "x", i, scope, _sizer_of, "size", _SIZE_EACH)
             lines += [
                 f"    x = v.{n}",
                 "    t = type(x)",
