@@ -224,6 +224,11 @@ def _within_reach(stretches: tuple[Stretch, ...], reach: int) -> tuple[Stretch, 
     return stretches[n - k :] if k < n else stretches
 
 
+_PACKER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+"""The compact JSON of packed stretches, made once (``json.dumps`` with options makes one per
+call). Plain data is a tree: the encoder need not look for cycles (a fifth of its time)."""
+
+
 def _packed(stretch: Stretch) -> Stretch:
     """``stretch`` with its commands packed: their plain form as compact JSON, deflated, in
     base64 (a string, so a snapshot stores it as it is; base85 is 6% shorter but written in
@@ -231,8 +236,7 @@ def _packed(stretch: Stretch) -> Stretch:
     take 300 (see the module's docstring)."""
     if stretch.packed or not stretch.done:
         return stretch
-    # Plain data is a tree: the encoder need not look for cycles (a fifth of its time).
-    text = json.dumps(to_plain(stretch.done), separators=(",", ":"), check_circular=False)
+    text = _PACKER.encode(to_plain(stretch.done))
     packed = base64.b64encode(zlib.compress(text.encode(), PACK_LEVEL)).decode("ascii")
     return Stretch(stretch.start, packed=packed, count=len(stretch.done))
 
