@@ -10,7 +10,14 @@
 
 import { decode, encode } from "@msgpack/msgpack";
 import { LOCAL_CODES, TurnkeeperError } from "./errors.js";
-import { COMMAND_METHODS, METHODS, QUERY_METHODS, SESSION_METHODS, camelCase } from "./methods.js";
+import {
+  COMMAND_METHODS,
+  METHODS,
+  QUERY_METHODS,
+  SESSION_METHODS,
+  TABLE_METHODS,
+  camelCase,
+} from "./methods.js";
 import { Subscription } from "./subscription.js";
 
 export {
@@ -20,6 +27,7 @@ export {
   QUERY_METHODS,
   SESSION_METHODS,
   Subscription,
+  TABLE_METHODS,
   TurnkeeperError,
   camelCase,
 };
@@ -347,6 +355,36 @@ export class Client {
   /** The daemon's plugins: `{loaded, failed, skipped}`. */
   listPlugins() {
     return this._call("list_plugins", {});
+  }
+
+  // Tables: the operator's, and a hosting bridge's for the tables it manages --------------------
+
+  /** Make a table, managed by the caller: `{table, name, created}`.
+   * @param {{name: string}} params */
+  createTable(params) {
+    return this._call("create_table", { ...params });
+  }
+
+  /** The tables the caller manages: `[{table, name, created}]`. */
+  listTables() {
+    return this._call("list_tables", {});
+  }
+
+  /** Make a token of a table: `{id, table, role, user, narrator, host, created, secret}`; the
+   * secret is in this answer only.
+   * @param {{table: string, role: string, user?: string, narrator?: boolean}} params */
+  addToken(params) {
+    return this._call("add_token", { ...params });
+  }
+
+  /** The tokens of a table, never their secrets. @param {{table: string}} params */
+  listTokens(params) {
+    return this._call("list_tokens", { ...params });
+  }
+
+  /** Revoke a token of a table: its sessions end. @param {{table: string, id: string}} params */
+  revokeToken(params) {
+    return this._call("revoke_token", { ...params });
   }
 
   /**

@@ -17,6 +17,7 @@ from turnkeeper_sdk import wire
 from turnkeeper_sdk.plugins import PluginHost
 
 from ..store import Store
+from ..tables import Scope
 from .clock import Clock
 from .combat import Combat
 from .deadlines import Deadlines
@@ -136,9 +137,11 @@ class Hub:
         """A command result's events with their narrated lines."""
         return self.queries.told(combat_id, events, actor, locale)
 
-    def summaries(self, after: str | None = None, limit: int | None = None) -> Plain:
-        """One row per combat of a page."""
-        return self.queries.summaries(after, limit)
+    def summaries(
+        self, after: str | None = None, limit: int | None = None, scope: Scope = None
+    ) -> Plain:
+        """One row per combat of a page of ``scope``'s tables (None: every table)."""
+        return self.queries.summaries(after, limit, scope)
 
     def plugin_listing(self) -> Plain:
         """The plugins loaded (with their counters), failed and skipped."""
@@ -150,9 +153,20 @@ class Hub:
         """Missed events, then live ones (see ``SubscriptionRegistry.subscribe``)."""
         return await self.subscriptions.subscribe(combat_id, subscriber, after)
 
-    def subscribe_all(self, subscriber: Subscriber, limit: int | None = None) -> Plain:
-        """Live events of every combat (see ``SubscriptionRegistry.subscribe_all``)."""
-        return self.subscriptions.subscribe_all(subscriber, limit)
+    def subscribe_all(
+        self, subscriber: Subscriber, limit: int | None = None, scope: Scope = None
+    ) -> Plain:
+        """Live events of every combat of ``scope``'s tables (see
+        ``SubscriptionRegistry.subscribe_all``)."""
+        return self.subscriptions.subscribe_all(subscriber, limit, scope)
+
+    def visible(self, combat_id: str, scope: Scope) -> bool:
+        """Whether a session of ``scope`` may know of ``combat_id`` (see ``Combats.visible``)."""
+        return self.registry.visible(combat_id, scope)
+
+    def widen(self, subscriber: Subscriber, tables: frozenset[str]) -> None:
+        """A ``subscribe_all`` scoped to tables follows ``tables`` too."""
+        self.subscriptions.widen(subscriber, tables)
 
     def unsubscribe(self, subscriber: Subscriber, combat_id: str) -> None:
         """Stop the subscriber's events of one combat."""

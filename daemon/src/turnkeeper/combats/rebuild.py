@@ -18,6 +18,7 @@ from turnkeeper_engine import State, evolve
 from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
 
 from ..store import Batch, Store, StoreError
+from ..tables import DEFAULT_TABLE
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -91,6 +92,7 @@ class Rebuilder:
         rebuild may store a fresh snapshot."""
         found: list[Combat] = []
         unsummed: list[Combat] = []
+        tables = self.store.memberships()
         # Every object made here lives as long as the daemon: a collection meanwhile would only
         # rescan them, ever more of them (at 100,000 combats a start made two full ones). The
         # garbage made so far (loading modules, plugins) is collected first, never frozen.
@@ -104,6 +106,7 @@ class Rebuilder:
                 else:
                     combat = Combat(combat_id, State(), 0, loaded=False)
                     unsummed.append(combat)
+                combat.table = tables.get(combat_id, DEFAULT_TABLE)
                 found.append(combat)
         finally:
             if enabled:

@@ -21,6 +21,7 @@ from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
 from ..store import Batch, Store, StoreError
+from ..tables import table_of
 from .combat import Combat, summary, unchanged
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -134,6 +135,7 @@ class _CombatLog:
             at=applied.now,
             snapshot=partial(to_shared, state) if snapshot else None,
             summary=summary(state, last),
+            table=combat.table,
         )
         try:
             await writer.store.commit(batch)
@@ -234,7 +236,7 @@ class Writer:
     ) -> Plain:
         if isinstance(command, cmd.CreateCombat):
             async with self.combats.creating(combat_id):
-                combat = Combat(combat_id, State(), 0)
+                combat = Combat(combat_id, State(), 0, table=table_of(combat_id))
                 ticket.ruleset = command.ruleset
                 result = await self.run(combat, ticket, actor, command)
                 self.combats.add(combat)

@@ -34,6 +34,8 @@ from ..combats import Hub, RequestError
 from ..combats.registry import MAX_COMBAT_PAGE
 from ..combats.telling import Batch
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
+from ..tables import Scope
+from . import admin
 from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
 from .listeners import Admission, ConnectionLimits
 
@@ -114,12 +116,16 @@ class Sessions:
                 continue
             seen = records
             for session in list(self.connections):
-                if session.principal is not None and not self.tokens.still_valid(session.principal):
+                if session.principal is None:
+                    continue
+                if not self.tokens.still_valid(session.principal):
                     session.close_with(
                         wire.WireError(
                             "token_revoked", "the token of this session has been revoked"
                         )
                     )
+                else:
+                    session.rescope(self.tokens.scope(session.principal))
 
 
 Result = Plain | wire.Packed
@@ -145,6 +151,9 @@ class Session:
         self.locale = "en"
         self.narration: str | None = None
         """The locale events are told in for this session (hello's ``narrate``), or None."""
+        self.scope: Scope = frozenset()
+        """The tables this session may see and touch (None: every one), settled at hello:
+        nothing before it."""
 
     # Subscriber protocol -------------------------------------------------------------------
 
@@ -390,6 +399,7 @@ class Session:
             raise busy
         self.sessions.admission.promote(self.channel)
         self.principal = principal
+        self.scope = self.sessions.tokens.scope(principal)
         self.narration = self.locale if narrate else None
         # The hello deadline is met: requests that came with the hello must not be cut by it.
         if self.hello_scope is not None:
@@ -398,6 +408,21 @@ class Session:
         # Run in this task's context, so that what it logs names this connection too.
         context = contextvars.copy_context()
         self.channel.at_once = lambda item: context.run(self._at_once, item)
+
+    def rescope(self, scope: Scope) -> None:
+        """The token file changed: a session that lost a table ends (its subscriptions may
+        follow it), one that gained a table sees it from now on."""
+        if self.scope is None or scope == self.scope:
+            return
+        if scope is None or not self.scope <= scope:
+            self.close_with(
+                wire.WireError(
+                    "tables_changed", "this session's tables have changed: say hello again"
+                )
+            )
+            return
+        self.scope = scope
+        self.hub.widen(self, self.scope)
 
     def told(self, result: Plain, actor: Actor) -> Plain:
         """A command result's events, as shown to ``actor``, with their narrated lines if this
@@ -443,6 +468,8 @@ async def _hello(session: Session, params: Mapping[str, Any]) -> Plain:
         "session": {
             "role": principal.role,
             "user": principal.user,
+            "table": principal.table,
+            "host": principal.host,
             "connection": session.id,
             "locale": session.locale,
         },
@@ -475,7 +502,7 @@ def _principal(session: Session, token: object) -> Principal:
         return principal
     uid = session.channel.peer_uid
     if uid is not None and uid == session.sessions.narrator_uid:
-        return Principal(f"uid:{uid}", "narrator")
+        return Principal(f"uid:{uid}", "narrator", table=None)
     raise RequestError("unauthenticated", "a token is required on this connection", "token")
 
 
@@ -486,6 +513,7 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
     assert request_id is not None
     actor = principal.actor(text(params, "as", required=False))
     combat_id, value = command(method, params)
+    await admin.may_command(session, combat_id, value, request_id)
     result = await session.sessions.run_command(principal.key, actor, combat_id, value, request_id)
     return session.told(result, actor)
 
@@ -510,8 +538,17 @@ def _combat(params: Mapping[str, Any]) -> str:
     return combat_id
 
 
+def _seen(session: Session, combat_id: str) -> str:
+    """``combat_id``, refused as unknown when it is of another table: called where the hub
+    would refuse an unknown combat, after the checks of the params that come first."""
+    if not session.hub.visible(combat_id, session.scope):
+        raise admin.unknown_combat(combat_id)
+    return combat_id
+
+
 async def _list_combats(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.summaries(text(params, "after", required=False), _page_limit(params))
+    after = text(params, "after", required=False)
+    return session.hub.summaries(after, _page_limit(params), session.scope)
 
 
 async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
@@ -519,23 +556,26 @@ async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _get_combat(session: Session, params: Mapping[str, Any]) -> Result:
-    return await session.hub.view(_combat(params), session.actor)
+    return await session.hub.view(_seen(session, _combat(params)), session.actor)
 
 
 def _get_combat_now(session: Session, params: Mapping[str, Any]) -> Result | None:
-    return session.hub.queries.view_now(_combat(params), session.actor)
+    return session.hub.queries.view_now(_seen(session, _combat(params)), session.actor)
 
 
 async def _history(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     after = number(params, "after", 0, 0, 2**53)
     limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-    return await session.hub.history(combat_id, session.actor, after, limit, session.narration)
+    return await session.hub.history(
+        _seen(session, combat_id), session.actor, after, limit, session.narration
+    )
 
 
 async def _subscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     after = number(params, "after", 0, 0, 2**53)
+    _seen(session, combat_id)
     seq = await session.hub.subscribe(combat_id, session, after)
     return {"combat": combat_id, "seq": seq}
 
@@ -547,7 +587,7 @@ async def _unsubscribe(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _subscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.subscribe_all(session, _page_limit(params))
+    return session.hub.subscribe_all(session, _page_limit(params), session.scope)
 
 
 async def _unsubscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
@@ -565,6 +605,7 @@ HANDLERS: Mapping[str, Handler] = {
     "unsubscribe": _unsubscribe,
     "subscribe_all": _subscribe_all,
     "unsubscribe_all": _unsubscribe_all,
+    **admin.HANDLERS,
     **{m.name: _command_handler(m.name) for m in METHODS.values() if m.kind == "command"},
 }
 """What each method of ``turnkeeper.methods.METHODS`` does, by its name."""

@@ -20,7 +20,9 @@ cannot be reached raises :class:`ConnectionLost`.
 **Methods.** One per protocol method, named after it. Session and queries: ``hello`` (the
 hello result of the current connection: the client says hello itself), ``list_combats``,
 ``get_combat``, ``history``, ``subscribe``, ``unsubscribe``, ``subscribe_all``,
-``unsubscribe_all``, ``list_plugins``. Every engine command is a method whose keyword
+``unsubscribe_all``, ``list_plugins``. Tables (the operator's, and a hosting bridge's):
+``create_table``, ``list_tables``, ``add_token``, ``list_tokens``, ``revoke_token``. Every
+engine command is a method whose keyword
 parameters are the command's fields (``turnkeeper_engine.commands``), taking the engine's values
 (``TurnRef``, ``ActionSpec``, ``Trigger``, ``TriggerFacts``) or the same as plain maps; plus
 ``combat`` (first, positional; ``create_combat`` names its combat with ``combat_id`` instead),
@@ -455,6 +457,36 @@ class AsyncClient(CommandMethods, ReconnectingSession):
         """The daemon's plugins: ``{"loaded": [...], "failed": [...], "skipped": [...]}``, the
         loaded ones with their hooks, what they provide and their call counters."""
         return cast(dict[str, Any], await self._call("list_plugins", {}))
+
+    async def create_table(self, name: str) -> dict[str, Any]:
+        """Make a table, managed by the caller: ``{"table", "name", "created"}``. Its combats
+        are named ``TABLE/NAME``."""
+        return cast(dict[str, Any], await self._call("create_table", {"name": name}))
+
+    async def list_tables(self) -> list[dict[str, Any]]:
+        """The tables the caller manages: ``[{"table", "name", "created"}]``."""
+        return cast(list[dict[str, Any]], await self._call("list_tables", {}))
+
+    async def add_token(
+        self, table: str, role: str, *, user: str | None = None, narrator: bool = False
+    ) -> dict[str, Any]:
+        """Make a token of ``table``: ``{"id", "table", "role", "user", "narrator", "host",
+        "created", "secret"}``; the secret is in this answer only."""
+        params: dict[str, Any] = {"table": table, "role": role}
+        if user is not None:
+            params["user"] = user
+        if narrator:
+            params["narrator"] = True
+        return cast(dict[str, Any], await self._call("add_token", params))
+
+    async def list_tokens(self, table: str) -> list[dict[str, Any]]:
+        """The tokens of ``table`` (never their secrets)."""
+        return cast(list[dict[str, Any]], await self._call("list_tokens", {"table": table}))
+
+    async def revoke_token(self, table: str, token_id: str) -> dict[str, Any]:
+        """Revoke a token of ``table``: its sessions end. ``{"id", "table"}``."""
+        params = {"table": table, "id": token_id}
+        return cast(dict[str, Any], await self._call("revoke_token", params))
 
     async def unsubscribe_all(self) -> dict[str, Any]:
         """Stop ``subscribe_all``: its iteration ends; per-combat subscriptions go on."""
