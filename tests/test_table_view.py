@@ -406,9 +406,9 @@ def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> No
     """A narrator of a table signs in: the picker offers that table's combats only, each named
     without the table's prefix, the header names the table, and its combat opens."""
     with running(tmp_path, http=True) as d:
+        argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
         made = subprocess.run(
-            [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
-            + ["--data-dir", str(d.data_dir)],
+            [*argv, "--data-dir", str(d.data_dir)],
             capture_output=True,
             text=True,
             check=True,

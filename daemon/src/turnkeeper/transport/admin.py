@@ -39,13 +39,11 @@ def unknown_table(table: str, field: str = "table") -> RequestError:
     return RequestError("unknown_table", "no table {table!r}", field, table=table)
 
 
-async def may_command(
-    session: Session, combat_id: str, command: cmd.Command, request_id: str
-) -> None:
-    """Refuse a command of a combat outside the session's tables as the hub refuses one of
-    a combat that does not exist; a new combat must be named in one of them."""
+def hidden(session: Session, combat_id: str, command: cmd.Command) -> bool:
+    """Whether a command names a combat outside the session's tables (then ``refuse_hidden``
+    answers it); a new combat must be named in one of them, or is refused here. Not a
+    coroutine: the usual answer, False, costs a lookup and no await."""
     scope = session.scope
-    hub = session.hub
     if isinstance(command, cmd.CreateCombat):
         table = table_of(combat_id)
         if scope is None:
@@ -58,13 +56,17 @@ async def may_command(
                 " and one of the default table does not start like that",
                 "combat_id",
             )
-        return
-    if session.sessions.draining or hub.visible(combat_id, scope):
-        return  # the hub answers it (or ``run_command`` refuses it while the daemon stops)
+        return False
+    # While the daemon stops, ``run_command`` refuses every command first, this one too.
+    return not session.sessions.draining and not session.hub.visible(combat_id, scope)
+
+
+async def refuse_hidden(session: Session, combat_id: str, request_id: str) -> None:
+    """Answer a command of another table's combat as one of a combat that does not exist.
+    The writer looks a request id up before it looks for the combat: a remembered one is
+    answered from memory (or refused as reused) whatever its combat, so it goes on there."""
     assert session.principal is not None
-    # The writer looks a request id up before it looks for the combat: a remembered one is
-    # answered from memory (or refused as reused) whatever its combat, so it goes on there.
-    if await hub.store.lookup_request(session.principal.key, request_id) is None:
+    if await session.hub.store.lookup_request(session.principal.key, request_id) is None:
         raise unknown_combat(combat_id)
 
 

@@ -513,7 +513,8 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
     assert request_id is not None
     actor = principal.actor(text(params, "as", required=False))
     combat_id, value = command(method, params)
-    await admin.may_command(session, combat_id, value, request_id)
+    if admin.hidden(session, combat_id, value):
+        await admin.refuse_hidden(session, combat_id, request_id)
     result = await session.sessions.run_command(principal.key, actor, combat_id, value, request_id)
     return session.told(result, actor)
 
