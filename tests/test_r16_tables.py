@@ -399,6 +399,15 @@ def test_r16_tables_a_host_makes_a_table_and_manages_its_tokens(
     # Its subscribe_all, made before the table, follows the table's combats too.
     first = h1.notification()
     assert (first.method, first.params["combat"]) == ("event", combat)
+    # Its list is its tables' combats merged in id order, whole or a page at a time.
+    ids = [row["combat"] for row in h1.call("list_combats")]
+    assert ids == sorted(ids)
+    assert {"home", tables.combat("two"), combat} <= set(ids)
+    assert not any(cid.startswith(tables.ids["one"]) for cid in ids)
+    paged: list[str] = []
+    while page := h1.call("list_combats", limit=2, **({"after": paged[-1]} if paged else {})):
+        paged += [row["combat"] for row in page]
+    assert paged == ids
     assert [r["id"] for r in h1.call("list_tokens", table=table)] == [token["id"]]
     assert h1.call("revoke_token", table=table, id=token["id"]) == {
         "id": token["id"],
