@@ -30,6 +30,12 @@ MAX_COMBAT_PAGE = 500
 ``MAX_REASON_CHARS``) take under 1.4 KiB each, so a page stays far inside the message limit."""
 
 
+def unknown_combat(combat_id: str) -> RequestError:
+    """The refusal of a combat there is none of, or none the caller may know of (a combat of
+    another table is refused in these very words)."""
+    return RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
+
+
 class Combats:
     """Every combat of the daemon by id, and their ids sorted for paging. A combat's deadline
     is the clock's to know (``deadlines``): quarantining one takes it off."""
@@ -53,7 +59,7 @@ class Combats:
         """The combat of that id, rebuilt or not; refused if there is none."""
         found = self.by_id.get(combat_id)
         if found is None:
-            raise RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
+            raise unknown_combat(combat_id)
         return found
 
     @asynccontextmanager

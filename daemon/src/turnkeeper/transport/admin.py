@@ -20,6 +20,7 @@ from turnkeeper_engine.plain import Plain
 
 from ..auth import ROLES, AuthError, Principal, TokenFileError, TokenRecord
 from ..combats import RequestError
+from ..combats.registry import unknown_combat
 from ..methods import text
 from ..tables import MAX_TABLE_NAME, table_of
 
@@ -27,11 +28,6 @@ if TYPE_CHECKING:
     from .session import Session
 
 _T = TypeVar("_T")
-
-
-def unknown_combat(combat_id: str) -> RequestError:
-    """The refusal of a combat of another table: word for word that of a missing combat."""
-    return RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
 
 
 def unknown_table(table: str, field: str = "table") -> RequestError:

@@ -31,7 +31,7 @@ from turnkeeper_sdk import wire
 from .. import __version__, i18n
 from ..auth import AuthError, Principal, Tokens
 from ..combats import Hub, RequestError
-from ..combats.registry import MAX_COMBAT_PAGE
+from ..combats.registry import MAX_COMBAT_PAGE, unknown_combat
 from ..combats.telling import Batch
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
 from ..tables import Scope
@@ -543,7 +543,7 @@ def _seen(session: Session, combat_id: str) -> str:
     """``combat_id``, refused as unknown when it is of another table: called where the hub
     would refuse an unknown combat, after the checks of the params that come first."""
     if not session.hub.visible(combat_id, session.scope):
-        raise admin.unknown_combat(combat_id)
+        raise unknown_combat(combat_id)
     return combat_id
 
 
