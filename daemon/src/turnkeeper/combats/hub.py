@@ -118,10 +118,16 @@ class Hub:
         return await self.rebuilder.ready(combat_id)
 
     async def execute(
-        self, principal: str, actor: Actor, combat_id: str, command: cmd.Command, request_id: str
+        self,
+        principal: str,
+        actor: Actor,
+        combat_id: str,
+        command: cmd.Command,
+        request_id: str,
+        scope: Scope = None,
     ) -> Plain:
-        """Apply a command once (see ``Writer.execute``)."""
-        return await self.writer.execute(principal, actor, combat_id, command, request_id)
+        """Apply a command once, to a combat of ``scope``'s tables (see ``Writer.execute``)."""
+        return await self.writer.execute(principal, actor, combat_id, command, request_id, scope)
 
     async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
         """The combat as ``actor`` may see it, encoded for the wire."""

@@ -18,11 +18,11 @@ from turnkeeper_engine import State, evolve
 from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
 
 from ..store import Batch, Store, StoreError
-from ..tables import DEFAULT_TABLE
+from ..tables import DEFAULT_TABLE, Scope
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
 from .errors import RequestError
-from .registry import Combats
+from .registry import Combats, unknown_combat
 
 log = structlog.get_logger("turnkeeper.combats")
 
@@ -163,9 +163,12 @@ class Rebuilder:
         its log since the start (each waits for its rebuild first)."""
         return not combat.loaded and combat.loading is None
 
-    async def ready(self, combat_id: str) -> Combat:
-        """The combat, rebuilt first if it was not yet; refused if unknown or quarantined."""
+    async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
+        """The combat, rebuilt first if it was not yet; refused if unknown or quarantined. One
+        outside ``scope``'s tables is refused as unknown, before anything of it is told."""
         found = self.combats.known(combat_id)
+        if scope is not None and found.table not in scope:
+            raise unknown_combat(combat_id)
         await self.load_once(found)
         if found.quarantined is not None:
             # The reason is a diagnostic (what failed to decode, and how): told as it is.

@@ -21,7 +21,7 @@ from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
 from ..store import Batch, Store, StoreError
-from ..tables import table_of
+from ..tables import Scope, table_of
 from .combat import Combat, summary, unchanged
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -200,9 +200,12 @@ class Writer:
         combat_id: str,
         command: cmd.Command,
         request_id: str,
+        scope: Scope = None,
     ) -> Plain:
         """Apply a command once. A retried ``request_id`` gets the first result back, also
-        across a restart, and is never applied twice."""
+        across a restart, and is never applied twice. A combat outside ``scope``'s tables is
+        refused as unknown when it is looked up: it may have been made while this request
+        waited, after the session's own check found no such combat."""
         key = (principal, request_id)
         in_flight = self._in_flight
         while key in in_flight:
@@ -225,14 +228,14 @@ class Writer:
                     )
                 return stored["result"]  # type: ignore[no-any-return]
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
-            return await self._execute(ticket, actor, combat_id, command)
+            return await self._execute(ticket, actor, combat_id, command, scope)
         finally:
             done = in_flight.pop(key)
             if done is not None:
                 done.set()
 
     async def _execute(
-        self, ticket: _Ticket, actor: Actor, combat_id: str, command: cmd.Command
+        self, ticket: _Ticket, actor: Actor, combat_id: str, command: cmd.Command, scope: Scope
     ) -> Plain:
         if isinstance(command, cmd.CreateCombat):
             async with self.combats.creating(combat_id):
@@ -241,7 +244,7 @@ class Writer:
                 result = await self.run(combat, ticket, actor, command)
                 self.combats.add(combat)
                 return result
-        return await self.run(await self.rebuilder.ready(combat_id), ticket, actor, command)
+        return await self.run(await self.rebuilder.ready(combat_id, scope), ticket, actor, command)
 
     async def run(
         self, combat: Combat, ticket: _Ticket | None, actor: Actor, command: cmd.Command

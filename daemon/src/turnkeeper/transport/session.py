@@ -87,7 +87,13 @@ class Sessions:
             channel.abort()  # the daemon is stopping: its task group takes no more
 
     async def run_command(
-        self, principal: str, actor: Actor, combat_id: str, value: Any, request_id: str
+        self,
+        principal: str,
+        actor: Actor,
+        combat_id: str,
+        value: Any,
+        request_id: str,
+        scope: Scope = None,
     ) -> Plain:
         if self.draining:
             raise RequestError(
@@ -97,7 +103,9 @@ class Sessions:
         try:
             # Once accepted, a command runs to its commit even if the daemon is asked to stop.
             with anyio.CancelScope(shield=True):
-                result = await self.hub.execute(principal, actor, combat_id, value, request_id)
+                result = await self.hub.execute(
+                    principal, actor, combat_id, value, request_id, scope
+                )
             return result
         finally:
             self.in_flight -= 1
@@ -515,7 +523,9 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
     combat_id, value = command(method, params)
     if admin.hidden(session, combat_id, value):
         await admin.refuse_hidden(session, combat_id, request_id)
-    result = await session.sessions.run_command(principal.key, actor, combat_id, value, request_id)
+    result = await session.sessions.run_command(
+        principal.key, actor, combat_id, value, request_id, session.scope
+    )
     return session.told(result, actor)
 
 
