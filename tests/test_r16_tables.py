@@ -449,3 +449,26 @@ def test_r16_tables_hello_says_the_sessions_table(tables: Tables) -> None:
     assert operator.hello()["session"]["table"] is None
     c.close()
     operator.close()
+
+
+def test_r16_tables_plugin_counters_are_the_operators_alone(tables: Tables) -> None:
+    """The plugins' counters are the daemon's, every table's play together: a session of a
+    table sees the plugins, and no count that moves with another table's play."""
+    combat = tables.combat("two", "plugins")
+    _scene(tables, combat)
+    watchers = [tables.connect("tcp", tables.secrets["one", role]) for role in ROLES]
+    watchers.append(tables.connect("tcp", tables.hosts["h2"]))
+    before = [w.call("list_plugins") for w in watchers]
+    calls = {p["name"]: p["calls"] for p in tables.gm.call("list_plugins")["loaded"]}
+    two = tables.connect("tcp", tables.secrets["two", "narrator"])
+    assert "calls" not in two.call("list_plugins")["loaded"][0]
+    two.call("start_combat", request_id=tables.request_id(), combat=combat)
+    # The operator's counters show the start's hooks ran, once the background ones are done.
+    after = {p["name"]: p["calls"] for p in tables.gm.call("list_plugins")["loaded"]}
+    assert after["surprise"] > calls["surprise"]
+    for w, seen in zip(watchers, before, strict=True):
+        assert w.call("list_plugins") == seen
+        assert {p["name"] for p in seen["loaded"]} == set(calls)
+        assert all("calls" not in p and "disabled" not in p for p in seen["loaded"])
+        w.close()
+    two.close()

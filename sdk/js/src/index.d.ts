@@ -301,12 +301,13 @@ export interface PluginInfo {
   hooks: string[];
   provides: string[];
   unknown_hooks: string[];
-  calls: number;
-  errors: number;
-  timeouts: number;
-  blocked: number;
-  refused: number;
-  disabled: number;
+  /** The counters: the operator's only (a session of a table gets none). */
+  calls?: number;
+  errors?: number;
+  timeouts?: number;
+  blocked?: number;
+  refused?: number;
+  disabled?: number;
 }
 
 export interface PluginList {

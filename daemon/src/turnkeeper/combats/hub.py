@@ -4,6 +4,7 @@ use."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.pipeline import Pipeline
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
-from turnkeeper_sdk.plugins import PluginHost
+from turnkeeper_sdk.plugins import PluginHost, PluginStats
 
 from ..store import Store
 from ..tables import Scope
@@ -27,6 +28,9 @@ from .queries import Queries
 from .rebuild import SNAPSHOT_EVERY, Rebuilder
 from .registry import Combats
 from .writer import Writer
+
+_COUNTERS = frozenset(f.name for f in dataclasses.fields(PluginStats))
+"""The keys of a loaded plugin's counters in ``list_plugins``."""
 
 GC_YOUNG = 20_000
 """Net allocations of objects the cyclic collector tracks between two collections of its
@@ -149,11 +153,18 @@ class Hub:
         """One row per combat of a page of ``scope``'s tables (None: every table)."""
         return self.queries.summaries(after, limit, scope)
 
-    def plugin_listing(self) -> Plain:
-        """The plugins loaded (with their counters), failed and skipped."""
+    def plugin_listing(self, counters: bool = True) -> Plain:
+        """The plugins loaded (with their counters, if ``counters``), failed and skipped. The
+        counters are the daemon's, every table's calls together: they are the operator's to
+        read, for a session of one table would see them move with another table's play."""
         if self.plugins is None:
             return {"loaded": [], "failed": [], "skipped": []}
-        return self.plugins.listing()
+        listing = self.plugins.listing()
+        if not counters:
+            listing["loaded"] = [
+                {k: v for k, v in p.items() if k not in _COUNTERS} for p in listing["loaded"]
+            ]
+        return listing
 
     async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
         """Missed events, then live ones (see ``SubscriptionRegistry.subscribe``)."""

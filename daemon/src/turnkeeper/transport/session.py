@@ -563,7 +563,7 @@ async def _list_combats(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.plugin_listing()
+    return session.hub.plugin_listing(counters=session.scope is None)
 
 
 async def _get_combat(session: Session, params: Mapping[str, Any]) -> Result:
