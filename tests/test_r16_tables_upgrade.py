@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, running
+from turnkeeper import auth
 from turnkeeper.auth import AuthError, TokenFileError, Tokens
 from turnkeeper.store import DB_FILE, SCHEMA_VERSION, Batch, Store
 from turnkeeper.tables import DEFAULT_TABLE, TABLE_ID, table_of
@@ -189,6 +190,18 @@ def test_r16_tables_a_token_file_of_either_version_is_read(tmp_path: Path) -> No
     assert [r.table for r in Tokens(tmp_path).read().tokens] == [DEFAULT_TABLE, table.id]
 
 
+_TOKEN = {
+    "id": "a",
+    "role": "observer",
+    "user": None,
+    "narrator": False,
+    "hash": "0" * 64,
+    "created": 1.0,
+    "table": DEFAULT_TABLE,
+    "host": False,
+}
+
+
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
@@ -220,6 +233,18 @@ def test_r16_tables_a_token_file_of_either_version_is_read(tmp_path: Path) -> No
                 ],
             },
             "token 1 has an unknown table",
+        ),
+        (
+            {"version": 2, "tables": [], "tokens": [_TOKEN, {**_TOKEN, "hash": "1" * 64}]},
+            "token 2 has the id 'a' of another token",
+        ),
+        (
+            {
+                "version": 2,
+                "tables": [{"id": t, "name": "n", "created": 1, "managers": []} for t in "tt"],
+                "tokens": [],
+            },
+            "table 2 has the id 't' of another table",
         ),
     ],
 )
@@ -253,6 +278,27 @@ def test_r16_tables_tokens_and_grants_are_checked_by_the_token_file(tmp_path: Pa
     # Revoking the host takes its grants with it.
     assert tokens.revoke(host.id)
     assert tokens.read().tables[0].managers == ()
+
+
+def test_r16_tables_a_new_token_never_takes_the_id_of_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Token ids are drawn at random: a draw that repeats one is drawn again."""
+    draws = iter(["aaaaaaaa", "aaaaaaaa", "aaaaaaaa", "bbbbbbbb"])
+    monkeypatch.setattr(auth.secrets, "token_hex", lambda n: next(draws))
+    tokens = Tokens(tmp_path)
+    first, one = tokens.add("narrator")
+    second, two = tokens.add("player", "u1")
+    assert (first.id, second.id) == ("aaaaaaaa", "bbbbbbbb")
+    assert [r.id for r in Tokens(tmp_path).read().tokens] == ["aaaaaaaa", "bbbbbbbb"]
+    # Each secret is its own token: revoking one leaves the other valid.
+    p1, p2 = tokens.authenticate(one), tokens.authenticate(two)
+    assert p1 is not None
+    assert p2 is not None
+    assert p1.key != p2.key
+    assert tokens.revoke(first.id)
+    assert not tokens.still_valid(p1)
+    assert tokens.still_valid(p2)
 
 
 # The CLI ----------------------------------------------------------------------------------------

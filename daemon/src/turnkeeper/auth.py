@@ -155,6 +155,15 @@ def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
 
 
+def _new_token_id(taken: set[str]) -> str:
+    """A fresh token id, none of ``taken``: an id is drawn from 32 random bits, and two
+    tokens of one id would share their sessions' checks, request ids and grants."""
+    while True:
+        token_id = secrets.token_hex(4)
+        if token_id not in taken:
+            return token_id
+
+
 _FIELDS: dict[str, tuple[type, ...]] = {
     "id": (str,),
     "role": (str,),
@@ -243,16 +252,34 @@ def _parse(path: Path, text: str) -> Contents:
         )
     if len(table_items) > MAX_TABLES:
         raise TokenFileError("{path}: more than {limit} tables", path=str(path), limit=MAX_TABLES)
-    tables = []
+    tables: list[TableRecord] = []
     for n, item in enumerate(table_items, start=1):
         found = _checked(path, "table", n, item, _TABLE_FIELDS)
         if not all(isinstance(m, str) for m in found["managers"]):
             _wrong_type(path, "table", n, "managers")
+        if found["id"] == DEFAULT_TABLE or any(t.id == found["id"] for t in tables):
+            raise TokenFileError(
+                "{path}: table {n} has the id {id!r} of another table",
+                path=str(path),
+                n=n,
+                id=found["id"],
+            )
         tables.append(TableRecord(**{**found, "managers": tuple(found["managers"])}))
     known = {t.id for t in tables} | {DEFAULT_TABLE}
     records = []
+    ids: set[str] = set()
     for n, item in enumerate(items, start=1):
         found = _checked(path, "token", n, item, fields)
+        # A token's id keys its session's check, its remembered request ids and its grants:
+        # two tokens of one id would share them.
+        if found["id"] in ids:
+            raise TokenFileError(
+                "{path}: token {n} has the id {id!r} of another token",
+                path=str(path),
+                n=n,
+                id=found["id"],
+            )
+        ids.add(found["id"])
         if found["role"] not in ROLES:
             raise TokenFileError(
                 "{path}: token {n} has an unknown role {role!r}",
@@ -419,7 +446,7 @@ class Tokens:
                 raise AuthError("limit_reached", "at most {limit} tokens", "role", limit=MAX_TOKENS)
             secret = new_secret()
             record = TokenRecord(
-                id=secrets.token_hex(4),
+                id=_new_token_id({r.id for r in contents.tokens}),
                 role=role,
                 user=user,
                 narrator=narrator,
