@@ -56,6 +56,9 @@ export const BACKOFF_MAX_MS = 2_000;
 /** Times one request is sent, each on a fresh connection after the last one dropped before the
  * answer: a request that outlives this many connections is more likely what breaks them. */
 export const MAX_SENDS = 5;
+/** Table methods that change the token file and take no `request_id`: sent again after a lost
+ * answer, they would make a second table or token. Once sent, a drop fails them instead. */
+const SENT_ONCE = new Set(["create_table", "add_token", "revoke_token"]);
 
 /** Unread events one subscription holds. The daemon queues at most 1024 messages for a
  * connection and drops one that falls further behind, so more would not help; it also holds a
@@ -786,6 +789,9 @@ export class Client {
       req.conn = null;
       if (req.pinned) {
         this._settle(req, new Dropped(conn.reason));
+      } else if (SENT_ONCE.has(req.method)) {
+        const why = `${req.method}: the connection dropped before the answer, and it is not sent again, for it may have been done: list_tables and list_tokens tell`;
+        this._settle(req, new TurnkeeperError(LOCAL_CODES.CONNECTION_LOST, why));
       } else if (!current || this.reconnectTimeout <= 0 || req.sends >= MAX_SENDS) {
         const why =
           req.sends >= MAX_SENDS && this.reconnectTimeout > 0

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import test from "node:test";
-import { connect, control, fresh } from "../test-support/live.js";
+import { connect, control, fresh, sleep } from "../test-support/live.js";
 
 test("a hosting bridge makes a table whose sessions see only its combats", async () => {
   const { secret } = await control({ op: "token", args: ["bridge", "--host"] });
@@ -41,4 +41,27 @@ test("a hosting bridge makes a table whose sessions see only its combats", async
     neighbour.close();
     guest?.close();
   }
+});
+
+test("a table method whose connection drops once sent is not sent again", async (t) => {
+  const { secret } = await control({ op: "token", args: ["bridge", "--host"] });
+  const host = await connect({ token: secret });
+  t.after(() => host.close());
+  const name = `dropped ${fresh("js")}`;
+  // Frozen, the daemon leaves the request unanswered on its socket; killed, it never reads it.
+  await control({ op: "freeze" });
+  const made = host.createTable({ name });
+  made.catch(() => {}); // its failure is the test's when it awaits it
+  await sleep(300);
+  await control({ op: "restart" });
+  await assert.rejects(made, (/** @type {any} */ e) => {
+    assert.equal(e.code, "connection_lost");
+    assert.match(e.message, /^create_table: the connection dropped/);
+    return true;
+  });
+  // The client goes on, and nothing made a table behind the caller's back.
+  assert.deepEqual(
+    (await host.listTables()).filter((row) => row.name === name),
+    [],
+  );
 });
