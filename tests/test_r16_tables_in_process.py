@@ -14,6 +14,7 @@ from anyio.abc import SocketStream
 
 from turnkeeper import app
 from turnkeeper.auth import Tokens
+from turnkeeper.transport import session
 from turnkeeper.transport.session import Sessions
 from turnkeeper_sdk import wire
 
@@ -46,6 +47,15 @@ class _Peer:
                 if message.error is not None:
                     return ("error", message.error.code)
                 return message.result
+
+    async def final(self) -> wire.Notification:
+        """The next notification: the one that ends the session, if it ends."""
+        while True:
+            while not self.waiting:
+                self.waiting.extend(self.decoder.feed(await self.stream.receive()))
+            message = self.waiting.pop(0)
+            if isinstance(message, wire.Notification) and message.method == "error":
+                return message
 
     async def call(self, method: str, **params: Any) -> Any:
         got = await self.answer(method, **params)
@@ -121,4 +131,44 @@ async def test_r16_tables_a_combat_made_while_a_command_waits_stays_out_of_reach
             assert got["view"]["combatants"] == []
             for peer in (gm, spy):
                 await peer.stream.aclose()
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_r16_tables_a_table_taken_back_is_out_of_reach_at_the_next_request(
+    tmp_path: Path, socket_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token file is checked at every request of a hosting bridge, as for a revoked
+    token: its very next request no longer reaches a table taken back from it, whatever it
+    asks, and the session ends after that answer. (The daemon's own look at the file every
+    ``TOKEN_CHECK_SECONDS`` is put off here, so that only the request can see the change.)"""
+    monkeypatch.setattr(session, "TOKEN_CHECK_SECONDS", 3600.0)
+    tokens = Tokens(tmp_path)
+    host, secret = tokens.add("bridge", host=True)
+    table = tokens.add_table("Tee")
+    config = app.Config(data_dir=tmp_path, socket_path=socket_dir / "tk.sock")
+    combat = f"{table.id}/fight"
+    with anyio.fail_after(CALL_TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            await tg.start(app.serve, config)
+            gm = await _peer(config)
+            await gm.call("create_combat", request_id="c", combat_id=combat, ruleset="marvel")
+            for method, params in (
+                ("get_combat", {}),
+                ("history", {}),
+                ("subscribe", {}),
+                ("add_combatant", {"request_id": "late", "as": "u1", "id": "late"}),
+            ):
+                tokens.grant(table.id, host.id)
+                h = await _peer(config, secret)
+                assert (await h.call("get_combat", combat=combat))["combat"] == combat
+                tokens.grant(table.id, host.id, granted=False)
+                got = await h.answer(method, combat=combat, display_name="Late", **params)
+                assert got == ("error", "unknown_combat"), method
+                final = await h.final()
+                assert (final.method, final.params["code"]) == ("error", "tables_changed")
+                await h.stream.aclose()
+            got = await gm.call("get_combat", combat=combat)
+            assert got["view"]["combatants"] == []
+            await gm.stream.aclose()
             tg.cancel_scope.cancel()

@@ -136,6 +136,10 @@ class Sessions:
                     session.rescope(self.tokens.scope(session.principal))
 
 
+def _tables_changed() -> wire.WireError:
+    return wire.WireError("tables_changed", "this session's tables have changed: say hello again")
+
+
 Result = Plain | wire.Packed
 """What a method answers: plain data, or a value encoded already (a combat's view)."""
 Handler = Callable[["Session", Mapping[str, Any]], Awaitable[Result]]
@@ -162,6 +166,9 @@ class Session:
         self.scope: Scope = frozenset()
         """The tables this session may see and touch (None: every one), settled at hello:
         nothing before it."""
+        self.ending: wire.WireError | None = None
+        """Why the session ends once the request being answered has its answer (a hosting
+        bridge lost a table: ``_follow_tables``)."""
 
     # Subscriber protocol -------------------------------------------------------------------
 
@@ -304,6 +311,8 @@ class Session:
                 await self.reply(self._refusal(item))
         elif isinstance(item, wire.Request):
             await self.reply(await self.answer(item))
+            if self.ending is not None:
+                self.close_with(self.ending)
         elif isinstance(item, wire.Response):
             # Clients answer nothing in this protocol: a response is a confused peer.
             note = wire.WireError(wire.INVALID_MESSAGE, "clients send no responses")
@@ -350,6 +359,8 @@ class Session:
             return False
         if self.closing is None:
             self.channel.send(data)
+            if self.ending is not None:
+                self.close_with(self.ending)
         return True
 
     def _failed(self, request: wire.Request, error: Exception) -> wire.Response:
@@ -397,6 +408,19 @@ class Session:
                     wire.WireError("token_revoked", "the token of this session has been revoked")
                 )
                 raise RequestError("token_revoked", "the token of this session has been revoked")
+            if self.principal.host:
+                self._follow_tables(self.principal)
+
+    def _follow_tables(self, principal: Principal) -> None:
+        """A hosting bridge's tables as the token file says now, for this request already: a
+        table taken from it is out of reach at once, not at ``watch_tokens``' next tick. The
+        session then ends right after this request's answer, as ``rescope`` ends it."""
+        scope = self.sessions.tokens.scope(principal)
+        if scope is not None and self.scope is not None and not self.scope <= scope:
+            self.scope = scope
+            self.ending = _tables_changed()
+        else:
+            self.rescope(scope)
 
     def promote(self, principal: Principal, narrate: bool) -> None:
         """Make this connection a session of ``principal``, or refuse: a ``server_busy``
@@ -423,11 +447,7 @@ class Session:
         if self.scope is None or scope == self.scope:
             return
         if scope is None or not self.scope <= scope:
-            self.close_with(
-                wire.WireError(
-                    "tables_changed", "this session's tables have changed: say hello again"
-                )
-            )
+            self.close_with(_tables_changed())
             return
         self.scope = scope
         self.hub.widen(self, self.scope)
