@@ -441,6 +441,42 @@ def test_r16_tables_a_grant_taken_back_ends_the_hosts_sessions(tables: Tables) -
     h2.close()
 
 
+def test_r16_tables_only_the_operator_revokes_a_hosting_bridges_token(tables: Tables) -> None:
+    """A hosting bridge's token the operator placed in a table is not its host's to revoke:
+    revoking it would also take its grants of tables the host does not manage."""
+    two = tables.ids["two"]
+    placed = cli(tables.daemon, "token", "add", "bridge", "--host", "--table", two).split()[0]
+    h1 = tables.connect("tcp", tables.hosts["h1"])
+    got = _answer(h1, "revoke_token", {"table": two, "id": placed})
+    assert got != "ok"
+    assert got[:2] == ("forbidden", "id")
+    assert placed in {r["id"] for r in h1.call("list_tokens", table=two)}
+    # The operator may.
+    assert tables.gm.call("revoke_token", table=two, id=placed) == {"id": placed, "table": two}
+    h1.close()
+
+
+@pytest.mark.parametrize("bad", ["two\nlines", "tab\there", "nul\x00", "sep\u2028"])
+def test_r16_tables_names_and_users_with_control_characters_are_refused(
+    tables: Tables, bad: str
+) -> None:
+    """``turnkeeper table list`` and ``token list`` print a row per line: a line break in a
+    name or a user would forge rows."""
+    h1 = tables.connect("tcp", tables.hosts["h1"])
+    before = h1.call("list_tables")
+    got = _answer(h1, "create_table", {"name": bad})
+    assert got != "ok"
+    assert got[:2] == ("invalid_params", "name")
+    assert h1.call("list_tables") == before
+    two = tables.ids["two"]
+    tokens = h1.call("list_tokens", table=two)
+    got = _answer(h1, "add_token", {"table": two, "role": "player", "user": bad})
+    assert got != "ok"
+    assert got[:2] == ("invalid_params", "user")
+    assert h1.call("list_tokens", table=two) == tokens
+    h1.close()
+
+
 def test_r16_tables_hello_says_the_sessions_table(tables: Tables) -> None:
     c = tables.open("tcp")
     session = c.hello(tables.secrets["one", "player"])["session"]

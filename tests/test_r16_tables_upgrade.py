@@ -6,6 +6,7 @@ token file and the store's membership read and write as documented."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -299,6 +300,41 @@ def test_r16_tables_a_new_token_never_takes_the_id_of_another(
     assert tokens.revoke(first.id)
     assert not tokens.still_valid(p1)
     assert tokens.still_valid(p2)
+
+
+def test_r16_tables_a_change_of_the_token_file_is_on_disk_when_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new file and its rename are synced (the file, then its directory) before a change
+    returns: a token made or revoked does not come back after a power cut."""
+    synced: list[Path] = []
+    sync = os.fsync
+
+    def noted(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        sync(fd)
+
+    monkeypatch.setattr(auth.os, "fsync", noted)
+    tokens = Tokens(tmp_path)
+    tokens.add("observer")
+    assert synced == [tmp_path / "tokens.tmp", tmp_path]
+
+
+def test_r16_tables_a_change_reads_the_file_again_whatever_its_stamp(tmp_path: Path) -> None:
+    """A change starts from the file as it is under the lock, not from a copy cached by its
+    inode, time and size: an edit that keeps all three is not lost."""
+    tokens = Tokens(tmp_path)
+    first, _ = tokens.add("observer")
+    tokens.read()
+    path = tmp_path / "tokens.json"
+    st = path.stat()
+    # Another token of the same length, written in place at the same time.
+    edited = path.read_text().replace(first.id, "f" * len(first.id))
+    assert len(edited) == len(path.read_text())
+    path.write_text(edited)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    tokens.add("observer")
+    assert "f" * len(first.id) in {r.id for r in Tokens(tmp_path).read().tokens}
 
 
 # The CLI ----------------------------------------------------------------------------------------

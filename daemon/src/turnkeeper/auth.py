@@ -314,10 +314,11 @@ class Tokens:
         check is a lookup, not a scan of every token, however many sessions and tokens there
         are."""
 
-    def read(self) -> Contents:
+    def read(self, fresh: bool = False) -> Contents:
         """The tokens and tables, re-read only when the file changed (a revocation takes
-        effect at once, without a read of the file per request). A malformed or unreadable
-        file raises ``TokenFileError`` naming the file and the problem."""
+        effect at once, without a read of the file per request), or always if ``fresh``. A
+        malformed or unreadable file raises ``TokenFileError`` naming the file and the
+        problem."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -326,7 +327,7 @@ class Tokens:
             return EMPTY
         # A token command replaces the file (a new inode) even within one tick of the clock.
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if self._cache is None or self._cache[0] != stamp:
+        if fresh or self._cache is None or self._cache[0] != stamp:
             try:
                 text = self.path.read_text()
             except (OSError, UnicodeDecodeError) as e:
@@ -404,7 +405,16 @@ class Tokens:
         }
         with os.fdopen(fd, "w") as f:
             json.dump(body, f, indent=1)
+            # On disk before it replaces the old file, and the rename on disk before the change
+            # is reported: a token made or revoked must not come back after a power cut.
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(temporary, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
     @contextmanager
     def _changing(self) -> Iterator[Contents]:
@@ -415,7 +425,9 @@ class Tokens:
         fd = os.open(self.path.parent / TOKEN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield self.read()
+            # Read again whatever the cache says: a change made within one tick of the clock
+            # can keep the file's size, and in place its inode too (a hand edit).
+            yield self.read(fresh=True)
         finally:
             os.close(fd)
 
@@ -439,6 +451,10 @@ class Tokens:
             raise AuthError("invalid_value", "only a bridge token takes --narrator", "narrator")
         if host and role != "bridge":
             raise AuthError("invalid_value", "only a bridge token takes --host", "host")
+        if user is not None and not user.isprintable():
+            raise AuthError(
+                "invalid_value", "a user id has no control characters nor line breaks", "user"
+            )
         with self._changing() as contents:
             if table not in contents.table_ids():
                 raise AuthError("unknown_table", "no table {table!r}", "table", table=table)
@@ -484,6 +500,11 @@ class Tokens:
                 "a table's name has 1 to {limit} characters",
                 "name",
                 limit=MAX_TABLE_NAME,
+            )
+        if not name.isprintable():
+            # Listed one per line (``turnkeeper table list``): a line break would forge a row.
+            raise AuthError(
+                "invalid_value", "a table's name has no control characters nor line breaks", "name"
             )
         with self._changing() as contents:
             if len(contents.tables) >= MAX_TABLES:

@@ -128,7 +128,12 @@ async def _create_table(session: Session, params: Mapping[str, Any]) -> Plain:
         )
     tokens = session.sessions.tokens
     manager = None if principal.table is None else principal.key.removeprefix("token:")
-    record = await _changed(lambda: tokens.add_table(name, manager))
+    try:
+        record = await _changed(lambda: tokens.add_table(name, manager))
+    except AuthError as e:
+        if e.code != "invalid_value":
+            raise
+        raise RequestError.relay(e, "invalid_params", e.field) from e
     # Its maker reaches it at once, and its subscribe_all (if any) follows it.
     session.rescope(tokens.scope(principal))
     return _table_row(record.id, record.name, record.created)
@@ -178,6 +183,13 @@ async def _revoke_token(session: Session, params: Mapping[str, Any]) -> Plain:
     token_id = text(params, "id")
     assert token_id is not None
     tokens = session.sessions.tokens
+    # A hosting bridge's token is made with the CLI: only the operator takes it back (with it
+    # go its grants of other tables, which the caller may not manage).
+    operator = session.principal is None or session.principal.table is None
+    if not operator and any(
+        r.host and r.id == token_id and r.table == table for r in tokens.load().tokens
+    ):
+        raise RequestError("forbidden", "only the operator revokes a hosting bridge's token", "id")
     if not await _changed(lambda: tokens.revoke(token_id, table)):
         raise RequestError("unknown_token", "no token {id!r} in this table", "id", id=token_id)
     return {"id": token_id, "table": table}
