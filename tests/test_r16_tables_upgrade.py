@@ -337,6 +337,26 @@ def test_r16_tables_a_change_reads_the_file_again_whatever_its_stamp(tmp_path: P
     assert "f" * len(first.id) in {r.id for r in Tokens(tmp_path).read().tokens}
 
 
+def test_r16_tables_a_hosts_tables_are_worked_out_once_per_read_of_the_file(
+    tmp_path: Path,
+) -> None:
+    """A hosting bridge's tables are looked up, not found by a scan of every table at each
+    request: the same set until the file changes, and the change seen at once."""
+    tokens = Tokens(tmp_path)
+    host, secret = tokens.add("bridge", host=True)
+    tables = [tokens.add_table(f"T{n}", host.id if n % 2 else None) for n in range(6)]
+    principal = tokens.authenticate(secret)
+    assert principal is not None
+    mine = [t.id for t in tables[1::2]]
+    assert tokens.managed(principal) == mine
+    scope = tokens.scope(principal)
+    assert scope == frozenset((DEFAULT_TABLE, *mine))
+    assert tokens.scope(principal) is scope
+    tokens.grant(tables[0].id, host.id)
+    assert tokens.managed(principal) == [tables[0].id, *mine]  # in the file's order
+    assert tokens.scope(principal) == scope | {tables[0].id}
+
+
 # The CLI ----------------------------------------------------------------------------------------
 
 

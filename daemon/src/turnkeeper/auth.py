@@ -253,19 +253,21 @@ def _parse(path: Path, text: str) -> Contents:
     if len(table_items) > MAX_TABLES:
         raise TokenFileError("{path}: more than {limit} tables", path=str(path), limit=MAX_TABLES)
     tables: list[TableRecord] = []
+    seen = {DEFAULT_TABLE}
     for n, item in enumerate(table_items, start=1):
         found = _checked(path, "table", n, item, _TABLE_FIELDS)
         if not all(isinstance(m, str) for m in found["managers"]):
             _wrong_type(path, "table", n, "managers")
-        if found["id"] == DEFAULT_TABLE or any(t.id == found["id"] for t in tables):
+        if found["id"] in seen:
             raise TokenFileError(
                 "{path}: table {n} has the id {id!r} of another table",
                 path=str(path),
                 n=n,
                 id=found["id"],
             )
+        seen.add(found["id"])
         tables.append(TableRecord(**{**found, "managers": tuple(found["managers"])}))
-    known = {t.id for t in tables} | {DEFAULT_TABLE}
+    known = frozenset(seen)
     records = []
     ids: set[str] = set()
     for n, item in enumerate(items, start=1):
@@ -298,6 +300,22 @@ def _parse(path: Path, text: str) -> Contents:
     return Contents(records, tables)
 
 
+class _Index:
+    """What sessions ask of the token file, worked out once per read of it: the tokens' ids,
+    the tables each hosting bridge's token manages (in the file's order), and the sessions'
+    table sets, made as they are asked for."""
+
+    def __init__(self, contents: Contents) -> None:
+        self.contents = contents
+        self.ids = frozenset(r.id for r in contents.tokens)
+        managed: dict[str, list[str]] = {}
+        for t in contents.tables:
+            for m in t.managers:
+                managed.setdefault(m, []).append(t.id)
+        self.managed = {m: tuple(tables) for m, tables in managed.items()}
+        self.scopes: dict[str, frozenset[str]] = {}
+
+
 class Tokens:
     """The token file of a data directory: its tokens and its tables."""
 
@@ -309,10 +327,9 @@ class Tokens:
         the file is malformed."""
         self._problem: str | None = None
         """The problem last logged by ``load``, so that it is logged once, not per request."""
-        self._ids: tuple[Contents, frozenset[str]] = (EMPTY, frozenset())
-        """The ids of the tokens last loaded, with the contents they come from: a session's
-        check is a lookup, not a scan of every token, however many sessions and tokens there
-        are."""
+        self._index = _Index(EMPTY)
+        """The contents last loaded, indexed: a session's check and its tables are lookups,
+        not a scan of every token and table, however many sessions, tokens and tables."""
 
     def read(self, fresh: bool = False) -> Contents:
         """The tokens and tables, re-read only when the file changed (a revocation takes
@@ -368,30 +385,39 @@ class Tokens:
         """False once the token a session authenticated with has been revoked."""
         if not principal.key.startswith("token:"):
             return True
+        return principal.key.removeprefix("token:") in self._indexed().ids
+
+    def _indexed(self) -> _Index:
         contents = self.load()
-        if contents is not self._ids[0]:
-            self._ids = (contents, frozenset(r.id for r in contents.tokens))
-        return principal.key.removeprefix("token:") in self._ids[1]
+        if contents is not self._index.contents:
+            self._index = _Index(contents)
+        return self._index
 
     def scope(self, principal: Principal) -> Scope:
         """The tables ``principal`` may see and touch: None (every one) for the operator; a
-        token's own table, and for a hosting bridge those it manages too."""
+        token's own table, and for a hosting bridge those it manages too. The same set
+        object for a token until the file changes."""
         if principal.table is None:
             return None
         if not principal.host:
             return frozenset((principal.table,))
-        return frozenset((principal.table, *self.managed(principal)))
+        index = self._indexed()
+        token_id = principal.key.removeprefix("token:")
+        found = index.scopes.get(token_id)
+        if found is None:
+            found = index.scopes[token_id] = frozenset(
+                (principal.table, *index.managed.get(token_id, ()))
+            )
+        return found
 
     def managed(self, principal: Principal) -> list[str]:
         """The ids of the tables ``principal`` manages: every table for the operator (the
         default one first), those it made or was granted for a hosting bridge, else none."""
-        tables = self.load().tables
         if principal.table is None:
-            return [DEFAULT_TABLE, *(t.id for t in tables)]
+            return [DEFAULT_TABLE, *(t.id for t in self.load().tables)]
         if not principal.host:
             return []
-        token_id = principal.key.removeprefix("token:")
-        return [t.id for t in tables if token_id in t.managers]
+        return list(self._indexed().managed.get(principal.key.removeprefix("token:"), ()))
 
     def _save(self, contents: Contents) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
