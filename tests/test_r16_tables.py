@@ -10,6 +10,7 @@ import itertools
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -234,6 +235,58 @@ def test_r16_tables_a_role_commands_its_own_tables_combat_as_r16_lets_it(
         assert got == "ok"
         assert tables.gm.call("get_combat", combat=own)["seq"] > seq
     c.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("role", ROLES)
+def test_r16_tables_every_command_reaches_the_own_tables_combat(
+    tables: Tables, transport: str, role: str
+) -> None:
+    """Every command on a combat of the session's own table reaches it: answered as R16 lets
+    the role (done, or refused by the engine or the role's rights), never as a combat that
+    does not exist. Each (role, transport) plays on a combat of its own."""
+    combat = tables.combat("one", f"own-{role}-{transport}")
+    _scene(tables, combat)
+    c = tables.connect(transport, tables.secrets["one", role])
+    as_user = {"as": "u1"} if role.startswith("bridge") else {}
+    done = 0
+    for method in COMMANDS:
+        params = {**_command_params(method), **as_user, "combat": combat}
+        got = _answer(c, method, {**params, "request_id": tables.request_id()})
+        assert got == "ok" or got[0] != "unknown_combat", (method, got)
+        done += got == "ok"
+    # Those that could be done were: the observer may do none, the others some.
+    assert (done == 0) == (role == "observer")
+    c.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_r16_tables_a_hosting_bridge_reaches_its_tables_combats_and_no_others(
+    tables: Tables, transport: str
+) -> None:
+    """h1 (its own table the default one; it made table two): every query and command
+    reaches the combats of its tables, and one of table one answers as a combat never
+    made."""
+    h1 = tables.connect(transport, tables.hosts["h1"])
+    hidden, missing = tables.combat("one"), tables.combat("one", "never-made")
+    for method in QUERIES:
+        for own in (tables.combat("two"), "home"):
+            assert _answer(h1, method, {"combat": own}) == "ok", (method, own)
+        _same_as_missing(h1, method, {}, "combat", hidden, missing)
+    combat = tables.combat("two", f"host-{transport}")
+    _scene(tables, combat)
+    for method in COMMANDS:
+        params = {**_command_params(method), "as": "u1"}
+        got = _answer(h1, method, {**params, "combat": combat, "request_id": tables.request_id()})
+        assert got == "ok" or got[0] != "unknown_combat", (method, got)
+        got = _answer(h1, method, {**params, "combat": hidden, "request_id": tables.request_id()})
+        expected = _answer(
+            h1, method, {**params, "combat": missing, "request_id": tables.request_id()}
+        )
+        assert expected != "ok", method
+        assert got != "ok", method
+        assert got == (expected[0], expected[1], expected[2].replace(missing, hidden)), method
+    h1.close()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -475,6 +528,31 @@ def test_r16_tables_names_and_users_with_control_characters_are_refused(
     assert got[:2] == ("invalid_params", "user")
     assert h1.call("list_tokens", table=two) == tokens
     h1.close()
+
+
+def test_r16_tables_tokens_made_at_once_by_the_cli_and_the_protocol_are_all_kept(
+    tables: Tables,
+) -> None:
+    """The ``token`` command and the daemon change the token file under one lock: tokens made
+    at the same time by both are all kept."""
+    table = cli(tables.daemon, "table", "add", "Busy").strip()
+    made: list[str] = []
+
+    def by_cli() -> None:
+        made.append(cli(tables.daemon, "token", "add", "observer", "--table", table).split()[0])
+
+    threads = [threading.Thread(target=by_cli) for _ in range(6)]
+    for t in threads:
+        t.start()
+    # The daemon makes tokens for as long as the CLI's run, so that their changes overlap.
+    by_protocol = 0
+    while by_protocol < 20 or any(t.is_alive() for t in threads):
+        made.append(tables.gm.call("add_token", table=table, role="observer")["id"])
+        by_protocol += 1
+    for t in threads:
+        t.join()
+    assert len(made) == 6 + by_protocol
+    assert sorted(r["id"] for r in tables.gm.call("list_tokens", table=table)) == sorted(made)
 
 
 def test_r16_tables_hello_says_the_sessions_table(tables: Tables) -> None:

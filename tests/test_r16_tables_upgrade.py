@@ -114,7 +114,6 @@ def test_r16_tables_membership_is_stored_with_the_combat_and_read_at_start(
         assert rows == {f"{table}/x": table, "plain": DEFAULT_TABLE}
         token = Daemon.token(d, "observer", "--table", table)
         d.start()
-        assert d.tcp_port is None
         c = Client.unix(d.socket)
         c.hello(token)
         assert [row["combat"] for row in c.call("list_combats")] == [f"{table}/x"]
