@@ -113,7 +113,7 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     assert (data_dir / DB_FILE).exists()
     with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (1,)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (2,)
 
 
 def test_one_store_per_data_directory_and_the_refusal_names_the_holder(tmp_path: Path) -> None:

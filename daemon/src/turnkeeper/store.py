@@ -47,8 +47,12 @@ def _ours(name: str) -> bool:
     return name.startswith(("turnkeeper.", "tokens."))
 
 
-SCHEMA_VERSION = 1
-"""Written to ``meta`` on creation; a file with another version is refused, never guessed at."""
+SCHEMA_VERSION = 2
+"""Written to ``meta`` on creation; a file with another version is refused, never guessed at,
+except version 1, which ``_migrate`` upgrades in place."""
+
+DEFAULT_TABLE = "default"
+"""The table of every combat stored before tables (``turnkeeper.tables.DEFAULT_TABLE``)."""
 
 COMMIT_QUEUE = 4096
 """Batches waiting for the committer. When full, ``commit`` waits: backpressure reaches the
@@ -130,7 +134,9 @@ CREATE TABLE IF NOT EXISTS meta (
 CREATE TABLE IF NOT EXISTS combats (
     combat_id TEXT PRIMARY KEY,
     ruleset TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    -- The table the combat belongs to (``turnkeeper.tables``): written once, with the combat.
+    table_id TEXT NOT NULL DEFAULT 'default'
 );
 CREATE TABLE IF NOT EXISTS events (
     combat_id TEXT NOT NULL,
@@ -206,6 +212,8 @@ class Batch:
     rebuild that could not start from the stored snapshot leaves a fresh one for the next."""
     summary: Any = None
     """Plain data the caller wants back at start-up without replaying (see ``summaries``)."""
+    table: str = DEFAULT_TABLE
+    """The table of the combat the batch creates (with ``ruleset``; see ``memberships``)."""
 
 
 @dataclass(frozen=True)
@@ -513,6 +521,33 @@ def _warn_if_full(
     )
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Upgrade a version 1 database in place, in one transaction: its combats, from before
+    tables, are the default table's. Any other version is left for ``open`` to refuse."""
+    found = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if found is None:
+        return  # a new database
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or row[0] != 1:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("ALTER TABLE combats ADD COLUMN table_id TEXT NOT NULL DEFAULT 'default'")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    log.info(
+        "store_migrated",
+        path=str(db.execute("PRAGMA database_list").fetchone()[2]),
+        schema_from=1,
+        schema_to=SCHEMA_VERSION,
+    )
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
     # check_same_thread=False: the committer's connection is used in the committer's thread and
@@ -616,6 +651,7 @@ class Store:
                         mode=str(mode),
                     )
                 writer.execute("PRAGMA synchronous=FULL")
+                _migrate(writer)
                 writer.executescript(_SCHEMA)
                 writer.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
@@ -877,7 +913,7 @@ class Store:
         gets its ``error`` and leaves the log as it was), then insert the rest, a statement
         per table (committer's thread, inside the transaction)."""
         ends: dict[str, int | None] = {}  # each combat's last seq as this group leaves it
-        combats: list[tuple[str, str, float]] = []
+        combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         summaries: list[tuple[str, bytes]] = []
@@ -895,7 +931,7 @@ class Store:
                     pending.error = _conflict(f"combat {b.combat_id!r} exists")
                     continue
                 last = 0
-                combats.append((b.combat_id, b.ruleset, b.at))
+                combats.append((b.combat_id, b.ruleset, b.at, b.table))
             elif last is None:
                 pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
                 continue
@@ -918,7 +954,9 @@ class Store:
         db = self._writer
         if combats:
             db.executemany(
-                "INSERT INTO combats (combat_id, ruleset, created_at) VALUES (?, ?, ?)", combats
+                "INSERT INTO combats (combat_id, ruleset, created_at, table_id)"
+                " VALUES (?, ?, ?, ?)",
+                combats,
             )
         if events:
             db.executemany("INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", events)
@@ -981,8 +1019,9 @@ class Store:
         b = pending.batch
         if b.ruleset is not None:
             db.execute(
-                "INSERT INTO combats (combat_id, ruleset, created_at) VALUES (?, ?, ?)",
-                (b.combat_id, b.ruleset, b.at),
+                "INSERT INTO combats (combat_id, ruleset, created_at, table_id)"
+                " VALUES (?, ?, ?, ?)",
+                (b.combat_id, b.ruleset, b.at, b.table),
             )
         elif (
             db.execute("SELECT 1 FROM combats WHERE combat_id = ?", (b.combat_id,)).fetchone()
@@ -1064,6 +1103,13 @@ class Store:
             except ValueError:
                 result.append((combat_id, None))
         return result
+
+    def memberships(self) -> dict[str, str]:
+        """The table of every combat not of the default table, by combat id."""
+        rows = self._reader.execute(
+            "SELECT combat_id, table_id FROM combats WHERE table_id != ?", (DEFAULT_TABLE,)
+        ).fetchall()
+        return dict(rows)
 
     def load_one(self, combat_id: str) -> LoadedCombat:
         """One combat as found at start-up, with its snapshot, for rebuilding it (from any

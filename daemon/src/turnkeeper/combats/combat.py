@@ -14,6 +14,8 @@ from turnkeeper_engine.pipeline import Applied
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
+from ..tables import DEFAULT_TABLE
+
 
 @dataclass(slots=True)
 class Combat:
@@ -53,6 +55,9 @@ class Combat:
     places: int = 0
     """Places this combat's commands hold in its worker's ``HOOK_QUEUE``
     (``HOOK_QUEUE_PER_COMBAT``)."""
+    table: str = DEFAULT_TABLE
+    """The table the combat belongs to (``turnkeeper.tables``): set when it is made, never
+    changed."""
 
 
 UNBUILT = State()

@@ -22,6 +22,7 @@ from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
 from ..store import Batch, Store, StoreError
+from ..tables import Scope, table_of
 from .combat import Combat, summary, unchanged
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -135,6 +136,7 @@ class _CombatLog:
             at=applied.now,
             snapshot=partial(to_shared, state) if snapshot else None,
             summary=summary(state, last),
+            table=combat.table,
         )
         try:
             await writer.store.commit(batch)
@@ -199,9 +201,12 @@ class Writer:
         combat_id: str,
         command: cmd.Command,
         request_id: str,
+        scope: Scope = None,
     ) -> Plain:
         """Apply a command once. A retried ``request_id`` gets the first result back, also
-        across a restart, and is never applied twice."""
+        across a restart, and is never applied twice. A combat outside ``scope``'s tables is
+        refused as unknown when it is looked up: it may have been made while this request
+        waited, after the session's own check found no such combat."""
         key = (principal, request_id)
         in_flight = self._in_flight
         while key in in_flight:
@@ -226,15 +231,21 @@ class Writer:
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
             if isinstance(command, cmd.CreateCombat):
                 async with self.combats.creating(combat_id):
-                    combat = Combat(combat_id, State(), 0)
+                    combat = Combat(combat_id, State(), 0, table=table_of(combat_id))
                     ticket.ruleset = command.ruleset
                     result = await self.run(combat, ticket, actor, command)
                     self.combats.add(combat)
                     return result
             found = self.combats.by_id.get(combat_id)
-            if found is None or not found.loaded or found.quarantined is not None:
-                # Not known, not rebuilt yet, or quarantined: ``ready`` knows what to do.
-                found = await self.rebuilder.ready(combat_id)
+            if (
+                found is None
+                or not found.loaded
+                or found.quarantined is not None
+                or (scope is not None and found.table not in scope)
+            ):
+                # Not known, not rebuilt yet, quarantined or another table's: ``ready`` knows
+                # what to do.
+                found = await self.rebuilder.ready(combat_id, scope)
             return await self.run(found, ticket, actor, command)
         finally:
             done = in_flight.pop(key)

@@ -32,9 +32,11 @@ from turnkeeper_sdk import wire
 from .. import __version__, i18n
 from ..auth import AuthError, Principal, Tokens
 from ..combats import Hub, RequestError
-from ..combats.registry import MAX_COMBAT_PAGE
+from ..combats.registry import MAX_COMBAT_PAGE, unknown_combat
 from ..combats.telling import Batch
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
+from ..tables import Scope
+from . import admin
 from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
 from .listeners import Admission, ConnectionLimits
 
@@ -96,6 +98,7 @@ class Sessions:
         combat_id: str,
         value: Any,
         request_id: str,
+        scope: Scope = None,
     ) -> Plain:
         if self.draining:
             raise RequestError(
@@ -106,7 +109,7 @@ class Sessions:
         # session is stopped once it is over (``Session.stop``), never in the middle.
         session.in_command = True
         try:
-            return await self.hub.execute(principal, actor, combat_id, value, request_id)
+            return await self.hub.execute(principal, actor, combat_id, value, request_id, scope)
         finally:
             self.in_flight -= 1
             session.in_command = False
@@ -144,12 +147,20 @@ class Sessions:
                 continue
             seen = records
             for session in list(self.connections):
-                if session.principal is not None and not self.tokens.still_valid(session.principal):
+                if session.principal is None:
+                    continue
+                if not self.tokens.still_valid(session.principal):
                     session.close_with(
                         wire.WireError(
                             "token_revoked", "the token of this session has been revoked"
                         )
                     )
+                else:
+                    session.rescope(self.tokens.scope(session.principal))
+
+
+def _tables_changed() -> wire.WireError:
+    return wire.WireError("tables_changed", "this session's tables have changed: say hello again")
 
 
 Result = Plain | wire.Packed
@@ -175,11 +186,17 @@ class Session:
         self.locale = "en"
         self.narration: str | None = None
         """The locale events are told in for this session (hello's ``narrate``), or None."""
-        self.scope = anyio.CancelScope(shield=True)
+        self.task_scope = anyio.CancelScope(shield=True)
         """The session's task: shielded from the task group's cancellation, ended by ``stop``."""
         self.in_command = False
         self.stopping = False
         """Set by ``stop`` while a command runs: the session ends once it is answered."""
+        self.scope: Scope = frozenset()
+        """The tables this session may see and touch (None: every one), settled at hello:
+        nothing before it."""
+        self.ending: wire.WireError | None = None
+        """Why the session ends once the request being answered has its answer (a hosting
+        bridge lost a table: ``_follow_tables``)."""
 
     # Subscriber protocol -------------------------------------------------------------------
 
@@ -253,15 +270,15 @@ class Session:
         if self.in_command:
             self.stopping = True
         else:
-            self.scope.cancel()
+            self.task_scope.cancel()
 
     async def run(self) -> None:
         running = self.sessions.running
-        with self.scope:
+        with self.task_scope:
             running.add(self)
             try:
                 if self.sessions.stopped:
-                    self.scope.cancel()
+                    self.task_scope.cancel()
                 await self._run()
             finally:
                 running.discard(self)
@@ -340,6 +357,8 @@ class Session:
                 await self.reply(self._refusal(item))
         elif isinstance(item, wire.Request):
             await self.reply(await self.answer(item))
+            if self.ending is not None:
+                self.close_with(self.ending)
         elif isinstance(item, wire.Response):
             # Clients answer nothing in this protocol: a response is a confused peer.
             note = wire.WireError(wire.INVALID_MESSAGE, "clients send no responses")
@@ -395,6 +414,8 @@ class Session:
             return False
         if self.closing is None:
             self.channel.send(data)
+            if self.ending is not None:
+                self.close_with(self.ending)
         return True
 
     def _failed(self, request: wire.Request, error: Exception) -> wire.Response:
@@ -434,6 +455,19 @@ class Session:
                     wire.WireError("token_revoked", "the token of this session has been revoked")
                 )
                 raise RequestError("token_revoked", "the token of this session has been revoked")
+            if self.principal.host:
+                self._follow_tables(self.principal)
+
+    def _follow_tables(self, principal: Principal) -> None:
+        """A hosting bridge's tables as the token file says now, for this request already: a
+        table taken from it is out of reach at once, not at ``watch_tokens``' next tick. The
+        session then ends right after this request's answer, as ``rescope`` ends it."""
+        scope = self.sessions.tokens.scope(principal)
+        if scope is not None and self.scope is not None and not self.scope <= scope:
+            self.scope = scope
+            self.ending = _tables_changed()
+        else:
+            self.rescope(scope)
 
     def promote(self, principal: Principal, narrate: bool) -> None:
         """Make this connection a session of ``principal``, or refuse: a ``server_busy``
@@ -444,6 +478,7 @@ class Session:
             raise busy
         self.sessions.admission.promote(self.channel)
         self.principal = principal
+        self.scope = self.sessions.tokens.scope(principal)
         self.narration = self.locale if narrate else None
         # The hello deadline is met: requests that came with the hello must not be cut by it.
         if self.hello_scope is not None:
@@ -453,6 +488,17 @@ class Session:
         # with no function of ours around it, which would be one more call per read.
         run: Callable[..., bool] = contextvars.copy_context().run
         self.channel.at_once = partial(run, self._at_once)
+
+    def rescope(self, scope: Scope) -> None:
+        """The token file changed: a session that lost a table ends (its subscriptions may
+        follow it), one that gained a table sees it from now on."""
+        if self.scope is None or scope == self.scope:
+            return
+        if scope is None or not self.scope <= scope:
+            self.close_with(_tables_changed())
+            return
+        self.scope = scope
+        self.hub.widen(self, self.scope)
 
     def told(self, result: Plain, actor: Actor) -> Plain:
         """A command result's events, as shown to ``actor``, with their narrated lines if this
@@ -498,6 +544,8 @@ async def _hello(session: Session, params: Mapping[str, Any]) -> Plain:
         "session": {
             "role": principal.role,
             "user": principal.user,
+            "table": principal.table,
+            "host": principal.host,
             "connection": session.id,
             "locale": session.locale,
         },
@@ -530,7 +578,7 @@ def _principal(session: Session, token: object) -> Principal:
         return principal
     uid = session.channel.peer_uid
     if uid is not None and uid == session.sessions.narrator_uid:
-        return Principal(f"uid:{uid}", "narrator")
+        return Principal(f"uid:{uid}", "narrator", table=None)
     raise RequestError("unauthenticated", "a token is required on this connection", "token")
 
 
@@ -541,8 +589,10 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
     assert request_id is not None
     actor = principal.actor(text(params, "as", required=False))
     combat_id, value = command(method, params)
+    if admin.hidden(session, combat_id, value):
+        await admin.refuse_hidden(session, combat_id, request_id)
     result = await session.sessions.run_command(
-        session, principal.key, actor, combat_id, value, request_id
+        session, principal.key, actor, combat_id, value, request_id, session.scope
     )
     return session.told(result, actor)
 
@@ -565,32 +615,44 @@ def _combat(params: Mapping[str, Any]) -> str:
     return combat_id
 
 
+def _seen(session: Session, combat_id: str) -> str:
+    """``combat_id``, refused as unknown when it is of another table: called where the hub
+    would refuse an unknown combat, after the checks of the params that come first."""
+    if not session.hub.visible(combat_id, session.scope):
+        raise unknown_combat(combat_id)
+    return combat_id
+
+
 async def _list_combats(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.summaries(text(params, "after", required=False), _page_limit(params))
+    after = text(params, "after", required=False)
+    return session.hub.summaries(after, _page_limit(params), session.scope)
 
 
 async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.plugin_listing()
+    return session.hub.plugin_listing(counters=session.scope is None)
 
 
 async def _get_combat(session: Session, params: Mapping[str, Any]) -> Result:
-    return await session.hub.view(_combat(params), session.actor)
+    return await session.hub.view(_seen(session, _combat(params)), session.actor)
 
 
 def _get_combat_now(session: Session, params: Mapping[str, Any]) -> Result | None:
-    return session.hub.queries.view_now(_combat(params), session.actor)
+    return session.hub.queries.view_now(_seen(session, _combat(params)), session.actor)
 
 
 async def _history(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     after = number(params, "after", 0, 0, 2**53)
     limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-    return await session.hub.history(combat_id, session.actor, after, limit, session.narration)
+    return await session.hub.history(
+        _seen(session, combat_id), session.actor, after, limit, session.narration
+    )
 
 
 async def _subscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     after = number(params, "after", 0, 0, 2**53)
+    _seen(session, combat_id)
     seq = await session.hub.subscribe(combat_id, session, after)
     return {"combat": combat_id, "seq": seq}
 
@@ -602,7 +664,7 @@ async def _unsubscribe(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _subscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.subscribe_all(session, _page_limit(params))
+    return session.hub.subscribe_all(session, _page_limit(params), session.scope)
 
 
 async def _unsubscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
@@ -620,6 +682,7 @@ HANDLERS: Mapping[str, Handler] = {
     "unsubscribe": _unsubscribe,
     "subscribe_all": _subscribe_all,
     "unsubscribe_all": _unsubscribe_all,
+    **admin.HANDLERS,
     **{m.name: _command_handler(m.name) for m in METHODS.values() if m.kind == "command"},
 }
 """What each method of ``turnkeeper.methods.METHODS`` does, by its name."""
