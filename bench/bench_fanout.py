@@ -3,7 +3,10 @@ latency of each event at each subscriber, from just before the command's send to
 subscriber's read returned the bytes (before decoding).
 
 The subscribers live in worker processes and the writer in this one, so both ends read the one
-wall clock of this host (``time.time()``), never a per-process ``perf_counter``.
+wall clock of this host (``time.time()``), never a per-process ``perf_counter``. A subscriber
+process stamps each read as its event loop gets it and decodes them all after the run, so what
+it measures is when the daemon's bytes came, not how long this Python client took to decode
+the reads of its other connections first.
 
     python bench/bench_fanout.py --commands 100 --reps 3
 
@@ -15,6 +18,8 @@ WebSocket against a socket.io relay is ``bench_peer_fanout.py``.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +34,7 @@ TARGET_P99_MS = 15.0
 LISTEN_LIMIT = 120.0
 """Seconds a subscriber process listens at most, whatever the parent says."""
 MAX_RECEIPTS = 2_000_000
-"""Receipts one subscriber process records at most (its memory bound)."""
+"""Reads one subscriber process keeps at most (its memory bound)."""
 
 
 async def _setup(sock: Path) -> None:
@@ -42,38 +47,77 @@ async def _setup(sock: Path) -> None:
 
 
 def _subscriber(spec: dict[str, Any], ready: Any, stop: Any) -> Any:
-    return anyio.run(_listen, spec, ready, stop)
+    return asyncio.run(_listen(spec, ready, stop))
+
+
+def _subscribed(path: Path, after: int) -> tuple[socket.socket, wire.Decoder]:
+    """A connection that said hello and subscribed (a blocking socket, one call at a time),
+    with the decoder that read its answers, which goes on with the same byte stream."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(tk.CALL_TIMEOUT)
+    sock.connect(str(path))
+    decoder = wire.Decoder()
+    hello = {"protocol": wire.PROTOCOL_VERSION, "client": {"name": "bench", "kind": "tool"}}
+    calls = (("hello", hello), ("subscribe", {"combat": COMBAT, "after": after}))
+    for msgid, (method, params) in enumerate(calls, 1):
+        sock.sendall(wire.pack(wire.Request(msgid, method, params)))
+        answered = False
+        while not answered:
+            for item in decoder.feed(sock.recv(tk.RECV_BYTES)):
+                if isinstance(item, wire.Notification) and item.method == "event":
+                    continue  # the catch-up, events from before the writer's first command
+                if not isinstance(item, wire.Response) or item.msgid != msgid:
+                    raise RuntimeError(f"subscriber got {item!r} before its answer")
+                if item.error is not None:
+                    raise tk.CallError(item.error)
+                answered = True
+    return sock, decoder
+
+
+class _Stamped(asyncio.Protocol):
+    """A subscribed connection's reads, each kept whole with the wall time it came at and
+    decoded only once the run is over: a process holding hundreds of subscribers then stamps
+    each read as it comes, not behind the decoding of the reads that came just before it on
+    its other connections (which measured this client, not the daemon)."""
+
+    def __init__(self, reads: list[tuple[float, bytes]], budget: list[int]) -> None:
+        self.reads = reads
+        self.budget = budget
+        """Reads this process may still keep, shared by its connections (its memory bound)."""
+
+    def data_received(self, data: bytes) -> None:
+        if self.budget[0] > 0:
+            self.budget[0] -= 1
+            self.reads.append((time.time(), data))
 
 
 async def _listen(spec: dict[str, Any], ready: Any, stop: Any) -> list[tuple[int, float]]:
-    conns = await tk.open_many(Path(spec["socket"]), spec["conns"])
-    for conn in conns:
-        await conn.call("subscribe", {"combat": COMBAT, "after": spec["after"]})
+    loop = asyncio.get_running_loop()
+    subscribed = [_subscribed(Path(spec["socket"]), spec["after"]) for _ in range(spec["conns"])]
+    budget = [MAX_RECEIPTS]
+    streams: list[tuple[wire.Decoder, list[tuple[float, bytes]]]] = []
+    transports = []
+    for sock, decoder in subscribed:
+        reads: list[tuple[float, bytes]] = []
+        transport, _ = await loop.create_unix_connection(
+            lambda reads=reads: _Stamped(reads, budget), sock=sock
+        )
+        transports.append(transport)
+        streams.append((decoder, reads))
+    await loop.run_in_executor(None, ready)
+    until = loop.time() + LISTEN_LIMIT
+    while not stop.is_set() and loop.time() < until:
+        await asyncio.sleep(0.05)
+    for transport in transports:
+        transport.close()
     receipts: list[tuple[int, float]] = []
-
-    async def read(conn: tk.Conn) -> None:
-        while len(receipts) < MAX_RECEIPTS:
-            try:
-                chunk = await conn.stream.receive(tk.RECV_BYTES)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
-            at = time.time()
-            for item in conn.decoder.feed(chunk):
+    for decoder, reads in streams:
+        for at, chunk in reads:
+            for item in decoder.feed(chunk):
                 if isinstance(item, wire.Notification) and item.method == "event":
                     receipts.append((item.params["seq"], at))
-                elif isinstance(item, wire.WireError | wire.Notification):
+                else:
                     raise RuntimeError(f"subscriber got {item!r}")
-
-    await anyio.to_thread.run_sync(ready)
-    with anyio.move_on_after(LISTEN_LIMIT):
-        async with anyio.create_task_group() as tg:
-            for conn in conns:
-                tg.start_soon(read, conn)
-            while not stop.is_set():
-                await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
-    for conn in conns:
-        await conn.aclose()
     return receipts
 
 

@@ -46,7 +46,7 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
     params = {"combat": COMBAT}
 
     async def call(conn: tk.Conn, _n: int) -> None:
-        await conn.call("get_combat", params)
+        await conn.ask("get_combat", params)
 
     await anyio.to_thread.run_sync(ready)
     result = await tk.closed_loop(conns, call, spec["warmup"], spec["seconds"])

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgpack  # type: ignore[import-untyped]
 from anyio.abc import ByteStream
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Request
@@ -308,6 +309,8 @@ class Conn:
         self.ids = count(1)
         self.incoming: deque[wire.Message | wire.WireError] = deque()
         self.notes: deque[tuple[float, wire.Notification]] = deque(maxlen=MAX_EARLY_NOTES)
+        self.skim: Skim | None = None
+        """What reads the connection once it ``ask``s (it then only asks)."""
 
     @classmethod
     async def open(cls, path: Path, *, hello: bool = True) -> Conn:
@@ -340,6 +343,34 @@ class Conn:
                 chunk = await self.stream.receive(RECV_BYTES)
                 self.incoming.extend(self.decoder.feed(chunk))
 
+    async def ask(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """``call`` for a closed loop that measures the server: its answer is waited for and
+        checked (its msgid, its error), and its result skipped, not decoded. Decoding is this
+        client's work, not the server's, and it is not the same for every server: a combat's
+        view (760 bytes) costs this Python client more to decode and check than the daemon
+        spends answering it, the echo's 19-byte answer next to nothing, so a client that
+        decodes measures itself on one side only. A connection that asks only asks from then
+        on; notifications met meanwhile are kept, as ``call`` keeps them."""
+        skim = self.skim
+        if skim is None:
+            assert not self.incoming, "ask() right after a call() that left messages"
+            assert not self.decoder.pending, "ask() right after a call() that left bytes"
+            skim = self.skim = Skim()
+        msgid = next(self.ids)
+        await self.stream.send(wire.pack(wire.Request(msgid, method, params or {})))
+        with anyio.fail_after(CALL_TIMEOUT):
+            while True:
+                while (fields := skim.next()) is not None:
+                    if fields[0] == 2:
+                        params = fields[2][0] if fields[2] else {}
+                        self.notes.append((time.time(), wire.Notification(fields[1], params)))
+                    elif fields[1] == msgid:
+                        if fields[2] is not None:
+                            body = fields[2]
+                            raise CallError(wire.ErrorBody(body["code"], body["message"], ""))
+                        return
+                skim.feed(await self.stream.receive(RECV_BYTES))
+
     @classmethod
     async def open_ws(cls, port: int, token: str) -> Conn:
         """A session over the daemon's WebSocket endpoint (``--ws``) on loopback."""
@@ -355,6 +386,38 @@ class Conn:
 
     async def aclose(self) -> None:
         await self.stream.aclose()
+
+
+class Skim:
+    """The messages of a byte stream from the daemon, each as its items (type first) with a
+    response's result skipped (None): what ``Conn.ask`` reads."""
+
+    def __init__(self) -> None:
+        self._unpacker = msgpack.Unpacker(raw=False)
+        self._length: int | None = None
+        self._items: list[Any] = []
+        """The message being read: its length and the items read so far (msgpack resumes the
+        item it was reading when more bytes come)."""
+
+    def feed(self, data: bytes) -> None:
+        self._unpacker.feed(data)
+
+    def next(self) -> list[Any] | None:
+        """The next whole message's items, or None until more bytes come."""
+        unpacker, items = self._unpacker, self._items
+        try:
+            if self._length is None:
+                self._length = unpacker.read_array_header()
+            while len(items) < self._length:
+                if len(items) == 3 and items[0] == 1:
+                    unpacker.skip()  # a response's result
+                    items.append(None)
+                else:
+                    items.append(unpacker.unpack())
+        except msgpack.OutOfData:
+            return None
+        self._length, self._items = None, []
+        return items
 
 
 class WebSocketBytes:

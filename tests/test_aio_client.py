@@ -338,6 +338,31 @@ async def test_a_command_whose_reply_was_lost_is_sent_again_with_its_request_id_
 
 
 @pytest.mark.anyio
+async def test_a_table_method_whose_reply_was_lost_is_not_sent_again(daemon: Daemon) -> None:
+    """``create_table`` and ``add_token`` take no request id: sent again, they would make a
+    second table or token. Their lost answer fails the call; the client itself goes on."""
+    async with (
+        _proxied(daemon) as (proxy, _),
+        AsyncClient.unix(proxy.path, reconnect_timeout=WAIT) as client,
+    ):
+        proxy.on_lost_reply = lambda: None
+        with pytest.raises(ConnectionLost, match="create_table: the connection dropped"):
+            await client.create_table("Lost answer")
+        made = [t for t in await client.list_tables() if t["name"] == "Lost answer"]
+        assert len(made) == 1
+        table = made[0]["table"]
+        proxy.on_lost_reply = lambda: None
+        with pytest.raises(ConnectionLost, match="add_token: the connection dropped"):
+            await client.add_token(table, "observer")
+        assert len(await client.list_tokens(table)) == 1
+        # A table method that only reads is sent again as any query is.
+        assert len(proxy.lost) == 2
+        proxy.on_lost_reply = lambda: None
+        assert await client.list_tokens(table) == await client.list_tokens(table)
+        assert len(proxy.lost) == 3
+
+
+@pytest.mark.anyio
 async def test_subscriptions_fill_the_gap_of_a_reconnect_per_combat_and_for_all(
     daemon: Daemon,
 ) -> None:

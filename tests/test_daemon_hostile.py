@@ -302,6 +302,30 @@ def test_many_bad_messages_in_one_write_are_each_answered_in_order(gm: Client) -
     assert note.params["code"] == "invalid_message"
 
 
+@STREAM_ONLY
+def test_reads_mixed_with_other_requests_and_cut_anywhere_are_each_answered_in_order(
+    gm: Client,
+) -> None:
+    # A read found in memory is answered as its bytes arrive, anything else by the session's
+    # task: in a stream of both, cut mid-message, every request is answered, in order.
+    requests: list[list[Any]] = [[0, 400 + i, "get_combat", [{"combat": CALM}]] for i in range(30)]
+    requests[10] = [0, 410, "list_combats", []]
+    requests[20] = [0, 420, "get_combat", [{"combat": "no-such-combat"}]]
+    data = b"".join(msgpack.packb(r) for r in requests)
+    for start in range(0, len(data), 97):
+        gm.send_raw(data[start : start + 97])
+    # An answer out of order would be skipped by ``response`` and its own wait never end.
+    answers = [gm.response(400 + i) for i in range(30)]
+    assert answers[20].error is not None
+    assert answers[20].error.field == "combat"
+    assert answers[10].error is None
+    assert CALM in [row["combat"] for row in answers[10].result]
+    for i, answer in enumerate(answers):
+        if i not in (10, 20):
+            assert answer.error is None
+            assert answer.result["combat"] == CALM
+
+
 # ------------------------------------------------------------------------- refused requests
 
 

@@ -283,3 +283,19 @@ def test_disabling_a_plugin_is_never_refused_for_size_and_at_most_32_are_disable
     assert (refused.code, refused.field) == ("too_many_plugins_disabled", "plugin")
     s.do(c.EnablePlugin(s.state.disabled_plugins[0]))
     s.do(c.DisablePlugin("one-more"))
+
+
+def test_the_encoded_size_of_every_value_is_what_the_codec_writes_of_its_plain_form() -> None:
+    # ``encoded_size`` sizes a model value by its class's own sizer, without making its plain
+    # form: a state and a view full of content, and every event of a combat in play.
+    full = filled().state
+    s = Story("marvel")
+    s.add("a", hidden=True)
+    s.add("b", tags=("x",))
+    s.roll("a", 6, 6, 6)
+    s.roll("b", 2, 2, 2)
+    s.do(c.StartCombat())
+    s.do(c.ApplyCondition("a", "custom", note="é" * 40))
+    s.do(c.DeclareAction(s.turn, ActionSpec("attack", targets=("b",))))
+    for value in (full, view(full, NARRATOR), *s.log, s.state):
+        assert encoded_size(value) == len(msgpack.packb(to_plain(value), use_bin_type=True))

@@ -10,6 +10,7 @@ import pytest
 from story import Story
 from turnkeeper_engine import State, from_plain, model, to_plain
 from turnkeeper_engine import commands as c
+from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import Clock, Condition, Reroll, replace
 
 
@@ -67,3 +68,28 @@ def test_the_size_memo_is_never_encoded_nor_compared() -> None:
     assert decoded.measured is None
     with pytest.raises(ValueError, match="unknown field"):
         from_plain(State, {**plain, "measured": None})
+
+
+def test_maker_and_replacer_make_what_the_class_and_replace_make() -> None:
+    # They make a value as a draft of its class and then give it its class (``model._draft``):
+    # the value must be the class's own, frozen, equal to the one ``__init__`` makes.
+    made = model.maker(Condition)("c1", "custom", "k", None, (Clock("k", "end", 2),), (), "n")
+    assert type(made) is Condition
+    assert made == _condition()
+    assert hash(made) == hash(_condition())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.note = "m"  # type: ignore[misc]
+    with_note = model.replacer(Condition, "note", "target")(made, "m", "j")
+    assert with_note == dataclasses.replace(_condition(), note="m", target="j")
+    assert made.note == "n"
+    with pytest.raises(TypeError):
+        model.replacer(Condition, "colour")
+
+
+def test_replace_makes_an_event_whose_field_its_base_class_declares() -> None:
+    # ``condition_removed`` has its ``combatant`` field, and its slot, from a base class.
+    removed = ev.ConditionRemoved("k", "c1", "custom", "removed")
+    expired = replace(removed, reason="expired", combatant="j")
+    assert type(expired) is ev.ConditionRemoved
+    assert expired == dataclasses.replace(removed, reason="expired", combatant="j")
+    assert expired.subjects() == ("j",)

@@ -11,7 +11,15 @@ import pytest
 from story import Story
 from turnkeeper_engine import BUNDLED_RULES, RuleError, SeededDice, State, decide, fold
 from turnkeeper_engine import commands as c
-from turnkeeper_engine.model import ActionSpec, Event, History, Predicate, Trigger, TriggerFacts
+from turnkeeper_engine.model import (
+    ActionSpec,
+    Clock,
+    Event,
+    History,
+    Predicate,
+    Trigger,
+    TriggerFacts,
+)
 from turnkeeper_engine.plain import (
     MAX_DEPTH,
     PlainError,
@@ -279,3 +287,17 @@ def test_the_fast_decoders_make_the_values_and_raise_the_errors_of_the_general_o
     monkeypatch.setattr(plain, "_FAST", {})
     monkeypatch.setattr(plain, "_fast", lambda cls: lambda *args: plain._SLOW)
     assert [decoded(d) for d in good + bad] == fast
+
+
+def test_a_record_whose_type_hints_do_not_resolve_is_encoded_as_its_fields() -> None:
+    # A caller's own record (a client's ``_plain`` hands any value to ``to_plain``): its
+    # encoder is written from its type hints, and without them its fields go the generic way.
+    @dataclasses.dataclass(frozen=True)
+    class Note:
+        text: str
+        clocks: tuple[NotDefinedAnywhere, ...]  # type: ignore[name-defined]  # noqa: F821
+
+    assert to_plain(Note("n", (Clock("k", "end", 1),))) == {
+        "text": "n",
+        "clocks": [{"anchor": "k", "boundary": "end", "remaining": 1, "skip": False}],
+    }

@@ -55,6 +55,7 @@ LIMIT_MODULES = {
     "clock": "turnkeeper.combats.clock",
     "store": "turnkeeper.store",
     "auth": "turnkeeper.auth",
+    "tables": "turnkeeper.tables",
     "decide": "turnkeeper_engine.decide",
     "evolve": "turnkeeper_engine.evolve",
     "plain": "turnkeeper_engine.plain",

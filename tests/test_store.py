@@ -87,7 +87,7 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     assert (data_dir / DB_FILE).exists()
     with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (1,)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (2,)
 
 
 def test_one_store_per_data_directory_and_the_refusal_names_the_holder(tmp_path: Path) -> None:
@@ -178,6 +178,42 @@ async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_
     assert [s for s, _ in logged(store, combat)] == list(range(1, seq + 1))
     store.close()
     reader.close()
+
+
+@pytest.mark.anyio
+async def test_a_commit_cancelled_while_it_waits_learns_its_outcome_then_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path)
+    learned: list[str] = []
+    release = threading.Event()
+    write = store._write
+
+    def slow(group: Any) -> None:
+        release.wait(10)
+        write(group)
+
+    store._write = slow  # type: ignore[method-assign]
+
+    async def commit(scope: anyio.CancelScope) -> None:
+        with scope:
+            await store.commit(batch("c1", 1, create=True))
+            learned.append("committed")  # before the cancellation lands, as after a shield
+            await anyio.sleep(10)
+            learned.append("not cancelled")
+
+    async with running(store), anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+        tg.start_soon(commit, scope)
+        await anyio.wait_all_tasks_blocked()
+        scope.cancel()
+        await anyio.sleep(0.05)
+        assert learned == []  # still waiting for the committer, whose write goes on
+        release.set()
+    assert learned == ["committed"]
+    assert scope.cancelled_caught
+    assert [c.combat_id for c in loaded(store)] == ["c1"]
+    store.close()
 
 
 @pytest.mark.anyio

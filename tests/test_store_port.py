@@ -5,6 +5,7 @@ a damaged log is found in its own combat only."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, closing
@@ -489,3 +490,15 @@ async def test_a_gap_before_the_snapshot_quarantines_an_unreadable_event_is_foun
     store.close()
     assert gap.quarantined == "seq 2 is missing (next stored is 3)"
     assert short.quarantined == "seq 3 is missing (the snapshot is at seq 4)"
+
+
+@pytest.mark.anyio
+async def test_a_combats_table_is_kept_and_read_back(backend: Backend) -> None:
+    store = backend.open()
+    async with running(store):
+        await store.commit(dataclasses.replace(batch("t1/c1", 1, create=True), table="t1"))
+        await store.commit(batch("c2", 1, create=True))  # the default table's: not listed
+    store.close()
+    store = backend.open()
+    assert store.memberships() == {"t1/c1": "t1"}
+    store.close()

@@ -402,6 +402,32 @@ def test_every_page_text_is_a_literal_babel_extracts() -> None:
         assert {json.loads(c) for c in calls} == found, script.name
 
 
+def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> None:
+    """A narrator of a table signs in: the picker offers that table's combats only, each named
+    without the table's prefix, the header names the table, and its combat opens."""
+    with running(tmp_path, http=True) as d:
+        argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
+        made = subprocess.run(
+            [*argv, "--data-dir", str(d.data_dir)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        table = made.stdout.strip()
+        bank(d, "bank")  # the default table's: never offered
+        bank(d, f"{table}/heist")
+        seen = scenario(
+            d,
+            "tables",
+            tmp_path,
+            token=d.token("narrator", "--table", table),
+            combat=f"{table}/heist",
+        )
+    assert seen["values"] == [f"{table}/heist"]
+    assert seen["options"][0].startswith("heist · marvel")
+    assert seen["table"] == f"Table {table}"
+
+
 def test_the_combat_picker_lists_more_combats_than_one_page(tmp_path: Path) -> None:
     """The daemon answers list_combats a page at a time: the picker reads every page, and the
     combat sorting last (after every page but the last) opens from it and from a link."""

@@ -233,6 +233,21 @@ async function refusalOf(promise) {
 // Scenarios ---------------------------------------------------------------------------------
 
 const scenarios = {
+  // A table's narrator: the picker offers its table's combats only, named without the table's
+  // prefix, the header names the table, and the combat opens.
+  async tables(context) {
+    const picker = await TablePage.open(context, "picker", { token: settings.token });
+    await picker.untilShown("open");
+    const options = await picker.locator("combat").locator("option").allInnerTexts();
+    const values = await picker.locator("combat").locator("option").evaluateAll(
+      (nodes) => nodes.map((node) => node.value));
+    await picker.shot("picker");
+    await picker.choose("combat", settings.combat);
+    await picker.click("open");
+    await picker.untilTurn("spidey");
+    await picker.shot("opened");
+    return { options, values, table: await picker.text("table") };
+  },
   // More combats than one page of list_combats: the picker lists every one, and a combat whose
   // id sorts after the first page opens, from the picker and from a link.
   async crowded(context) {

@@ -103,6 +103,7 @@ async def serve(
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
                 tg.start_soon(sessions.watch_tokens)
+                tg.start_soon(sessions.run)
                 if config.socket_path is not None:
                     socket_lock = prepare_socket_path(config.socket_path)
                     unix = await listen_unix(

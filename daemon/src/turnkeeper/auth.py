@@ -3,30 +3,47 @@
 A token is shown once, when it is made; the file keeps only its SHA-256. Roles:
 ``narrator``; ``player`` (bound to a user id); ``observer``; ``bridge`` (acts for the users it
 names in each command, and as narrator only when made with ``narrator=True``).
+
+Every token belongs to a table (``turnkeeper.tables``) and reaches that table's combats only.
+A bridge made with ``host=True`` also manages tables: it makes them through the protocol, and
+issues and revokes the tokens of those it made or the operator granted it (their ``managers``).
+The file (version 2) holds the tables and the tokens; a version 1 file, a bare list of tokens
+from before tables, is read as the default table's tokens, and rewritten as version 2 at the
+next change.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
 import structlog
 
 from turnkeeper_engine import Actor
 from turnkeeper_engine.errors import Arg, ProtocolError, TemplatedError
 
+from .tables import DEFAULT_TABLE, MAX_TABLE_NAME, MAX_TABLES, Scope, new_table_id
+
 log = structlog.get_logger("turnkeeper.auth")
 
 TokenRole = Literal["narrator", "player", "observer", "bridge"]
 ROLES: tuple[TokenRole, ...] = ("narrator", "player", "observer", "bridge")
 TOKEN_FILE = "tokens.json"
+TOKEN_LOCK = "tokens.lock"
+"""Locked (``flock``) around each change of the token file: the ``token`` and ``table``
+commands and the daemon (for a hosting bridge) both change it, and neither may lose the
+other's change."""
+FILE_VERSION = 2
 TOKEN_BYTES = 32
 """256 bits of secret: guessing is hopeless, and it still fits on a line."""
 SECRET_PREFIX = "tk_"
@@ -57,6 +74,34 @@ class TokenRecord:
     narrator: bool
     hash: str
     created: float
+    table: str = DEFAULT_TABLE
+    host: bool = False
+    """A hosting bridge: may make tables, and manage the tokens of the tables it manages."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableRecord:
+    """A table other than the default one: its id, a name for people, and the hosting
+    bridges' tokens that manage it (the one that made it, and those the operator granted)."""
+
+    id: str
+    name: str
+    created: float
+    managers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Contents:
+    """What the token file holds."""
+
+    tokens: list[TokenRecord]
+    tables: list[TableRecord]
+
+    def table_ids(self) -> frozenset[str]:
+        return frozenset(t.id for t in self.tables) | {DEFAULT_TABLE}
+
+
+EMPTY = Contents([], [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +113,9 @@ class Principal:
     role: TokenRole
     user: str | None = None
     narrator: bool = False
+    table: str | None = DEFAULT_TABLE
+    """The token's table; None for the operator (the daemon's own uid), who has every one."""
+    host: bool = False
 
     def reader(self) -> Actor:
         """Who this principal is when it reads (queries, subscriptions): a bridge names no user
@@ -107,6 +155,15 @@ def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
 
 
+def _new_token_id(taken: set[str]) -> str:
+    """A fresh token id, none of ``taken``: an id is drawn from 32 random bits, and two
+    tokens of one id would share their sessions' checks, request ids and grants."""
+    while True:
+        token_id = secrets.token_hex(4)
+        if token_id not in taken:
+            return token_id
+
+
 _FIELDS: dict[str, tuple[type, ...]] = {
     "id": (str,),
     "role": (str,),
@@ -115,83 +172,179 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "hash": (str,),
     "created": (int, float),
 }
-"""A token record's fields and the JSON types each may hold."""
+"""A token record's fields and the JSON types each may hold (version 1)."""
+_FIELDS_2: dict[str, tuple[type, ...]] = {**_FIELDS, "table": (str,), "host": (bool,)}
+"""A token record's fields in version 2: its table, and whether it hosts tables."""
+_TABLE_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "name": (str,),
+    "created": (int, float),
+    "managers": (list,),
+}
 
 
-def _parse(path: Path, text: str) -> list[TokenRecord]:
-    """The records of a token file, or a ``TokenFileError`` naming the file and what is wrong."""
+def _checked(
+    path: Path, what: Literal["token", "table"], n: int, item: object, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """``item`` if it is an object with exactly ``fields``, each of its type."""
+    if not isinstance(item, dict) or set(item) != set(fields):
+        names = ", ".join(fields)
+        if what == "table":
+            raise TokenFileError(
+                "{path}: table {n} does not have exactly the fields {fields}",
+                path=str(path),
+                n=n,
+                fields=names,
+            )
+        raise TokenFileError(
+            "{path}: token {n} does not have exactly the fields {fields}",
+            path=str(path),
+            n=n,
+            fields=names,
+        )
+    for name, types in fields.items():
+        # bool is an int to Python: a ``created`` of true is still refused.
+        value = item[name]
+        if not isinstance(value, types) or (name == "created" and isinstance(value, bool)):
+            _wrong_type(path, what, n, name)
+    return item
+
+
+def _wrong_type(path: Path, what: Literal["token", "table"], n: int, name: str) -> NoReturn:
+    if what == "table":
+        raise TokenFileError(
+            "{path}: table {n} has a {field} of the wrong type", path=str(path), n=n, field=name
+        )
+    raise TokenFileError(
+        "{path}: token {n} has a {field} of the wrong type", path=str(path), n=n, field=name
+    )
+
+
+def _parse(path: Path, text: str) -> Contents:
+    """What a token file holds, or a ``TokenFileError`` naming the file and what is wrong."""
     try:
         raw = json.loads(text)
     except ValueError as e:
         raise TokenFileError(
             "{path}: not valid JSON ({error})", path=str(path), error=str(e)
         ) from e
-    if not isinstance(raw, list):
-        raise TokenFileError("{path}: not a list of tokens", path=str(path))
-    if len(raw) > MAX_TOKENS:
+    if isinstance(raw, list):
+        # Version 1: the default table's tokens, from before tables.
+        items, table_items, fields = raw, [], _FIELDS
+    elif (
+        isinstance(raw, dict)
+        and raw.get("version") == FILE_VERSION
+        and isinstance(raw.get("tokens"), list)
+        and isinstance(raw.get("tables"), list)
+    ):
+        items, table_items, fields = raw["tokens"], raw["tables"], _FIELDS_2
+    else:
+        raise TokenFileError(
+            "{path}: not a list of tokens, nor a version {version} token file",
+            path=str(path),
+            version=FILE_VERSION,
+        )
+    if len(items) > MAX_TOKENS:
         raise TokenFileError(
             "{path}: more than {limit} tokens",
             path=str(path),
             limit=MAX_TOKENS,
         )
-    records = []
-    for n, item in enumerate(raw, start=1):
-        if not isinstance(item, dict) or set(item) != set(_FIELDS):
+    if len(table_items) > MAX_TABLES:
+        raise TokenFileError("{path}: more than {limit} tables", path=str(path), limit=MAX_TABLES)
+    tables: list[TableRecord] = []
+    seen = {DEFAULT_TABLE}
+    for n, item in enumerate(table_items, start=1):
+        found = _checked(path, "table", n, item, _TABLE_FIELDS)
+        if not all(isinstance(m, str) for m in found["managers"]):
+            _wrong_type(path, "table", n, "managers")
+        if found["id"] in seen:
             raise TokenFileError(
-                "{path}: token {n} does not have exactly the fields {fields}",
+                "{path}: table {n} has the id {id!r} of another table",
                 path=str(path),
                 n=n,
-                fields=", ".join(_FIELDS),
+                id=found["id"],
             )
-        for name, types in _FIELDS.items():
-            # bool is an int to Python: a ``created`` of true is still refused.
-            value = item[name]
-            if not isinstance(value, types) or (name == "created" and isinstance(value, bool)):
-                raise TokenFileError(
-                    "{path}: token {n} has a {field} of the wrong type",
-                    path=str(path),
-                    n=n,
-                    field=name,
-                )
-        if item["role"] not in ROLES:
+        seen.add(found["id"])
+        tables.append(TableRecord(**{**found, "managers": tuple(found["managers"])}))
+    known = frozenset(seen)
+    records = []
+    ids: set[str] = set()
+    for n, item in enumerate(items, start=1):
+        found = _checked(path, "token", n, item, fields)
+        # A token's id keys its session's check, its remembered request ids and its grants:
+        # two tokens of one id would share them.
+        if found["id"] in ids:
+            raise TokenFileError(
+                "{path}: token {n} has the id {id!r} of another token",
+                path=str(path),
+                n=n,
+                id=found["id"],
+            )
+        ids.add(found["id"])
+        if found["role"] not in ROLES:
             raise TokenFileError(
                 "{path}: token {n} has an unknown role {role!r}",
                 path=str(path),
                 n=n,
-                role=item["role"],
+                role=found["role"],
             )
-        records.append(TokenRecord(**item))
-    return records
+        if found.get("table", DEFAULT_TABLE) not in known:
+            raise TokenFileError(
+                "{path}: token {n} has an unknown table {table!r}",
+                path=str(path),
+                n=n,
+                table=found["table"],
+            )
+        records.append(TokenRecord(**found))
+    return Contents(records, tables)
+
+
+class _Index:
+    """What sessions ask of the token file, worked out once per read of it: the tokens' ids,
+    the tables each hosting bridge's token manages (in the file's order), and the sessions'
+    table sets, made as they are asked for."""
+
+    def __init__(self, contents: Contents) -> None:
+        self.contents = contents
+        self.ids = frozenset(r.id for r in contents.tokens)
+        managed: dict[str, list[str]] = {}
+        for t in contents.tables:
+            for m in t.managers:
+                managed.setdefault(m, []).append(t.id)
+        self.managed = {m: tuple(tables) for m, tables in managed.items()}
+        self.scopes: dict[str, frozenset[str]] = {}
 
 
 class Tokens:
-    """The token file of a data directory."""
+    """The token file of a data directory: its tokens and its tables."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / TOKEN_FILE
-        self._cache: tuple[tuple[int, ...], list[TokenRecord] | TokenFileError] | None = None
-        self._good: list[TokenRecord] = []
-        """The last tokens read without a problem: what a running daemon keeps using while
+        self._cache: tuple[tuple[int, ...], Contents | TokenFileError] | None = None
+        self._good: Contents = EMPTY
+        """The last contents read without a problem: what a running daemon keeps using while
         the file is malformed."""
         self._problem: str | None = None
         """The problem last logged by ``load``, so that it is logged once, not per request."""
-        self._ids: tuple[list[TokenRecord], frozenset[str]] = ([], frozenset())
-        """The ids of the tokens last loaded, with the list they come from: a session's check
-        is a lookup, not a scan of every token, however many sessions and tokens there are."""
+        self._index = _Index(EMPTY)
+        """The contents last loaded, indexed: a session's check and its tables are lookups,
+        not a scan of every token and table, however many sessions, tokens and tables."""
 
-    def read(self) -> list[TokenRecord]:
-        """The tokens, re-read only when the file changed (a revocation takes effect at once,
-        without a read of the file per request). A malformed or unreadable file raises
-        ``TokenFileError`` naming the file and the problem."""
+    def read(self, fresh: bool = False) -> Contents:
+        """The tokens and tables, re-read only when the file changed (a revocation takes
+        effect at once, without a read of the file per request), or always if ``fresh``. A
+        malformed or unreadable file raises ``TokenFileError`` naming the file and the
+        problem."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
             self._cache = None
-            self._good = []
-            return []
+            self._good = EMPTY
+            return EMPTY
         # A token command replaces the file (a new inode) even within one tick of the clock.
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if self._cache is None or self._cache[0] != stamp:
+        if fresh or self._cache is None or self._cache[0] != stamp:
             try:
                 text = self.path.read_text()
             except (OSError, UnicodeDecodeError) as e:
@@ -212,43 +365,108 @@ class Tokens:
         self._good = found
         return found
 
-    def load(self) -> list[TokenRecord]:
-        """The tokens, for a running daemon: when the file turns malformed (a hand edit gone
-        wrong), the last good tokens stay in force and the problem is logged as an error, once
-        until the file is good again. Refusing every token instead would lock out every table
-        for a typo; and the daemon reads the file at start-up, so it never starts on a bad one."""
+    def load(self) -> Contents:
+        """The tokens and tables, for a running daemon: when the file turns malformed (a hand
+        edit gone wrong), the last good ones stay in force and the problem is logged as an
+        error, once until the file is good again. Refusing every token instead would lock out
+        every table for a typo; and the daemon reads the file at start-up, so it never starts
+        on a bad one."""
         try:
-            records = self.read()
+            contents = self.read()
         except TokenFileError as e:
             if e.message != self._problem:
                 self._problem = e.message
                 log.error("token_file_invalid", path=str(self.path), problem=e.message)
             return self._good
         self._problem = None
-        return records
+        return contents
 
     def still_valid(self, principal: Principal) -> bool:
         """False once the token a session authenticated with has been revoked."""
         if not principal.key.startswith("token:"):
             return True
-        records = self.load()
-        if records is not self._ids[0]:
-            self._ids = (records, frozenset(r.id for r in records))
-        return principal.key.removeprefix("token:") in self._ids[1]
+        return principal.key.removeprefix("token:") in self._indexed().ids
 
-    def _save(self, records: list[TokenRecord]) -> None:
+    def _indexed(self) -> _Index:
+        contents = self.load()
+        if contents is not self._index.contents:
+            self._index = _Index(contents)
+        return self._index
+
+    def scope(self, principal: Principal) -> Scope:
+        """The tables ``principal`` may see and touch: None (every one) for the operator; a
+        token's own table, and for a hosting bridge those it manages too. The same set
+        object for a token until the file changes."""
+        if principal.table is None:
+            return None
+        if not principal.host:
+            return frozenset((principal.table,))
+        index = self._indexed()
+        token_id = principal.key.removeprefix("token:")
+        found = index.scopes.get(token_id)
+        if found is None:
+            found = index.scopes[token_id] = frozenset(
+                (principal.table, *index.managed.get(token_id, ()))
+            )
+        return found
+
+    def managed(self, principal: Principal) -> list[str]:
+        """The ids of the tables ``principal`` manages: every table for the operator (the
+        default one first), those it made or was granted for a hosting bridge, else none."""
+        if principal.table is None:
+            return [DEFAULT_TABLE, *(t.id for t in self.load().tables)]
+        if not principal.host:
+            return []
+        return list(self._indexed().managed.get(principal.key.removeprefix("token:"), ()))
+
+    def _save(self, contents: Contents) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
         # Created 0600 from the start: the file is never readable by others, not even briefly.
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        body = {
+            "version": FILE_VERSION,
+            "tables": [{**asdict(t), "managers": list(t.managers)} for t in contents.tables],
+            "tokens": [asdict(r) for r in contents.tokens],
+        }
         with os.fdopen(fd, "w") as f:
-            json.dump([asdict(r) for r in records], f, indent=1)
+            json.dump(body, f, indent=1)
+            # On disk before it replaces the old file, and the rename on disk before the change
+            # is reported: a token made or revoked must not come back after a power cut.
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(temporary, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    @contextmanager
+    def _changing(self) -> Iterator[Contents]:
+        """The file's contents, read under its lock, which is held until the change is saved:
+        a ``token`` command and the daemon changing it together each keep the other's change.
+        A malformed file is refused (``TokenFileError``), never overwritten."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path.parent / TOKEN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            # Read again whatever the cache says: a change made within one tick of the clock
+            # can keep the file's size, and in place its inode too (a hand edit).
+            yield self.read(fresh=True)
+        finally:
+            os.close(fd)
 
     def add(
-        self, role: TokenRole, user: str | None = None, *, narrator: bool = False
+        self,
+        role: TokenRole,
+        user: str | None = None,
+        *,
+        narrator: bool = False,
+        table: str = DEFAULT_TABLE,
+        host: bool = False,
     ) -> tuple[TokenRecord, str]:
-        """Make a token; returns its record and the secret, which is not stored."""
+        """Make a token of ``table``; returns its record and the secret, which is not stored."""
         if role not in ROLES:
             raise AuthError(
                 "invalid_value", "role must be one of {roles}", "role", roles=", ".join(ROLES)
@@ -257,33 +475,94 @@ class Tokens:
             raise AuthError("invalid_value", "a player token is bound to a user id", "user")
         if narrator and role != "bridge":
             raise AuthError("invalid_value", "only a bridge token takes --narrator", "narrator")
-        records = self.read()
-        if len(records) >= MAX_TOKENS:
-            raise AuthError("limit_reached", "at most {limit} tokens", "role", limit=MAX_TOKENS)
-        secret = new_secret()
-        record = TokenRecord(
-            id=secrets.token_hex(4),
-            role=role,
-            user=user,
-            narrator=narrator,
-            hash=_digest(secret),
-            created=time.time(),
-        )
-        self._save([*records, record])
+        if host and role != "bridge":
+            raise AuthError("invalid_value", "only a bridge token takes --host", "host")
+        if user is not None and not user.isprintable():
+            raise AuthError(
+                "invalid_value", "a user id has no control characters nor line breaks", "user"
+            )
+        with self._changing() as contents:
+            if table not in contents.table_ids():
+                raise AuthError("unknown_table", "no table {table!r}", "table", table=table)
+            if len(contents.tokens) >= MAX_TOKENS:
+                raise AuthError("limit_reached", "at most {limit} tokens", "role", limit=MAX_TOKENS)
+            secret = new_secret()
+            record = TokenRecord(
+                id=_new_token_id({r.id for r in contents.tokens}),
+                role=role,
+                user=user,
+                narrator=narrator,
+                hash=_digest(secret),
+                created=time.time(),
+                table=table,
+                host=host,
+            )
+            self._save(Contents([*contents.tokens, record], contents.tables))
         return record, secret
 
-    def revoke(self, token_id: str) -> bool:
-        """Remove a token; False if there is none with that id."""
-        records = self.read()
-        kept = [r for r in records if r.id != token_id]
-        if len(kept) == len(records):
-            return False
-        self._save(kept)
+    def revoke(self, token_id: str, table: str | None = None) -> bool:
+        """Remove a token (of ``table`` only, when given) and its grants; False if there is
+        none."""
+        with self._changing() as contents:
+            kept = [
+                r
+                for r in contents.tokens
+                if r.id != token_id or (table is not None and r.table != table)
+            ]
+            if len(kept) == len(contents.tokens):
+                return False
+            tables = [
+                replace(t, managers=tuple(m for m in t.managers if m != token_id))
+                for t in contents.tables
+            ]
+            self._save(Contents(kept, tables))
         return True
+
+    def add_table(self, name: str, manager: str | None = None) -> TableRecord:
+        """Make a table named ``name``, managed by the token ``manager`` if given."""
+        if not 1 <= len(name) <= MAX_TABLE_NAME:
+            raise AuthError(
+                "invalid_value",
+                "a table's name has 1 to {limit} characters",
+                "name",
+                limit=MAX_TABLE_NAME,
+            )
+        if not name.isprintable():
+            # Listed one per line (``turnkeeper table list``): a line break would forge a row.
+            raise AuthError(
+                "invalid_value", "a table's name has no control characters nor line breaks", "name"
+            )
+        with self._changing() as contents:
+            if len(contents.tables) >= MAX_TABLES:
+                raise AuthError("limit_reached", "at most {limit} tables", "name", limit=MAX_TABLES)
+            record = TableRecord(
+                id=new_table_id(contents.table_ids()),
+                name=name,
+                created=time.time(),
+                managers=() if manager is None else (manager,),
+            )
+            self._save(Contents(contents.tokens, [*contents.tables, record]))
+        return record
+
+    def grant(self, table: str, token_id: str, *, granted: bool = True) -> None:
+        """Let a hosting bridge's token manage ``table`` (or, not ``granted``, no longer)."""
+        with self._changing() as contents:
+            found = [t for t in contents.tables if t.id == table]
+            if not found:
+                raise AuthError("unknown_table", "no table {table!r}", "table", table=table)
+            hosts = {r.id for r in contents.tokens if r.host}
+            if token_id not in hosts:
+                raise AuthError(
+                    "invalid_value", "no hosting bridge token {id!r}", "token", id=token_id
+                )
+            others = tuple(m for m in found[0].managers if m != token_id)
+            changed = replace(found[0], managers=(*others, token_id) if granted else others)
+            tables = [changed if t.id == table else t for t in contents.tables]
+            self._save(Contents(contents.tokens, tables))
 
     def authenticate(self, secret: str) -> Principal | None:
         digest = _digest(secret)
-        for r in self.load():
+        for r in self.load().tokens:
             if hmac.compare_digest(r.hash, digest):
-                return Principal(f"token:{r.id}", r.role, r.user, r.narrator)
+                return Principal(f"token:{r.id}", r.role, r.user, r.narrator, r.table, r.host)
         return None

@@ -23,6 +23,7 @@ from .logs import LOG_FORMATS
 from .watch import GaveUp
 
 if TYPE_CHECKING:
+    from .auth import TokenRecord
     from .loader import PluginChoice, PluginPath
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -348,6 +349,7 @@ TAKES: Mapping[str, tuple[Setting, ...]] = {
     "watch": (DEBUG, *WATCH_SETTINGS),
     "token": (DEBUG, DATA_DIR),
     "migrate": (DEBUG, STORE),
+    "table": (DEBUG, DATA_DIR),
 }
 """Each command's options, the global ones it uses included."""
 
@@ -409,11 +411,32 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("role", choices=("narrator", "player", "observer", "bridge"))
     add.add_argument("--user", help="the user id a player token is bound to")
     add.add_argument("--narrator", action="store_true", help="a bridge that may act as narrator")
+    add.add_argument(
+        "--table", default="default", help="the table the token belongs to (default: default)"
+    )
+    add.add_argument(
+        "--host",
+        action="store_true",
+        help="a bridge that makes tables and manages the tokens of those it made or was granted",
+    )
     listing = actions.add_parser("list", help="list tokens (never their secrets)")
     revoke = actions.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("id")
     for action in (add, listing, revoke):
         for setting in TAKES["token"]:
+            setting.add(action)
+    table = _command(sub, "table", help="manage tables (groups whose combats are kept apart)")
+    table_actions = table.add_subparsers(dest="action", required=True)
+    table_add = table_actions.add_parser("add", help="make a table and print its id")
+    table_add.add_argument("name", help="a name for people: the group's, the campaign's")
+    table_list = table_actions.add_parser("list", help="list tables and who manages them")
+    grant = table_actions.add_parser("grant", help="let a hosting bridge's token manage a table")
+    ungrant = table_actions.add_parser("ungrant", help="take a grant back")
+    for action in (grant, ungrant):
+        action.add_argument("table")
+        action.add_argument("token", help="the id of a token made with --host")
+    for action in (table_add, table_list, grant, ungrant):
+        for setting in TAKES["table"]:
             setting.add(action)
     return parser
 
@@ -441,23 +464,51 @@ def _token(args: argparse.Namespace) -> int:
     tokens = Tokens(args.data_dir)
     if args.action == "add":
         try:
-            record, secret = tokens.add(args.role, args.user, narrator=args.narrator)
+            record, secret = tokens.add(
+                args.role, args.user, narrator=args.narrator, table=args.table, host=args.host
+            )
         except AuthError as e:
             print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
             return 2
-        narrator = " narrator" if record.narrator else ""
-        print(f"{record.id} {record.role}{narrator} {record.user or '-'}")
+        print(_token_line(record))
         print(secret)
         return 0
     if args.action == "list":
-        for r in tokens.read():
-            narrator = " narrator" if r.narrator else ""
-            print(f"{r.id} {r.role}{narrator} {r.user or '-'}")
+        for r in tokens.read().tokens:
+            print(_token_line(r))
         return 0
     if tokens.revoke(args.id):
         return 0
     print(f"turnkeeper: no token {args.id}", file=sys.stderr)
     return 1
+
+
+def _token_line(r: TokenRecord) -> str:
+    """A token as ``token add`` and ``token list`` show it: id, role (and narrator, host),
+    user, and its table unless it is the default one."""
+    flags = "".join((" narrator" if r.narrator else "", " host" if r.host else ""))
+    table = f" table={r.table}" if r.table != "default" else ""
+    return f"{r.id} {r.role}{flags} {r.user or '-'}{table}"
+
+
+def _table(args: argparse.Namespace) -> int:
+    from .auth import AuthError, Tokens
+
+    tokens = Tokens(args.data_dir)
+    try:
+        if args.action == "add":
+            print(tokens.add_table(args.name).id)
+        elif args.action == "list":
+            print("default default")
+            for t in tokens.read().tables:
+                managers = f" managers={','.join(t.managers)}" if t.managers else ""
+                print(f"{t.id} {t.name}{managers}")
+        else:
+            tokens.grant(args.table, args.token, granted=args.action == "grant")
+    except AuthError as e:
+        print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -623,6 +674,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "token":
         return _token(args)
+    if args.command == "table":
+        return _table(args)
     if args.command == "watch":
         return _watch(args)
     if args.command == "plugins":

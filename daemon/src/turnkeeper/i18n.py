@@ -4,13 +4,16 @@ Every text is written once, in English, in the source: an error's message templa
 (``Rejected``, ``RequestError``, ``WireError``… each with its named arguments), a narrated
 sentence (``narrate``), a label of the table view (``t("…")`` in ``web/*.js``). Babel extracts
 them into ``locale/messages.pot``; each language has ``locale/<ll_CC>/LC_MESSAGES/turnkeeper.po``
-beside it, read with Babel at first use (once per locale). A text missing from a catalogue is
-shown in English. Rule terms passed as arguments (an action type, a phase, a reason…) are
+beside it, compiled into ``turnkeeper.mo`` (by the build, or ``compile`` below in a checkout) and
+read with the standard library's ``gettext`` at first use (once per locale): Babel is needed
+only to maintain the catalogues, never at run time. A text missing from a catalogue is shown in
+English. Rule terms passed as arguments (an action type, a phase, a reason…) are
 translated too: see ``TERMS``.
 
 Maintenance, from the repository root (docs/localization.md)::
 
-    python -m turnkeeper.i18n update   # re-extract messages.pot and merge it into every .po
+    python -m turnkeeper.i18n update   # re-extract messages.pot, merge it into every .po, compile
+    python -m turnkeeper.i18n compile  # compile every .po into its .mo (after editing a .po)
     python -m turnkeeper.i18n check    # exit 1 if a catalogue is stale or a translation missing
     python -m turnkeeper.i18n init fr  # start a new language's .po from messages.pot
 """
@@ -29,6 +32,8 @@ from typing import TYPE_CHECKING
 
 from turnkeeper_engine.errors import RuleError, TemplatedError
 from turnkeeper_engine.model import OptionValue
+
+from .mo import compile_catalogues
 
 if TYPE_CHECKING:
     from babel.messages.catalog import Catalog
@@ -214,12 +219,9 @@ def _po_path(locale: str) -> Path:
     return LOCALE_DIR / locale.replace("-", "_") / "LC_MESSAGES" / f"{DOMAIN}.po"
 
 
-@cache
-def _read(locale: str) -> Catalog:
-    from babel.messages.pofile import read_po
-
-    with _po_path(locale).open("rb") as f:
-        return read_po(f, locale=locale.replace("-", "_"), domain=DOMAIN)
+class CatalogueMissingError(RuntimeError):
+    """A supported locale's ``.mo`` is not there: a checkout whose catalogues were never
+    compiled, or a broken install."""
 
 
 @cache
@@ -227,13 +229,13 @@ def _translations(locale: str) -> _gettext.NullTranslations:
     """The compiled catalogue of a supported locale; English needs none."""
     if locale == DEFAULT:
         return _gettext.NullTranslations()
-    from babel.messages.mofile import write_mo
-    from babel.support import Translations
-
-    compiled = io.BytesIO()
-    write_mo(compiled, _read(locale))  # fuzzy and empty translations are left out
-    compiled.seek(0)
-    return Translations(compiled, domain=DOMAIN)
+    try:
+        return _gettext.translation(DOMAIN, LOCALE_DIR, languages=[locale.replace("-", "_")])
+    except FileNotFoundError:
+        raise CatalogueMissingError(
+            f"no compiled {locale} catalogue in {LOCALE_DIR}: in a checkout, run "
+            "python -m turnkeeper.i18n compile"
+        ) from None
 
 
 def gettext(locale: str, msgid: str) -> str:
@@ -296,17 +298,11 @@ def catalogue(locale: str) -> dict[str, str]:
     locale = negotiate(locale)
     if locale == DEFAULT:
         return {}
-    found: dict[str, str] = {}
-    for m in _read(locale):
-        if (
-            isinstance(m.id, str)
-            and m.id
-            and isinstance(m.string, str)
-            and m.string
-            and not m.fuzzy
-        ):
-            found[f"{m.context}\x04{m.id}" if m.context else m.id] = m.string
-    return found
+    # The .mo holds only translated, non-fuzzy messages, keyed as gettext looks them up (a
+    # context and its separator first); a plural's forms are keyed (msgid, n) and left out.
+    # `_catalog` is GNUTranslations' own table, there since Python 2, though not in typeshed.
+    messages: dict[object, str] = vars(_translations(locale))["_catalog"]
+    return {key: text for key, text in messages.items() if isinstance(key, str) and key}
 
 
 # Maintenance: extraction and catalogue updates (Babel's messages tools) ----------------------
@@ -408,9 +404,15 @@ def translated_locales() -> list[str]:
     return [locale for locale in SUPPORTED if locale != DEFAULT]
 
 
+def compile_all() -> list[Path]:
+    """Compile every locale's ``.po`` into the ``.mo`` beside it, which the daemon reads."""
+    _translations.cache_clear()
+    return compile_catalogues(LOCALE_DIR, LOCALE_DIR)
+
+
 def update(root: Path) -> list[Path]:
     """Re-extract ``messages.pot`` and merge it into each locale's ``.po`` (new messages come
-    in untranslated, gone ones are dropped). Returns the files that changed."""
+    in untranslated, gone ones are dropped), then compile them. Returns the files that changed."""
     template = extract(root)
     changed = [TEMPLATE] if _write(TEMPLATE, template) else []
     for locale in translated_locales():
@@ -420,6 +422,7 @@ def update(root: Path) -> list[Path]:
         po.update(template, no_fuzzy_matching=True, update_creation_date=False)
         if _write(path, po):
             changed.append(path)
+    compile_all()
     return changed
 
 
@@ -480,8 +483,9 @@ def _main(argv: Iterable[str] | None = None) -> int:
         prog="python -m turnkeeper.i18n", description="Maintain Turnkeeper's translations."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("update", help="re-extract messages.pot and merge it into every .po")
+    sub.add_parser("update", help="re-extract messages.pot, merge it into every .po, compile")
     sub.add_parser("check", help="exit 1 if a catalogue is stale or a translation missing")
+    sub.add_parser("compile", help="compile every .po into the .mo the daemon reads")
     start = sub.add_parser("init", help="start a new language's catalogue from messages.pot")
     start.add_argument("locale", help="BCP 47 tag, e.g. fr or es-AR")
     args = parser.parse_args(list(argv) if argv is not None else None)
@@ -489,6 +493,10 @@ def _main(argv: Iterable[str] | None = None) -> int:
     if args.command == "update":
         for path in update(root):
             print(f"updated {path.relative_to(root)}")
+        return 0
+    if args.command == "compile":
+        for path in compile_all():
+            print(f"compiled {path.relative_to(root)}")
         return 0
     if args.command == "init":
         print(f"created {init(args.locale).relative_to(root)}")

@@ -28,7 +28,6 @@ import anyio
 import msgpack  # type: ignore[import-untyped]
 import structlog
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnkeeper_engine.errors import Arg, ProtocolError
 
@@ -48,8 +47,12 @@ def _ours(name: str) -> bool:
     return name.startswith(("turnkeeper.", "tokens."))
 
 
-SCHEMA_VERSION = 1
-"""Written to ``meta`` on creation; a file with another version is refused, never guessed at."""
+SCHEMA_VERSION = 2
+"""Written to ``meta`` on creation; a file with another version is refused, never guessed at,
+except version 1, which ``_migrate`` upgrades in place."""
+
+DEFAULT_TABLE = "default"
+"""The table of every combat stored before tables (``turnkeeper.tables.DEFAULT_TABLE``)."""
 
 COMMIT_QUEUE = 4096
 """Batches waiting for the committer. When full, ``commit`` waits: backpressure reaches the
@@ -131,7 +134,9 @@ CREATE TABLE IF NOT EXISTS meta (
 CREATE TABLE IF NOT EXISTS combats (
     combat_id TEXT PRIMARY KEY,
     ruleset TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    -- The table the combat belongs to (``turnkeeper.tables``): written once, with the combat.
+    table_id TEXT NOT NULL DEFAULT 'default'
 );
 CREATE TABLE IF NOT EXISTS events (
     combat_id TEXT NOT NULL,
@@ -209,6 +214,8 @@ class Batch:
     rebuild that could not start from the stored snapshot leaves a fresh one for the next."""
     summary: Any = None
     """Plain data the caller wants back at start-up without replaying (see ``summaries``)."""
+    table: str = DEFAULT_TABLE
+    """The table of the combat the batch creates (with ``ruleset``; see ``memberships``)."""
 
 
 @dataclass(frozen=True)
@@ -231,8 +238,19 @@ class LoadedCombat:
     quarantined: str | None = None
 
 
-def _future() -> asyncio.Future[None]:
-    return asyncio.get_running_loop().create_future()
+class _Outcome(asyncio.Future[None]):
+    """Resolved by the committer once a batch's outcome is known, and deaf to cancellation: its
+    waiter must learn whether its events are on disk, or its in-memory state would drift from
+    the log. A task cancelled while it waits goes on waiting (``Task.cancel`` finds the future
+    refusing) and is thrown the cancellation only once the outcome is known: the guarantee of
+    a shielded scope, without a cancel scope entered and left per command."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+
+def _outcome() -> _Outcome:
+    return _Outcome(loop=asyncio.get_running_loop())
 
 
 @dataclass(slots=True, eq=False)
@@ -245,9 +263,8 @@ class _Pending:
     response: bytes | None
     summary: bytes | None
     snapshot: bytes | None = None
-    done: asyncio.Future[None] = field(default_factory=_future)
-    """Resolved by the committer once the outcome is known. The daemon serves on asyncio: a
-    bare future has one waiter and costs a fraction of an ``anyio.Event``, once per command."""
+    done: _Outcome = field(default_factory=_outcome)
+    """Resolved by the committer once the outcome is known (``error``)."""
     error: StoreError | None = None
 
     def settle(self) -> None:
@@ -318,15 +335,17 @@ class _Filter:
         return self._added - self._built_with > FILTER_REBUILD_KEYS
 
     @staticmethod
-    def _probes(principal: str, request_id: str) -> Iterator[int]:
+    def _probes(principal: str, request_id: str) -> list[int]:
         # Double hashing over one 64-bit hash: ``hash`` is salted per process, and so is the
-        # filter, built anew by each.
+        # filter, built anew by each. A list, not a generator: asked once per command.
         h = hash((principal, request_id))
         mask = FILTER_BITS - 1
         at, step = h & mask, (h >> 32) | 1
+        probes = []
         for _ in range(FILTER_PROBES):
-            yield at
+            probes.append(at)
             at = (at + step) & mask
+        return probes
 
     def add(self, principal: str, request_id: str) -> None:
         bits = self._bits
@@ -504,6 +523,33 @@ def _warn_if_full(
     )
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Upgrade a version 1 database in place, in one transaction: its combats, from before
+    tables, are the default table's. Any other version is left for ``open`` to refuse."""
+    found = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if found is None:
+        return  # a new database
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or row[0] != 1:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("ALTER TABLE combats ADD COLUMN table_id TEXT NOT NULL DEFAULT 'default'")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    log.info(
+        "store_migrated",
+        path=str(db.execute("PRAGMA database_list").fetchone()[2]),
+        schema_from=1,
+        schema_to=SCHEMA_VERSION,
+    )
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
     # check_same_thread=False: the committer's connection is used in the committer's thread and
@@ -541,9 +587,14 @@ class Store:
         # the loop's connection would pin what the loop's reads see to its start.
         self._loader = loader
         self._loading = threading.Lock()
-        self._send: MemoryObjectSendStream[_Pending]
-        self._receive: MemoryObjectReceiveStream[_Pending]
-        self._send, self._receive = anyio.create_memory_object_stream[_Pending](COMMIT_QUEUE)
+        # The batches waiting for the committer (at most COMMIT_QUEUE), on the event loop: a
+        # deque and a future to wake each side, since every command passes here.
+        self._queue: deque[_Pending] = deque()
+        self._closed = False
+        self._arrived: asyncio.Future[None] | None = None
+        """What the committer waits on while the queue is empty."""
+        self._room: deque[asyncio.Future[None]] = deque()
+        """Committers of a full queue waiting for room, first come first served."""
         self.transactions = 0
         # Principals written since the last prune: only they can have gone over the cap.
         self._touched: set[str] = set()
@@ -602,6 +653,7 @@ class Store:
                         mode=str(mode),
                     )
                 writer.execute("PRAGMA synchronous=FULL")
+                _migrate(writer)
                 writer.executescript(_SCHEMA)
                 writer.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
@@ -650,8 +702,7 @@ class Store:
         """Close the database. Call after ``run`` has returned (or was never started)."""
         self._committer.close()
         self._committer.join()
-        self._send.close()
-        self._receive.close()
+        self._closed = True
         self._reader.close()
         self._loader.close()
         self._writer.close()
@@ -676,25 +727,53 @@ class Store:
             None if batch.request is None else pack(batch.response),
             None if batch.summary is None else pack(batch.summary),
         )
-        try:
+        queue = self._queue
+        while len(queue) >= COMMIT_QUEUE and not self._closed:
+            room = asyncio.get_running_loop().create_future()
+            self._room.append(room)
             try:
-                # No trip round the event loop while the queue has room: the wait for the
-                # commit yields anyway.
-                self._send.send_nowait(pending)
-            except anyio.WouldBlock:
-                await self._send.send(pending)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            raise StoreError("store_failed", "the store is stopping") from None
-        with anyio.CancelScope(shield=True):
+                await room
+            finally:
+                if not room.done():
+                    self._room.remove(room)
+        if self._closed:
+            raise StoreError("store_failed", "the store is stopping")
+        queue.append(pending)
+        arrived = self._arrived
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
+        try:
             await pending.done
+        except asyncio.CancelledError:
+            if not pending.done.done():
+                raise  # never so: the future refuses cancellation until settled
+            # Cancelled while it waited (``_Outcome``): the caller learns the outcome first.
+            # The cancel scope that cancelled it goes on delivering until its task leaves it,
+            # so it is cancelled again at its next wait, as after a shielded scope.
         if pending.error is not None:
             raise pending.error
 
+    def _make_room(self) -> None:
+        """Wake as many committers waiting for room as the queue has room for."""
+        for _ in range(min(len(self._room), COMMIT_QUEUE - len(self._queue))):
+            room = self._room.popleft()
+            if not room.done():
+                room.set_result(None)
+
     async def stop(self) -> None:
         """Accept no more commits, and return once ``run`` has committed everything queued."""
-        self._send.close()
+        self._close_queue()
         if self._stopped is not None:
             await self._stopped.wait()
+
+    def _close_queue(self) -> None:
+        self._closed = True
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
+        while self._room:
+            room = self._room.popleft()
+            if not room.done():
+                room.set_result(None)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The committer: write queued batches, many per transaction, until ``stop``.
@@ -704,14 +783,23 @@ class Store:
         """
         self._stopped = stopped = anyio.Event()
         task_status.started()
+        queue = self._queue
         try:
-            async for first in self._receive:
-                group = [first]
-                while len(group) < MAX_BATCHES_PER_COMMIT:
-                    try:
-                        group.append(self._receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
+            while True:
+                # Once per transaction: a committer cancelled before it starts writes nothing.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                if not queue:
+                    if self._closed:
                         break
+                    self._arrived = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._arrived
+                    finally:
+                        self._arrived = None
+                    continue
+                take = min(len(queue), MAX_BATCHES_PER_COMMIT)
+                group = [queue.popleft() for _ in range(take)]
+                self._make_room()
                 try:
                     # Shielded: a write that reached the disk must be reported to its waiters.
                     with anyio.CancelScope(shield=True):
@@ -731,12 +819,9 @@ class Store:
                         await self._committer.run(self._prune)
         finally:
             self._committer.close()
-            self._send.close()
-            while True:
-                try:
-                    pending = self._receive.receive_nowait()
-                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                    break
+            self._close_queue()
+            while queue:
+                pending = queue.popleft()
                 pending.error = StoreError("store_failed", "the store stopped before this commit")
                 pending.settle()
             stopped.set()
@@ -830,7 +915,7 @@ class Store:
         gets its ``error`` and leaves the log as it was), then insert the rest, a statement
         per table (committer's thread, inside the transaction)."""
         ends: dict[str, int | None] = {}  # each combat's last seq as this group leaves it
-        combats: list[tuple[str, str, float]] = []
+        combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         summaries: list[tuple[str, bytes]] = []
@@ -848,7 +933,7 @@ class Store:
                     pending.error = _conflict(f"combat {b.combat_id!r} exists")
                     continue
                 last = 0
-                combats.append((b.combat_id, b.ruleset, b.at))
+                combats.append((b.combat_id, b.ruleset, b.at, b.table))
             elif last is None:
                 pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
                 continue
@@ -871,7 +956,9 @@ class Store:
         db = self._writer
         if combats:
             db.executemany(
-                "INSERT INTO combats (combat_id, ruleset, created_at) VALUES (?, ?, ?)", combats
+                "INSERT INTO combats (combat_id, ruleset, created_at, table_id)"
+                " VALUES (?, ?, ?, ?)",
+                combats,
             )
         if events:
             db.executemany("INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", events)
@@ -934,8 +1021,9 @@ class Store:
         b = pending.batch
         if b.ruleset is not None:
             db.execute(
-                "INSERT INTO combats (combat_id, ruleset, created_at) VALUES (?, ?, ?)",
-                (b.combat_id, b.ruleset, b.at),
+                "INSERT INTO combats (combat_id, ruleset, created_at, table_id)"
+                " VALUES (?, ?, ?, ?)",
+                (b.combat_id, b.ruleset, b.at, b.table),
             )
         elif (
             db.execute("SELECT 1 FROM combats WHERE combat_id = ?", (b.combat_id,)).fetchone()
@@ -1017,6 +1105,13 @@ class Store:
             except ValueError:
                 result.append((combat_id, None))
         return result
+
+    def memberships(self) -> dict[str, str]:
+        """The table of every combat not of the default table, by combat id."""
+        rows = self._reader.execute(
+            "SELECT combat_id, table_id FROM combats WHERE table_id != ?", (DEFAULT_TABLE,)
+        ).fetchall()
+        return dict(rows)
 
     def load_one(self, combat_id: str) -> LoadedCombat:
         """One combat as found at start-up, with its snapshot, for rebuilding it (from any

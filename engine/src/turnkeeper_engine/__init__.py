@@ -21,6 +21,8 @@ from .rulebook import BUNDLED_RULES, ConditionType, NameTakenError, RuleBook
 from .rulesets import ClaimOrder, Ruleset
 from .views import View, view, visible
 
+__version__ = "0.1.0"
+
 __all__ = [
     "BUNDLED_RULES",
     "NARRATOR",

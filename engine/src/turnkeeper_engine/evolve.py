@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 import zlib
 from collections.abc import Callable, Iterable
+from itertools import accumulate, compress, repeat
 from typing import Any
 
 from . import events as ev
@@ -41,7 +43,9 @@ from .model import (
     Stretch,
     Turn,
     Window,
+    maker,
     replace,
+    replacer,
 )
 from .plain import from_plain, to_plain
 
@@ -61,6 +65,15 @@ PACK_LEVEL = 1
 default for 10% more bytes, and a stretch is packed on the writer's path."""
 
 _NO_HISTORY = History()
+
+# The undo history's values are made on every event: made without ``__init__`` (``maker``),
+# and the state's replacements without ``replace``'s look-up of the function for its fields.
+_done = maker(Done)
+_stretch = maker(Stretch)
+_history = maker(History)
+_with_command = replacer(State, "undo", "last_command")
+_checkpoint = replacer(State, "undo", "seq", "secrets", "measured")
+_with_log = replacer(State, "seq", "secrets")
 
 
 def _set(state: State, combatant_id: str, **changes: Any) -> State:
@@ -201,13 +214,19 @@ def _condition_gone(state: State, condition_id: str) -> State:
 
 def _within_reach(stretches: tuple[Stretch, ...], reach: int) -> tuple[Stretch, ...]:
     """The last stretches that hold the last ``reach`` commands; older ones go."""
-    held = 0
-    for i in range(len(stretches) - 1, -1, -1):
-        if held >= reach:
-            return stretches[i + 1 :]
-        s = stretches[i]
-        held += s.count if s.packed else len(s.done)  # ``Stretch.size``, without its call
-    return stretches
+    n = len(stretches)
+    # ``Stretch.size`` of each, last first, without its call; ``held[k]``: what the last k
+    # hold. The first k (below n) at which they hold ``reach`` is found in C.
+    held = accumulate(
+        [s.count if s.packed else len(s.done) for s in reversed(stretches)], initial=0
+    )
+    k = next(compress(range(n), map(operator.ge, held, repeat(reach))), n)
+    return stretches[n - k :] if k < n else stretches
+
+
+_PACKER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+"""The compact JSON of packed stretches, made once (``json.dumps`` with options makes one per
+call). Plain data is a tree: the encoder need not look for cycles (a fifth of its time)."""
 
 
 def _packed(stretch: Stretch) -> Stretch:
@@ -217,8 +236,7 @@ def _packed(stretch: Stretch) -> Stretch:
     take 300 (see the module's docstring)."""
     if stretch.packed or not stretch.done:
         return stretch
-    # Plain data is a tree: the encoder need not look for cycles (a fifth of its time).
-    text = json.dumps(to_plain(stretch.done), separators=(",", ":"), check_circular=False)
+    text = _PACKER.encode(to_plain(stretch.done))
     packed = base64.b64encode(zlib.compress(text.encode(), PACK_LEVEL)).decode("ascii")
     return Stretch(stretch.start, packed=packed, count=len(stretch.done))
 
@@ -235,20 +253,26 @@ def _recorded(state: State, name: str) -> State:
     """An undoable command begins: it joins the last stretch, or starts a new one from the
     state as it is (its checkpoint) when that stretch is full, and the full one is packed."""
     history = state.undo
-    reach = min(history.reach + 1, UNDO_DEPTH)
+    reach = history.reach + 1
+    if reach > UNDO_DEPTH:
+        reach = UNDO_DEPTH
     stretches = history.stretches
-    done = Done(name)
-    if stretches and stretches[-1].size < STRETCH:
-        last = _opened(stretches[-1])
-        stretches = (*stretches[:-1], Stretch(last.start, (*last.done, done)))
+    done = _done(name, ())
+    last = stretches[-1] if stretches else None
+    # ``Stretch.size``, without its call.
+    if last is not None and (last.count if last.packed else len(last.done)) < STRETCH:
+        if last.packed:
+            last = _opened(last)
+        stretches = (*stretches[:-1], _stretch(last.start, (*last.done, done), "", 0))
     else:
         # The log's fields are the current state's, never a checkpoint's: undo keeps them; nor
         # is the size memo, which would hold values the checkpoint has not.
-        start = replace(state, undo=_NO_HISTORY, seq=0, secrets=(), measured=None)
+        start = _checkpoint(state, _NO_HISTORY, 0, (), None)
         if stretches:
             stretches = (*stretches[:-1], _packed(stretches[-1]))
-        stretches = (*stretches, Stretch(start, (done,)))
-    return replace(state, undo=History(_within_reach(stretches, reach), reach), last_command=name)
+        stretches = (*stretches, _stretch(start, (done,), "", 0))
+    undo = _history(_within_reach(stretches, reach), reach)
+    return _with_command(state, undo, name)
 
 
 def _joined(history: History, event: ev.Event, after: State) -> History:
@@ -258,11 +282,12 @@ def _joined(history: History, event: ev.Event, after: State) -> History:
     is kept with the number it gave the turn."""
     if isinstance(event, ev.TurnStarted) and event.number is None and after.turn is not None:
         event = replace(event, number=after.turn.number)
-    last = history.stretches[-1]
+    stretches = history.stretches
+    last = stretches[-1]
     done = last.done[-1]
-    joined = Done(done.command, (*done.events, event))
-    stretch = Stretch(last.start, (*last.done[:-1], joined))
-    return History((*history.stretches[:-1], stretch), history.reach)
+    joined = _done(done.command, (*done.events, event))
+    stretch = _stretch(last.start, (*last.done[:-1], joined), "", 0)
+    return _history((*stretches[:-1], stretch), history.reach)
 
 
 def _replayed(start: State, done: tuple[Done, ...]) -> State:
@@ -394,6 +419,10 @@ def _t(state: State) -> Turn:
     return state.turn
 
 
+_TELLS_SECRETS = (ev.CombatantRevealed, ev.CombatantAdded, ev.CommandUndone)
+"""The events that begin or end a hidden stretch (``_secrets``)."""
+
+
 def _secrets(state: State, after: State, event: ev.Event, seq: int) -> tuple[Secret, ...]:
     """The record of hidden stretches once ``event`` (number ``seq``) is folded into ``after``:
     a hidden combatant's stretch begins with its addition and ends with its reveal, or when an
@@ -430,13 +459,16 @@ def evolve(state: State, event: ev.Event) -> State:
         # ``CommandRecorded``; only a combat's creation comes before any).
         joins = after is not state and bool(state.undo.stretches)
     seq = state.seq + 1
-    secrets = _secrets(state, after, event, seq)
+    secrets = (
+        _secrets(state, after, event, seq) if isinstance(event, _TELLS_SECRETS) else state.secrets
+    )
     if after is state:
-        return replace(state, seq=seq, secrets=secrets)
+        return _with_log(state, seq, secrets)
     # ``after`` was made just now for this event and nothing else holds it yet: the log's
     # fields are set on it rather than the whole state copied once more (replay speed).
     object.__setattr__(after, "seq", seq)
-    object.__setattr__(after, "secrets", secrets)
+    if after.secrets is not secrets:  # most events leave them, and ``after`` has them
+        object.__setattr__(after, "secrets", secrets)
     if joins:
         object.__setattr__(after, "undo", _joined(state.undo, event, after))
     return after

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from types import MemberDescriptorType
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 Phase = Literal["none", "setup", "initiative", "bonus_round", "rounds", "ended"]
 Status = Literal["active", "defeated", "removed"]
@@ -21,41 +21,91 @@ TurnKind = Literal["normal", "held", "floor"]
 OptionValue = str | int | float | bool | None
 T = TypeVar("T")
 
-_KEEP: Any = object()
-"""The default of a ``replace`` function's arguments: the field is kept as it is."""
+_REPLACERS: dict[tuple[Any, ...], Callable[..., Any]] = {}
+"""``replace`` of each class and fields changed (``_replacer``)."""
+_DRAFTS: dict[type, type] = {}
 
-_REPLACERS: dict[type, Callable[..., Any]] = {}
 
-
-def _replacer(cls: type) -> Callable[..., Any]:
-    """``replace`` for one class, written once as Python source: each field set directly on a
-    new object, no ``__init__`` and no walk over the class's fields per call. A field is set
-    through its slot's own setter (``_set_<name>``), which is what ``object.__setattr__``
-    finds after looking the name up: a state has two dozen fields and is made twice a
-    command, and this halves it."""
+def _draft(cls: type) -> type:
+    """A class of the layout of ``cls`` (its bases, its slots) that is not frozen: a new value
+    is made as a draft, its fields set as plain slot attributes (an instruction each, where a
+    frozen value's field is set by a call through ``object.__setattr__``, which packs its
+    arguments in a tuple), and then given its class. Python allows that ``__class__``
+    assignment between classes of one layout; it is tried once here, and a class it does not
+    fit (one without slots) raises ``TypeError``."""
+    known = _DRAFTS.get(cls)
+    if known is not None:
+        return known
     names = [f.name for f in fields(cls)]
-    # The function's own names begin with an underscore, so that no field (a model field is a
-    # public name) can shadow them: a field called ``new`` would be the object being made.
+    # The functions made with a draft name their own locals with an underscore, so that no
+    # field (a model field is a public name) can shadow them.
     if any(n.startswith("_") for n in names):
-        raise TypeError(f"{cls.__name__}: replace() is only made for public field names")
-    source = (
-        f"def replace(_obj, *, {', '.join(f'{n}=_KEEP' for n in names)}):\n"
-        "    _made = _new(_cls)\n"
-        + "".join(f"    _set_{n}(_made, _obj.{n} if {n} is _KEEP else {n})\n" for n in names)
-        + "    return _made\n"
+        raise TypeError(f"{cls.__name__}: only records with public field names are drafted")
+    slots = cls.__dict__.get("__slots__")
+    if slots is None or any(
+        not isinstance(
+            next((c.__dict__[n] for c in cls.__mro__ if n in c.__dict__), None),
+            MemberDescriptorType,
+        )
+        for n in names
+    ):
+        raise TypeError(f"{cls.__name__}: only records with slots are drafted")
+    draft = type(
+        f"{cls.__name__}Draft",
+        cls.__bases__,
+        # A frozen base's ``__setattr__`` refuses: the draft's fields are set the plain way.
+        {"__slots__": slots, "__setattr__": object.__setattr__, "__delattr__": object.__delattr__},
     )
-    scope: dict[str, Any] = {"_KEEP": _KEEP, "_new": object.__new__, "_cls": cls}
-    for n in names:
-        # A field an event's base class declares has its slot there.
-        slot = next((c.__dict__[n] for c in cls.__mro__ if n in c.__dict__), None)
-        if not isinstance(slot, MemberDescriptorType):
-            raise TypeError(f"{cls.__name__}: replace() is only made for records with slots")
-        scope[f"_set_{n}"] = slot.__set__
-    # The source is made above from the class's own field names, as dataclasses makes its
+    probe: Any = object.__new__(draft)
+    try:
+        probe.__class__ = cls
+    except TypeError as e:
+        raise TypeError(f"{cls.__name__}: only records with slots are drafted ({e})") from None
+    _DRAFTS[cls] = draft
+    return draft
+
+
+def _made(cls: type, name: str, params: str, values: dict[str, str]) -> Callable[..., Any]:
+    """A function ``name(params)`` that makes a value of ``cls`` as a draft (``_draft``), each
+    field set to the expression ``values`` gives it, written once as Python source."""
+    source = (
+        f"def {name}({params}):\n"
+        "    _made = _new(_draft)\n"
+        + "".join(f"    _made.{n} = {v}\n" for n, v in values.items())
+        + "    _made.__class__ = _cls\n"
+        "    return _made\n"
+    )
+    scope: dict[str, Any] = {
+        "_new": object.__new__,
+        "_draft": _draft(cls),
+        "_cls": cls,
+    }
+    # The source is made from the class's own field names, as dataclasses makes its
     # ``__init__``: nothing from outside the model goes into it.
     exec(source, scope)
-    made: Callable[..., Any] = scope["replace"]
-    _REPLACERS[cls] = made
+    made: Callable[..., Any] = scope[name]
+    return made
+
+
+def _changer(cls: type, changed: tuple[str, ...], keyword: bool) -> Callable[..., Any]:
+    """A function of a value of ``cls`` and the new values of its fields ``changed``, named
+    (``keyword``) or in that order, that makes the value with them: the other fields are
+    copied as they are, one line each, with no test of whether each was given."""
+    names = [f.name for f in fields(cls)]
+    for n in changed:
+        if n not in names:
+            raise TypeError(f"{cls.__name__} has no field {n!r}")
+    params = ", ".join(("_obj", *(("*",) if keyword and changed else ()), *changed))
+    return _made(cls, "replace", params, {n: n if n in changed else f"_obj.{n}" for n in names})
+
+
+def _replacer(key: tuple[Any, ...]) -> Callable[..., Any]:
+    """``replace`` for values of class ``key[0]`` with the fields ``key[1:]`` changed, written
+    once as Python source: each field set directly on a new object (``_draft``), with no
+    ``__init__`` and no walk over the class's fields per call (a state has two dozen fields
+    and is made twice a command)."""
+    made = _changer(key[0], key[1:], keyword=True)
+    _REPLACERS[key] = made
     return made
 
 
@@ -64,9 +114,24 @@ def replace(obj: T, /, **changes: Any) -> T:
     the engine's model: a fold makes a few new values per event (``evolve``), and
     ``dataclasses.replace`` calls ``__init__`` after a walk over the fields, four times slower.
     A field name the class does not have raises ``TypeError``, as there."""
-    cls = type(obj)
-    made = _REPLACERS.get(cls) or _replacer(cls)
+    key = (type(obj), *changes)
+    made = _REPLACERS.get(key) or _replacer(key)
     return made(obj, **changes)  # type: ignore[no-any-return]
+
+
+def replacer(cls: type[T], *changed: str) -> Callable[..., T]:
+    """``replace`` for values of the record class ``cls`` with the fields ``changed`` given in
+    that order, positionally: ``replacer(State, "seq")(state, 3)`` is ``replace(state,
+    seq=3)`` without its look-up, for the state, which every event replaces."""
+    return _changer(cls, changed, keyword=False)
+
+
+def maker(cls: type[T]) -> Callable[..., T]:
+    """A function that makes a value of the record class ``cls`` from all its fields, in
+    order and positionally, as ``cls(...)`` would, without ``__init__``'s call per field
+    (``_draft``): for the few values made on every event (the undo history's)."""
+    names = [f.name for f in fields(cast(Any, cls))]
+    return _made(cls, "make", ", ".join(names), {n: n for n in names})
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,19 +78,123 @@ _ENCODERS: dict[type, Callable[[Any], dict[str, Plain]]] = {}
 def _encoder(cls: type) -> Callable[[Any], dict[str, Plain]]:
     """``to_plain`` for records of ``cls``, written once as Python source: each field read
     directly and a scalar kept as it is, without a call (every event, reply and snapshot
-    goes through here). The map's keys are in the order the generic walk gave them (an
+    goes through here). A field whose type names one record class, or a tuple of them, calls
+    that class's encoder itself rather than going through ``to_plain``'s dispatch twice per
+    value (``_plain_code``). The map's keys are in the order the generic walk gave them (an
     event's name first), so the encoded bytes are the same."""
     names = _field_names(cls) or ()
+    hints = _field_hints(cls)
     tag = _tag(cls)
+    scope: dict[str, Any] = {"S": _SCALARS, "to_plain": to_plain, "E": _ENCODERS}
+    lines = ["def encode(v):"]
     entries = [f"{EVENT_TAG!r}: {tag!r}"] if tag is not None else []
-    entries += [f"{n!r}: v.{n} if type(v.{n}) in S else to_plain(v.{n})" for n in names]
-    source = f"def encode(v):\n    return {{{', '.join(entries)}}}\n"
-    scope: dict[str, Any] = {"S": _SCALARS, "to_plain": to_plain}
-    # Made from the class's own field names, as dataclasses makes its methods.
-    exec(source, scope)
+    _MAKING.add(cls)
+    try:
+        for i, n in enumerate(names):
+            x = f"x{i}"
+            lines.append(f"    {x} = v.{n}")
+            code = _nested_code(hints.get(n), x, i, scope, _encoder_of, "to_plain", _PLAIN_EACH)
+            entries.append(f"{n!r}: {x} if type({x}) in S else {code}")
+    finally:
+        _MAKING.discard(cls)
+    lines.append(f"    return {{{', '.join(entries)}}}")
+    # Made from the class's own field names and type hints, as dataclasses makes its methods.
+    exec("\n".join(lines) + "\n", scope)
     made: Callable[[Any], dict[str, Plain]] = scope["encode"]
     _ENCODERS[cls] = made
     return made
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    """The type hints of a record's fields, which its encoder and sizer are written from; none
+    for a class whose hints do not resolve (a caller's own record given to ``to_plain``): its
+    fields then go through the generic call, as they did before there were hints."""
+    try:
+        return _hints(cls)
+    except Exception:  # any failure to resolve them means: no hints
+        return {}
+
+
+_MAKING: set[type] = set()
+"""Record classes whose encoder or sizer is being written: a field of a class that holds it
+back (a stretch's checkpoint state) goes through the generic call instead."""
+
+
+def _record_of(hint: Any) -> type | None:
+    """The one record class a field of type ``hint`` holds (``R`` or ``R | None``), if any."""
+    if isinstance(hint, type):
+        return hint if _field_names(hint) is not None else None
+    origin, args = _shape(hint)
+    if origin in (Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        if len(kinds) == 1:
+            return _record_of(kinds[0])
+    return None
+
+
+def _items_of(hint: Any) -> Any:
+    """The item type of a field of type ``tuple[X, ...]`` (``X``), None for any other."""
+    origin, args = _shape(hint)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
+_PLAIN_EACH = (
+    "y if type(y) in S else to_plain(y)",
+    "(E.get(type(y)) or to_plain)(y)",
+    "[{each} for y in {x}] if {x} else []",
+)
+"""``_nested_code``'s pieces for ``to_plain``: an item of scalars, an item of any record
+class, a tuple from its items' code (``{each}``)."""
+
+
+def _nested_code(
+    hint: Any,
+    x: str,
+    i: int,
+    scope: dict[str, Any],
+    made_for: Callable[[type], Callable[[Any], Any] | None],
+    generic: str,
+    pieces: tuple[str, str, str],
+) -> str:
+    """The expression for the value ``x`` of a field of type ``hint`` that is not a scalar,
+    as ``generic`` (``to_plain`` or ``size``) makes it: for a record of the one class the
+    hint names, or a tuple of them, that class's own function (``made_for``) is called
+    directly when the value is of that class, and ``generic`` is called for anything else,
+    so the result is ``generic``'s whatever the value holds."""
+    record = _record_of(hint)
+    if record is not None:
+        made = made_for(record)
+        if made is None:
+            return f"{generic}({x})"
+        scope[f"f{i}"], scope[f"r{i}"] = made, record
+        return f"(f{i}({x}) if type({x}) is r{i} else {generic}({x}))"
+    item = _items_of(hint)
+    if item is None:
+        return f"{generic}({x})"
+    scalar, polymorphic, whole = pieces
+    record = _record_of(item)
+    if record is None:
+        each = scalar
+    elif record.__subclasses__():  # an event of any kind (``Done.events``)
+        each = polymorphic
+    else:
+        made = made_for(record)
+        if made is None:
+            each = f"{generic}(y)"
+        else:
+            scope[f"f{i}"], scope[f"r{i}"] = made, record
+            each = f"f{i}(y) if type(y) is r{i} else {generic}(y)"
+    return f"(({whole.format(each=each, x=x)}) if type({x}) is tuple else {generic}({x}))"
+
+
+def _encoder_of(cls: type) -> Callable[[Any], Any] | None:
+    """The encoder of ``cls`` to call from another's, made now if need be; None while it is
+    being made (a class that holds itself, through others)."""
+    if cls in _MAKING:
+        return None
+    return _ENCODERS.get(cls) or _encoder(cls)
 
 
 def to_plain(value: Any) -> Plain:
@@ -175,28 +279,63 @@ _SIZERS: dict[type, Callable[[Any], int]] = {}
 
 def _sizer(cls: type) -> Callable[[Any], int]:
     """``encoded_size`` for records of ``cls``, written once as Python source like
-    ``_encoder``: its keys' size and each field's, read directly (a size check measures each
-    value a command adds)."""
+    ``_encoder``: its keys' size and each field's, read directly, a string's inline, and a
+    record (or a tuple of records) of the one class a field's type names by that class's
+    sizer directly (a size check measures each value a command adds)."""
     names, size = _keys_size(cls)
     if not names:
         raise TypeError(f"{cls.__name__} has no plain form")
+    hints = _field_hints(cls)
+    scope: dict[str, Any] = {
+        "size": encoded_size,
+        "int_size": _int_size,
+        "str_size": _str_size,
+        "hs": header_size,
+        "Z": _SIZERS,
+    }
     # The scalars most fields hold are sized here, without going through ``encoded_size``'s
     # dispatch: a record's size is mostly its strings'.
     lines = ["def sized(v):", f"    n = {size}"]
-    for n in names:
-        lines += [
-            f"    x = v.{n}",
-            "    t = type(x)",
-            "    n += str_size(x) if t is str else 1 if x is None or t is bool else"
-            " int_size(x) if t is int else size(x)",
-        ]
+    _MAKING.add(cls)
+    try:
+        for i, n in enumerate(names):
+            code = _nested_code(hints.get(n), "x", i, scope, _sizer_of, "size", _SIZE_EACH)
+            lines += [
+                f"    x = v.{n}",
+                "    t = type(x)",
+                "    if t is str:",
+                "        m = len(x.encode())",
+                "        n += m + (1 if m < 32 else 2 if m < 0x100 else 3 if m < 0x10000 else 5)",
+                "    elif x is None or t is bool:",
+                "        n += 1",
+                "    elif t is int:",
+                "        n += int_size(x)",
+                "    else:",
+                f"        n += {code}",
+            ]
+    finally:
+        _MAKING.discard(cls)
     lines += ["    return n", ""]
-    scope: dict[str, Any] = {"size": encoded_size, "str_size": _str_size, "int_size": _int_size}
-    # Made from the class's own field names, as dataclasses makes its methods.
+    # Made from the class's own field names and type hints, as dataclasses makes its methods.
     exec("\n".join(lines), scope)
     made: Callable[[Any], int] = scope["sized"]
     _SIZERS[cls] = made
     return made
+
+
+_SIZE_EACH = (
+    "str_size(y) if type(y) is str else size(y)",
+    "(Z.get(type(y)) or size)(y)",
+    "hs(len({x})) + sum([{each} for y in {x}]) if {x} else 1",
+)
+"""``_nested_code``'s pieces for ``encoded_size`` (see ``_PLAIN_EACH``)."""
+
+
+def _sizer_of(cls: type) -> Callable[[Any], Any] | None:
+    """The sizer of ``cls`` to call from another's (see ``_encoder_of``)."""
+    if cls in _MAKING or not _field_names(cls):
+        return None
+    return _SIZERS.get(cls) or _sizer(cls)
 
 
 REF = "@"

@@ -214,14 +214,43 @@ export interface TurnkeeperEvent extends RecordedEvent {
 export interface Session {
   role: Role;
   user: string | null;
+  /** The session's table: `"default"`, a table's id, or null for the operator (every table). */
+  table: string | null;
+  /** A hosting bridge: it makes tables and manages their tokens. */
+  host: boolean;
   connection: string;
   /** The negotiated locale (`"en"`, `"pt-BR"`). */
   locale: string;
 }
 
+/** A table, as `createTable` and `listTables` answer (`created` is null for the default one). */
+export interface TableRow {
+  table: string;
+  name: string;
+  created: number | null;
+}
+
+export interface AddTokenParams {
+  table: string;
+  role: Role;
+  user?: string;
+  narrator?: boolean;
+}
+
+/** A token, as `addToken` and `listTokens` answer: never its secret, but `addToken`'s once. */
+export interface TokenRow {
+  id: string;
+  table: string;
+  role: Role;
+  user: string | null;
+  narrator: boolean;
+  host: boolean;
+  created: number;
+}
+
 export interface MethodInfo {
   name: string;
-  kind: "session" | "query" | "command";
+  kind: "session" | "query" | "table" | "command";
   since: number;
   summary: string;
 }
@@ -272,12 +301,13 @@ export interface PluginInfo {
   hooks: string[];
   provides: string[];
   unknown_hooks: string[];
-  calls: number;
-  errors: number;
-  timeouts: number;
-  blocked: number;
-  refused: number;
-  disabled: number;
+  /** The counters: the operator's only (a session of a table gets none). */
+  calls?: number;
+  errors?: number;
+  timeouts?: number;
+  blocked?: number;
+  refused?: number;
+  disabled?: number;
 }
 
 export interface PluginList {
@@ -522,6 +552,13 @@ export class Client {
   unsubscribeAll(): Promise<Record<string, never>>;
   listPlugins(): Promise<PluginList>;
 
+  // Tables: the operator's, and a hosting bridge's for the tables it manages
+  createTable(params: { name: string }): Promise<TableRow>;
+  listTables(): Promise<TableRow[]>;
+  addToken(params: AddTokenParams): Promise<TokenRow & { secret: string }>;
+  listTokens(params: { table: string }): Promise<TokenRow[]>;
+  revokeToken(params: { table: string; id: string }): Promise<{ id: string; table: string }>;
+
   // Commands
   createCombat(params: CreateCombatParams): Promise<CommandResult>;
   addCombatant(params: AddCombatantParams): Promise<CommandResult>;
@@ -558,6 +595,7 @@ export class Client {
 
 export const SESSION_METHODS: readonly string[];
 export const QUERY_METHODS: readonly string[];
+export const TABLE_METHODS: readonly string[];
 export const COMMAND_METHODS: readonly string[];
 /** Every protocol method by wire name; the client has one camelCase function for each. */
 export const METHODS: readonly string[];

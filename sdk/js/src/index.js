@@ -10,7 +10,14 @@
 
 import { decode, encode } from "@msgpack/msgpack";
 import { LOCAL_CODES, TurnkeeperError } from "./errors.js";
-import { COMMAND_METHODS, METHODS, QUERY_METHODS, SESSION_METHODS, camelCase } from "./methods.js";
+import {
+  COMMAND_METHODS,
+  METHODS,
+  QUERY_METHODS,
+  SESSION_METHODS,
+  TABLE_METHODS,
+  camelCase,
+} from "./methods.js";
 import { Subscription } from "./subscription.js";
 
 export {
@@ -20,6 +27,7 @@ export {
   QUERY_METHODS,
   SESSION_METHODS,
   Subscription,
+  TABLE_METHODS,
   TurnkeeperError,
   camelCase,
 };
@@ -48,6 +56,9 @@ export const BACKOFF_MAX_MS = 2_000;
 /** Times one request is sent, each on a fresh connection after the last one dropped before the
  * answer: a request that outlives this many connections is more likely what breaks them. */
 export const MAX_SENDS = 5;
+/** Table methods that change the token file and take no `request_id`: sent again after a lost
+ * answer, they would make a second table or token. Once sent, a drop fails them instead. */
+const SENT_ONCE = new Set(["create_table", "add_token", "revoke_token"]);
 
 /** Unread events one subscription holds. The daemon queues at most 1024 messages for a
  * connection and drops one that falls further behind, so more would not help; it also holds a
@@ -347,6 +358,36 @@ export class Client {
   /** The daemon's plugins: `{loaded, failed, skipped}`. */
   listPlugins() {
     return this._call("list_plugins", {});
+  }
+
+  // Tables: the operator's, and a hosting bridge's for the tables it manages --------------------
+
+  /** Make a table, managed by the caller: `{table, name, created}`.
+   * @param {{name: string}} params */
+  createTable(params) {
+    return this._call("create_table", { ...params });
+  }
+
+  /** The tables the caller manages: `[{table, name, created}]`. */
+  listTables() {
+    return this._call("list_tables", {});
+  }
+
+  /** Make a token of a table: `{id, table, role, user, narrator, host, created, secret}`; the
+   * secret is in this answer only.
+   * @param {{table: string, role: string, user?: string, narrator?: boolean}} params */
+  addToken(params) {
+    return this._call("add_token", { ...params });
+  }
+
+  /** The tokens of a table, never their secrets. @param {{table: string}} params */
+  listTokens(params) {
+    return this._call("list_tokens", { ...params });
+  }
+
+  /** Revoke a token of a table: its sessions end. @param {{table: string, id: string}} params */
+  revokeToken(params) {
+    return this._call("revoke_token", { ...params });
   }
 
   /**
@@ -748,6 +789,9 @@ export class Client {
       req.conn = null;
       if (req.pinned) {
         this._settle(req, new Dropped(conn.reason));
+      } else if (SENT_ONCE.has(req.method)) {
+        const why = `${req.method}: the connection dropped before the answer, and it is not sent again, for it may have been done: list_tables and list_tokens tell`;
+        this._settle(req, new TurnkeeperError(LOCAL_CODES.CONNECTION_LOST, why));
       } else if (!current || this.reconnectTimeout <= 0 || req.sends >= MAX_SENDS) {
         const why =
           req.sends >= MAX_SENDS && this.reconnectTimeout > 0

@@ -20,6 +20,15 @@ export const QUERY_METHODS = Object.freeze([
   "list_plugins",
 ]);
 
+/** Tables and their tokens: the operator's, and a hosting bridge's; no `request_id`. */
+export const TABLE_METHODS = Object.freeze([
+  "create_table",
+  "list_tables",
+  "add_token",
+  "list_tokens",
+  "revoke_token",
+]);
+
 /** Engine commands: each carries a `request_id` (filled in when absent). */
 export const COMMAND_METHODS = Object.freeze([
   "create_combat",
@@ -56,7 +65,12 @@ export const COMMAND_METHODS = Object.freeze([
 ]);
 
 /** Every method, by wire name. */
-export const METHODS = Object.freeze([...SESSION_METHODS, ...QUERY_METHODS, ...COMMAND_METHODS]);
+export const METHODS = Object.freeze([
+  ...SESSION_METHODS,
+  ...QUERY_METHODS,
+  ...TABLE_METHODS,
+  ...COMMAND_METHODS,
+]);
 
 /**
  * A wire name as the client's function name: `end_turn` → `endTurn`.

@@ -62,6 +62,8 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+__version__ = "0.1.0"
+
 __all__ = [
     "BUNDLED_RULES",
     "Actor",

@@ -26,6 +26,7 @@ __all__ = [
     "METHODS",
     "QUERY_METHODS",
     "SESSION_METHODS",
+    "TABLE_METHODS",
     "WHO_TEXT",
     "Kind",
     "Method",
@@ -34,16 +35,19 @@ __all__ = [
     "command_method",
 ]
 
-Kind = Literal["session", "query", "command"]
-"""``session`` (hello), ``query`` (reads, no ``request_id``) or ``command`` (an engine command)."""
+Kind = Literal["session", "query", "table", "command"]
+"""``session`` (hello), ``query`` (reads, no ``request_id``), ``table`` (tables and their
+tokens, no ``request_id``) or ``command`` (an engine command)."""
 
-Who = Literal["anyone", "any_role", "narrator", "controller"]
+Who = Literal["anyone", "any_role", "host", "narrator", "controller"]
 """Who may call a method: ``anyone`` (before authenticating too), ``any_role`` (every
-authenticated role), or a command's own ``who`` (``narrator``, ``controller``)."""
+authenticated role), ``host`` (the operator, and a hosting bridge for the tables it manages),
+or a command's own ``who`` (``narrator``, ``controller``)."""
 
 WHO_TEXT: Mapping[Who, str] = {
     "anyone": "anyone, before authentication too",
     "any_role": "any role",
+    "host": "the operator; a hosting bridge, for the tables it manages",
     "narrator": "narrator",
     "controller": "narrator; a player for its own combatant",
 }
@@ -155,6 +159,47 @@ QUERY_METHODS = (
     ),
 )
 
+TABLE_METHODS = (
+    Method(
+        "create_table",
+        "table",
+        1,
+        "Make a table; its maker manages it.",
+        "host",
+        (_p("name", str, required=True),),
+    ),
+    Method("list_tables", "table", 1, "The tables the caller manages.", "host", ()),
+    Method(
+        "add_token",
+        "table",
+        1,
+        "Make a token of a table; its secret is in this answer only.",
+        "host",
+        (
+            _p("table", str, required=True),
+            _p("role", str, required=True),
+            _p("user", str),
+            _p("narrator", bool, False),
+        ),
+    ),
+    Method(
+        "list_tokens",
+        "table",
+        1,
+        "The tokens of a table (never their secrets).",
+        "host",
+        (_p("table", str, required=True),),
+    ),
+    Method(
+        "revoke_token",
+        "table",
+        1,
+        "Revoke a token of a table: its sessions end.",
+        "host",
+        (_p("table", str, required=True), _p("id", str, required=True)),
+    ),
+)
+
 COMMAND_ENVELOPE = (
     _p("combat", str, required=True),
     _p("request_id", str, required=True),
@@ -186,6 +231,6 @@ def command_method(cls: type[Command]) -> Method:
 COMMAND_METHODS = tuple(command_method(cls) for cls in COMMANDS.values())
 
 METHODS: Mapping[str, Method] = {
-    m.name: m for m in (*SESSION_METHODS, *QUERY_METHODS, *COMMAND_METHODS)
+    m.name: m for m in (*SESSION_METHODS, *QUERY_METHODS, *TABLE_METHODS, *COMMAND_METHODS)
 }
 """Every protocol method by wire name, in the order ``hello`` lists them."""

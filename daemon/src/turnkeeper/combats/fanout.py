@@ -19,6 +19,7 @@ from turnkeeper_engine import events as ev
 from turnkeeper_engine.plain import Plain, event_from_plain
 
 from ..stores.port import StoreError, StorePort
+from ..tables import Scope
 from .combat import Combat
 from .errors import RequestError
 from .rebuild import Rebuilder
@@ -77,7 +78,13 @@ class SubscriptionRegistry:
         """The combats each subscriber follows, so that a disconnect leaves them without a walk
         over every combat; an entry per subscriber that follows any."""
         self._everywhere: dict[Audience, set[Subscriber]] = {}
-        """Who follows every combat (``subscribe_all``), by audience likewise."""
+        """Who follows every combat of every table (the operator's ``subscribe_all``), by
+        audience likewise."""
+        self._by_table: dict[str, dict[Audience, set[Subscriber]]] = {}
+        """Who follows every combat of a table (``subscribe_all`` of a session scoped to
+        tables), by table, then by audience likewise."""
+        self._tables: dict[Subscriber, set[str]] = {}
+        """The tables each of those follows, so that it leaves them without a walk."""
 
     def follows(self, subscriber: Subscriber, combat_id: str) -> bool:
         """Whether ``subscriber`` follows ``combat_id`` (by ``subscribe``)."""
@@ -85,7 +92,9 @@ class SubscriptionRegistry:
 
     def follows_all(self, subscriber: Subscriber) -> bool:
         """Whether ``subscriber`` follows every combat (by ``subscribe_all``)."""
-        return subscriber in self._everywhere.get(_audience(subscriber), ())
+        return subscriber in self._tables or subscriber in self._everywhere.get(
+            _audience(subscriber), ()
+        )
 
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
@@ -132,19 +141,42 @@ class SubscriptionRegistry:
             self._by_subscriber.setdefault(subscriber, set()).add(combat.id)
             return combat.seq
 
-    def subscribe_all(self, subscriber: Subscriber, limit: int | None = None) -> Plain:
+    def subscribe_all(
+        self, subscriber: Subscriber, limit: int | None = None, scope: Scope = None
+    ) -> Plain:
         """Live events of every combat, new ones included, from now on. The last seq of each
         combat of the first page (see ``Combats.page``) is returned, so a client can catch up
         on any with ``history``; ``until`` is the page's last id and ``more`` whether combats
         follow it, whose seqs ``list_combats`` pages on with. A refused request subscribes
-        nothing."""
+        nothing. ``scope`` is the tables followed (None: every table)."""
         if self.follows_all(subscriber):
             raise RequestError("already_subscribed", "subscribed to all already", "method")
-        page = self._combats.page(None, limit)
+        page = self._combats.page(None, limit, scope)
         seqs: dict[str, Plain] = {c.id: c.seq for c in page if c.quarantined is None}
-        _join(self._everywhere, subscriber)
+        if scope is None:
+            _join(self._everywhere, subscriber)
+        else:
+            self._tables[subscriber] = set()
+            self.widen(subscriber, scope)
         until = page[-1].id if page else None
-        return {"seqs": seqs, "until": until, "more": len(page) < len(self._combats)}
+        return {"seqs": seqs, "until": until, "more": len(page) < self._combats.count(scope)}
+
+    def widen(self, subscriber: Subscriber, tables: frozenset[str]) -> None:
+        """Add ``tables`` to what a ``subscribe_all`` scoped to tables follows (a table its
+        session made or was granted); nothing for a subscriber that does not follow all."""
+        followed = self._tables.get(subscriber)
+        if followed is None:
+            return
+        for table in tables - followed:
+            followed.add(table)
+            _join(self._by_table.setdefault(table, {}), subscriber)
+
+    def _leave_tables(self, subscriber: Subscriber) -> None:
+        for table in self._tables.pop(subscriber, ()):
+            followers = self._by_table[table]
+            _part(followers, subscriber)
+            if not followers:
+                del self._by_table[table]
 
     def unsubscribe(self, subscriber: Subscriber, combat_id: str) -> None:
         """Stop the subscriber's events of one combat (nothing when it did not follow it)."""
@@ -159,11 +191,13 @@ class SubscriptionRegistry:
     def unsubscribe_all(self, subscriber: Subscriber) -> None:
         """Stop ``subscribe_all``'s events (combats subscribed one by one go on)."""
         _part(self._everywhere, subscriber)
+        self._leave_tables(subscriber)
 
     def drop(self, subscriber: Subscriber) -> None:
         """Forget every subscription of ``subscriber`` (a disconnect): only the combats it
         follows are visited."""
         _part(self._everywhere, subscriber)
+        self._leave_tables(subscriber)
         for combat_id in self._by_subscriber.pop(subscriber, set()):
             self._leave(subscriber, combat_id)
 
@@ -186,7 +220,8 @@ class SubscriptionRegistry:
         batches: dict[Audience, Batch | None] = {}
         failed: list[Subscriber] = []
         lagging: list[Subscriber] = []
-        for groups in (self._by_combat.get(combat.id, {}), self._everywhere):
+        followers_of_table = self._by_table.get(combat.table, {})
+        for groups in (self._by_combat.get(combat.id, {}), self._everywhere, followers_of_table):
             # Walked over copies: a subscriber that left as it was handed its batch must not
             # cut the walk short (the audiences after it would miss a committed command).
             for key, followers in list(groups.items()):

@@ -81,11 +81,11 @@ class HookWorkers:
         """The worker whose share ``combat`` is."""
         return hash(combat.id) % self._workers
 
-    async def make_room(
-        self, room: Room, clock: bool, command: cmd.Command, combat: Combat
-    ) -> None:
+    def make_room(self, room: Room, clock: bool, command: cmd.Command, combat: Combat) -> bool:
         """A place in the worker's ``HOOK_QUEUE`` for the command's hooks, taken before it is
-        decided: a client waits for one; the clock takes one only if there is room."""
+        decided: the clock takes one only if there is room; a client's is taken here if there
+        is room, else False, and the client waits for one (``wait_room``). Never waits: a
+        queue with room costs a command no coroutine."""
         shard = self.shard(combat)
         if clock:
             room.placed = room.observe = self._places[shard] < HOOK_QUEUE
@@ -96,10 +96,21 @@ class HookWorkers:
                 # The clock cannot wait, and the queue must stay bounded: plugins that are
                 # this far behind miss the hooks of this tick.
                 log.warning("plugin_hooks_skipped", combat=combat.id, command=command.name)
-        else:
-            # No hook stands for a combat's creation.
-            room.observe = not isinstance(command, cmd.CreateCombat)
-            room.placed = room.observe and await self._take_place(shard, combat)
+            return True
+        # No hook stands for a combat's creation.
+        room.observe = not isinstance(command, cmd.CreateCombat)
+        if not room.observe:
+            return True
+        if self._places[shard] >= HOOK_QUEUE or combat.places >= HOOK_QUEUE_PER_COMBAT:
+            return False
+        self._places[shard] += 1
+        combat.places += 1
+        room.placed = True
+        return True
+
+    async def wait_room(self, room: Room, combat: Combat) -> None:
+        """Wait for the place ``make_room`` found no room for, and take it."""
+        room.placed = await self._take_place(self.shard(combat), combat)
 
     async def _take_place(self, shard: int, combat: Combat) -> bool:
         """Wait for room in a worker's ``HOOK_QUEUE``, and in the combat's share of it, and

@@ -4,19 +4,20 @@ use."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable
 from typing import Any
 
 from turnkeeper_engine import BUNDLED_RULES, Actor, DiceSource, RuleBook, SystemDice
-from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.pipeline import Pipeline
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
-from turnkeeper_sdk.plugins import PluginHost
+from turnkeeper_sdk.plugins import PluginHost, PluginStats
 
 from ..stores.port import StorePort
+from ..tables import Scope
 from .clock import Clock
 from .combat import Combat
 from .deadlines import Deadlines
@@ -26,6 +27,9 @@ from .queries import Queries
 from .rebuild import SNAPSHOT_EVERY, Rebuilder
 from .registry import Combats
 from .writer import Writer
+
+_COUNTERS = frozenset(f.name for f in dataclasses.fields(PluginStats))
+"""The keys of a loaded plugin's counters in ``list_plugins``."""
 
 GC_YOUNG = 20_000
 """Net allocations of objects the cyclic collector tracks between two collections of its
@@ -95,6 +99,9 @@ class Hub:
             observes=hooks.after_due if hooks is not None else None,
         )
         self.clock = Clock(self.deadlines, self.rebuilder, self.writer, clock)
+        self.execute = self.writer.execute
+        """Apply a command once (see ``Writer.execute``): the writer's own method, so that
+        every command spares a coroutine of the facade's."""
 
     async def recover(self) -> None:
         """Know every combat from its stored summary (see ``Rebuilder.recover``)."""
@@ -116,12 +123,6 @@ class Hub:
         """The combat, rebuilt first if it was not yet; refused if unknown or quarantined."""
         return await self.rebuilder.ready(combat_id)
 
-    async def execute(
-        self, principal: str, actor: Actor, combat_id: str, command: cmd.Command, request_id: str
-    ) -> Plain:
-        """Apply a command once (see ``Writer.execute``)."""
-        return await self.writer.execute(principal, actor, combat_id, command, request_id)
-
     async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
         """The combat as ``actor`` may see it, encoded for the wire."""
         return await self.queries.view(combat_id, actor)
@@ -136,23 +137,43 @@ class Hub:
         """A command result's events with their narrated lines."""
         return self.queries.told(combat_id, events, actor, locale)
 
-    def summaries(self, after: str | None = None, limit: int | None = None) -> Plain:
-        """One row per combat of a page."""
-        return self.queries.summaries(after, limit)
+    def summaries(
+        self, after: str | None = None, limit: int | None = None, scope: Scope = None
+    ) -> Plain:
+        """One row per combat of a page of ``scope``'s tables (None: every table)."""
+        return self.queries.summaries(after, limit, scope)
 
-    def plugin_listing(self) -> Plain:
-        """The plugins loaded (with their counters), failed and skipped."""
+    def plugin_listing(self, counters: bool = True) -> Plain:
+        """The plugins loaded (with their counters, if ``counters``), failed and skipped. The
+        counters are the daemon's, every table's calls together: they are the operator's to
+        read, for a session of one table would see them move with another table's play."""
         if self.plugins is None:
             return {"loaded": [], "failed": [], "skipped": []}
-        return self.plugins.listing()
+        listing = self.plugins.listing()
+        if not counters:
+            listing["loaded"] = [
+                {k: v for k, v in p.items() if k not in _COUNTERS} for p in listing["loaded"]
+            ]
+        return listing
 
     async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
         """Missed events, then live ones (see ``SubscriptionRegistry.subscribe``)."""
         return await self.subscriptions.subscribe(combat_id, subscriber, after)
 
-    def subscribe_all(self, subscriber: Subscriber, limit: int | None = None) -> Plain:
-        """Live events of every combat (see ``SubscriptionRegistry.subscribe_all``)."""
-        return self.subscriptions.subscribe_all(subscriber, limit)
+    def subscribe_all(
+        self, subscriber: Subscriber, limit: int | None = None, scope: Scope = None
+    ) -> Plain:
+        """Live events of every combat of ``scope``'s tables (see
+        ``SubscriptionRegistry.subscribe_all``)."""
+        return self.subscriptions.subscribe_all(subscriber, limit, scope)
+
+    def visible(self, combat_id: str, scope: Scope) -> bool:
+        """Whether a session of ``scope`` may know of ``combat_id`` (see ``Combats.visible``)."""
+        return self.registry.visible(combat_id, scope)
+
+    def widen(self, subscriber: Subscriber, tables: frozenset[str]) -> None:
+        """A ``subscribe_all`` scoped to tables follows ``tables`` too."""
+        self.subscriptions.widen(subscriber, tables)
 
     def unsubscribe(self, subscriber: Subscriber, combat_id: str) -> None:
         """Stop the subscriber's events of one combat."""

@@ -8,6 +8,7 @@ from turnkeeper_engine.plain import Plain, event_from_plain, to_plain
 from turnkeeper_sdk import wire
 
 from ..stores.port import StoreError, StorePort
+from ..tables import Scope
 from .combat import Combat
 from .rebuild import Rebuilder
 from .registry import Combats
@@ -75,12 +76,14 @@ class Queries:
         state = self._combats.by_id[combat_id].state
         return told(state, events, actor, locale, self._rules)
 
-    def summaries(self, after: str | None = None, limit: int | None = None) -> Plain:
-        """One row per combat of a page (see ``Combats.page``), for every role (ids, rulesets,
-        phases and rounds are not secret): from the stored summary while a combat is not
-        rebuilt yet."""
+    def summaries(
+        self, after: str | None = None, limit: int | None = None, scope: Scope = None
+    ) -> Plain:
+        """One row per combat of a page of ``scope``'s tables (see ``Combats.page``), for
+        every role (ids, rulesets, phases and rounds are not secret within a table): from the
+        stored summary while a combat is not rebuilt yet."""
         rows: list[Plain] = []
-        for c in self._combats.page(after, limit):
+        for c in self._combats.page(after, limit, scope):
             if c.quarantined is not None:
                 reason = c.quarantined[:MAX_REASON_CHARS]
                 rows.append({"combat": c.id, "quarantined": reason})

@@ -18,10 +18,11 @@ from turnkeeper_engine import State, evolve
 from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
 
 from ..stores.port import Batch, StoreError, StorePort
+from ..tables import DEFAULT_TABLE, Scope
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
 from .errors import RequestError
-from .registry import Combats
+from .registry import Combats, unknown_combat
 
 log = structlog.get_logger("turnkeeper.combats")
 
@@ -94,6 +95,7 @@ class Rebuilder:
         rebuild may store a fresh snapshot."""
         found: list[Combat] = []
         unsummed: list[Combat] = []
+        tables = self.store.memberships()
         # Every object made here lives as long as the daemon: a collection meanwhile would only
         # rescan them, ever more of them (at 100,000 combats a start made two full ones). The
         # garbage made so far (loading modules, plugins) is collected first, never frozen.
@@ -107,6 +109,7 @@ class Rebuilder:
                 else:
                     combat = Combat(combat_id, State(), 0, loaded=False)
                     unsummed.append(combat)
+                combat.table = tables.get(combat_id, DEFAULT_TABLE)
                 found.append(combat)
         finally:
             if enabled:
@@ -163,9 +166,12 @@ class Rebuilder:
         its log since the start (each waits for its rebuild first)."""
         return not combat.loaded and combat.loading is None
 
-    async def ready(self, combat_id: str) -> Combat:
-        """The combat, rebuilt first if it was not yet; refused if unknown or quarantined."""
+    async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
+        """The combat, rebuilt first if it was not yet; refused if unknown or quarantined. One
+        outside ``scope``'s tables is refused as unknown, before anything of it is told."""
         found = self.combats.known(combat_id)
+        if scope is not None and found.table not in scope:
+            raise unknown_combat(combat_id)
         await self.load_once(found)
         if found.quarantined is not None:
             # The reason is a diagnostic (what failed to decode, and how): told as it is.

@@ -4,13 +4,16 @@ quarantine, and pages in id order."""
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from itertools import islice
 
 import anyio
 import structlog
 
 from ..store import StoreError
+from ..tables import Scope
 from .combat import Combat
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -27,6 +30,12 @@ MAX_COMBAT_PAGE = 500
 ``MAX_REASON_CHARS``) take under 1.4 KiB each, so a page stays far inside the message limit."""
 
 
+def unknown_combat(combat_id: str) -> RequestError:
+    """The refusal of a combat there is none of, or none the caller may know of (a combat of
+    another table is refused in these very words)."""
+    return RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
+
+
 class Combats:
     """Every combat of the daemon by id, and their ids sorted for paging. A combat's deadline
     is the clock's to know (``deadlines``): quarantining one takes it off."""
@@ -35,6 +44,9 @@ class Combats:
         self.by_id: dict[str, Combat] = {}
         self.ids: list[str] = []
         """Every combat's id, sorted: pages of combats are read from it by id (code points)."""
+        self.by_table: dict[str, list[str]] = {}
+        """The ids of each table's combats, sorted likewise: a table's page is read from its
+        own list, however many combats other tables have."""
         self._pending: dict[str, anyio.Event] = {}
         """Combats being created (their first command on its way to the store), each holding
         its id and its room until it is added or refused; the event is set then."""
@@ -47,7 +59,7 @@ class Combats:
         """The combat of that id, rebuilt or not; refused if there is none."""
         found = self.by_id.get(combat_id)
         if found is None:
-            raise RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
+            raise unknown_combat(combat_id)
         return found
 
     @asynccontextmanager
@@ -83,12 +95,16 @@ class Combats:
         """Hold a new combat (its first command is committed)."""
         self.by_id[combat.id] = combat
         bisect.insort(self.ids, combat.id)
+        bisect.insort(self.by_table.setdefault(combat.table, []), combat.id)
 
     def recovered(self, combats: list[Combat]) -> None:
         """Hold the combats a start found, and put their deadlines on the clock's heap."""
         for combat in combats:
             self.by_id[combat.id] = combat
         self.ids = sorted(self.by_id)
+        self.by_table = {}
+        for combat_id in self.ids:
+            self.by_table.setdefault(self.by_id[combat_id].table, []).append(combat_id)
         for combat in combats:
             self._deadlines.moved(combat)
 
@@ -104,18 +120,46 @@ class Combats:
         log.error("combat_quarantined", combat=combat.id, reason=error.message)
         return RequestError("combat_quarantined", "{reason}", "combat", reason=error.message)
 
-    def page(self, after: str | None, limit: int | None) -> list[Combat]:
-        """The combats whose ids sort after ``after`` (all with None), in id order: ``limit``
-        of them at most, or every one, refused when that is more than ``MAX_COMBAT_PAGE``.
-        Ids sort by code point, so a page read later starts where the last ended, whatever
-        was created in between or since a restart."""
-        start = 0 if after is None else bisect.bisect_right(self.ids, after)
-        if limit is None and len(self.ids) - start > MAX_COMBAT_PAGE:
+    def _lists(self, scope: Scope) -> list[list[str]]:
+        if scope is None:
+            return [self.ids]
+        return [self.by_table[t] for t in scope if t in self.by_table]
+
+    def count(self, scope: Scope = None) -> int:
+        """How many combats the tables of ``scope`` hold (None: every table)."""
+        return sum(len(ids) for ids in self._lists(scope))
+
+    def page(self, after: str | None, limit: int | None, scope: Scope = None) -> list[Combat]:
+        """The combats of ``scope``'s tables (None: every table) whose ids sort after
+        ``after`` (all with None), in id order: ``limit`` of them at most, or every one,
+        refused when that is more than ``MAX_COMBAT_PAGE``. Ids sort by code point, so a page
+        read later starts where the last ended, whatever was created in between or since a
+        restart."""
+        lists = self._lists(scope)
+        starts = [0 if after is None else bisect.bisect_right(ids, after) for ids in lists]
+        if (
+            limit is None
+            and sum(len(ids) - s for ids, s in zip(lists, starts, strict=True)) > MAX_COMBAT_PAGE
+        ):
             raise RequestError(
                 "result_too_large",
                 "more than {limit} combats: page with after and limit",
                 "limit",
                 limit=MAX_COMBAT_PAGE,
             )
-        ids = self.ids[start : start + (MAX_COMBAT_PAGE if limit is None else limit)]
-        return [self.by_id[i] for i in ids]
+        size = MAX_COMBAT_PAGE if limit is None else limit
+        if len(lists) == 1:
+            page = lists[0][starts[0] : starts[0] + size]
+        else:
+            # A hosting bridge's tables: their sorted lists merged, only as far as the page.
+            runs = (islice(ids, s, None) for ids, s in zip(lists, starts, strict=True))
+            page = list(islice(heapq.merge(*runs), size))
+        return [self.by_id[i] for i in page]
+
+    def visible(self, combat_id: str, scope: Scope) -> bool:
+        """Whether a session of ``scope`` may know of ``combat_id`` (True when there is no
+        such combat: the caller then gets the answer any unknown combat gets)."""
+        if scope is None:
+            return True
+        found = self.by_id.get(combat_id)
+        return found is None or found.table in scope

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import zlib
@@ -21,6 +22,7 @@ from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
 from ..stores.port import Batch, StoreError, StorePort
+from ..tables import Scope, table_of
 from .combat import Combat, summary, unchanged
 from .deadlines import Deadlines
 from .errors import RequestError
@@ -97,7 +99,7 @@ class _CombatLog:
     def seq(self) -> int:
         return self._combat.seq
 
-    def writing(self) -> anyio.Lock:
+    def writing(self) -> asyncio.Lock:
         return self._combat.lock
 
     async def commit(self, applied: Applied, ticket: _Ticket | None) -> None:
@@ -134,6 +136,7 @@ class _CombatLog:
             at=applied.now,
             snapshot=partial(to_shared, state) if snapshot else None,
             summary=summary(state, last),
+            table=combat.table,
         )
         try:
             await writer.store.commit(batch)
@@ -202,9 +205,12 @@ class Writer:
         combat_id: str,
         command: cmd.Command,
         request_id: str,
+        scope: Scope = None,
     ) -> Plain:
         """Apply a command once. A retried ``request_id`` gets the first result back, also
-        across a restart, and is never applied twice."""
+        across a restart, and is never applied twice. A combat outside ``scope``'s tables is
+        refused as unknown when it is looked up: it may have been made while this request
+        waited, after the session's own check found no such combat."""
         key = (principal, request_id)
         in_flight = self._in_flight
         while key in in_flight:
@@ -227,23 +233,28 @@ class Writer:
                     )
                 return stored["result"]  # type: ignore[no-any-return]
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
-            return await self._execute(ticket, actor, combat_id, command)
+            if isinstance(command, cmd.CreateCombat):
+                async with self.combats.creating(combat_id):
+                    combat = Combat(combat_id, State(), 0, table=table_of(combat_id))
+                    ticket.ruleset = command.ruleset
+                    result = await self.run(combat, ticket, actor, command)
+                    self.combats.add(combat)
+                    return result
+            found = self.combats.by_id.get(combat_id)
+            if (
+                found is None
+                or not found.loaded
+                or found.quarantined is not None
+                or (scope is not None and found.table not in scope)
+            ):
+                # Not known, not rebuilt yet, quarantined or another table's: ``ready`` knows
+                # what to do.
+                found = await self.rebuilder.ready(combat_id, scope)
+            return await self.run(found, ticket, actor, command)
         finally:
             done = in_flight.pop(key)
             if done is not None:
                 done.set()
-
-    async def _execute(
-        self, ticket: _Ticket, actor: Actor, combat_id: str, command: cmd.Command
-    ) -> Plain:
-        if isinstance(command, cmd.CreateCombat):
-            async with self.combats.creating(combat_id):
-                combat = Combat(combat_id, State(), 0)
-                ticket.ruleset = command.ruleset
-                result = await self.run(combat, ticket, actor, command)
-                self.combats.add(combat)
-                return result
-        return await self.run(await self.rebuilder.ready(combat_id), ticket, actor, command)
 
     async def run(
         self, combat: Combat, ticket: _Ticket | None, actor: Actor, command: cmd.Command
@@ -255,8 +266,10 @@ class Writer:
         for room, and nothing waits once the command is committed."""
         clock = ticket is None
         ticket = ticket or _Ticket()
-        if self.pipeline.hooks is not None:
-            await self.hooks.make_room(ticket.room, clock, command, combat)
+        if self.pipeline.hooks is not None and not self.hooks.make_room(
+            ticket.room, clock, command, combat
+        ):
+            await self.hooks.wait_room(ticket.room, combat)
         try:
             # A refusal (``RefusedError``) goes up as it is: the session tells it, like any.
             applied = await self.pipeline.run(_CombatLog(self, combat), actor, command, ticket)

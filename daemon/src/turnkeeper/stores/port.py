@@ -55,6 +55,9 @@ class StorePort(Protocol):
     def summaries(self) -> list[tuple[str, Any]]:
         """Every combat in creation order with its last summary (None if none or unreadable)."""
 
+    def memberships(self) -> dict[str, str]:
+        """The table of every combat not of the default table, by combat id (start-up)."""
+
     def load_one(self, combat_id: str) -> LoadedCombat:
         """One combat as found at start-up (any thread, one call at a time)."""
 

@@ -41,6 +41,7 @@ from psycopg import conninfo
 
 from ..store import (
     COMMIT_QUEUE,
+    DEFAULT_TABLE,
     MAX_BATCHES_PER_COMMIT,
     MAX_EVENTS_PER_READ,
     MAX_REMEMBERED_REQUESTS,
@@ -782,7 +783,7 @@ class PostgresStore:
         last seq is not what was expected."""
         starts: dict[str, int] = {}  # each combat's last seq before this group
         ends: dict[str, int | None] = {}  # and as the group leaves it
-        combats: list[tuple[str, str, float]] = []
+        combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
@@ -809,7 +810,7 @@ class PostgresStore:
                 )
                 continue
             if b.ruleset is not None:
-                combats.append((b.combat_id, b.ruleset, b.at))
+                combats.append((b.combat_id, b.ruleset, b.at, b.table))
             starts.setdefault(b.combat_id, last)
             ends[b.combat_id] = last + len(pending.events)
             events.extend(pending.events)
@@ -821,11 +822,11 @@ class PostgresStore:
                 snapshots[b.combat_id] = (last + len(pending.events), pending.snapshot)
         db = self._writer
         if combats:
-            ids, rulesets, ats = zip(*combats, strict=True)
+            ids, rulesets, ats, tables = zip(*combats, strict=True)
             db.execute(
-                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at)"
-                " SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[])",
-                (list(ids), list(rulesets), list(ats)),
+                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at, table_id)"
+                " SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[])",
+                (list(ids), list(rulesets), list(ats), list(tables)),
             )
         moved = [(c, starts[c], end) for c, end in ends.items() if end != starts[c]]
         if moved:
@@ -886,9 +887,9 @@ class PostgresStore:
             if row is not None:
                 raise _ConflictError(f"combat {b.combat_id!r} exists")
             db.execute(
-                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at)"
-                " VALUES (%s, %s, %s)",
-                (b.combat_id, b.ruleset, b.at),
+                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at, table_id)"
+                " VALUES (%s, %s, %s, %s)",
+                (b.combat_id, b.ruleset, b.at, b.table),
             )
             last = 0
         elif row is None:
@@ -995,6 +996,18 @@ class PostgresStore:
             except ValueError:
                 result.append((combat_id, None))
         return result
+
+    def memberships(self) -> dict[str, str]:
+        """The table of every combat not of the default table, by combat id."""
+        with self._reading:
+            rows = self._read(
+                "reader",
+                lambda db: db.execute(
+                    f"SELECT combat_id, table_id FROM {SCHEMA}.combats WHERE table_id <> %s",
+                    (DEFAULT_TABLE,),
+                ).fetchall(),
+            )
+        return dict(rows)
 
     def load_one(self, combat_id: str) -> LoadedCombat:
         """One combat as found at start-up, with its snapshot (from any thread).

@@ -15,6 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from itertools import count
 from typing import Any
 
@@ -31,9 +32,11 @@ from turnkeeper_sdk import wire
 from .. import __version__, i18n
 from ..auth import AuthError, Principal, Tokens
 from ..combats import Hub, RequestError
-from ..combats.registry import MAX_COMBAT_PAGE
+from ..combats.registry import MAX_COMBAT_PAGE, unknown_combat
 from ..combats.telling import Batch
 from ..methods import MAX_HISTORY_PAGE, METHODS, command, number, text
+from ..tables import Scope
+from . import admin
 from .channel import OUTBOX_MESSAGES, SEND_TIMEOUT, WRITE_STALL, Channel
 from .listeners import Admission, ConnectionLimits
 
@@ -71,8 +74,11 @@ class Sessions:
         """Unix peers with this uid are narrators without a token; None turns that off."""
         self.admission = Admission(limits)
         self.connections: set[Session] = set()
+        self.running: set[Session] = set()
+        """Every session's task still running, admitted or not (``stop`` ends them)."""
         self.in_flight = 0
         self.draining = False
+        self.stopped = False
         self.log_requests = log.is_enabled_for(logging.DEBUG)
         """Whether each request gets its log line (``--debug``): asked once, not per request."""
         self._task_group = task_group
@@ -85,20 +91,47 @@ class Sessions:
             channel.abort()  # the daemon is stopping: its task group takes no more
 
     async def run_command(
-        self, principal: str, actor: Actor, combat_id: str, value: Any, request_id: str
+        self,
+        session: Session,
+        principal: str,
+        actor: Actor,
+        combat_id: str,
+        value: Any,
+        request_id: str,
+        scope: Scope = None,
     ) -> Plain:
         if self.draining:
             raise RequestError(
                 "shutting_down", "the daemon is stopping; retry with the same request_id"
             )
         self.in_flight += 1
+        # Once accepted, a command runs to its commit even if the daemon is asked to stop: its
+        # session is stopped once it is over (``Session.stop``), never in the middle.
+        session.in_command = True
         try:
-            # Once accepted, a command runs to its commit even if the daemon is asked to stop.
-            with anyio.CancelScope(shield=True):
-                result = await self.hub.execute(principal, actor, combat_id, value, request_id)
-            return result
+            return await self.hub.execute(principal, actor, combat_id, value, request_id, scope)
         finally:
             self.in_flight -= 1
+            session.in_command = False
+            if session.stopping:
+                session.stop()
+
+    async def run(self) -> None:
+        """Until cancelled (the daemon stops, or fails): then ``stop``. Sessions run shielded
+        from the task group they run in, so that a command in flight is never cut, and this
+        is what ends them: one scope per session, not a shielded one entered and left by
+        every command (anyio's bookkeeping for it was most of its cost on a command's way)."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """End every session: at once, or the one running a command once it is answered; one
+        that starts from now on ends as it starts."""
+        self.stopped = True
+        for session in list(self.running):
+            session.stop()
 
     async def watch_tokens(self) -> None:
         """End the sessions of revoked tokens as soon as the token file changes, including those
@@ -114,12 +147,20 @@ class Sessions:
                 continue
             seen = records
             for session in list(self.connections):
-                if session.principal is not None and not self.tokens.still_valid(session.principal):
+                if session.principal is None:
+                    continue
+                if not self.tokens.still_valid(session.principal):
                     session.close_with(
                         wire.WireError(
                             "token_revoked", "the token of this session has been revoked"
                         )
                     )
+                else:
+                    session.rescope(self.tokens.scope(session.principal))
+
+
+def _tables_changed() -> wire.WireError:
+    return wire.WireError("tables_changed", "this session's tables have changed: say hello again")
 
 
 Result = Plain | wire.Packed
@@ -145,6 +186,17 @@ class Session:
         self.locale = "en"
         self.narration: str | None = None
         """The locale events are told in for this session (hello's ``narrate``), or None."""
+        self.task_scope = anyio.CancelScope(shield=True)
+        """The session's task: shielded from the task group's cancellation, ended by ``stop``."""
+        self.in_command = False
+        self.stopping = False
+        """Set by ``stop`` while a command runs: the session ends once it is answered."""
+        self.scope: Scope = frozenset()
+        """The tables this session may see and touch (None: every one), settled at hello:
+        nothing before it."""
+        self.ending: wire.WireError | None = None
+        """Why the session ends once the request being answered has its answer (a hosting
+        bridge lost a table: ``_follow_tables``)."""
 
     # Subscriber protocol -------------------------------------------------------------------
 
@@ -213,7 +265,25 @@ class Session:
 
     # The connection's life -----------------------------------------------------------------
 
+    def stop(self) -> None:
+        """End this session's task (``Sessions.stop``): at once, or after its command."""
+        if self.in_command:
+            self.stopping = True
+        else:
+            self.task_scope.cancel()
+
     async def run(self) -> None:
+        running = self.sessions.running
+        with self.task_scope:
+            running.add(self)
+            try:
+                if self.sessions.stopped:
+                    self.task_scope.cancel()
+                await self._run()
+            finally:
+                running.discard(self)
+
+    async def _run(self) -> None:
         channel = self.channel
         if not await channel.open():
             return  # a plain HTTP request, answered
@@ -287,6 +357,8 @@ class Session:
                 await self.reply(self._refusal(item))
         elif isinstance(item, wire.Request):
             await self.reply(await self.answer(item))
+            if self.ending is not None:
+                self.close_with(self.ending)
         elif isinstance(item, wire.Response):
             # Clients answer nothing in this protocol: a response is a confused peer.
             note = wire.WireError(wire.INVALID_MESSAGE, "clients send no responses")
@@ -299,7 +371,13 @@ class Session:
         """The response to ``request``: never a traceback to the client (``_failed``)."""
         started = time.perf_counter()
         try:
-            result = await self.call(request.method, request.params)
+            handler = HANDLERS.get(request.method)
+            if handler is None:
+                raise RequestError(
+                    "unknown_method", "no method {method!r}", "method", method=request.method
+                )
+            self._may_call(request.method)
+            result = await handler(self, request.params)
         except Exception as e:
             return self._logged(request, self._failed(request, e), started)
         return self._logged(request, wire.Response(request.msgid, None, result), started)
@@ -314,7 +392,8 @@ class Session:
         handler = AT_ONCE.get(item.method)
         if handler is None or not self.channel.room():
             return False
-        started = time.perf_counter()
+        logged = self.sessions.log_requests
+        started = time.perf_counter() if logged else 0.0
         try:
             try:
                 self._may_call(item.method)
@@ -325,7 +404,9 @@ class Session:
                 if result is None:
                     return False
                 response = wire.Response(item.msgid, None, result)
-            data = self._packed(self._logged(item, response, started))
+            if logged:
+                self._logged(item, response, started)
+            data = self._packed(response)
         except Exception:
             # Not answerable here after all (say its error cannot be told): the task reads it
             # again (a read changes nothing) and fails as it fails everything, logged, the
@@ -333,6 +414,8 @@ class Session:
             return False
         if self.closing is None:
             self.channel.send(data)
+            if self.ending is not None:
+                self.close_with(self.ending)
         return True
 
     def _failed(self, request: wire.Request, error: Exception) -> wire.Response:
@@ -362,14 +445,6 @@ class Session:
             )
         return response
 
-    async def call(self, method: str, params: Mapping[str, Any]) -> Result:
-        """Run ``method``'s handler, once the session may call it."""
-        handler = HANDLERS.get(method)
-        if handler is None:
-            raise RequestError("unknown_method", "no method {method!r}", "method", method=method)
-        self._may_call(method)
-        return await handler(self, params)
-
     def _may_call(self, method: str) -> None:
         """Refuse a method of ``METHODS`` this session may not call now."""
         if METHODS[method].kind != "session":
@@ -380,6 +455,19 @@ class Session:
                     wire.WireError("token_revoked", "the token of this session has been revoked")
                 )
                 raise RequestError("token_revoked", "the token of this session has been revoked")
+            if self.principal.host:
+                self._follow_tables(self.principal)
+
+    def _follow_tables(self, principal: Principal) -> None:
+        """A hosting bridge's tables as the token file says now, for this request already: a
+        table taken from it is out of reach at once, not at ``watch_tokens``' next tick. The
+        session then ends right after this request's answer, as ``rescope`` ends it."""
+        scope = self.sessions.tokens.scope(principal)
+        if scope is not None and self.scope is not None and not self.scope <= scope:
+            self.scope = scope
+            self.ending = _tables_changed()
+        else:
+            self.rescope(scope)
 
     def promote(self, principal: Principal, narrate: bool) -> None:
         """Make this connection a session of ``principal``, or refuse: a ``server_busy``
@@ -390,14 +478,27 @@ class Session:
             raise busy
         self.sessions.admission.promote(self.channel)
         self.principal = principal
+        self.scope = self.sessions.tokens.scope(principal)
         self.narration = self.locale if narrate else None
         # The hello deadline is met: requests that came with the hello must not be cut by it.
         if self.hello_scope is not None:
             self.hello_scope.deadline = math.inf
         self.actor = principal.reader()
-        # Run in this task's context, so that what it logs names this connection too.
-        context = contextvars.copy_context()
-        self.channel.at_once = lambda item: context.run(self._at_once, item)
+        # Run in this task's context, so that what it logs names this connection too; bound
+        # with no function of ours around it, which would be one more call per read.
+        run: Callable[..., bool] = contextvars.copy_context().run
+        self.channel.at_once = partial(run, self._at_once)
+
+    def rescope(self, scope: Scope) -> None:
+        """The token file changed: a session that lost a table ends (its subscriptions may
+        follow it), one that gained a table sees it from now on."""
+        if self.scope is None or scope == self.scope:
+            return
+        if scope is None or not self.scope <= scope:
+            self.close_with(_tables_changed())
+            return
+        self.scope = scope
+        self.hub.widen(self, self.scope)
 
     def told(self, result: Plain, actor: Actor) -> Plain:
         """A command result's events, as shown to ``actor``, with their narrated lines if this
@@ -443,6 +544,8 @@ async def _hello(session: Session, params: Mapping[str, Any]) -> Plain:
         "session": {
             "role": principal.role,
             "user": principal.user,
+            "table": principal.table,
+            "host": principal.host,
             "connection": session.id,
             "locale": session.locale,
         },
@@ -475,7 +578,7 @@ def _principal(session: Session, token: object) -> Principal:
         return principal
     uid = session.channel.peer_uid
     if uid is not None and uid == session.sessions.narrator_uid:
-        return Principal(f"uid:{uid}", "narrator")
+        return Principal(f"uid:{uid}", "narrator", table=None)
     raise RequestError("unauthenticated", "a token is required on this connection", "token")
 
 
@@ -486,15 +589,17 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
     assert request_id is not None
     actor = principal.actor(text(params, "as", required=False))
     combat_id, value = command(method, params)
-    result = await session.sessions.run_command(principal.key, actor, combat_id, value, request_id)
+    if admin.hidden(session, combat_id, value):
+        await admin.refuse_hidden(session, combat_id, request_id)
+    result = await session.sessions.run_command(
+        session, principal.key, actor, combat_id, value, request_id, session.scope
+    )
     return session.told(result, actor)
 
 
 def _command_handler(method: str) -> Handler:
-    async def handle(session: Session, params: Mapping[str, Any]) -> Plain:
-        return await _command(session, params, method)
-
-    return handle
+    # A partial, not a closure: every command spares a coroutine that only awaits another.
+    return partial(_command, method=method)
 
 
 def _page_limit(params: Mapping[str, Any]) -> int | None:
@@ -510,32 +615,44 @@ def _combat(params: Mapping[str, Any]) -> str:
     return combat_id
 
 
+def _seen(session: Session, combat_id: str) -> str:
+    """``combat_id``, refused as unknown when it is of another table: called where the hub
+    would refuse an unknown combat, after the checks of the params that come first."""
+    if not session.hub.visible(combat_id, session.scope):
+        raise unknown_combat(combat_id)
+    return combat_id
+
+
 async def _list_combats(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.summaries(text(params, "after", required=False), _page_limit(params))
+    after = text(params, "after", required=False)
+    return session.hub.summaries(after, _page_limit(params), session.scope)
 
 
 async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.plugin_listing()
+    return session.hub.plugin_listing(counters=session.scope is None)
 
 
 async def _get_combat(session: Session, params: Mapping[str, Any]) -> Result:
-    return await session.hub.view(_combat(params), session.actor)
+    return await session.hub.view(_seen(session, _combat(params)), session.actor)
 
 
 def _get_combat_now(session: Session, params: Mapping[str, Any]) -> Result | None:
-    return session.hub.queries.view_now(_combat(params), session.actor)
+    return session.hub.queries.view_now(_seen(session, _combat(params)), session.actor)
 
 
 async def _history(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     after = number(params, "after", 0, 0, 2**53)
     limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
-    return await session.hub.history(combat_id, session.actor, after, limit, session.narration)
+    return await session.hub.history(
+        _seen(session, combat_id), session.actor, after, limit, session.narration
+    )
 
 
 async def _subscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     after = number(params, "after", 0, 0, 2**53)
+    _seen(session, combat_id)
     seq = await session.hub.subscribe(combat_id, session, after)
     return {"combat": combat_id, "seq": seq}
 
@@ -547,7 +664,7 @@ async def _unsubscribe(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _subscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.subscribe_all(session, _page_limit(params))
+    return session.hub.subscribe_all(session, _page_limit(params), session.scope)
 
 
 async def _unsubscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
@@ -565,6 +682,7 @@ HANDLERS: Mapping[str, Handler] = {
     "unsubscribe": _unsubscribe,
     "subscribe_all": _subscribe_all,
     "unsubscribe_all": _unsubscribe_all,
+    **admin.HANDLERS,
     **{m.name: _command_handler(m.name) for m in METHODS.values() if m.kind == "command"},
 }
 """What each method of ``turnkeeper.methods.METHODS`` does, by its name."""

@@ -105,7 +105,6 @@ class WebSocketChannel(Channel):
         self._gate = gate
         self._ws: WSConnection | None = None
         self._open = False
-        """Whether messages may still be sent: not once a close frame went either way."""
         # One buffer, not a list of parts: a message split into many empty continuation frames
         # must cost its bytes, not an entry per frame.
         self._message = bytearray()
@@ -196,9 +195,19 @@ class WebSocketChannel(Channel):
         if pong is not None and self._open:
             self.put(pong)
 
-    def framing(self) -> Callable[[bytes], bytes] | None:
-        """None once the WebSocket is closing: no message may follow the close frame."""
-        return _frame if self._open else None
+    @property
+    def _open(self) -> bool:
+        """Whether messages may still be sent: not once a close frame went either way. Kept
+        as the channel's ``framing``, which a fan-out reads for every subscriber: binary
+        frames while open, None (nothing more to send) once closing."""
+        return self.framing is not None
+
+    @_open.setter
+    def _open(self, value: bool) -> None:
+        self.framing = _frame if value else None
+
+    def frame(self, data: bytes) -> bytes:
+        return b"" if self.framing is None else _frame(data)
 
     def _goodbye(self, *, refused: bool) -> None:
         """A close frame while the WebSocket is open: 1008 after a fatal error, else 1001."""

@@ -180,14 +180,29 @@ function roleText(session) {
   return t("Bridge");
 }
 
+/** A combat's id as people read it: without the `TABLE/` its session's own table puts before
+ * every id (the whole id stays the picker's value and the link's). */
+function combatName(combat) {
+  const table = app.session?.table;
+  const prefix = table && table !== "default" ? table + "/" : null;
+  return prefix && combat.startsWith(prefix) ? combat.slice(prefix.length) : combat;
+}
+
+/** The session's table, for the header: none for the default table or the operator's. */
+function tableBadge(session) {
+  if (!session.table || session.table === "default") return null;
+  return h("span", { class: "who", "data-testid": "table" }, t("Table {id}", { id: session.table }));
+}
+
 function combatText(row) {
-  if (row.quarantined) return row.combat + " · " + t("unreadable");
+  const name = combatName(row.combat);
+  if (row.quarantined) return name + " · " + t("unreadable");
   let where;
   if (row.phase === "ended") where = t("over");
   else if (row.round === 0) where = t("bonus round");
   else if (row.round !== null && row.round !== undefined) where = t("round {n}", { n: row.round });
   else where = t("not started");
-  return row.combat + " · " + row.ruleset + " · " + where;
+  return name + " · " + row.ruleset + " · " + where;
 }
 
 /** Lists the combats, then opens the one wanted (the link's) if there is one, else shows the
@@ -254,7 +269,8 @@ function sessionBadge() {
   }, t("Reconnect"));
   app.parts.reconnect = again;
   showStatus(app.client.status);
-  return [app.parts.status, again, h("span", { class: "who", "data-testid": "role" }, roleText(app.session))];
+  return [app.parts.status, again, h("span", { class: "who", "data-testid": "role" }, roleText(app.session)),
+    tableBadge(app.session)];
 }
 
 async function signOut() {

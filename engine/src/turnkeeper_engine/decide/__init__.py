@@ -25,7 +25,7 @@ from .. import events as ev
 from ..dice import DiceSource
 from ..errors import Rejected, RuleError
 from ..evolve import evolve
-from ..model import NARRATOR, Actor, State
+from ..model import NARRATOR, Actor, State, maker
 from ..rulebook import RuleBook
 from .authorize import authorize
 from .bookkeeping import disable_plugin, enable_plugin, record_outcome
@@ -165,13 +165,18 @@ def _decide(
         )
     ctx = Ctx(state, now, actor, dice, rules, book, states=[state])
     authorize(ctx, command)
-    ctx.emit(ev.CommandRecorded(command.name, actor, now))
+    ctx.emit(_recorded(command.name, actor, now))
     _HANDLERS[type(command)](ctx, command)
     if isinstance(command, cmd.Tick) and len(ctx.events) == 1:
         return Decided([], [state])  # nothing was due: a tick that changes nothing is not recorded
     if type(command) in _ADDS_CONTENT:
         check_size(ctx)
-    return Decided(ctx.events, ctx.states)
+    return _decided(ctx.events, ctx.states)
+
+
+# Made once per command: without ``__init__``'s call per field (``maker``).
+_recorded = maker(ev.CommandRecorded)
+_decided = maker(Decided)
 
 
 _ADDS_CONTENT = frozenset(

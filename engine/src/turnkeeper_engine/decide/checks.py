@@ -8,10 +8,11 @@ import re
 import string
 import typing
 from dataclasses import fields, replace
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from ..model import ActionSpec, Combatant, Measure, OptionValue, Predicate, State, Turn
+from ..model import ActionSpec, Combatant, Measure, OptionValue, Predicate, State, Turn, maker
 from ..plain import encoded_size, header_size, keys_size
 from ..rulesets import Ruleset
 from ..views import View
@@ -52,8 +53,13 @@ _VIEW_FIELDS = tuple(f.name for f in fields(View))
 _view_values = attrgetter(*_VIEW_FIELDS)
 _VIEW_KEYS = keys_size(View)
 _COMBATANTS = _VIEW_FIELDS.index("combatants")
+_INDEXES = tuple(range(len(_VIEW_FIELDS)))
+_measure = maker(Measure)  # made on every content-adding command
 _UNMEASURED = object()
 """What a state never measured was measured with: no value is it."""
+_NOTHING_MEASURED = Measure(
+    (_UNMEASURED,) * len(_VIEW_FIELDS), (0,) * len(_VIEW_FIELDS), (None,) * len(_VIEW_FIELDS), 0, 0
+)
 
 
 def measure(state: State) -> Measure:
@@ -66,29 +72,33 @@ def measure(state: State) -> Measure:
     values: tuple[object, ...] = _view_values(state)
     measured = state.measured
     if measured is None:
-        n = len(values)
-        measured = Measure((_UNMEASURED,) * n, (0,) * n, (None,) * n, 0, 0)
-    elif all(map(operator.is_, values, measured.values)):
-        return measured
+        measured = _NOTHING_MEASURED
+        changed: list[int] = list(_INDEXES)
+    else:
+        # The fields not held as measured, found in one pass in C: most commands change one
+        # or two of the view's fields, and only they are gone through.
+        changed = list(compress(_INDEXES, map(operator.is_not, values, measured.values)))
+        if not changed:
+            return measured
     sizes = list(measured.sizes)
     items = list(measured.items)
     longest = measured.longest
     held = measured.values
-    # Most commands change one or two of the view's fields: only they are gone through.
-    for i in [i for i, value in enumerate(values) if value is not held[i]]:
-        value, was = values[i], held[i]
+    for i in changed:
+        value = values[i]
         if type(value) is tuple:
-            old = measured.items[i]
+            old = items[i]
             if old is None:
-                each = tuple(encoded_size(v) for v in value)
+                each = tuple(map(encoded_size, value))
             else:
+                was = held[i]
                 assert isinstance(was, tuple)
                 if len(value) >= len(old) and all(map(operator.is_, was, value)):
                     # Items added at the end (a condition applied, a combatant added): only
                     # they are measured, the rest compared in one pass, not looked up each.
-                    each = old + tuple(encoded_size(v) for v in value[len(old) :])
+                    each = old + tuple(map(encoded_size, value[len(old) :]))
                 else:
-                    known = {id(v): n for v, n in zip(was, old, strict=True)}
+                    known = dict(zip(map(id, was), old, strict=True))
                     each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
             sizes[i], items[i] = header_size(len(each)) + sum(each), each
         else:
@@ -96,7 +106,7 @@ def measure(state: State) -> Measure:
         if i == _COMBATANTS:
             combatants = typing.cast(tuple[Combatant, ...], value)
             longest = max((encoded_size(c.id) for c in combatants), default=0)
-    made = Measure(values, tuple(sizes), tuple(items), longest, _VIEW_KEYS + sum(sizes))
+    made = _measure(values, tuple(sizes), tuple(items), longest, _VIEW_KEYS + sum(sizes))
     # A memo, not a change of the state: frozen values are set this way only here and in the
     # fold's log fields (``evolve``).
     object.__setattr__(state, "measured", made)

@@ -20,7 +20,9 @@ cannot be reached raises :class:`ConnectionLost`.
 **Methods.** One per protocol method, named after it. Session and queries: ``hello`` (the
 hello result of the current connection: the client says hello itself), ``list_combats``,
 ``get_combat``, ``history``, ``subscribe``, ``unsubscribe``, ``subscribe_all``,
-``unsubscribe_all``, ``list_plugins``. Every engine command is a method whose keyword
+``unsubscribe_all``, ``list_plugins``. Tables (the operator's, and a hosting bridge's):
+``create_table``, ``list_tables``, ``add_token``, ``list_tokens``, ``revoke_token``. Every
+engine command is a method whose keyword
 parameters are the command's fields (``turnkeeper_engine.commands``), taking the engine's values
 (``TurnRef``, ``ActionSpec``, ``Trigger``, ``TriggerFacts``) or the same as plain maps; plus
 ``combat`` (first, positional; ``create_combat`` names its combat with ``combat_id`` instead),
@@ -54,7 +56,11 @@ no fault): bound it with ``anyio.move_on_after`` where needed.
 subscription again from the last seq it delivered (``subscribe_all`` fills the gap from
 ``history``), so no event is missed or duplicated, and then sends every request still waiting
 for its answer again: a command with the same ``request_id``, so the daemon applies it at most
-once (it remembers request ids per principal, across restarts), a query as it was. Requests sent
+once (it remembers request ids per principal, across restarts), a query as it was. A table
+method that changes something (``create_table``, ``add_token``, ``revoke_token``: no
+``request_id``, so the daemon could not tell a resend) is not sent again once it was sent: it
+fails with :class:`ConnectionLost`, and ``list_tables`` or ``list_tokens`` tells whether it was
+done. Requests sent
 again across a reconnect keep no promised order among themselves: await a command before
 sending one that depends on it. A command refused as ``shutting_down`` is sent again the same
 way once the daemon is back. If reconnecting does not succeed in time, or the daemon refuses the
@@ -99,7 +105,7 @@ from .limits import (
     SEND_TIMEOUT,
 )
 from .reconnect import ReconnectingSession
-from .session import Dropped, every_combat, result, subscribe_everywhere
+from .session import Dropped, Unsent, every_combat, result, subscribe_everywhere
 from .subscription import Subscription
 from .types import CombatSnapshot, CommandResult, Event, HistoryPage
 
@@ -130,6 +136,12 @@ _SUBSCRIPTION_METHODS = frozenset(
     {"hello", "subscribe", "unsubscribe", "subscribe_all", "unsubscribe_all"}
 )
 """Methods whose state the client keeps across reconnects: only their own methods send them."""
+
+
+SENT_ONCE = frozenset({"create_table", "add_token", "revoke_token"})
+"""Table methods that change the token file and take no ``request_id``: sent again after a
+lost answer, they would make a second table or token (or refuse a revocation that was done).
+One whose connection drops after it was sent fails with ``ConnectionLost`` instead."""
 
 
 def _new_request_id() -> str:
@@ -290,7 +302,15 @@ class AsyncClient(CommandMethods, ReconnectingSession):
                 conn = await self._connection()
                 try:
                     response = await conn.request(method, params, self.call_timeout)
+                except Unsent:
+                    continue  # the daemon never saw it: sent on the next connection
                 except Dropped:
+                    if method in SENT_ONCE:
+                        raise ConnectionLost(
+                            f"{method}: the connection dropped before the answer, and it is not"
+                            " sent again, for it may have been done: list_tables and list_tokens"
+                            " tell"
+                        ) from None
                     continue  # sent again on the next connection, a command as the same request
                 error = response.error
                 if error is not None and error.code == "shutting_down":
@@ -455,6 +475,36 @@ class AsyncClient(CommandMethods, ReconnectingSession):
         """The daemon's plugins: ``{"loaded": [...], "failed": [...], "skipped": [...]}``, the
         loaded ones with their hooks, what they provide and their call counters."""
         return cast(dict[str, Any], await self._call("list_plugins", {}))
+
+    async def create_table(self, name: str) -> dict[str, Any]:
+        """Make a table, managed by the caller: ``{"table", "name", "created"}``. Its combats
+        are named ``TABLE/NAME``."""
+        return cast(dict[str, Any], await self._call("create_table", {"name": name}))
+
+    async def list_tables(self) -> list[dict[str, Any]]:
+        """The tables the caller manages: ``[{"table", "name", "created"}]``."""
+        return cast(list[dict[str, Any]], await self._call("list_tables", {}))
+
+    async def add_token(
+        self, table: str, role: str, *, user: str | None = None, narrator: bool = False
+    ) -> dict[str, Any]:
+        """Make a token of ``table``: ``{"id", "table", "role", "user", "narrator", "host",
+        "created", "secret"}``; the secret is in this answer only."""
+        params: dict[str, Any] = {"table": table, "role": role}
+        if user is not None:
+            params["user"] = user
+        if narrator:
+            params["narrator"] = True
+        return cast(dict[str, Any], await self._call("add_token", params))
+
+    async def list_tokens(self, table: str) -> list[dict[str, Any]]:
+        """The tokens of ``table`` (never their secrets)."""
+        return cast(list[dict[str, Any]], await self._call("list_tokens", {"table": table}))
+
+    async def revoke_token(self, table: str, token_id: str) -> dict[str, Any]:
+        """Revoke a token of ``table``: its sessions end. ``{"id", "table"}``."""
+        params = {"table": table, "id": token_id}
+        return cast(dict[str, Any], await self._call("revoke_token", params))
 
     async def unsubscribe_all(self) -> dict[str, Any]:
         """Stop ``subscribe_all``: its iteration ends; per-combat subscriptions go on."""

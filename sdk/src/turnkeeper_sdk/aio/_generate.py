@@ -25,7 +25,14 @@ from typing import Any
 from turnkeeper_engine import model
 from turnkeeper_engine.commands import COMMANDS
 
-from ..methods import COMMAND_METHODS, QUERY_METHODS, SESSION_METHODS, WHO_TEXT, Method
+from ..methods import (
+    COMMAND_METHODS,
+    QUERY_METHODS,
+    SESSION_METHODS,
+    TABLE_METHODS,
+    WHO_TEXT,
+    Method,
+)
 
 PYTHON_OUT = Path(__file__).with_name("commands.py")
 JS_OUT = Path(__file__).resolve().parents[3] / "js" / "src" / "methods.js"
@@ -228,13 +235,22 @@ def js_methods() -> str:
             QUERY_METHODS,
         ),
         *_js_list(
+            "TABLE_METHODS",
+            "Tables and their tokens: the operator's, and a hosting bridge's; no `request_id`.",
+            TABLE_METHODS,
+        ),
+        *_js_list(
             "COMMAND_METHODS",
             "Engine commands: each carries a `request_id` (filled in when absent).",
             COMMAND_METHODS,
         ),
         "/** Every method, by wire name. */",
-        "export const METHODS = Object.freeze([...SESSION_METHODS, ...QUERY_METHODS, "
-        "...COMMAND_METHODS]);",
+        "export const METHODS = Object.freeze([",
+        "  ...SESSION_METHODS,",
+        "  ...QUERY_METHODS,",
+        "  ...TABLE_METHODS,",
+        "  ...COMMAND_METHODS,",
+        "]);",
         "",
         "/**",
         " * A wire name as the client's function name: `end_turn` → `endTurn`.",

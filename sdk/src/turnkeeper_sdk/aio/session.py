@@ -23,6 +23,10 @@ class Dropped(Exception):  # noqa: N818 - internal signal, never reaches a calle
     """The connection a request was on dropped before its answer came."""
 
 
+class Unsent(Dropped):
+    """The connection dropped before any of the request was written: the daemon never saw it."""
+
+
 class Waiter:
     """A request's answer, awaited: ``done`` is set when it comes or the connection drops."""
 
@@ -57,9 +61,10 @@ class Connection:
             waiter.done.set()
 
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> wire.Response:
-        """Send one request and wait for its answer; ``Dropped`` if the connection dies first."""
+        """Send one request and wait for its answer; ``Dropped`` if the connection dies first
+        (``Unsent`` if it died before the request was written)."""
         if self.closed.is_set():
-            raise Dropped
+            raise Unsent
         msgid = next(self._ids) % (wire.MAX_MSGID + 1)
         while msgid in self.pending:  # only after wrapping around 2**32 ids
             msgid = next(self._ids) % (wire.MAX_MSGID + 1)
@@ -87,7 +92,7 @@ class Connection:
         # bounded: each holder gives up after SEND_TIMEOUT and drops the connection.
         async with self._sending:
             if self.closed.is_set():
-                raise Dropped
+                raise Unsent
             # Shielded: a write cut short by a caller's cancellation would leave half a message
             # on the stream and corrupt everything after it.
             with anyio.CancelScope(shield=True):
