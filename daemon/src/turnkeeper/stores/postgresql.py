@@ -86,7 +86,7 @@ READ_TIMEOUT = 5.0
 told ``store_unavailable``."""
 
 WRITE_TIMEOUT = 60.0
-"""Seconds one write transaction may take before its session is severed (``_bounded``): the
+"""Seconds one write transaction may take before its session is severed (``_Watchdog``): the
 server's own ``statement_timeout`` ends a slow statement, this a server that answers nothing."""
 
 STATEMENT_TIMEOUT_MS = 30_000
@@ -390,6 +390,7 @@ class PostgresStore:
         self._stopped: anyio.Event | None = None
         self._packer = msgpack.Packer(use_bin_type=True)
         self._committer = _CommitterThread()
+        self._watchdog = _Watchdog()
         self._generation = 0  # the store lock's, as this daemon last took it (``_bump``)
 
     @classmethod
@@ -436,6 +437,7 @@ class PostgresStore:
         """Close the connections (the lock goes with the committer's). Call after ``run``."""
         self._committer.close()
         self._committer.join()
+        self._watchdog.close()
         self._send.close()
         self._receive.close()
         for db in (self._reader, self._loader, self._writer):
@@ -594,7 +596,7 @@ class PostgresStore:
             try:
                 db = self._writer
                 try:
-                    with _bounded(db), db.transaction():
+                    with self._watchdog.bounding(db), db.transaction():
                         _durable(db)
                         self._write_together(group)
                         committing = True
@@ -605,7 +607,7 @@ class PostgresStore:
                     for pending in group:
                         pending.error = None
                         self._last.pop(pending.batch.combat_id, None)
-                    with _bounded(db), db.transaction():
+                    with self._watchdog.bounding(db), db.transaction():
                         _durable(db)
                         for pending in group:
                             try:
@@ -1195,25 +1197,64 @@ def _lock(db: psycopg.Connection[Any], location: str, wait: float = 0.0) -> None
     )
 
 
-@contextlib.contextmanager
-def _bounded(db: _Connection) -> Iterator[None]:
-    """Sever ``db``'s socket if the transaction inside is not over within ``WRITE_TIMEOUT``:
-    a server that stopped answering (its backend hung, its host frozen) keeps the socket open
-    and acknowledged, so nothing else would end the committer's wait, nor the daemon's drain
-    behind it. The transaction then fails as a lost session does."""
+class _Watchdog:
+    """Severs the committer's socket when a write transaction is not over within
+    ``WRITE_TIMEOUT``: a server that stopped answering (its backend hung, its host frozen)
+    keeps the socket open and acknowledged, so nothing else would end the committer's wait,
+    nor the daemon's drain behind it. The transaction then fails as a lost session does.
 
-    def sever() -> None:
-        with contextlib.suppress(OSError, psycopg.Error):
-            socket.socket(fileno=os.dup(db.pgconn.socket)).shutdown(socket.SHUT_RDWR)
-        log.error("store_write_timed_out", seconds=WRITE_TIMEOUT)
+    One thread for the store's life, not a timer per transaction: arming it is setting a
+    deadline, and the thread is woken only when it had none."""
 
-    timer = threading.Timer(WRITE_TIMEOUT, sever)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._deadline: float | None = None
+        self._db: _Connection | None = None
+        self._idle = False  # the thread waits with no deadline: arming must wake it
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def bounding(self, db: _Connection) -> Iterator[None]:
+        with self._ready:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="turnkeeper-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._deadline, self._db = time.monotonic() + WRITE_TIMEOUT, db
+            if self._idle:
+                self._ready.notify()
+        try:
+            yield
+        finally:
+            with self._ready:
+                self._deadline = self._db = None
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+
+    def _watch(self) -> None:
+        while True:
+            with self._ready:
+                if self._closed:
+                    return
+                if self._deadline is None:
+                    self._idle = True
+                    self._ready.wait()
+                    self._idle = False
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._ready.wait(left)  # a later deadline is found when this one is up
+                    continue
+                db, self._deadline, self._db = self._db, None, None
+            if db is not None:
+                with contextlib.suppress(OSError, psycopg.Error):
+                    socket.socket(fileno=os.dup(db.pgconn.socket)).shutdown(socket.SHUT_RDWR)
+                log.error("store_write_timed_out", seconds=WRITE_TIMEOUT)
 
 
 def _durable(db: _Connection) -> None:
