@@ -591,8 +591,12 @@ class Store:
         self._closed = False
         self._arrived: asyncio.Future[None] | None = None
         """What the committer waits on while the queue is empty."""
-        self._room: deque[asyncio.Future[None]] = deque()
-        """Committers of a full queue waiting for room, first come first served."""
+        self._room: deque[asyncio.Future[bool]] = deque()
+        """Committers of a full queue waiting for room, first come first served: each is woken
+        with True once handed a slot (``_make_room``), False when the store stops."""
+        self._handed = 0
+        """Slots of the queue handed to woken committers that have not taken them yet: a
+        newcomer waits behind them, even runnable before they wake, to keep arrival order."""
         self.transactions = 0
         # Principals written since the last prune: only they can have gone over the cap.
         self._touched: set[str] = set()
@@ -726,17 +730,13 @@ class Store:
             None if batch.summary is None else pack(batch.summary),
         )
         queue = self._queue
-        while len(queue) >= COMMIT_QUEUE and not self._closed:
-            room = asyncio.get_running_loop().create_future()
-            self._room.append(room)
-            try:
-                await room
-            finally:
-                if not room.done():
-                    self._room.remove(room)
+        if (len(queue) >= COMMIT_QUEUE or self._room or self._handed) and not self._closed:
+            await self._wait_room()
         if self._closed:
             raise StoreError("store_failed", "the store is stopping")
         queue.append(pending)
+        if self._room:
+            self._make_room()  # what room is left goes to those behind, in their order
         arrived = self._arrived
         if arrived is not None and not arrived.done():
             arrived.set_result(None)
@@ -751,12 +751,34 @@ class Store:
         if pending.error is not None:
             raise pending.error
 
+    async def _wait_room(self) -> None:
+        """Wait behind the committers already waiting until ``_make_room`` hands this one a
+        slot of the queue (or the store stops): in arrival order, so none waits for ever while
+        newcomers keep a full queue full."""
+        room: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._room.append(room)
+        try:
+            await room
+        except BaseException:
+            if room.done() and not room.cancelled() and room.result():
+                # Cancelled once handed a slot: the slot goes to the next in line.
+                self._handed -= 1
+                self._make_room()
+            elif room in self._room:
+                self._room.remove(room)
+            raise
+        if room.result():
+            self._handed -= 1  # taken by the caller, before it next waits
+
     def _make_room(self) -> None:
-        """Wake as many committers waiting for room as the queue has room for."""
-        for _ in range(min(len(self._room), COMMIT_QUEUE - len(self._queue))):
+        """Hand the queue's free slots to the committers waiting for room, first come first."""
+        free = COMMIT_QUEUE - len(self._queue) - self._handed
+        while free > 0 and self._room:
             room = self._room.popleft()
-            if not room.done():
-                room.set_result(None)
+            if not room.done():  # one cancelled is gone, its slot left for the next
+                room.set_result(True)
+                self._handed += 1
+                free -= 1
 
     async def stop(self) -> None:
         """Accept no more commits, and return once ``run`` has committed everything queued."""
@@ -771,7 +793,7 @@ class Store:
         while self._room:
             room = self._room.popleft()
             if not room.done():
-                room.set_result(None)
+                room.set_result(False)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The committer: write queued batches, many per transaction, until ``stop``.
