@@ -439,6 +439,61 @@ async def test_a_commit_cancelled_while_it_waits_learns_its_outcome_then_is_canc
 
 
 @pytest.mark.anyio
+async def test_a_commit_cancelled_by_plain_asyncio_learns_its_outcome_then_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    """As under a cancel scope, but cancelled by ``Task.cancel`` and by ``asyncio.timeout``,
+    which ask once and never again: the cancellation still lands at the task's next wait,
+    counted once, so the timeout still tells itself from other cancellations."""
+    store = Store.open(tmp_path)
+    release = threading.Event()
+    write = store._write
+
+    def slow(group: Any) -> None:
+        release.wait(10)
+        write(group)
+
+    store._write = slow  # type: ignore[method-assign]
+    learned: list[str] = []
+
+    async def cancelled() -> None:
+        await store.commit(batch("c1", 1, create=True))
+        learned.append("committed")
+        await asyncio.sleep(1)
+        learned.append("not cancelled")
+
+    async def timed_out() -> None:
+        try:
+            async with asyncio.timeout(0.05):
+                await store.commit(batch("c2", 1, create=True))
+                learned.append("committed")
+                await asyncio.sleep(1)
+                learned.append("not cancelled")
+        except TimeoutError:
+            learned.append("timed out")
+
+    with anyio.fail_after(10):
+        async with running(store):
+            task = asyncio.get_running_loop().create_task(cancelled())
+            await anyio.wait_all_tasks_blocked()
+            task.cancel()
+            await anyio.sleep(0.05)
+            assert learned == []  # still waiting for the committer, whose write goes on
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert learned == ["committed"]
+            release.clear()
+            timing = asyncio.get_running_loop().create_task(timed_out())
+            await anyio.sleep(0.1)  # past the timeout, the write still held
+            release.set()
+            await timing
+            assert learned == ["committed", "committed", "timed out"]
+    assert [c.combat_id for c in loaded(store)] == ["c1", "c2"]
+    store.close()
+
+
+@pytest.mark.anyio
 async def test_commits_waiting_for_room_in_a_full_queue_keep_their_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

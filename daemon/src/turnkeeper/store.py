@@ -240,8 +240,9 @@ class _Outcome(asyncio.Future[None]):
     """Resolved by the committer once a batch's outcome is known, and deaf to cancellation: its
     waiter must learn whether its events are on disk, or its in-memory state would drift from
     the log. A task cancelled while it waits goes on waiting (``Task.cancel`` finds the future
-    refusing) and is thrown the cancellation only once the outcome is known: the guarantee of
-    a shielded scope, without a cancel scope entered and left per command."""
+    refusing) and is thrown the cancellation only once the outcome is known; ``Store.commit``
+    catches it and asks for it again, for the task's next wait: the guarantee of a shielded
+    scope, whoever cancelled, without a cancel scope entered and left per command."""
 
     def cancel(self, msg: Any = None) -> bool:
         return False
@@ -719,8 +720,9 @@ class Store:
         refused), ``store_full`` or ``store_failed`` if its transaction failed (nothing of it is
         kept), ``store_failed`` if the store is stopping. Once queued, the wait is shielded from
         cancellation: the caller must learn whether its events are on disk, or its in-memory
-        state would drift from the log. Plain data that msgpack cannot encode raises ``TypeError``
-        here, before it can spoil anyone else's transaction.
+        state would drift from the log; a cancellation meanwhile lands at its next wait. Plain
+        data that msgpack cannot encode raises ``TypeError`` here, before it can spoil anyone
+        else's transaction.
         """
         pack = self._packer.pack
         pending = _Pending(
@@ -742,12 +744,19 @@ class Store:
             arrived.set_result(None)
         try:
             await pending.done
-        except asyncio.CancelledError:
-            if not pending.done.done():
-                raise  # never so: the future refuses cancellation until settled
-            # Cancelled while it waited (``_Outcome``): the caller learns the outcome first.
-            # The cancel scope that cancelled it goes on delivering until its task leaves it,
-            # so it is cancelled again at its next wait, as after a shielded scope.
+        except asyncio.CancelledError as cancelled:
+            if not pending.done.done() or pending.done.cancelled():
+                raise  # never so: the future refuses cancellation, and is always settled
+            # Cancelled while it waited (``_Outcome``): the caller learns the outcome first,
+            # and the cancellation is asked for again, to land at the task's next wait, as
+            # after a shielded scope. A cancel scope would ask again by itself, but a plain
+            # ``Task.cancel`` (``asyncio.timeout``'s too) asks once: it would be lost. Asked
+            # again in place of the one caught, so the task's count of cancellations is the
+            # same (``asyncio.timeout`` tells its own from it), and with its message.
+            task = asyncio.current_task()
+            assert task is not None
+            task.uncancel()
+            task.cancel(*cancelled.args)
         if pending.error is not None:
             raise pending.error
 
