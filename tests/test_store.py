@@ -4,6 +4,7 @@ tests/test_store_port.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sqlite3
@@ -213,6 +214,166 @@ async def test_a_commit_cancelled_while_it_waits_learns_its_outcome_then_is_canc
     assert learned == ["committed"]
     assert scope.cancelled_caught
     assert [c.combat_id for c in loaded(store)] == ["c1"]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_commit_cancelled_by_plain_asyncio_learns_its_outcome_then_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    """As under a cancel scope, but cancelled by ``Task.cancel`` and by ``asyncio.timeout``,
+    which ask once and never again: the cancellation still lands at the task's next wait,
+    counted once, so the timeout still tells itself from other cancellations."""
+    store = Store.open(tmp_path)
+    release = threading.Event()
+    write = store._write
+
+    def slow(group: Any) -> None:
+        release.wait(10)
+        write(group)
+
+    store._write = slow  # type: ignore[method-assign]
+    learned: list[str] = []
+
+    async def cancelled() -> None:
+        await store.commit(batch("c1", 1, create=True))
+        learned.append("committed")
+        await asyncio.sleep(1)
+        learned.append("not cancelled")
+
+    async def timed_out() -> None:
+        try:
+            async with asyncio.timeout(0.05):
+                await store.commit(batch("c2", 1, create=True))
+                learned.append("committed")
+                await asyncio.sleep(1)
+                learned.append("not cancelled")
+        except TimeoutError:
+            learned.append("timed out")
+
+    with anyio.fail_after(10):
+        async with running(store):
+            task = asyncio.get_running_loop().create_task(cancelled())
+            await anyio.wait_all_tasks_blocked()
+            task.cancel()
+            await anyio.sleep(0.05)
+            assert learned == []  # still waiting for the committer, whose write goes on
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert learned == ["committed"]
+            release.clear()
+            timing = asyncio.get_running_loop().create_task(timed_out())
+            await anyio.sleep(0.1)  # past the timeout, the write still held
+            release.set()
+            await timing
+            assert learned == ["committed", "committed", "timed out"]
+    assert [c.combat_id for c in loaded(store)] == ["c1", "c2"]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_commits_waiting_for_room_in_a_full_queue_keep_their_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue is full and a commit waits for room; a newcomer becomes runnable in the very
+    turn the committer makes room, ahead of the waiter's wake-up. The slot is the waiter's: the
+    newcomer waits behind it, however the loop orders their steps."""
+    monkeypatch.setattr(store_module, "COMMIT_QUEUE", 2)
+    store = Store.open(tmp_path)
+    release = threading.Event()
+    write = store._write
+
+    def slow(group: Any) -> None:
+        release.wait(10)
+        write(group)
+
+    store._write = slow  # type: ignore[method-assign]
+    committed: list[str] = []
+
+    async def commit(name: str) -> None:
+        await store.commit(batch(name, 1, create=True))
+        committed.append(name)
+
+    make_room = store._make_room
+    newcomer: list[asyncio.Task[None]] = []
+
+    def room_made_as_a_newcomer_arrives() -> None:
+        if not newcomer:
+            newcomer.append(asyncio.get_running_loop().create_task(commit("newcomer")))
+        make_room()
+
+    async with running(store), anyio.create_task_group() as tg:
+        tg.start_soon(commit, "a")
+        await anyio.wait_all_tasks_blocked()  # taken by the committer, its write held
+        tg.start_soon(commit, "b")
+        tg.start_soon(commit, "c")
+        await anyio.wait_all_tasks_blocked()  # the queue is full
+        tg.start_soon(commit, "waiter")
+        await anyio.wait_all_tasks_blocked()  # waiting for room
+        monkeypatch.setattr(store, "_make_room", room_made_as_a_newcomer_arrives)
+        release.set()
+        with anyio.fail_after(10):
+            while len(committed) < 5:
+                await anyio.sleep(0.01)
+    assert committed == ["a", "b", "c", "waiter", "newcomer"]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_commit_cancelled_as_it_is_handed_room_passes_the_room_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three commits wait for room in a full queue of two; the committer makes room for two of
+    them, and the first is cancelled before it wakes. Its slot goes to the third at once, which
+    commits beside the second, and the cancelled one is not stored."""
+    monkeypatch.setattr(store_module, "COMMIT_QUEUE", 2)
+    store = Store.open(tmp_path)
+    release = threading.Event()
+    write = store._write
+    transactions: list[list[str]] = []
+
+    def slow(group: Any) -> None:
+        release.wait(10)
+        transactions.append([pending.batch.combat_id for pending in group])
+        write(group)
+
+    store._write = slow  # type: ignore[method-assign]
+    committed: list[str] = []
+
+    async def commit(name: str) -> None:
+        await store.commit(batch(name, 1, create=True))
+        committed.append(name)
+
+    make_room = store._make_room
+    first: list[asyncio.Task[None]] = []
+
+    def room_made_as_the_first_is_cancelled() -> None:
+        make_room()
+        # Handed its slot, not awake yet. A cancel scope would wait for it to wake (anyio
+        # cancels no task whose future is done): a task's own ``cancel`` does not.
+        first[0].cancel()
+
+    with anyio.fail_after(10):
+        async with running(store), anyio.create_task_group() as tg:
+            tg.start_soon(commit, "a")
+            await anyio.wait_all_tasks_blocked()  # taken by the committer, its write held
+            tg.start_soon(commit, "b")
+            tg.start_soon(commit, "c")
+            await anyio.wait_all_tasks_blocked()  # the queue is full
+            first.append(asyncio.get_running_loop().create_task(commit("first")))
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(commit, "second")
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(commit, "third")
+            await anyio.wait_all_tasks_blocked()
+            monkeypatch.setattr(store, "_make_room", room_made_as_the_first_is_cancelled)
+            release.set()
+            while len(committed) < 4:
+                await anyio.sleep(0.01)
+    assert first[0].cancelled()
+    assert transactions == [["a"], ["b", "c"], ["second", "third"]]
+    assert [c.combat_id for c in loaded(store)] == ["a", "b", "c", "second", "third"]
     store.close()
 
 

@@ -242,8 +242,9 @@ class _Outcome(asyncio.Future[None]):
     """Resolved by the committer once a batch's outcome is known, and deaf to cancellation: its
     waiter must learn whether its events are on disk, or its in-memory state would drift from
     the log. A task cancelled while it waits goes on waiting (``Task.cancel`` finds the future
-    refusing) and is thrown the cancellation only once the outcome is known: the guarantee of
-    a shielded scope, without a cancel scope entered and left per command."""
+    refusing) and is thrown the cancellation only once the outcome is known; ``Store.commit``
+    catches it and asks for it again, for the task's next wait: the guarantee of a shielded
+    scope, whoever cancelled, without a cancel scope entered and left per command."""
 
     def cancel(self, msg: Any = None) -> bool:
         return False
@@ -593,8 +594,12 @@ class Store:
         self._closed = False
         self._arrived: asyncio.Future[None] | None = None
         """What the committer waits on while the queue is empty."""
-        self._room: deque[asyncio.Future[None]] = deque()
-        """Committers of a full queue waiting for room, first come first served."""
+        self._room: deque[asyncio.Future[bool]] = deque()
+        """Committers of a full queue waiting for room, first come first served: each is woken
+        with True once handed a slot (``_make_room``), False when the store stops."""
+        self._handed = 0
+        """Slots of the queue handed to woken committers that have not taken them yet: a
+        newcomer waits behind them, even runnable before they wake, to keep arrival order."""
         self.transactions = 0
         # Principals written since the last prune: only they can have gone over the cap.
         self._touched: set[str] = set()
@@ -717,8 +722,9 @@ class Store:
         refused), ``store_full`` or ``store_failed`` if its transaction failed (nothing of it is
         kept), ``store_failed`` if the store is stopping. Once queued, the wait is shielded from
         cancellation: the caller must learn whether its events are on disk, or its in-memory
-        state would drift from the log. Plain data that msgpack cannot encode raises ``TypeError``
-        here, before it can spoil anyone else's transaction.
+        state would drift from the log; a cancellation meanwhile lands at its next wait. Plain
+        data that msgpack cannot encode raises ``TypeError`` here, before it can spoil anyone
+        else's transaction.
         """
         pack = self._packer.pack
         pending = _Pending(
@@ -728,37 +734,62 @@ class Store:
             None if batch.summary is None else pack(batch.summary),
         )
         queue = self._queue
-        while len(queue) >= COMMIT_QUEUE and not self._closed:
-            room = asyncio.get_running_loop().create_future()
-            self._room.append(room)
-            try:
-                await room
-            finally:
-                if not room.done():
-                    self._room.remove(room)
+        if (len(queue) >= COMMIT_QUEUE or self._room or self._handed) and not self._closed:
+            await self._wait_room()
         if self._closed:
             raise StoreError("store_failed", "the store is stopping")
         queue.append(pending)
+        if self._room:
+            self._make_room()  # what room is left goes to those behind, in their order
         arrived = self._arrived
         if arrived is not None and not arrived.done():
             arrived.set_result(None)
         try:
             await pending.done
-        except asyncio.CancelledError:
-            if not pending.done.done():
-                raise  # never so: the future refuses cancellation until settled
-            # Cancelled while it waited (``_Outcome``): the caller learns the outcome first.
-            # The cancel scope that cancelled it goes on delivering until its task leaves it,
-            # so it is cancelled again at its next wait, as after a shielded scope.
+        except asyncio.CancelledError as cancelled:
+            if not pending.done.done() or pending.done.cancelled():
+                raise  # never so: the future refuses cancellation, and is always settled
+            # Cancelled while it waited (``_Outcome``): the caller learns the outcome first,
+            # and the cancellation is asked for again, to land at the task's next wait, as
+            # after a shielded scope. A cancel scope would ask again by itself, but a plain
+            # ``Task.cancel`` (``asyncio.timeout``'s too) asks once: it would be lost. Asked
+            # again in place of the one caught, so the task's count of cancellations is the
+            # same (``asyncio.timeout`` tells its own from it), and with its message.
+            task = asyncio.current_task()
+            assert task is not None
+            task.uncancel()
+            task.cancel(*cancelled.args)
         if pending.error is not None:
             raise pending.error
 
+    async def _wait_room(self) -> None:
+        """Wait behind the committers already waiting until ``_make_room`` hands this one a
+        slot of the queue (or the store stops): in arrival order, so none waits for ever while
+        newcomers keep a full queue full."""
+        room: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._room.append(room)
+        try:
+            await room
+        except BaseException:
+            if room.done() and not room.cancelled() and room.result():
+                # Cancelled once handed a slot: the slot goes to the next in line.
+                self._handed -= 1
+                self._make_room()
+            elif room in self._room:
+                self._room.remove(room)
+            raise
+        if room.result():
+            self._handed -= 1  # taken by the caller, before it next waits
+
     def _make_room(self) -> None:
-        """Wake as many committers waiting for room as the queue has room for."""
-        for _ in range(min(len(self._room), COMMIT_QUEUE - len(self._queue))):
+        """Hand the queue's free slots to the committers waiting for room, first come first."""
+        free = COMMIT_QUEUE - len(self._queue) - self._handed
+        while free > 0 and self._room:
             room = self._room.popleft()
-            if not room.done():
-                room.set_result(None)
+            if not room.done():  # one cancelled is gone, its slot left for the next
+                room.set_result(True)
+                self._handed += 1
+                free -= 1
 
     async def stop(self) -> None:
         """Accept no more commits, and return once ``run`` has committed everything queued."""
@@ -773,7 +804,7 @@ class Store:
         while self._room:
             room = self._room.popleft()
             if not room.done():
-                room.set_result(None)
+                room.set_result(False)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The committer: write queued batches, many per transaction, until ``stop``.

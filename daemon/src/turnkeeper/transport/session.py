@@ -100,7 +100,10 @@ class Sessions:
         request_id: str,
         scope: Scope = None,
     ) -> Plain:
-        if self.draining:
+        # Stopped sessions are refused too: a session stopped outside a command (a stop
+        # without the drain, when the daemon fails) has its task cancelled already, and a
+        # command it read before that would be cut at its first wait, left unanswered.
+        if self.draining or self.stopped:
             raise RequestError(
                 "shutting_down", "the daemon is stopping; retry with the same request_id"
             )
