@@ -4,6 +4,11 @@ with a unique request_id), against the ``asyncio.Protocol`` echo baseline at 50 
 the same repetition; with the daemon's CPU time per command.
 
     python bench/bench_commands.py --seconds 5 --reps 3
+    python bench/bench_commands.py --store sqlite postgresql   # each store, in the same run
+
+With ``--store postgresql`` the daemon keeps its combats in a fresh database on the server at
+``--pg-server`` (dropped after each repetition), and the CPU of that database's sessions is
+shown beside the daemon's (the server must run on this machine).
 
 Targets (issue 11): at least 6,000 commands/s, at most 120 µs of daemon CPU per command. The p99
 of this closed loop is shown; the p99 target is measured at a fixed offered load, in
@@ -17,6 +22,10 @@ from typing import Any
 
 import anyio
 import tkbench as tk
+
+STORES = ("sqlite", "postgresql")
+DAEMON_NAMES = {"sqlite": "daemon", "postgresql": "daemon on postgresql"}
+"""How each store's daemon is named in the output (``daemon`` alone is SQLite's, as before)."""
 
 TARGET_RATE = 6000.0
 TARGET_CPU_US = 120.0
@@ -61,42 +70,91 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
 def main() -> None:
     parser = tk.command_load_parser("durable commands/s and p99 at 50 connections")
     parser.add_argument("--procs", type=int, default=1, help="client processes")
+    parser.add_argument(
+        "--store",
+        nargs="+",
+        choices=STORES,
+        default=["sqlite"],
+        help="the daemon's stores to measure, each beside the echo baseline (default: sqlite)",
+    )
+    parser.add_argument(
+        "--pg-server",
+        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        help="a local PostgreSQL server's maintenance database, for --store postgresql",
+    )
     args = parser.parse_args()
     print(tk.machine())
-    runs: dict[str, list[tk.LoopFigures]] = {"daemon": [], "echo": []}
+    daemons = [DAEMON_NAMES[store] for store in args.store]
+    runs: dict[str, list[tk.LoopFigures]] = {name: [] for name in (*daemons, "echo")}
     for rep in range(args.reps):
         root = tk.workdir(f"commands-{rep}")
-        servers = {"echo": tk.asyncio_echo(root).start(), "daemon": tk.daemon(root).start()}
+        servers: dict[str, tk.Server] = {"echo": tk.asyncio_echo(root).start()}
+        databases: dict[str, tk.PostgresDatabase] = {}
         try:
+            for store in args.store:
+                name = DAEMON_NAMES[store]
+                if store == "postgresql":
+                    databases[name] = database = tk.PostgresDatabase(args.pg_server)
+                    extra = ["--store", database.dsn]
+                else:
+                    extra = []
+                # Each daemon its own directory: the SQLite one's is its store.
+                servers[name] = tk.daemon(root / store, *extra).start()
             for name, server in servers.items():
                 specs = [
                     {
                         "socket": str(server.socket_path),
                         "conns": n,
                         "tag": f"w{i}",
-                        "daemon": name == "daemon",
+                        "daemon": name != "echo",
                         "warmup": args.warmup,
                         "seconds": args.seconds,
                     }
                     for i, n in enumerate(tk.split(args.connections, args.procs))
                 ]
-                figures = tk.measure_loop(server, _worker, specs, args.warmup, args.seconds)
+                database = databases.get(name)
+                figures = tk.measure_loop(
+                    server,
+                    _worker,
+                    specs,
+                    args.warmup,
+                    args.seconds,
+                    store_cpu=database.cpu_seconds if database else None,
+                )
                 runs[name].append(figures)
                 print(
-                    f"rep {rep} {name:6} {figures.calls_per_s:8.0f}/s p50={figures.p50_ms:.2f} ms "
-                    f"p99={figures.p99_ms:.2f} ms server_cpu={figures.server_cpu:.2f} "
-                    f"({figures.cpu_us_per_call:.0f} µs/call) "
-                    f"client_cpu={figures.client_cpu:.2f}",
+                    f"rep {rep} {name:18} {figures.calls_per_s:8.0f}/s"
+                    f" p50={figures.p50_ms:.2f} ms p99={figures.p99_ms:.2f} ms"
+                    f" server_cpu={figures.server_cpu:.2f} ({figures.cpu_us_per_call:.0f} µs/call)"
+                    + (
+                        f" store_cpu={figures.store_cpu:.2f}"
+                        f" ({figures.store_cpu_us_per_call:.0f} µs/call)"
+                        if database
+                        else ""
+                    )
+                    + f" client_cpu={figures.client_cpu:.2f}",
                     flush=True,
                 )
         finally:
             for server in servers.values():
                 server.stop()
-    d, e = runs["daemon"], runs["echo"]
+            for database in databases.values():
+                database.drop()
+    e = runs["echo"]
+    echo_rate = tk.median([f.calls_per_s for f in e])
+    echo_cpu = tk.median([f.cpu_us_per_call for f in e])
+    print(f"\n{args.connections} connections; medians of {args.reps} repetitions")
+    for name in daemons:
+        _report(name, runs[name], e, echo_rate, echo_cpu)
+
+
+def _report(
+    name: str, d: list[tk.LoopFigures], e: list[tk.LoopFigures], echo_rate: float, echo_cpu: float
+) -> None:
     rate = tk.median([f.calls_per_s for f in d])
     cpu_us = tk.median([f.cpu_us_per_call for f in d])
-    echo_rate = tk.median([f.calls_per_s for f in e])
-    print(f"\n{args.connections} connections; medians of {args.reps} repetitions\n")
+    store_us = tk.median([f.store_cpu_us_per_call for f in d])
+    print(f"\n{name}\n")
     print(
         tk.table(
             ["figure", "daemon", "asyncio echo", "ratio", "target", "met?"],
@@ -128,11 +186,16 @@ def main() -> None:
                 [
                     "server CPU µs per call",
                     tk.fmt(cpu_us, 1),
-                    tk.fmt(tk.median([f.cpu_us_per_call for f in e]), 1),
-                    f"{cpu_us / tk.median([f.cpu_us_per_call for f in e]):.1f}x",
+                    tk.fmt(echo_cpu, 1),
+                    f"{cpu_us / echo_cpu:.1f}x",
                     f"≤ {TARGET_CPU_US:g}",
                     "yes" if cpu_us <= TARGET_CPU_US else f"no ({cpu_us / TARGET_CPU_US:.1f}x)",
                 ],
+                *(
+                    [["PostgreSQL sessions' CPU µs per call", tk.fmt(store_us, 1), "", "", "", ""]]
+                    if store_us
+                    else []
+                ),
                 [
                     "server CPU (cores)",
                     f"{tk.median([f.server_cpu for f in d]):.2f}",

@@ -195,6 +195,46 @@ def daemon(
     return Server(argv, sock, root / log_name, env=daemon_env())
 
 
+class PostgresDatabase:
+    """A fresh database for one daemon's PostgreSQL store on a local server, dropped by
+    ``drop``; ``cpu_seconds`` sums the CPU of its sessions (server processes, read from
+    /proc: the server must run on this machine)."""
+
+    def __init__(self, server_dsn: str) -> None:
+        import psycopg
+
+        self.server_dsn = server_dsn
+        self.name = f"tk_bench_{os.getpid()}_{int(time.time() * 1000) % 10**9}"
+        with psycopg.connect(server_dsn, autocommit=True) as db:
+            db.execute(f"CREATE DATABASE {self.name}")
+        self.dsn = server_dsn.rsplit("/", 1)[0] + "/" + self.name
+
+    def cpu_seconds(self) -> float:
+        import psycopg
+
+        with psycopg.connect(self.server_dsn, autocommit=True) as db:
+            pids = [
+                pid
+                for (pid,) in db.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.name,)
+                )
+            ]
+        total = 0.0
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue  # a session that ended meanwhile
+            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return total
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.server_dsn, autocommit=True) as db:
+            db.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+
+
 def echo(root: Path) -> Server:
     """The old baseline: a bare anyio + msgpack echo server (``echo_server.py``)."""
     sock = root / "run" / "echo.sock"
@@ -610,6 +650,13 @@ class LoopFigures:
     """Share of one core the server used during the window (1.0 = a whole core)."""
     client_cpu: float
     """Share of one core the client processes used together during the window."""
+    store_cpu: float = 0.0
+    """Share of one core the server's database sessions used (0 for SQLite, inside the server)."""
+
+    @property
+    def store_cpu_us_per_call(self) -> float:
+        """The database sessions' CPU time per answered call, in µs."""
+        return self.store_cpu / self.calls_per_s * 1e6 if self.calls_per_s else float("nan")
 
     @property
     def cpu_us_per_call(self) -> float:
@@ -685,17 +732,22 @@ def measure_loop(
     specs: Sequence[dict[str, Any]],
     warmup: float,
     seconds: float,
+    store_cpu: Callable[[], float] | None = None,
 ) -> LoopFigures:
     """Run closed-loop ``worker`` processes against ``server``; each returns
-    ``(latencies_ms, cpu_seconds)`` for the window ``warmup .. warmup + seconds``."""
+    ``(latencies_ms, cpu_seconds)`` for the window ``warmup .. warmup + seconds``.
+    ``store_cpu`` reads the CPU seconds of the server's database processes, if it has any
+    (a PostgreSQL store's sessions: ``PostgresDatabase.cpu_seconds``)."""
     workers = Workers.spawn(worker, specs)
     try:
         workers.wait_ready()
         workers.start()
         time.sleep(warmup)
         cpu_before = server.cpu_seconds()
+        store_before = store_cpu() if store_cpu else 0.0
         time.sleep(seconds)
         server_cpu = (server.cpu_seconds() - cpu_before) / seconds
+        store_used = (store_cpu() - store_before) / seconds if store_cpu else 0.0
         results = workers.results()
     finally:
         workers.terminate()
@@ -707,6 +759,7 @@ def measure_loop(
         percentile(latencies, 99),
         server_cpu,
         client_cpu,
+        store_used,
     )
 
 

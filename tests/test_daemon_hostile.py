@@ -442,6 +442,18 @@ BAD_PARAMS: dict[str, tuple[str, dict[str, Any], str]] = {
         {"request_id": "bad", "combat_id": _LONG, "ruleset": "marvel"},
         "combat_id",
     ),
+    # NUL fits no store's key (PostgreSQL's text cannot hold it): refused on every store.
+    "combat_id_with_nul": (
+        "create_combat",
+        {"request_id": "bad", "combat_id": "bad\x00", "ruleset": "marvel"},
+        "combat_id",
+    ),
+    "request_id_with_nul": (
+        "create_combat",
+        {"request_id": "bad\x00", "combat_id": "bad-options", "ruleset": "marvel"},
+        "request_id",
+    ),
+    "combat_with_nul": ("get_combat", {"combat": f"{CALM}\x00"}, "combat"),
 }
 
 

@@ -101,7 +101,7 @@ async def _through_the_hub(tmp_path: Path) -> list[ev.Event]:
             assert state.turn is not None
             for command in _script(state.turn.ref):
                 await do(command)
-        stored = store.events_after("t", 0, 1000)
+        stored = await store.events_after("t", 0, 1000)
         await store.stop()
     store.close()
     plugins.stop()

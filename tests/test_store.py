@@ -1,5 +1,6 @@
-"""The durable store, on a real SQLite file: what is committed survives a reopen, concurrent
-commands share transactions, and a failed or refused batch never leaves a part behind."""
+"""The SQLite store's own behaviour, on a real SQLite file: its data directory, lock, schema
+version, WAL under a quota, and the memory and filter of requests (what every store does is in
+tests/test_store_port.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from turnkeeper import store as store_module
-from turnkeeper.store import DB_FILE, MAX_EVENTS_PER_READ, Batch, LoadedCombat, Store, StoreError
+from turnkeeper.store import DB_FILE, Batch, LoadedCombat, Store, StoreError
 
 
 @pytest.fixture
@@ -79,33 +80,6 @@ def logged(store: Store, combat: LoadedCombat) -> list[tuple[int, dict[str, Any]
     )
 
 
-def corrupt(data_dir: Path, combat_id: str, seq: int) -> None:
-    with sqlite3.connect(data_dir / DB_FILE) as db:
-        db.execute(
-            "UPDATE events SET body = ? WHERE combat_id = ? AND seq = ?",
-            (b"\xc1garbage", combat_id, seq),
-        )
-
-
-@pytest.mark.anyio
-async def test_committed_events_survive_a_reopen(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "data")
-    async with running(store):
-        await store.commit(batch("c1", 1, 3, create=True))
-        await store.commit(batch("c1", 4, 2))
-    store.close()
-
-    store = reopen(tmp_path / "data")
-    [combat] = loaded(store)
-    events = logged(store, combat)
-    store.close()
-    assert (combat.combat_id, combat.ruleset, combat.created_at) == ("c1", "marvel", 1000.0)
-    assert events == [(n, event(n)) for n in range(1, 6)]
-    assert (combat.snapshot, combat.last) == (None, 5)
-    assert combat.warnings == []
-    assert combat.quarantined is None
-
-
 def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     data_dir = tmp_path / "nested" / "data"
     Store.open(data_dir).close()
@@ -137,138 +111,6 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
         Store.open(tmp_path)
     assert e.value.code == "store_failed"
     assert "schema version 99" in e.value.message
-
-
-@pytest.mark.anyio
-async def test_concurrent_commits_all_land_in_fewer_transactions(tmp_path: Path) -> None:
-    combats = 200
-    store = Store.open(tmp_path)
-    async with running(store), anyio.create_task_group() as tg:
-        for i in range(combats):
-            tg.start_soon(store.commit, batch(f"c{i}", 1, 2, create=True))
-    assert 1 <= store.transactions < combats
-    found = loaded(store)
-    assert sorted(c.combat_id for c in found) == sorted(f"c{i}" for i in range(combats))
-    assert all(logged(store, c) == [(1, event(1)), (2, event(2))] for c in found)
-    store.close()
-
-
-@pytest.mark.anyio
-async def test_a_duplicate_seq_is_a_conflict_for_its_own_batch_only(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
-    outcomes: dict[str, str] = {}
-
-    async def commit(name: str, b: Batch) -> None:
-        try:
-            await store.commit(b)
-            outcomes[name] = "ok"
-        except StoreError as e:
-            outcomes[name] = e.code
-
-    async with running(store):
-        await store.commit(batch("c1", 1, 2, create=True))
-        before = store.transactions
-        async with anyio.create_task_group() as tg:  # queued together: one transaction
-            tg.start_soon(commit, "duplicate", batch("c1", 2))
-            tg.start_soon(commit, "other", batch("c2", 1, create=True))
-            tg.start_soon(commit, "gap", batch("c1", 5))
-            tg.start_soon(commit, "unknown combat", batch("nowhere", 1))
-            tg.start_soon(commit, "combat twice", batch("c1", 3, create=True))
-        assert store.transactions == before + 1
-        await store.commit(batch("c1", 3))  # the store keeps working
-    assert outcomes == {
-        "duplicate": "conflict",
-        "other": "ok",
-        "gap": "conflict",
-        "unknown combat": "conflict",
-        "combat twice": "conflict",
-    }
-    logs = {c.combat_id: logged(store, c) for c in loaded(store)}
-    store.close()
-    assert logs == {"c1": [(1, event(1)), (2, event(2)), (3, event(3))], "c2": [(1, event(1))]}
-
-
-@pytest.mark.anyio
-async def test_a_remembered_request_answers_after_a_reopen(tmp_path: Path) -> None:
-    response = {"result": [1, "two", None], "seq": 1}
-    store = Store.open(tmp_path)
-    async with running(store):
-        await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), response=response))
-        with pytest.raises(StoreError) as e:  # the same request id twice
-            await store.commit(batch("c1", 2, request=("alice", "r1"), response=response))
-    store.close()
-    assert e.value.code == "conflict"
-
-    store = reopen(tmp_path)
-    assert await store.lookup_request("alice", "r1") == ("c1", response)
-    assert await store.lookup_request("bob", "r1") is None
-    [combat] = loaded(store)
-    assert logged(store, combat) == [(1, event(1))]
-    store.close()
-
-
-@pytest.mark.anyio
-async def test_an_unreadable_last_event_fails_the_replay_and_keeps_its_seq(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
-    async with running(store):
-        await store.commit(batch("c1", 1, 3, create=True))
-    store.close()
-    corrupt(tmp_path, "c1", 3)
-
-    store = reopen(tmp_path)
-    [combat] = loaded(store)
-    assert (combat.quarantined, combat.last) == (None, 3)  # no body is read to load it
-    with pytest.raises(StoreError) as unreadable:
-        logged(store, combat)
-    assert unreadable.value.code == "store_failed"
-    assert "event 3 is unreadable" in unreadable.value.message
-    async with running(store):
-        with pytest.raises(StoreError) as taken:  # the row was kept: its seq is not free again
-            await store.commit(batch("c1", 3))
-    store.close()
-    assert taken.value.code == "conflict"
-    with sqlite3.connect(tmp_path / DB_FILE) as db:
-        assert db.execute("SELECT count(*) FROM events").fetchone() == (3,)
-
-
-@pytest.mark.anyio
-async def test_garbage_or_a_gap_mid_log_is_found_in_that_combat_only(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
-    async with running(store):
-        await store.commit(batch("bad", 1, 3, create=True, at=1.0))
-        await store.commit(batch("good", 1, 2, create=True, at=2.0))
-        await store.commit(batch("gap", 1, 3, create=True, at=3.0))
-    store.close()
-    corrupt(tmp_path, "bad", 2)
-    with sqlite3.connect(tmp_path / DB_FILE) as db:
-        db.execute("DELETE FROM events WHERE combat_id = 'gap' AND seq = 2")
-
-    store = reopen(tmp_path)
-    bad, good, gap = loaded(store)
-    assert bad.combat_id == "bad"
-    with pytest.raises(StoreError) as unreadable:
-        logged(store, bad)
-    assert "event 2 is unreadable" in unreadable.value.message
-    assert (good.combat_id, good.quarantined) == ("good", None)
-    assert logged(store, good) == [(1, event(1)), (2, event(2))]
-    assert gap.quarantined == "seq 2 is missing (next stored is 3)"
-    store.close()
-
-
-@pytest.mark.anyio
-async def test_a_full_disk_fails_the_whole_transaction_and_keeps_nothing(tmp_path: Path) -> None:
-    Store.open(tmp_path).close()  # the schema's own pages, before the limit applies
-    pages = sqlite3.connect(tmp_path / DB_FILE).execute("PRAGMA page_count").fetchone()[0]
-    store = Store.open(tmp_path, max_pages=pages + 4)
-    async with running(store):
-        await store.commit(batch("c1", 1, create=True))
-        with pytest.raises(StoreError) as e:
-            await store.commit(batch("c1", 2, 50, pad="x" * 2000))
-        assert e.value.code == "store_full"
-        await store.commit(batch("c1", 2))  # small enough: the store still works
-    [combat] = loaded(store)
-    assert logged(store, combat) == [(1, event(1)), (2, event(2))]
-    store.close()
 
 
 @pytest.mark.anyio
@@ -337,69 +179,6 @@ async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_
     assert [s for s, _ in logged(store, combat)] == list(range(1, seq + 1))
     store.close()
     reader.close()
-
-
-@pytest.mark.anyio
-async def test_events_after_pages_through_the_log(tmp_path: Path) -> None:
-    total = MAX_EVENTS_PER_READ + 50
-    store = Store.open(tmp_path)
-    async with running(store):
-        await store.commit(batch("c1", 1, total, create=True))
-    assert store.events_after("c1", 0, 3) == [(1, event(1)), (2, event(2)), (3, event(3))]
-    assert store.events_after("c1", total - 1, 10) == [(total, event(total))]
-    assert store.events_after("c1", total, 10) == []
-    assert store.events_after("c1", 0, 0) == []
-    assert store.events_after("nowhere", 0, 10) == []
-    seen: list[int] = []
-    while page := store.events_after("c1", seen[-1] if seen else 0, total):
-        assert len(page) <= MAX_EVENTS_PER_READ
-        seen.extend(seq for seq, _ in page)
-    store.close()
-    assert seen == list(range(1, total + 1))
-
-
-@pytest.mark.anyio
-async def test_stop_commits_what_was_queued_then_refuses(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
-    results: list[str] = []
-
-    async def commit(b: Batch) -> None:
-        await store.commit(b)
-        results.append(b.combat_id)
-
-    async with anyio.create_task_group() as tg:
-        for i in range(20):
-            tg.start_soon(commit, batch(f"c{i}", 1, create=True))
-        await anyio.wait_all_tasks_blocked()  # all 20 queued, none committed yet
-        await store.stop()  # not running yet: returns at once, and run() drains the queue
-        await store.run()
-    with pytest.raises(StoreError) as e:
-        await store.commit(batch("late", 1, create=True))
-    assert e.value.code == "store_failed"
-    assert len(loaded(store)) == len(results) == 20
-    store.close()
-
-
-@pytest.mark.anyio
-async def test_a_cancelled_committer_fails_the_queued_batches(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
-    codes: list[str] = []
-
-    async def commit(b: Batch) -> None:
-        try:
-            await store.commit(b)
-        except StoreError as e:
-            codes.append(e.code)
-
-    async with anyio.create_task_group() as tg:
-        for i in range(5):
-            tg.start_soon(commit, batch(f"c{i}", 1, create=True))
-        await anyio.wait_all_tasks_blocked()
-        with anyio.CancelScope() as scope:
-            scope.cancel()
-            await store.run()
-    store.close()
-    assert codes == ["store_failed"] * 5
 
 
 @pytest.mark.anyio
@@ -598,13 +377,6 @@ async def test_a_commit_cancelled_as_it_is_handed_room_passes_the_room_on(
     store.close()
 
 
-def test_unencodable_data_is_refused_before_it_is_queued(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
-    with pytest.raises(TypeError):
-        anyio.run(store.commit, Batch("c1", 1, ({"x": object()},), "marvel", None, None, 1.0))
-    store.close()
-
-
 @pytest.mark.anyio
 async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -625,60 +397,6 @@ async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
         True,
     ]
     store.close()
-
-
-@pytest.mark.anyio
-async def test_load_starts_after_the_snapshot_and_an_unreadable_one_is_passed_over(
-    tmp_path: Path,
-) -> None:
-    store = Store.open(tmp_path)
-    async with running(store):
-        await store.commit(batch("snap", 1, 4, create=True, at=1.0))
-        await store.commit(batch("broken", 1, 2, create=True, at=2.0))
-    store.close()
-    with sqlite3.connect(tmp_path / DB_FILE) as db:  # no writer yet: the format is the lead's call
-        db.execute("INSERT INTO snapshots VALUES ('snap', 2, ?)", (msgpack.packb({"round": 2}),))
-        db.execute("INSERT INTO snapshots VALUES ('broken', 1, ?)", (b"\xc1",))
-
-    store = reopen(tmp_path)
-    snap, broken = loaded(store)
-    assert snap.snapshot == (2, {"round": 2})
-    assert logged(store, snap) == [(3, event(3)), (4, event(4))]
-    assert list(store.replay("snap", 0)) == [(n, event(n)) for n in range(1, 5)]
-    assert broken.quarantined is None
-    assert (broken.snapshot, logged(store, broken)) == (None, [(1, event(1)), (2, event(2))])
-    store.close()
-    [warning] = broken.warnings
-    assert "snapshot at seq 1 is unreadable" in warning
-
-
-@pytest.mark.anyio
-async def test_a_gap_before_the_snapshot_quarantines_an_unreadable_event_is_found_when_read(
-    tmp_path: Path,
-) -> None:
-    store = Store.open(tmp_path)
-    async with running(store):
-        for n, combat in enumerate(("unreadable", "gap", "short")):
-            await store.commit(batch(combat, 1, 5, create=True, at=float(n)))
-    store.close()
-    with sqlite3.connect(tmp_path / DB_FILE) as db:
-        for combat in ("unreadable", "gap", "short"):
-            db.execute("INSERT INTO snapshots VALUES (?, 4, ?)", (combat, msgpack.packb({})))
-        db.execute("DELETE FROM events WHERE combat_id = 'gap' AND seq = 2")
-        db.execute("DELETE FROM events WHERE combat_id = 'short' AND seq >= 3")
-    corrupt(tmp_path, "unreadable", 1)
-
-    store = reopen(tmp_path)
-    unreadable, gap, short = loaded(store)
-    # Loading reads no body before the snapshot: the rows are counted. Reading one (history)
-    # finds it unreadable.
-    assert (unreadable.quarantined, logged(store, unreadable)) == (None, [(5, event(5))])
-    with pytest.raises(StoreError) as unread:
-        store.events_after("unreadable", 0, 10)
-    assert "event 1 is unreadable" in unread.value.message
-    store.close()
-    assert gap.quarantined == "seq 2 is missing (next stored is 3)"
-    assert short.quarantined == "seq 3 is missing (the snapshot is at seq 4)"
 
 
 @pytest.mark.anyio
@@ -803,34 +521,6 @@ async def test_a_request_remembered_before_a_restart_is_found_once_the_filter_is
             await store.commit(batch("c1", 3, request=("alice", "r1"), response="again"))
     store.close()
     assert again.value.code == "conflict"
-
-
-@pytest.mark.anyio
-async def test_one_request_id_twice_in_a_group_refuses_the_second_batch_alone(
-    tmp_path: Path,
-) -> None:
-    store = Store.open(tmp_path)
-    outcomes: dict[str, str] = {}
-
-    async def commit(name: str, b: Batch) -> None:
-        try:
-            await store.commit(b)
-            outcomes[name] = "ok"
-        except StoreError as e:
-            outcomes[name] = e.code
-
-    async with running(store):
-        await store.commit(batch("c1", 1, create=True))
-        before = store.transactions
-        async with anyio.create_task_group() as tg:  # queued together: one transaction
-            tg.start_soon(commit, "first", batch("c1", 2, request=("alice", "r"), response=1))
-            tg.start_soon(commit, "other", batch("c2", 1, create=True))
-            tg.start_soon(commit, "second", batch("c1", 3, request=("alice", "r"), response=2))
-        assert store.transactions == before + 1
-        assert await store.lookup_request("alice", "r") == ("c1", 1)
-    assert outcomes == {"first": "ok", "other": "ok", "second": "conflict"}
-    assert [s for s, _ in logged(store, store.load_one("c1"))] == [1, 2]
-    store.close()
 
 
 @pytest.mark.anyio

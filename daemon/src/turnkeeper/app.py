@@ -18,7 +18,7 @@ from .combats import Hub
 from .combats.rebuild import SNAPSHOT_EVERY
 from .loader import PluginChoice, announce, load
 from .private import PRIVATE_FILE
-from .store import Store
+from .stores import open_store
 from .transport.channel import TcpChannel, UnixChannel
 from .transport.listeners import (
     ConnectionLimits,
@@ -49,9 +49,12 @@ class Config:
     narrator_uid: int | None = field(default_factory=os.getuid)
     """Unix peers with this uid are narrators without a token; None turns that off."""
     snapshot_every: int = SNAPSHOT_EVERY
-    max_db_pages: int | None = None
-    """A quota on the database and its WAL together, in SQLite pages; past it commits fail with
-    ``store_full``."""
+    max_db_mib: int | None = None
+    """A quota on the store, in MiB (SQLite: the database and its WAL together; PostgreSQL: the
+    store's tables and indexes); past it commits fail with ``store_full``."""
+    store: str | None = None
+    """A ``postgresql://`` URI to keep combats in PostgreSQL; None keeps them in SQLite in
+    ``data_dir`` (``turnkeeper.stores.open_store``)."""
     plugins: PluginChoice = field(default_factory=PluginChoice)
     """Which plugins to load: every installed one by default."""
     ws_host: str | None = None
@@ -75,7 +78,7 @@ async def serve(
     """Run the daemon until SIGTERM or SIGINT, then drain in-flight commands and return."""
     plugins = load(config.plugins)
     announce(plugins)
-    store = Store.open(config.data_dir, max_pages=config.max_db_pages)
+    store = open_store(config.store, config.data_dir, max_mib=config.max_db_mib)
     hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
     tokens = Tokens(config.data_dir)
     bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes

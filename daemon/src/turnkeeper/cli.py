@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from .auth import TokenRecord
     from .loader import PluginChoice, PluginPath
 
-PAGES_PER_MIB = 256
-"""SQLite's default page is 4 KiB."""
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 """A shell's code for a command ended by Ctrl-C."""
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -53,6 +51,14 @@ def _tcp(value: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host or "127.0.0.1", int(port)
+
+
+def _store(value: str) -> str:
+    from .stores import POSTGRESQL_SCHEMES
+
+    if not value.startswith(POSTGRESQL_SCHEMES):
+        raise argparse.ArgumentTypeError("expected a postgresql:// URI")
+    return value
 
 
 def _positive(value: str) -> int:
@@ -189,6 +195,14 @@ SOCKET = Setting(
     default=default_socket,
     kwargs={"metavar": "PATH"},
 )
+STORE = Setting(
+    ("--store",),
+    "keep combats in PostgreSQL at this postgresql:// URI instead of SQLite in the data "
+    "directory (env TURNKEEPER_STORE)",
+    env="TURNKEEPER_STORE",
+    parse=_store,
+    kwargs={"metavar": "URI"},
+)
 LOCALE = Setting(
     ("--locale",),
     "the language: en or pt-BR (env TURNKEEPER_LOCALE)",
@@ -236,6 +250,7 @@ what the daemon would run."""
 SERVE_SETTINGS = (
     DATA_DIR,
     SOCKET,
+    STORE,
     Setting(
         ("--tcp",),
         "also listen on HOST:PORT; every TCP client needs a token (env TURNKEEPER_TCP)",
@@ -253,8 +268,8 @@ SERVE_SETTINGS = (
     ),
     Setting(
         ("--max-db-mib",),
-        "a quota on the database and its write-ahead log together; past it commands fail "
-        "with store_full "
+        "a quota on the store (SQLite: the database and its write-ahead log together; "
+        "PostgreSQL: the store's tables and indexes); past it commands fail with store_full "
         "(env TURNKEEPER_MAX_DB_MIB; default: none)",
         env="TURNKEEPER_MAX_DB_MIB",
         parse=_positive,
@@ -333,6 +348,7 @@ TAKES: Mapping[str, tuple[Setting, ...]] = {
     "plugins": (DEBUG, *PLUGIN_SETTINGS),
     "watch": (DEBUG, *WATCH_SETTINGS),
     "token": (DEBUG, DATA_DIR),
+    "migrate": (DEBUG, STORE),
     "table": (DEBUG, DATA_DIR),
 }
 """Each command's options, the global ones it uses included."""
@@ -384,6 +400,11 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     watch = _command(sub, "watch", help="show a combat's live initiative order")
     watch.add_argument("combat")
+    _command(
+        sub,
+        "migrate",
+        help="bring the PostgreSQL store (--store) to this version's schema and exit",
+    )
     token = _command(sub, "token", help="manage access tokens")
     actions = token.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="make a token and print its secret once")
@@ -515,7 +536,8 @@ def _serve(args: argparse.Namespace) -> int:
         host,
         port,
         snapshot_every=args.snapshot_every,
-        max_db_pages=args.max_db_mib * PAGES_PER_MIB if args.max_db_mib else None,
+        max_db_mib=args.max_db_mib,
+        store=args.store,
         narrator_uid=None if args.no_peer_narrator else os.getuid(),
         plugins=_plugin_choice(args),
         ws_host=ws_host,
@@ -524,6 +546,26 @@ def _serve(args: argparse.Namespace) -> int:
         limits=ConnectionLimits(args.max_connections, args.max_web_connections),
     )
     anyio.run(serve, config)
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """Apply the PostgreSQL store's missing migrations (``serve`` applies them too, on start),
+    one line per migration applied."""
+    if args.store is None:
+        print(
+            "turnkeeper: migrate needs --store postgresql://... (or TURNKEEPER_STORE)",
+            file=sys.stderr,
+        )
+        return 2
+    from .logs import configure
+    from .stores import load_postgresql
+
+    configure(debug=args.debug)  # its log lines to stderr; stdout says what was applied
+    store = load_postgresql()
+    for migration in store.migrate(args.store):
+        print(f"applied {migration.version}: {migration.name}")
+    print(f"{store.shown(args.store)} is at schema version {store.SCHEMA_VERSION}")
     return 0
 
 
@@ -638,6 +680,8 @@ def _run(args: argparse.Namespace) -> int:
         return _watch(args)
     if args.command == "plugins":
         return _plugins(args)
+    if args.command == "migrate":
+        return _migrate(args)
     return _serve(args)
 
 

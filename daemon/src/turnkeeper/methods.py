@@ -48,6 +48,9 @@ def text(params: Mapping[str, Any], name: str, *, required: bool = True) -> str 
         raise RequestError(
             "invalid_params", "a string of 1 to {limit} characters", name, limit=MAX_ID_CHARS
         )
+    if "\x00" in value:
+        # A key of the store's: PostgreSQL's text cannot hold NUL, and no id needs one.
+        raise RequestError("invalid_params", "must not contain the NUL character", name)
     return value
 
 

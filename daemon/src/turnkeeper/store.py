@@ -122,7 +122,7 @@ BUSY_TIMEOUT_MS = 5000
 """How long a connection waits for a lock another holds (an operator may run ``sqlite3`` on the
 file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
 
-ErrorCode = Literal["store_failed", "store_full", "conflict"]
+ErrorCode = Literal["store_failed", "store_full", "store_unavailable", "conflict"]
 
 log = structlog.get_logger("turnkeeper.store")
 
@@ -174,7 +174,9 @@ class StoreError(ProtocolError):
 
     ``conflict``: the batch does not fit the log (sequence taken or skipped, unknown or duplicate
     combat, request id already stored). ``store_full``: the disk or the configured size limit is
-    full. ``store_failed``: anything else (I/O error, unreadable record, store stopped).
+    full. ``store_unavailable``: a database server could not be reached (nothing is damaged;
+    a commit's outcome may be unknown, its request id safe to retry). ``store_failed``: anything
+    else (I/O error, unreadable record, store stopped).
     The message is a string-literal template with named arguments (like every error's).
     """
 
@@ -1236,10 +1238,11 @@ class Store:
             return quarantined(f"seq {last + 1} is missing (the snapshot is at seq {row[0]})")
         return LoadedCombat(combat_id, ruleset, created_at, snapshot, last, warnings)
 
-    def events_after(
+    async def events_after(
         self, combat_id: str, seq: int, limit: int
     ) -> list[tuple[int, dict[str, Any]]]:
-        """Up to ``limit`` (at most MAX_EVENTS_PER_READ) events of the combat after ``seq``.
+        """Up to ``limit`` (at most MAX_EVENTS_PER_READ) events of the combat after ``seq``,
+        read on the event loop (a page of a local file is quicker than a hop to a thread).
 
         Raises ``StoreError("store_failed")`` if a stored event does not decode.
         """

@@ -66,7 +66,7 @@ them all): a hundred thousand combats start without a hundred thousand empty sta
 
 
 def summary(state: State, seq: int) -> dict[str, Plain]:
-    """What start-up needs of a combat before rebuilding it (``Store.summaries``)."""
+    """What start-up needs of a combat before rebuilding it (``StorePort.summaries``)."""
     return {
         "ruleset": state.ruleset,
         "phase": state.phase,

@@ -18,7 +18,7 @@ from turnkeeper_engine import Actor, RuleBook
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.plain import Plain, event_from_plain
 
-from ..store import Store, StoreError
+from ..stores.port import StoreError, StorePort
 from ..tables import Scope
 from .combat import Combat
 from .errors import RequestError
@@ -65,7 +65,7 @@ class Subscriber(Protocol):
 class SubscriptionRegistry:
     """Who follows which combat, and who follows all of them (``subscribe_all``)."""
 
-    def __init__(self, store: Store, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
+    def __init__(self, store: StorePort, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
         self._store = store
         self._combats = combats
         self._rebuilder = rebuilder
@@ -119,7 +119,7 @@ class SubscriptionRegistry:
                     limit=MAX_CATCH_UP,
                 )
             try:
-                stored = self._store.events_after(combat.id, after, MAX_CATCH_UP)
+                stored = await self._store.events_after(combat.id, after, MAX_CATCH_UP)
             except StoreError as e:
                 raise self._combats.quarantine(combat, e) from e
             events = [(seq, event_from_plain(body)) for seq, body in stored]

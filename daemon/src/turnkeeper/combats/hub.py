@@ -16,7 +16,7 @@ from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.plugins import PluginHost, PluginStats
 
-from ..store import Store
+from ..stores.port import StorePort
 from ..tables import Scope
 from .clock import Clock
 from .combat import Combat
@@ -60,7 +60,7 @@ class Hub:
 
     def __init__(
         self,
-        store: Store,
+        store: StorePort,
         dice: DiceSource | None = None,
         clock: Callable[[], float] = time.time,
         snapshot_every: int = SNAPSHOT_EVERY,

@@ -7,7 +7,7 @@ from turnkeeper_engine import Actor, RuleBook, view
 from turnkeeper_engine.plain import Plain, event_from_plain, to_plain
 from turnkeeper_sdk import wire
 
-from ..store import Store, StoreError
+from ..stores.port import StoreError, StorePort
 from ..tables import Scope
 from .combat import Combat
 from .rebuild import Rebuilder
@@ -21,7 +21,7 @@ MAX_REASON_CHARS = 200
 class Queries:
     """What clients read of the combats (``Combats``, rebuilt on first use by ``Rebuilder``)."""
 
-    def __init__(self, store: Store, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
+    def __init__(self, store: StorePort, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
         self._store = store
         self._combats = combats
         self._rebuilder = rebuilder
@@ -57,7 +57,7 @@ class Queries:
         """A page of the events after ``after``, as ``actor`` may see them."""
         combat = await self._rebuilder.ready(combat_id)
         try:
-            stored = self._store.events_after(combat.id, after, limit)
+            stored = await self._store.events_after(combat.id, after, limit)
         except StoreError as e:
             raise self._combats.quarantine(combat, e) from e
         events = [(seq, event_from_plain(body)) for seq, body in stored]

@@ -17,7 +17,7 @@ import structlog
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
 
-from ..store import Batch, Store, StoreError
+from ..stores.port import Batch, StoreError, StorePort
 from ..tables import DEFAULT_TABLE, Scope
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
@@ -59,6 +59,9 @@ class _Rebuilt:
     seq: int
     snapshot_seq: int
     quarantined: str | None = None
+    unavailable: StoreError | None = None
+    """The store could not be reached (``store_unavailable``): the combat is left unbuilt,
+    for the next request to rebuild, and not quarantined."""
     fresh: bool = False
     passed_over: tuple[str, ...] = ()
     """Why a stored snapshot was passed over: logged by ``_settle`` when this rebuild is the
@@ -71,7 +74,7 @@ class Rebuilder:
 
     def __init__(
         self,
-        store: Store,
+        store: StorePort,
         combats: Combats,
         deadlines: Deadlines,
         clock: Callable[[], float],
@@ -143,7 +146,7 @@ class Rebuilder:
                 stop.set()  # an abandoned thread stops at its next event
                 raise
             for combat, result in zip(batch, results, strict=True):
-                if self._unclaimed(combat):
+                if result.unavailable is None and self._unclaimed(combat):
                     await self._claimed(combat, partial(self._settle, combat, result))
                     rebuilt += 1
         log.info(
@@ -215,7 +218,17 @@ class Rebuilder:
         except BaseException:
             stop.set()  # an abandoned thread stops at its next event
             raise
+        if rebuilt.unavailable is not None:
+            raise rebuilt.unavailable
         await self._settle(combat, rebuilt)
+
+    def forget(self, combat: Combat) -> None:
+        """Have ``combat`` rebuilt from the store before its next use: what it holds in
+        memory may no longer be what the store does (a commit of unknown outcome)."""
+        combat.summary = summary(combat.state, combat.seq)  # for the clock meanwhile
+        combat.loaded = False
+        combat.views.clear()
+        self.deadlines.moved(combat)
 
     async def _settle(self, combat: Combat, rebuilt: _Rebuilt) -> None:
         """Make ``combat`` what its rebuild found (event loop), storing a fresh snapshot first
@@ -280,6 +293,11 @@ class Rebuilder:
         gc.disable()
         try:
             loaded = self.store.load_one(combat_id)
+        except StoreError as e:
+            if e.code == "store_unavailable":
+                return _Rebuilt(State(), 0, 0, unavailable=e)
+            log.exception("combat_quarantined", combat=combat_id)
+            return _Rebuilt(State(), 0, 0, f"its stored log could not be read: {e}")
         except Exception as e:  # an unreadable combat is quarantined alone
             log.exception("combat_quarantined", combat=combat_id)
             return _Rebuilt(State(), 0, 0, f"its stored log could not be read: {e}")
@@ -322,6 +340,8 @@ class Rebuilder:
                     )
                 seq = n
         except StoreError as e:  # an unreadable or missing event: this combat alone
+            if e.code == "store_unavailable":
+                return _Rebuilt(State(), 0, 0, unavailable=e)
             return _Rebuilt(State(), 0, 0, e.message, passed_over=tuple(notes))
         if seq != loaded.last:  # rows removed behind the rebuild (another process on the file)
             missing = f"seq {seq + 1} is missing (the log reached {loaded.last})"

@@ -108,9 +108,13 @@ class Combats:
         for combat in combats:
             self._deadlines.moved(combat)
 
-    def quarantine(self, combat: Combat, error: StoreError) -> RequestError:
+    def quarantine(self, combat: Combat, error: StoreError) -> StoreError | RequestError:
         """Quarantine a served combat whose stored log turned out unreadable where a read
-        reached it (history, a catch-up): its answer is the refusal to raise."""
+        reached it (history, a catch-up): its answer is the refusal to raise. A store that
+        could not be reached (``store_unavailable``) damaged nothing: that error is the
+        answer, and the combat stays as it is."""
+        if error.code == "store_unavailable":
+            return error
         combat.quarantined = error.message
         self._deadlines.moved(combat)
         log.error("combat_quarantined", combat=combat.id, reason=error.message)

@@ -21,7 +21,7 @@ from turnkeeper_engine import events as ev
 from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
-from ..store import Batch, Store, StoreError
+from ..stores.port import Batch, StoreError, StorePort
 from ..tables import Scope, table_of
 from .combat import Combat, summary, unchanged
 from .deadlines import Deadlines
@@ -141,6 +141,10 @@ class _CombatLog:
         try:
             await writer.store.commit(batch)
         except StoreError as e:
+            if e.code == "store_unavailable":
+                # Whether the batch was kept may be unknown: the combat is read again from
+                # the store before its next command, rather than trusted as it is in memory.
+                writer.rebuilder.forget(combat)
             raise RefusedError.relay(e, e.code) from e
         combat.state = state
         combat.seq = last
@@ -168,7 +172,7 @@ class Writer:
     def __init__(
         self,
         *,
-        store: Store,
+        store: StorePort,
         pipeline: Pipeline[Any],
         combats: Combats,
         rebuilder: Rebuilder,

@@ -1,0 +1,77 @@
+"""The stores behind the daemon: the port they all satisfy (``turnkeeper.stores.port``), the
+embedded SQLite store (``turnkeeper.store``, the default) and the PostgreSQL store
+(``turnkeeper.stores.postgresql``, with the ``postgresql`` extra), chosen by ``open_store``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+
+from ..private import private_directory
+from ..store import Store, StoreError, _lock, _ours
+from .port import StorePort
+
+POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
+"""How a ``--store`` location names a PostgreSQL database: libpq's own URI schemes."""
+
+PAGES_PER_MIB = 256
+"""SQLite's default page is 4 KiB."""
+
+
+def is_postgresql(location: str | None) -> bool:
+    """Whether ``--store`` names a PostgreSQL database (else the data directory's SQLite)."""
+    return location is not None and location.startswith(POSTGRESQL_SCHEMES)
+
+
+def open_store(location: str | None, data_dir: Path, *, max_mib: int | None = None) -> StorePort:
+    """The store ``turnkeeper serve`` runs on: PostgreSQL at ``location`` when it is a
+    ``postgresql://`` URI (migrated to this daemon's schema first), else SQLite in ``data_dir``.
+    ``max_mib`` is the operator's quota, as each store defines it."""
+    if location is not None and is_postgresql(location):
+        load_postgresql()  # says how to install the driver if it is missing
+        from .postgresql import PostgresStore
+
+        # The data directory still holds the token file: checked and locked as for SQLite, so
+        # that no other user may change the tokens and no two daemons share them.
+        lock = claim_data_dir(data_dir)
+        try:
+            store: StorePort = PostgresStore.open(
+                location, max_bytes=None if max_mib is None else max_mib << 20, dir_lock=lock
+            )
+        except BaseException:
+            os.close(lock)
+            raise
+        return store
+    return Store.open(data_dir, max_pages=None if max_mib is None else max_mib * PAGES_PER_MIB)
+
+
+def claim_data_dir(data_dir: Path) -> int:
+    """The data directory made or checked private and locked, as ``Store.open`` does; the
+    lock's descriptor. Raises ``UnsafePathError`` or ``StoreError`` as ``Store.open``."""
+    try:
+        private_directory(data_dir, "data directory", _ours)
+    except OSError as e:
+        raise StoreError(
+            "store_failed",
+            "cannot open the store in {path}: {reason}",
+            path=str(data_dir),
+            reason=str(e),
+        ) from e
+    return _lock(data_dir)
+
+
+def load_postgresql() -> ModuleType:
+    """``turnkeeper.stores.postgresql``, or ``StoreError`` saying how to install its driver."""
+    try:
+        from . import postgresql as module
+    except ImportError as e:
+        raise StoreError(
+            "store_failed",
+            "the PostgreSQL store needs {package}: pip install 'turnkeeper[postgresql]'",
+            package=e.name or "psycopg",
+        ) from e
+    return module
+
+
+__all__ = ["POSTGRESQL_SCHEMES", "StorePort", "is_postgresql", "load_postgresql", "open_store"]

@@ -1,0 +1,74 @@
+"""What the daemon needs of a store: the port both the SQLite store (``turnkeeper.store``) and
+the PostgreSQL one (``turnkeeper.stores.postgresql``) satisfy, and the one test suite
+(``tests/test_store_port.py``) holds them to.
+
+The values that cross it (``Batch``, ``LoadedCombat``, ``StoreError``) are the SQLite store's,
+which came first; every store raises the same ``StoreError`` codes for the same causes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from anyio.abc import TaskStatus
+
+from ..store import Batch, LoadedCombat, StoreError
+
+
+class StorePort(Protocol):
+    """A durable log of every combat, with remembered requests, snapshots and summaries.
+
+    Lifecycle: open (each store's own ``open``) → ``await task_group.start(store.run)`` →
+    start-up recovery (``summaries``, then ``load_one`` and ``replay`` per combat, from worker
+    threads) → ``commit``, ``lookup_request`` and ``events_after`` from any task →
+    ``await stop()`` → ``close``.
+
+    Guarantees every store gives: ``commit`` returns only once the batch is durable, and
+    batches queued together share one transaction; a batch that does not fit the log (seq
+    taken or skipped, combat unknown or already there, request id stored) is refused alone
+    with ``conflict``; a full store refuses the whole transaction with ``store_full``; a
+    request's answer is remembered across restarts (``lookup_request``); a gap in a combat's
+    log quarantines that combat alone (``LoadedCombat.quarantined``), and an event that does
+    not decode fails the read that meets it with ``store_failed``.
+    """
+
+    transactions: int
+    """Write transactions run so far (group commit makes this smaller than batches)."""
+
+    async def run(self, *, task_status: TaskStatus[None] = ...) -> None:
+        """The committer, until ``stop``; start it with ``task_group.start``."""
+
+    async def commit(self, batch: Batch) -> None:
+        """Make ``batch`` durable; return only once it is committed (else raise
+        ``StoreError``)."""
+
+    async def stop(self) -> None:
+        """Accept no more commits; return once everything queued is committed."""
+
+    def close(self) -> None:
+        """Release the store; after ``run`` has returned, or if it never ran."""
+
+    async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
+        """The combat id and response remembered for a retried request, or None."""
+
+    def summaries(self) -> list[tuple[str, Any]]:
+        """Every combat in creation order with its last summary (None if none or unreadable)."""
+
+    def memberships(self) -> dict[str, str]:
+        """The table of every combat not of the default table, by combat id (start-up)."""
+
+    def load_one(self, combat_id: str) -> LoadedCombat:
+        """One combat as found at start-up (any thread, one call at a time)."""
+
+    def replay(self, combat_id: str, after: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The combat's events after ``after``, decoded and in order (any thread)."""
+
+    async def events_after(
+        self, combat_id: str, seq: int, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """Up to ``limit`` events of the combat after ``seq``; never blocks the event loop
+        for longer than a page of a local file takes."""
+
+
+__all__ = ["Batch", "LoadedCombat", "StoreError", "StorePort"]
