@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -51,6 +52,20 @@ def test_a_second_store_on_the_same_database_is_refused_naming_the_holder(
     assert refused.value.code == "store_failed"
     assert "in use by another turnkeeper daemon (turnkeeper committer pid" in str(refused.value)
     PostgresStore.open(postgres_db).close()  # the lock went with the first's session
+
+
+def test_a_store_opened_as_the_last_holder_lets_go_waits_for_the_lock(postgres_db: str) -> None:
+    """A daemon restarted right after a stop: its predecessor's session frees the lock only
+    once the server has ended it, a moment after the close. ``open`` waits that moment
+    (``OPEN_WAIT``) rather than refusing a daemon that is already gone."""
+    holder = psycopg.connect(postgres_db, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s)", (postgresql.STORE_LOCK,))
+    letting_go = threading.Timer(0.3, holder.close)
+    letting_go.start()
+    try:
+        PostgresStore.open(postgres_db).close()
+    finally:
+        letting_go.join()
 
 
 def test_a_database_at_a_newer_schema_version_is_refused(postgres_db: str) -> None:

@@ -109,6 +109,11 @@ RELOCK_WAIT = 5.0
 server ends a lost session (and frees its lock) once it notices, which a terminated or restarted
 one does at once. A session still alive after this is another daemon's, or a partitioned one's."""
 
+OPEN_WAIT = 1.0
+"""Seconds ``open`` and ``migrate`` wait for the lock: a daemon that has just closed its session
+frees the lock only once the server has ended that session, a moment later, and a daemon
+restarted right after a stop must not be refused for that moment."""
+
 RELOCK_POLL = 0.05
 """Seconds between two tries for the lock while waiting for it."""
 
@@ -252,7 +257,7 @@ def migrate(location: str) -> list[Migration]:
         with _connect(location, "migrate") as db:
             # Never under a running daemon: it holds the store lock (taken, or refused naming
             # the daemon that holds it; ended with the session).
-            _lock(db, location)
+            _lock(db, location, wait=OPEN_WAIT)
             return _migrate(db, location)
     except psycopg.Error as e:
         raise StoreError(
@@ -411,7 +416,7 @@ class PostgresStore:
         try:
             writer = _connect(location, "committer")
             connections.append(writer)
-            _lock(writer, location)  # first: no migration runs under another daemon
+            _lock(writer, location, wait=OPEN_WAIT)  # first: no migration under another daemon
             _migrate(writer, location)
             generation = _bump(writer)
             for role in ("reader", "loader"):
