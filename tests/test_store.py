@@ -10,8 +10,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, closing
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -20,47 +19,14 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 from structlog.testing import capture_logs
 
+from test_store_port import batch, running
 from turnkeeper import store as store_module
-from turnkeeper.store import DB_FILE, Batch, LoadedCombat, Store, StoreError
+from turnkeeper.store import DB_FILE, LoadedCombat, Store, StoreError
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def event(n: int, pad: str = "") -> dict[str, Any]:
-    return {"type": "round_started", "round": n, "pad": pad, "ok": True, "x": 1.5, "none": None}
-
-
-def batch(
-    combat_id: str,
-    first_seq: int,
-    count: int = 1,
-    *,
-    create: bool = False,
-    request: tuple[str, str] | None = None,
-    response: Any = None,
-    at: float = 1000.0,
-    pad: str = "",
-) -> Batch:
-    return Batch(
-        combat_id=combat_id,
-        first_seq=first_seq,
-        events=tuple(event(first_seq + i, pad) for i in range(count)),
-        ruleset="marvel" if create else None,
-        request=request,
-        response=response,
-        at=at,
-    )
-
-
-@asynccontextmanager
-async def running(store: Store) -> AsyncIterator[Store]:
-    async with anyio.create_task_group() as tg:
-        await tg.start(store.run)
-        yield store
-        await store.stop()
 
 
 def reopen(data_dir: Path) -> Store:
