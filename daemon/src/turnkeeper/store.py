@@ -551,6 +551,22 @@ def _migrate(db: sqlite3.Connection) -> None:
     )
 
 
+def claim_data_dir(data_dir: Path) -> int:
+    """The data directory made or checked private and locked, for this process alone (every
+    store: the token file lives there too); the lock's descriptor. Raises ``UnsafePathError``
+    if others may write in it, ``StoreError`` if it cannot be made or another daemon holds it."""
+    try:
+        private_directory(data_dir, "data directory", _ours)
+    except OSError as e:
+        raise StoreError(
+            "store_failed",
+            "cannot open the store in {path}: {reason}",
+            path=str(data_dir),
+            reason=str(e),
+        ) from e
+    return _lock(data_dir)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE … COMMIT), never implicit.
     # check_same_thread=False: the committer's connection is used in the committer's thread and
@@ -632,16 +648,7 @@ class Store:
         another daemon holds the directory (the message names its pid), or the
         file cannot be opened or was written by another schema version.
         """
-        try:
-            private_directory(data_dir, "data directory", _ours)
-        except OSError as e:
-            raise StoreError(
-                "store_failed",
-                "cannot open the store in {path}: {reason}",
-                path=str(data_dir),
-                reason=str(e),
-            ) from e
-        lock = _lock(data_dir)
+        lock = claim_data_dir(data_dir)
         try:
             path = data_dir / DB_FILE
             private_file(path, "database", create=True)

@@ -8,8 +8,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from ..private import private_directory
-from ..store import Store, StoreError, _lock, _ours
+from ..store import Store, StoreError, claim_data_dir
 from .port import StorePort
 
 POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
@@ -44,21 +43,6 @@ def open_store(location: str | None, data_dir: Path, *, max_mib: int | None = No
             raise
         return store
     return Store.open(data_dir, max_pages=None if max_mib is None else max_mib * PAGES_PER_MIB)
-
-
-def claim_data_dir(data_dir: Path) -> int:
-    """The data directory made or checked private and locked, as ``Store.open`` does; the
-    lock's descriptor. Raises ``UnsafePathError`` or ``StoreError`` as ``Store.open``."""
-    try:
-        private_directory(data_dir, "data directory", _ours)
-    except OSError as e:
-        raise StoreError(
-            "store_failed",
-            "cannot open the store in {path}: {reason}",
-            path=str(data_dir),
-            reason=str(e),
-        ) from e
-    return _lock(data_dir)
 
 
 def load_postgresql() -> ModuleType:

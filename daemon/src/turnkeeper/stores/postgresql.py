@@ -404,7 +404,7 @@ class PostgresStore:
     ) -> PostgresStore:
         """Open the store at ``location`` (a libpq URI or conninfo), migrating it to this
         daemon's schema first, for this daemon alone. ``dir_lock``, the data directory's lock
-        (``turnkeeper.stores.claim_data_dir``), is released by ``close``.
+        (``turnkeeper.store.claim_data_dir``), is released by ``close``.
 
         ``max_bytes`` is an operator's quota on the store's size in the database: its tables,
         indexes and TOAST as ``pg_total_relation_size`` counts them (not the server's WAL,
