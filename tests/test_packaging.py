@@ -197,8 +197,10 @@ def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path)
         read = archive.read
         # Foundry unpacks the zip into Data/modules/<id>/: module.json at its top.
         assert json.loads(read("module.json")) == manifest
+        # `license` and `readme` are paths in the package (Foundry also takes URLs there).
         wanted = {
-            "LICENSE",
+            manifest["license"],
+            manifest["readme"],
             *manifest["esmodules"],
             *(language["path"] for language in manifest["languages"]),
             "lib/turnkeeper/index.js",
