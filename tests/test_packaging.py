@@ -9,13 +9,16 @@ import ast
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 import tomllib
+import urllib.parse
 import urllib.request
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from packaging.requirements import Requirement
 
 import turnkeeper
 from daemon import CALL_TIMEOUT, Client, free_port, running
+from node import node as node_program
 from turnkeeper import i18n
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +44,10 @@ DISTRIBUTIONS = {
 BUNDLED = {"turnkeeper-surprise", "turnkeeper-auto-reactions", "turnkeeper-dnd3e-ready"}
 SDK_JS = ROOT / "sdk" / "js"
 FOUNDRY = ROOT / "docs" / "examples" / "foundry-turnkeeper"
+RELEASE_HOST = "turnkeeper.invalid"
+"""The Foundry module's address until the project publishes it: the one thing to set then
+(docs/examples/foundry-turnkeeper/README.md). `.invalid` never resolves (RFC 2606)."""
+BUILD_TIMEOUT = 60.0
 
 
 def _pyproject(folder: str) -> dict[str, Any]:
@@ -154,6 +162,58 @@ def test_every_package_carries_the_licence_and_says_so() -> None:
     module = _json(FOUNDRY / "module.json")
     assert (FOUNDRY / module["license"]).read_text() == licence
     assert "MIT" in (ROOT / "README.md").read_text()
+
+
+def test_the_foundry_manifest_names_where_its_release_is_installed_from() -> None:
+    """Foundry installs from `manifest` and fetches `download` from the manifest it finds there:
+    the manifest stays at one address, each version's zip at an address of its own."""
+    module = _json(FOUNDRY / "module.json")
+    manifest = urllib.parse.urlsplit(module["manifest"])
+    base = module["manifest"].removesuffix("/module.json")
+    assert (manifest.scheme, manifest.hostname) == ("https", RELEASE_HOST)
+    assert module["manifest"] == f"{base}/module.json"
+    assert module["download"] == f"{base}/{module['version']}/{module['id']}.zip"
+    assert urllib.parse.urlsplit(module["url"]).hostname == RELEASE_HOST
+
+
+def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path) -> None:
+    program = node_program((SDK_JS, "@msgpack/msgpack"))
+    module = tmp_path / FOUNDRY.name
+    # A copy, so that the build's lib/ does not land in the checkout.
+    shutil.copytree(FOUNDRY, module, ignore=shutil.ignore_patterns("lib", "node_modules"))
+    built = subprocess.run(
+        [program, "build.mjs", "--release", str(tmp_path / "dist"), str(SDK_JS)],
+        cwd=module,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    assert built.returncode == 0, f"build.mjs failed:\n{built.stdout}\n{built.stderr}"
+    manifest = _json(FOUNDRY / "module.json")
+    assert _json(tmp_path / "dist" / "module.json") == manifest
+    with zipfile.ZipFile(tmp_path / "dist" / f"{manifest['id']}.zip") as archive:
+        assert archive.testzip() is None
+        names = set(archive.namelist())
+        read = archive.read
+        # Foundry unpacks the zip into Data/modules/<id>/: module.json at its top.
+        assert json.loads(read("module.json")) == manifest
+        # `license` and `readme` are paths in the package (Foundry also takes URLs there).
+        wanted = {
+            manifest["license"],
+            manifest["readme"],
+            *manifest["esmodules"],
+            *(language["path"] for language in manifest["languages"]),
+            "lib/turnkeeper/index.js",
+            "lib/msgpack/index.mjs",
+            "lib/msgpack/LICENSE",
+        }
+        assert wanted <= names, wanted - names
+        assert read("LICENSE").decode() == (ROOT / "LICENSE").read_text()
+        # The client as Foundry can load it: every file of it, its one bare import made relative.
+        client = {f"lib/turnkeeper/{p.name}" for p in (SDK_JS / "src").glob("*.js")}
+        assert client <= names
+        assert not any(b'from "@msgpack/msgpack"' in read(name) for name in client)
+        assert not [name for name in names if name.startswith(("test", "build.mjs"))]
 
 
 BLOCK_BABEL = textwrap.dedent(

@@ -4,14 +4,20 @@
 // Combat, Next Turn, an initiative roll, a combatant marked defeated or revealed) is cancelled in
 // its pre-update hook and sent to the daemon as a command; the daemon's events are then written
 // into the Combat document. One browser talks to the daemon: the active GM's, with a narrator
-// bridge token. Anyone else's click becomes an "ask", a flag written on a document that user may
-// change; Foundry tells the GM's browser who wrote it, and the command goes `as` that user, so
-// the daemon judges what the user may do (R16).
+// bridge token. Anyone else's click becomes an "ask" on the module's socket; the GM's browser
+// sends it `as` the user who asked, so the daemon judges what that user may do (R16).
 
 import { Client } from "../lib/turnkeeper/index.js";
 
 const ID = "foundry-turnkeeper";
+/** The module's socket event (module.json has `"socket": true`): Foundry relays it to every
+ * other connected browser. */
+const SOCKET = `module.${ID}`;
 const SPEAKER = { alias: "Turnkeeper" };
+/** Equal places get fractions of 1/TIE_STEPS to keep Turnkeeper's order in Foundry's tracker:
+ * more than the daemon's 500 combatants a combat may hold, so the fractions of one place never
+ * reach the next whole number. */
+const TIE_STEPS = 1000;
 
 /** The narrator's session: commands and the mirror. Null unless connected. */
 let narrator = null;
@@ -41,9 +47,6 @@ Hooks.once("init", () => {
   const rulesets = { marvel: "Marvel Multiverse", dnd3e: "D&D 3e" };
   register("ruleset", { ...world, choices: rulesets }, "marvel");
   game.modules.get(ID).api = { ask, close };
-  // v13 renamed the hook (and passes an HTMLElement rather than jQuery).
-  const rendered = game.release.generation >= 13 ? "renderChatMessageHTML" : "renderChatMessage";
-  Hooks.on(rendered, bindCard);
 });
 
 function register(key, config, fallback) {
@@ -52,6 +55,12 @@ function register(key, config, fallback) {
 }
 
 Hooks.once("ready", () => {
+  game.socket.on(SOCKET, (message) => {
+    if (message?.type === "ask") heard(message);
+    else if (message?.type === "refused" && message.user === game.user.id) {
+      ui.notifications.warn(`Turnkeeper: ${message.text}`);
+    }
+  });
   if (game.user === game.users.activeGM) connect().catch((error) => report(error));
 });
 
@@ -119,22 +128,29 @@ async function pump(subscription, handle) {
   }
 }
 
+/** Events after which Turnkeeper's places or order may differ from Foundry's initiatives. */
+const REORDERING = new Set([
+  "initiative_rolled",
+  "ties_ordered",
+  "group_reordered",
+  "combat_started",
+  "combatant_slotted",
+  "place_changed",
+]);
+
 /** One of the narrator's events, written into the Combat document it is about. */
 async function apply(event) {
   if (!table) await tell(event, gms());
   const combat = game.combats.get(event.combat);
   if (!combat) return;
   const combatant = (id) => combat.combatants.get(id);
+  if (REORDERING.has(event.event)) return arrange(combat, await read(combat));
   switch (event.event) {
-    case "initiative_rolled": {
-      const members = event.members.filter((id) => combatant(id));
-      const updates = members.map((id) => ({ _id: id, initiative: event.check.total }));
-      return combat.updateEmbeddedDocuments("Combatant", updates, mirrored());
+    case "round_started": {
+      // The round's first turn_started moves the turn and runs Foundry's turn events.
+      const round = Math.max(event.round, 1);
+      return combat.update({ round }, { ...mirrored(), turnEvents: false });
     }
-    case "place_changed":
-      return combatant(event.combatant)?.update({ initiative: event.place }, mirrored());
-    case "round_started":
-      return combat.update({ round: Math.max(event.round, 1) }, mirrored());
     case "turn_started":
       return showTurn(combat, {
         round: event.round, combatant: event.combatant, number: event.number ?? null,
@@ -142,23 +158,29 @@ async function apply(event) {
     case "combatant_defeated":
     case "combatant_revived": {
       const defeated = event.event === "combatant_defeated";
-      return combatant(event.combatant)?.update({ defeated }, mirrored());
+      const updated = await combatant(event.combatant)?.update({ defeated }, mirrored());
+      return updated && showDefeated(updated);
     }
     case "combatant_revealed":
       return combatant(event.combatant.id)?.update({ hidden: false }, mirrored());
     case "combatant_removed":
-      return combatant(event.combatant)?.delete(mirrored());
+      return combatant(event.combatant)?.delete(keepingTurn(combat, [], event.combatant));
     case "window_opened":
       return cards(combat, event.window);
     case "command_undone":
       // The undone events are not taken back one by one: read the combat again.
-      return resync(combat, (await narrator.getCombat({ combat: combat.id })).view);
+      return resync(combat, await read(combat));
   }
+}
+
+async function read(combat) {
+  return (await narrator.getCombat({ combat: combat.id })).view;
 }
 
 /** Foundry's round and current combatant as Turnkeeper has them. Foundry has no round 0 in a
  * begun combat (`started` is round > 0), so the marvel bonus round shows as round 1 (the chat
- * says which it is). The turn as Turnkeeper names it is kept in a flag, for end_turn. */
+ * says which it is). The turn as Turnkeeper names it is kept in a flag, for end_turn. A real turn
+ * change, so Foundry's own turn events fire. */
 function showTurn(combat, ref) {
   const changes = { round: Math.max(ref.round, 1), flags: { [ID]: { turn: ref } } };
   const index = combat.turns.findIndex((c) => c.id === ref.combatant);
@@ -168,21 +190,95 @@ function showTurn(combat, ref) {
 
 /** The whole combat as a view shows it: initiative, defeated, hidden, round and turn. */
 async function resync(combat, view) {
+  const wanted = initiatives(view);
   const updates = view.combatants
     .filter((c) => c.status !== "removed" && combat.combatants.get(c.id))
     .map((c) => ({
       _id: c.id,
-      initiative: c.place,
+      initiative: wanted.get(c.id),
       defeated: c.status === "defeated",
       hidden: c.hidden,
     }));
-  await combat.updateEmbeddedDocuments("Combatant", updates, mirrored());
+  await combat.updateEmbeddedDocuments("Combatant", updates, keepingTurn(combat, updates));
+  for (const { _id } of updates) await showDefeated(combat.combatants.get(_id));
   const { turn } = view;
   if (turn) {
     return showTurn(combat, { round: turn.round, combatant: turn.combatant, number: turn.number });
   }
   const round = view.round === null ? 0 : Math.max(view.round, 1);
   return combat.update({ round, turn: null, flags: { [ID]: { turn: null } } }, mirrored());
+}
+
+/** Write Turnkeeper's places as Foundry's initiatives where they differ. */
+async function arrange(combat, view) {
+  const wanted = initiatives(view);
+  const updates = combat.combatants
+    .filter((c) => wanted.has(c.id) && c.initiative !== wanted.get(c.id))
+    .map((c) => ({ _id: c.id, initiative: wanted.get(c.id) }));
+  if (updates.length === 0) return;
+  await combat.updateEmbeddedDocuments("Combatant", updates, keepingTurn(combat, updates));
+}
+
+/**
+ * Each combatant's initiative for Foundry: its place, and for places several combatants share
+ * (a group, an exact tie) a fraction below 1 that keeps them in Turnkeeper's order, since Foundry
+ * breaks equal initiatives by combatant id. Before the order is fixed (`order` empty) equal places
+ * stay equal: Turnkeeper has not ordered them yet (R4).
+ */
+function initiatives(view) {
+  const places = new Map(
+    view.combatants.filter((c) => c.status !== "removed").map((c) => [c.id, c.place]),
+  );
+  const sharing = new Map(); // place -> ids in Turnkeeper's order
+  for (const id of view.order) {
+    const place = places.get(id);
+    if (place === null || place === undefined) continue;
+    sharing.set(place, [...(sharing.get(place) ?? []), id]);
+  }
+  const wanted = new Map(places);
+  for (const [place, ids] of sharing) {
+    ids.forEach((id, k) => wanted.set(id, place + (ids.length - 1 - k) / TIE_STEPS));
+  }
+  return wanted;
+}
+
+/**
+ * The options that write initiatives (or delete `removed`) without moving Foundry's current
+ * turn: Foundry keeps the turn's index while the sorted turns change under it, so the turn would
+ * land on someone else and fire Foundry's own turn events. `combatTurn` sets the index the current
+ * combatant has in the new order; `turnEvents: false` keeps Foundry from running turn events for a
+ * write that is no turn change.
+ */
+function keepingTurn(combat, updates, removed = null) {
+  const options = { ...mirrored(), turnEvents: false };
+  const current = combat.combatant?.id;
+  const changed = new Map(updates.map((u) => [u._id, u.initiative]));
+  const after = combat.combatants.contents
+    .filter((c) => c.id !== removed)
+    .map((c) => ({ id: c.id, initiative: changed.has(c.id) ? changed.get(c.id) : c.initiative }))
+    .sort(foundryOrder);
+  if (!current || after.length === 0) return options;
+  const index = after.findIndex((c) => c.id === current);
+  // The current combatant removed: its index, where Turnkeeper's next turn_started moves on from.
+  options.combatTurn = index >= 0 ? index : Math.min(combat.turn, after.length - 1);
+  return options;
+}
+
+/** Foundry's order of turns (Combat#_sortCombatants): higher initiative first, none last, equal
+ * initiatives by id. */
+function foundryOrder(a, b) {
+  const ia = Number.isFinite(a.initiative) ? a.initiative : -Infinity;
+  const ib = Number.isFinite(b.initiative) ? b.initiative : -Infinity;
+  return ib - ia || (a.id > b.id ? 1 : -1);
+}
+
+/** The actor's defeated status effect (the token's overlay, and what Foundry's `isDefeated`
+ * also reads) as the combatant's `defeated`, which only Turnkeeper's events set. */
+async function showDefeated(combatant) {
+  const actor = combatant?.actor;
+  const status = CONFIG.specialStatusEffects.DEFEATED;
+  if (!actor || actor.statuses.has(status) === combatant.defeated) return;
+  await actor.toggleStatusEffect(status, { active: combatant.defeated, overlay: true });
 }
 
 /** An event's narration as a chat line, for everyone or whispered. */
@@ -197,7 +293,7 @@ function tell(event, whisper = []) {
  * GMs, with a Claim button per reservation it holds and a Pass button. Foundry has no reaction
  * windows; the card is this module's own. */
 async function cards(combat, window) {
-  const { view } = await narrator.getCombat({ combat: combat.id });
+  const view = await read(combat);
   for (const id of window.offered) {
     const offered = view.combatants.find((c) => c.id === id);
     const claims = view.reservations
@@ -218,53 +314,55 @@ function button(answer, label, reservation) {
   return `<button type="button" data-answer="${answer}"${data}>${escape(label)}</button>`;
 }
 
-function bindCard(message, html) {
+/** v13 and v14 render a chat message with this hook, handing it the message's HTMLElement. */
+Hooks.on("renderChatMessageHTML", (message, html) => {
   const answer = message.getFlag(ID, "answer");
   if (!answer) return;
-  const root = html.jquery ? html[0] : html;
-  for (const element of root.querySelectorAll("button[data-answer]")) {
+  for (const element of html.querySelectorAll("button[data-answer]")) {
     element.addEventListener("click", () => {
-      const combatant = game.combats.get(answer.combat)?.combatants.get(answer.combatant);
-      if (!combatant) return;
       const { reservation } = element.dataset;
-      if (element.dataset.answer === "pass") return ask(combatant, "pass_reaction", answer);
-      ask(combatant, "claim_reaction", { ...answer, reservation });
+      if (element.dataset.answer === "pass") return ask("pass_reaction", answer);
+      ask("claim_reaction", { ...answer, reservation });
     });
   }
-}
+});
 
 // Foundry → Turnkeeper --------------------------------------------------------------------------
 
 /**
- * Send a command for this browser's user: at once from the bridge's browser; from any other, as
- * an ask written on `document`, one the user may change (a combatant the player owns; the combat
- * for a GM). The bridge hears it with the user Foundry says wrote it. Macros use it too:
- * `game.modules.get("foundry-turnkeeper").api.ask(combatant, "hold", {combat, turn})`.
+ * Send a command for this browser's user: at once from the bridge's browser (the narrator's);
+ * from any other, as an ask on the module's socket, which the bridge sends `as` the user who
+ * asked. Macros use it too:
+ * `game.modules.get("foundry-turnkeeper").api.ask("hold", {combat, turn})`.
  */
-function ask(document, method, params) {
-  if (isBridge()) return void send(method, params, game.user.id);
-  // A string, not an object: Foundry merges an object flag into the one before it.
-  const request = JSON.stringify({ id: foundry.utils.randomID(), method, params });
-  document.setFlag(ID, "ask", request).catch((error) => report(error));
+function ask(method, params) {
+  if (isBridge()) return void send(method, params, null);
+  const request = { type: "ask", user: game.user.id, id: foundry.utils.randomID(), method, params };
+  game.socket.emit(SOCKET, request);
 }
 
-function heard(document, changed, options, userId) {
-  const request = changed.flags?.[ID]?.ask;
-  if (!request || !isBridge()) return;
-  const { id, method, params } = JSON.parse(request);
+/**
+ * An ask from another browser, heard by every browser but the asker's; only the bridge acts on
+ * it. Foundry relays a module's socket message as it was sent, without saying who sent it, so
+ * the ask names its user, and the bridge sends it as that user's player command, never the
+ * narrator's: the daemon then allows it only what that user's own token would be allowed (R16).
+ */
+function heard({ user, id, method, params }) {
+  if (!isBridge() || !game.users.get(user) || typeof method !== "string") return;
+  if (typeof id !== "string" || typeof params !== "object" || params === null) return;
   // The ask's own id makes the request id: an ask heard twice is one command, applied once.
-  void send(method, params, userId, `${userId}.${id}`);
+  void send(method, params, user, `${user}.${id}`);
 }
 
-async function send(method, params, userId, requestId) {
+/** `as`: the user the command runs as (R16), or null for the narrator (the bridge's own user). */
+async function send(method, params, as, requestId) {
   const command = { ...params, request_id: requestId };
   delete command.as;
-  // A GM's command is the narrator's; anyone else's runs exactly as that user's would (R16).
-  if (!game.users.get(userId)?.isGM) command.as = userId;
+  if (as !== null) command.as = as;
   try {
     return await narrator.call(method, command);
   } catch (error) {
-    report(error, userId);
+    report(error, as ?? game.user.id);
   }
 }
 
@@ -277,13 +375,13 @@ function add(combatant) {
     controller: players[0]?.id ?? null, // Turnkeeper's user ids are Foundry's
     player_character: players.length > 0,
     hidden: combatant.hidden,
+    // A v13 CombatantGroup is a Turnkeeper group: its members share one check and act together
+    // (R4). Its id, not its name: two groups may have the same name.
+    group: combatant._source.group ?? null,
   };
   // A combatant created while its combat was being set up may be added twice: once is enough.
   narrator.addCombatant(params).catch((e) => e.code === "duplicate_combatant" || report(e));
 }
-
-Hooks.on("updateCombat", heard);
-Hooks.on("updateCombatant", heard);
 
 Hooks.on("createCombat", (combat) => {
   if (isBridge()) follow(combat).catch((error) => report(error));
@@ -293,8 +391,7 @@ Hooks.on("createCombatant", (combatant, options) => {
 });
 Hooks.on("deleteCombatant", (combatant, options) => {
   if (!isBridge() || !isFollowed(combatant.parent) || options[ID]) return;
-  const params = { combat: combatant.parent.id, combatant: combatant.id };
-  void send("remove_combatant", params, game.user.id);
+  void send("remove_combatant", { combat: combatant.parent.id, combatant: combatant.id }, null);
 });
 Hooks.on("deleteCombat", (combat) => {
   if (!isBridge() || !followed.has(combat.id)) return;
@@ -305,35 +402,51 @@ Hooks.on("deleteCombat", (combat) => {
 
 // These fire in the browser that clicked, before Foundry writes anything.
 Hooks.on("combatStart", (combat) => {
-  if (isFollowed(combat)) ask(combat, "start_combat", { combat: combat.id });
+  if (isFollowed(combat)) ask("start_combat", { combat: combat.id });
 });
 Hooks.on("combatTurn", advance);
 Hooks.on("combatRound", advance);
 
 function advance(combat, data, options) {
   if (!isFollowed(combat)) return;
-  if (options.direction < 0) return ask(combat, "undo", { combat: combat.id });
+  if (options.direction < 0) return ask("undo", { combat: combat.id });
   // The turn this browser shows: a click on a turn that has passed is stale_turn (R5), never
   // the end of the next one.
-  const turn = combat.getFlag(ID, "turn");
-  ask(combat.combatant ?? combat, "end_turn", { combat: combat.id, turn });
+  ask("end_turn", { combat: combat.id, turn: combat.getFlag(ID, "turn") });
 }
 
 // Foundry's own writes of what Turnkeeper decides are cancelled (returning false cancels them).
+// v13's resetAll() writes every combatant's initiative through the Combat itself.
 Hooks.on("preUpdateCombat", (combat, changed, options) => {
-  return !isFollowed(combat) || options[ID] === true || !("round" in changed || "turn" in changed);
+  if (!isFollowed(combat) || options[ID] === true) return true;
+  return !["round", "turn", "combatants"].some((key) => key in changed);
 });
 Hooks.on("preUpdateCombatant", (combatant, changed, options) => {
   const combat = combatant.parent;
   if (!isFollowed(combat) || options[ID] === true) return true;
   const params = { combat: combat.id, combatant: combatant.id };
-  if (typeof changed.initiative === "number") ask(combatant, "roll_initiative", params);
+  if (typeof changed.initiative === "number") ask("roll_initiative", params);
   if ("defeated" in changed) {
-    ask(combatant, changed.defeated ? "defeat_combatant" : "revive_combatant", params);
+    ask(changed.defeated ? "defeat_combatant" : "revive_combatant", params);
   }
-  if (changed.hidden === false) ask(combatant, "reveal_combatant", params);
+  if (changed.hidden === false) ask("reveal_combatant", params);
   return !["initiative", "defeated", "hidden"].some((key) => key in changed);
 });
+// The tracker's skull marks the combatant defeated and then toggles its actor's defeated status
+// effect. The first becomes a command (above); the second is let through only when it agrees with
+// the combatant's `defeated`, which only Turnkeeper's events set, so a defeat the daemon refuses
+// never shows, and one it decides (from any tool) shows with its overlay (showDefeated).
+Hooks.on("preCreateActiveEffect", (effect) => agreesWithTurnkeeper(effect, true));
+Hooks.on("preDeleteActiveEffect", (effect) => agreesWithTurnkeeper(effect, false));
+
+function agreesWithTurnkeeper(effect, defeated) {
+  if (!effect.statuses.has(CONFIG.specialStatusEffects.DEFEATED)) return true;
+  const actor = effect.parent;
+  return game.combats
+    .filter(isFollowed)
+    .flatMap((combat) => combat.combatants.filter((c) => c.actor === actor))
+    .every((combatant) => combatant.defeated === defeated);
+}
 // Foundry's initiative roll card shows a roll that did not count: Turnkeeper rolls (R2).
 Hooks.on("preCreateChatMessage", (message) => {
   return !(message.getFlag("core", "initiativeRoll") && isFollowed(game.combat));
@@ -341,12 +454,11 @@ Hooks.on("preCreateChatMessage", (message) => {
 
 // -----------------------------------------------------------------------------------------------
 
-/** Tell this browser's user, or whisper to another, what went wrong. */
+/** Tell this browser's user what went wrong, or the user whose ask it was, on the socket. */
 function report(error, userId = game.user.id) {
   if (!error || error.code === "client_closed") return;
-  const text = `Turnkeeper: ${error.message}`;
-  if (userId === game.user.id) ui.notifications.warn(text);
-  else ChatMessage.create({ content: escape(text), speaker: SPEAKER, whisper: [userId] });
+  if (userId === game.user.id) ui.notifications.warn(`Turnkeeper: ${error.message}`);
+  else game.socket.emit(SOCKET, { type: "refused", user: userId, text: error.message });
 }
 
 function escape(text) {

@@ -1,23 +1,32 @@
-// A stand-in for the parts of Foundry VTT (v13) the example module touches, in memory: Hooks,
-// game (settings, users, combats, messages, i18n), ui.notifications, ChatMessage, and Combat and
-// Combatant documents whose methods fire the hooks Foundry's do, in the same order. Several
-// browsers share it: a hook Foundry fires in every browser (updateCombat, createChatMessage...)
-// runs once per user, with `game.user` set to that user, as the module's code would see it; a
-// hook that fires only in the browser that acted (preUpdate..., combatStart, combatTurn...) runs
-// once. Kept out of test/, where Node's test runner would take it for a test file.
+// A stand-in for the parts of Foundry VTT (v13, whose API v14 keeps for what the module uses) the
+// module touches, in memory: Hooks, game (settings, users, actors, combats, messages, socket,
+// i18n), ui.notifications, CONFIG.specialStatusEffects, ChatMessage, and Actor, ActiveEffect,
+// Combat, CombatantGroup and Combatant documents whose methods fire the hooks Foundry's do, in the
+// same order. Several browsers share it: a hook Foundry fires in every browser (updateCombat,
+// createChatMessage...) runs once per user, with `game.user` set to that user, as the module's
+// code would see it; a hook that fires only in the browser that acted (preUpdate..., combatStart,
+// combatTurn...) runs once. What the module relies on is modelled as Foundry's v13 code does it:
+// turns sorted by initiative then id; a write of initiatives keeps the turn's index (so the turn
+// lands on someone else) unless `combatTurn` says otherwise, and runs turn events (here the
+// `combatTurnChange` hook) unless `turnEvents: false`; the module socket relays a message to every
+// other browser, and only with `"socket": true` in module.json; a player may update only what they
+// own. Kept out of test/, where Node's test runner would take it for a test file.
 
 import { readFile } from "node:fs/promises";
 
+const DEFEATED = "dead";
+
 /**
  * Install the globals Foundry gives a module, before the module is imported.
- * @param {{module: string, users: {id: string, name: string, isGM: boolean}[], lang: string,
- *   translations: string, generation?: number}} options `translations`: the module's lang/
- *   folder; `generation`: Foundry's major version, 12 or 13 (chat cards render differently)
+ * @param {{folder: string, users: {id: string, name: string, isGM: boolean}[], lang: string}}
+ *   options `folder`: the module's folder (its module.json and lang/)
  */
-export async function installFoundry({ module, users, lang, translations, generation = 13 }) {
+export async function installFoundry({ folder, users, lang }) {
   const problems = [];
   const notices = [];
-  const texts = flatten(JSON.parse(await readFile(`${translations}/${lang}.json`, "utf8")));
+  const manifest = JSON.parse(await readFile(`${folder}/module.json`, "utf8"));
+  const module = manifest.id;
+  const texts = flatten(JSON.parse(await readFile(`${folder}/lang/${lang}.json`, "utf8")));
 
   const listeners = new Map();
   const Hooks = {
@@ -55,12 +64,14 @@ export async function installFoundry({ module, users, lang, translations, genera
 
   /** A hook every browser fires, each with its own user. */
   function everywhere(name, ...args) {
+    for (const user of game.users) inBrowser(user, () => Hooks.callAll(name, ...args));
+  }
+
+  function inBrowser(user, fn) {
     const acting = game.user;
+    game.user = user;
     try {
-      for (const user of game.users) {
-        game.user = user;
-        Hooks.callAll(name, ...args);
-      }
+      return fn();
     } finally {
       game.user = acting;
     }
@@ -93,6 +104,10 @@ export async function installFoundry({ module, users, lang, translations, genera
     get id() {
       return this._id;
     }
+    /** The stored data: what a field holds before Foundry resolves it (an id, not a document). */
+    get _source() {
+      return this;
+    }
     getFlag(scope, key) {
       return this.flags[scope]?.[key];
     }
@@ -106,34 +121,112 @@ export async function installFoundry({ module, users, lang, translations, genera
       if (Hooks.call(`preUpdate${name}`, this, changes, options, game.user.id) === false) {
         return undefined;
       }
-      if (!this.canUpdate(game.user)) {
-        throw new Error(`${game.user.name} lacks permission to update ${name} ${this.id}`);
-      }
+      this.permitted(game.user);
+      const before = this.parent?.state?.();
       merge(this, structuredClone(changes));
       everywhere(`update${name}`, this, changes, options, game.user.id);
+      if (before) this.parent.modified(before, options);
       return this;
+    }
+    permitted(user) {
+      if (!this.canUpdate(user)) {
+        throw new Error(`${user.name} lacks permission to change ${this.constructor.documentName}`);
+      }
     }
     canUpdate(user) {
       return user.isGM;
     }
   }
 
+  class ActiveEffect extends Document {
+    static documentName = "ActiveEffect";
+    constructor(data, parent) {
+      super(data, parent);
+      this.statuses = new Set(data.statuses);
+    }
+  }
+
+  class Actor extends Document {
+    static documentName = "Actor";
+    static async create(data) {
+      const actor = new Actor(data);
+      game.actors.set(actor.id, actor);
+      return actor;
+    }
+    constructor(data) {
+      super({ owners: [], ...data });
+      this.effects = new Collection();
+    }
+    canUpdate(user) {
+      return user.isGM || this.owners.includes(user.id);
+    }
+    get statuses() {
+      return new Set(this.effects.contents.flatMap((effect) => [...effect.statuses]));
+    }
+    /** v13's Actor#toggleStatusEffect: creates or deletes the status's effect, through the
+     * preCreate/preDelete hooks that may cancel it. */
+    async toggleStatusEffect(statusId, { active, overlay = false } = {}) {
+      const existing = this.effects.find((effect) => effect.statuses.has(statusId));
+      active ??= !existing;
+      if (active && !existing) {
+        const effect = new ActiveEffect({ name: statusId, statuses: [statusId], overlay }, this);
+        if (Hooks.call("preCreateActiveEffect", effect, {}, {}, game.user.id) === false) return;
+        this.permitted(game.user);
+        this.effects.set(effect.id, effect);
+        everywhere("createActiveEffect", effect, {}, game.user.id);
+        return effect;
+      }
+      if (!active && existing) {
+        if (Hooks.call("preDeleteActiveEffect", existing, {}, game.user.id) === false) return;
+        this.permitted(game.user);
+        this.effects.delete(existing.id);
+        everywhere("deleteActiveEffect", existing, {}, game.user.id);
+        return false;
+      }
+      return active;
+    }
+  }
+
+  class CombatantGroup extends Document {
+    static documentName = "CombatantGroup";
+  }
+
   class Combatant extends Document {
     static documentName = "Combatant";
     constructor(data, parent) {
-      super({ initiative: null, defeated: false, hidden: false, owners: [], ...data }, parent);
+      const blank = { initiative: null, defeated: false, hidden: false, owners: [], group: null };
+      super({ ...blank, ...data }, parent);
     }
     /** The non-GM users who own it. */
     get players() {
       return this.owners.map((id) => game.users.get(id)).filter((user) => !user.isGM);
+    }
+    get actor() {
+      return game.actors.get(this.actorId) ?? null;
+    }
+    /** v13: the field holds the group's id; the property gives the document. */
+    get group() {
+      return this.parent.groups.get(this._group) ?? null;
+    }
+    set group(id) {
+      this._group = id;
+    }
+    get _source() {
+      return { ...this, group: this._group };
+    }
+    get isDefeated() {
+      return this.defeated || Boolean(this.actor?.statuses.has(DEFEATED));
     }
     canUpdate(user) {
       return user.isGM || this.owners.includes(user.id);
     }
     async delete(options = {}) {
       if (Hooks.call("preDeleteCombatant", this, options, game.user.id) === false) return undefined;
+      this.permitted(game.user);
+      const before = this.parent.state();
       this.parent.combatants.delete(this.id);
       everywhere("deleteCombatant", this, options, game.user.id);
+      this.parent.modified(before, options);
       return this;
     }
   }
@@ -151,12 +244,13 @@ export async function installFoundry({ module, users, lang, translations, genera
     constructor(data) {
       super(data);
       this.combatants = new Collection();
+      this.groups = new Collection();
     }
-    /** Highest initiative first, then by name (Foundry's order of turns). */
+    /** Combat#_sortCombatants: highest initiative first, none last, equal ones by id. */
     get turns() {
-      const initiative = (c) => (typeof c.initiative === "number" ? c.initiative : -Infinity);
+      const initiative = (c) => (Number.isFinite(c.initiative) ? c.initiative : -Infinity);
       return this.combatants.contents.sort(
-        (a, b) => initiative(b) - initiative(a) || a.name.localeCompare(b.name),
+        (a, b) => initiative(b) - initiative(a) || (a.id > b.id ? 1 : -1),
       );
     }
     get combatant() {
@@ -165,20 +259,58 @@ export async function installFoundry({ module, users, lang, translations, genera
     get started() {
       return this.round > 0;
     }
+    /** What Foundry's turn events compare: the round, the turn and who has it. */
+    state() {
+      return { round: this.round, turn: this.turn, combatant: this.combatant?.id ?? null };
+    }
+    /** After combatants are written: v13's Combat#onModifyCombatants and setupTurns. The turn's
+     * index is kept (or set to `combatTurn`), so re-sorted turns may put someone else on it; an
+     * index past the end wraps to the next round; a change runs the turn events unless
+     * `turnEvents: false`. After a write of the Combat itself, the same events. */
+    modified(before, { combatTurn, turnEvents } = {}) {
+      if (typeof combatTurn === "number") this.turn = combatTurn;
+      if (this.turn !== null && this.turn >= this.combatants.size) {
+        this.turn = 0;
+        this.round += 1;
+      }
+      const after = this.state();
+      const changed = Object.keys(after).some((key) => after[key] !== before[key]);
+      if (changed && turnEvents !== false && this.started) {
+        everywhere("combatTurnChange", this, before, after);
+      }
+    }
+    async update(changes, options = {}) {
+      const before = this.state();
+      const updated = await super.update(changes, options);
+      if (updated) this.modified(before, options);
+      return updated;
+    }
     async createEmbeddedDocuments(type, data) {
+      const Kind = { Combatant, CombatantGroup }[type];
+      const collection = type === "Combatant" ? this.combatants : this.groups;
       return data.map((each) => {
-        const combatant = new Combatant(each, this);
-        this.combatants.set(combatant.id, combatant);
-        everywhere("createCombatant", combatant, {}, game.user.id);
-        return combatant;
+        const document = new Kind(each, this);
+        collection.set(document.id, document);
+        everywhere(`create${type}`, document, {}, game.user.id);
+        return document;
       });
     }
+    /** One operation: each change goes through its preUpdate hook, then the turns are set up
+     * once, as Foundry does for a batch. */
     async updateEmbeddedDocuments(type, updates, options = {}) {
+      const before = this.state();
       const done = [];
       for (const { _id, ...changes } of updates) {
-        const updated = await this.combatants.get(_id).update(changes, { ...options });
-        if (updated) done.push(updated);
+        const combatant = this.combatants.get(_id);
+        if (Hooks.call("preUpdateCombatant", combatant, changes, options, game.user.id) === false) {
+          continue;
+        }
+        combatant.permitted(game.user);
+        merge(combatant, structuredClone(changes));
+        everywhere("updateCombatant", combatant, changes, options, game.user.id);
+        done.push(combatant);
       }
+      if (done.length) this.modified(before, options);
       return done;
     }
     async startCombat() {
@@ -189,13 +321,13 @@ export async function installFoundry({ module, users, lang, translations, genera
     async nextTurn() {
       if (this.turn === null || this.turn >= this.turns.length - 1) return this.nextRound();
       const data = { round: this.round, turn: this.turn + 1 };
-      const options = { advanceTime: 0, direction: 1 };
+      const options = { direction: 1, worldTime: { delta: 0 } };
       Hooks.callAll("combatTurn", this, data, options);
       return this.update(data, options);
     }
     async nextRound() {
       const data = { round: this.round + 1, turn: 0 };
-      const options = { advanceTime: 0, direction: 1 };
+      const options = { direction: 1, worldTime: { delta: 0 } };
       Hooks.callAll("combatRound", this, data, options);
       return this.update(data, options);
     }
@@ -203,24 +335,22 @@ export async function installFoundry({ module, users, lang, translations, genera
       if (this.turn === 0 && this.round === 0) return this;
       if (this.turn === 0 || this.turn === null) return this.previousRound();
       const data = { round: this.round, turn: this.turn - 1 };
-      const options = { advanceTime: 0, direction: -1 };
+      const options = { direction: -1, worldTime: { delta: 0 } };
       Hooks.callAll("combatTurn", this, data, options);
       return this.update(data, options);
     }
     async previousRound() {
       const round = Math.max(this.round - 1, 0);
       const data = { round, turn: round === 0 ? null : this.turns.length - 1 };
-      const options = { advanceTime: 0, direction: -1 };
+      const options = { direction: -1, worldTime: { delta: 0 } };
       Hooks.callAll("combatRound", this, data, options);
       return this.update(data, options);
     }
-    /** Foundry rolls each combatant's formula, writes the totals, keeps the current combatant's
-     * turn, then posts a roll card flagged `core.initiativeRoll`. */
+    /** Foundry rolls each combatant's formula, writes the totals without turn events, then posts a
+     * roll card flagged `core.initiativeRoll`. */
     async rollInitiative(ids) {
-      const current = this.combatant?.id;
       const rolls = ids.map((id) => ({ _id: id, initiative: 1 + Math.floor(Math.random() * 20) }));
-      await this.updateEmbeddedDocuments("Combatant", rolls);
-      if (current) await this.update({ turn: this.turns.findIndex((c) => c.id === current) });
+      await this.updateEmbeddedDocuments("Combatant", rolls, { turnEvents: false });
       await ChatMessage.create(
         rolls.map(({ _id, initiative }) => ({
           content: String(initiative),
@@ -250,12 +380,41 @@ export async function installFoundry({ module, users, lang, translations, genera
     }
   }
 
+  /** What went over the module's socket, for the test to check what travelled there. */
+  const sent = [];
+  const socketListeners = [];
+  const socket = {
+    on(event, fn) {
+      socketListeners.push({ event, fn });
+    },
+    /** Foundry relays a package's socket event, as it was sent, to every other connected
+     * browser, later; a package gets one only with `"socket": true` in its manifest. */
+    emit(event, message) {
+      if (manifest.socket !== true || event !== `module.${module}`) {
+        throw new Error(`${event}: no socket for ${module} (module.json needs "socket": true)`);
+      }
+      const sender = game.user;
+      sent.push({ from: sender.id, message: structuredClone(message) });
+      setTimeout(() => {
+        for (const user of game.users) {
+          if (user === sender) continue;
+          inBrowser(user, () => {
+            for (const listener of socketListeners.filter((l) => l.event === event)) {
+              run(`socket ${event}`, listener.fn, [structuredClone(message)]);
+            }
+          });
+        }
+      }, 0);
+    },
+  };
+
   const settings = new Map();
   const game = {
-    release: { generation },
     modules: new Map([[module, { id: module, active: true }]]),
     users: new Collection(users.map((user) => [user.id, { ...user }])),
+    actors: new Collection(),
     combats: new Collection(),
+    socket,
     combat: null,
     messages: new Collection(),
     settings: {
@@ -287,22 +446,26 @@ export async function installFoundry({ module, users, lang, translations, genera
     game,
     ui: { notifications: notify(notices) },
     ChatMessage,
+    Actor,
     Combat,
+    CONFIG: { specialStatusEffects: { DEFEATED } },
     foundry: { utils: { randomID } },
   });
 
   return {
     problems,
     notices,
-    /** Run `fn` in the browser of the user `userId`. */
+    sent,
+    /** Run `fn` in the browser of the user `userId` (what it does before its first await). */
     asClient(userId, fn) {
-      const acting = game.user;
-      game.user = game.users.get(userId);
-      try {
-        return fn();
-      } finally {
-        game.user = acting;
-      }
+      return inBrowser(game.users.get(userId), fn);
+    },
+    /** The tracker's skull in the GM's browser, as v13's CombatTracker#_onToggleDefeatedStatus:
+     * mark the combatant, then toggle its actor's defeated status effect with the overlay. */
+    async toggleDefeated(combatant) {
+      const defeated = !combatant.isDefeated;
+      await combatant.update({ defeated });
+      await combatant.actor?.toggleStatusEffect(DEFEATED, { overlay: true, active: defeated });
     },
     /** In `userId`'s browser: render a chat card as Foundry does, then click its button whose
      * `data-answer` is `answer` (and `data-reservation`, if given, is `reservation`). */
@@ -316,10 +479,7 @@ export async function installFoundry({ module, users, lang, translations, genera
             return buttons.filter((b) => b.dataset.answer !== undefined);
           },
         };
-        // v13 hands the hook the message's element; v12 a jQuery object around it.
-        const jquery = Object.assign([root], { jquery: "3" });
-        if (generation >= 13) Hooks.callAll("renderChatMessageHTML", message, root, {});
-        else Hooks.callAll("renderChatMessage", message, jquery, {});
+        Hooks.callAll("renderChatMessageHTML", message, root, {});
         const clicked = buttons.find(
           (b) =>
             b.dataset.answer === answer && (!reservation || b.dataset.reservation === reservation),

@@ -5,7 +5,6 @@
 //   TURNKEEPER_TEST_BRIDGE_TOKEN    turnkeeper token add bridge --narrator  (the GM's browser)
 //   TURNKEEPER_TEST_OBSERVER_TOKEN  turnkeeper token add observer           (the table's chat)
 //   TURNKEEPER_TEST_NARRATOR_TOKEN  turnkeeper token add narrator           (another table tool)
-//   TURNKEEPER_TEST_FOUNDRY         the Foundry version the stand-in plays: 12 or 13 (the default)
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
@@ -27,14 +26,12 @@ const env = (name) => {
 const WS_URL = env("TURNKEEPER_TEST_WS_URL");
 
 const foundry = await installFoundry({
-  module: ID,
+  folder: fileURLToPath(new URL("..", import.meta.url)),
   users: [
     { id: GM, name: "Gamemaster", isGM: true },
     { id: ALICE, name: "Alice", isGM: false },
   ],
   lang: "pt-BR", // the module's language setting is left empty: Turnkeeper speaks Foundry's
-  translations: fileURLToPath(new URL("../lang", import.meta.url)),
-  generation: Number(process.env.TURNKEEPER_TEST_FOUNDRY ?? 13),
 });
 await import("../scripts/bridge.js");
 const { Client } = await import("../lib/turnkeeper/index.js");
@@ -76,6 +73,7 @@ test("Foundry's turn changes become commands; Turnkeeper's events move the track
   assert.deepEqual(initiatives(combat), { spidey: 18, ock: 6 });
 
   // Alice ends Spider-Man's turn in her browser: the command goes as alice, through the GM's.
+  foundry.sent.length = 0;
   await foundry.asClient(ALICE, () => combat.nextTurn());
   await eventually(async () => (await view()).turn.combatant === "ock");
   await showing(combat, 1, "ock");
@@ -84,6 +82,11 @@ test("Foundry's turn changes become commands; Turnkeeper's events move the track
   assert.equal(ended.actor.role, "player");
   assert.equal(ended.actor.user, ALICE);
   assert.match(ended.actor.via, /^bridge:token:/);
+  // It travelled on the module's socket and left nothing on any document.
+  const [asked] = foundry.sent;
+  const { type, method } = asked.message;
+  assert.deepEqual([asked.from, type, method], [ALICE, "ask", "end_turn"]);
+  assert.equal(leftoverAsks(), 0);
 
   // The GM's Next Turn on the last turn is Foundry's next round: one end_turn.
   await combat.nextTurn();
@@ -149,13 +152,12 @@ test("a reaction window is a card for the player, whose claim goes as that playe
   const combat = await fight();
   await combat.startCombat();
   await showing(combat, 1, "spidey");
-  const spidey = combat.combatants.get("spidey");
 
   // Alice reserves from a macro in her browser, through the module's api.
   const predicate = { events: ["action_declared"], actors: ["ock"] };
   const trigger = { text: "quando o Dr. Octopus atacar", predicate };
   foundry.asClient(ALICE, () =>
-    game.modules.get(ID).api.ask(spidey, "reserve", {
+    game.modules.get(ID).api.ask("reserve", {
       combat: combat.id,
       turn: combat.getFlag(ID, "turn"),
       reserved_type: "standard",
@@ -206,6 +208,160 @@ test("an initiative roll in Foundry is Turnkeeper's; Foundry's own card is dropp
   });
   await eventually(() => combat.combatants.get("ock").initiative === view.combatants[0].place);
   assert.equal(game.messages.find((m) => m.getFlag("core", "initiativeRoll")), undefined);
+});
+
+test("a player's refused ask is told to her on the socket and leaves nothing", async () => {
+  const combat = await fight();
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+  await other.endTurn({ combat: combat.id, turn: { round: 1, combatant: "spidey" } });
+  await showing(combat, 1, "ock");
+
+  // Alice clicks Next Turn on Doctor Octopus's turn: a player cannot write the Combat document,
+  // nor his combatant; the ask goes on the socket and the daemon refuses it as hers.
+  foundry.sent.length = 0;
+  await foundry.asClient(ALICE, () => combat.nextTurn());
+  await eventually(() => foundry.notices.length > 0);
+  assert.deepEqual(
+    foundry.sent.map(({ from, message }) => [from, message.type, message.user]),
+    [
+      [ALICE, "ask", ALICE],
+      [GM, "refused", ALICE],
+    ],
+  );
+  assert.match(foundry.notices[0], /^warn: Turnkeeper: /);
+  foundry.notices.length = 0;
+  assert.equal(leftoverAsks(), 0);
+  assert.equal((await other.getCombat({ combat: combat.id })).view.turn.combatant, "ock");
+});
+
+test("a v13 combatant group is a Turnkeeper group, and acts in Turnkeeper's order", async () => {
+  const combat = await Combat.create();
+  await combat.createEmbeddedDocuments("CombatantGroup", [{ _id: "goblins", name: "Goblins" }]);
+  // Added in this order, which is the order a group acts in (R4); Foundry would sort them the
+  // other way round, by id, since they share one initiative.
+  await combat.createEmbeddedDocuments("Combatant", [
+    { _id: "zgoblin", name: "Goblin", group: "goblins" },
+    { _id: "agoblin", name: "Goblin", group: "goblins" },
+    { _id: "ock", name: "Doctor Octopus" },
+  ]);
+  const { view } = await eventually(async () => {
+    const snapshot = await other.getCombat({ combat: combat.id }).catch(() => null);
+    return snapshot?.view.combatants.length === 3 && snapshot;
+  });
+  const groups = Object.fromEntries(view.combatants.map((c) => [c.id, c.group]));
+  assert.deepEqual(groups, { zgoblin: "goblins", agoblin: "goblins", ock: null });
+  await other.rollInitiative({ combat: combat.id, combatant: "agoblin", faces: [3, 3, 3] });
+  await other.rollInitiative({ combat: combat.id, combatant: "ock", faces: [2, 2, 2] });
+
+  await combat.startCombat();
+  await showing(combat, 1, "zgoblin");
+  const { order } = (await other.getCombat({ combat: combat.id })).view;
+  assert.deepEqual(order, ["zgoblin", "agoblin", "ock"]);
+  assert.deepEqual(
+    combat.turns.map((c) => c.id),
+    order,
+  );
+  // The tracker's numbers are still the places: the fraction only orders equal ones.
+  assert.deepEqual(
+    combat.turns.map((c) => Math.floor(c.initiative)),
+    [9, 9, 6],
+  );
+  await combat.nextTurn();
+  await showing(combat, 1, "agoblin");
+});
+
+test("a removal or a late arrival keeps Foundry's turn and runs no turn events", async () => {
+  const combat = await Combat.create();
+  await combat.createEmbeddedDocuments("Combatant", [
+    { _id: "spidey", name: "Spider-Man", owners: [ALICE] },
+    { _id: "rhino", name: "Rhino" },
+    { _id: "ock", name: "Doctor Octopus" },
+  ]);
+  await eventually(async () => {
+    const snapshot = await other.getCombat({ combat: combat.id }).catch(() => null);
+    return snapshot?.view.combatants.length === 3;
+  });
+  const faces = { spidey: [6, 6, 6], rhino: [4, 4, 4], ock: [2, 2, 2] };
+  for (const [combatant, rolled] of Object.entries(faces)) {
+    await other.rollInitiative({ combat: combat.id, combatant, faces: rolled });
+  }
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+  await other.endTurn({ combat: combat.id, turn: { round: 1, combatant: "spidey" } });
+  await showing(combat, 1, "rhino");
+  await other.endTurn({ combat: combat.id, turn: { round: 1, combatant: "rhino" } });
+  await showing(combat, 1, "ock");
+  assert.equal(combat.turn, 2);
+
+  const turnEvents = [];
+  const heard = (changed, before, after) => {
+    if (changed === combat && game.user.id === GM) turnEvents.push(after.combatant);
+  };
+  Hooks.on("combatTurnChange", heard);
+  // Rhino leaves from before the current turn: Foundry's turns shrink under its index.
+  await other.removeCombatant({ combat: combat.id, combatant: "rhino" });
+  await eventually(() => !combat.combatants.has("rhino"));
+  assert.deepEqual([combat.round, combat.combatant?.id, combat.turn], [1, "ock", 1]);
+
+  // A late arrival is rolled for and slotted by Turnkeeper (R1): its initiative re-sorts the turns.
+  await combat.createEmbeddedDocuments("Combatant", [{ _id: "vulture", name: "Vulture" }]);
+  const { view } = await eventually(async () => {
+    const snapshot = await other.getCombat({ combat: combat.id });
+    return snapshot.view.order.includes("vulture") && snapshot;
+  });
+  await eventually(() => combat.combatants.get("vulture").initiative !== null);
+  assert.deepEqual(
+    combat.turns.map((c) => c.id),
+    view.order,
+  );
+  assert.equal(combat.combatant?.id, "ock");
+  assert.deepEqual(turnEvents, []);
+
+  // Turnkeeper's next turn is a real turn change: Foundry's turn events run for it.
+  await other.endTurn({ combat: combat.id, turn: { round: 1, combatant: "ock" } });
+  await eventually(() => turnEvents.length > 0);
+  assert.equal(turnEvents.at(-1), combat.combatant.id);
+});
+
+test("the skull: a defeat taken shows with its status, a refused one nowhere", async () => {
+  const ockActor = await Actor.create({ name: "Doctor Octopus" });
+  const spideyActor = await Actor.create({ name: "Spider-Man", owners: [ALICE] });
+  const combat = await Combat.create();
+  await combat.createEmbeddedDocuments("Combatant", [
+    { _id: "spidey", name: "Spider-Man", owners: [ALICE], actorId: spideyActor.id },
+    { _id: "ock", name: "Doctor Octopus", actorId: ockActor.id },
+  ]);
+  await eventually(async () => {
+    const snapshot = await other.getCombat({ combat: combat.id }).catch(() => null);
+    return snapshot?.view.combatants.length === 2;
+  });
+  await other.rollInitiative({ combat: combat.id, combatant: "spidey", faces: [6, 6, 6] });
+  await other.rollInitiative({ combat: combat.id, combatant: "ock", faces: [2, 2, 2] });
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+  const ock = combat.combatants.get("ock");
+  const spidey = combat.combatants.get("spidey");
+
+  // The GM's skull on Doctor Octopus: the daemon defeats him, then the tracker and token show it.
+  await foundry.toggleDefeated(ock);
+  await eventually(() => ock.defeated && ockActor.statuses.has("dead"));
+  const status = (await other.getCombat({ combat: combat.id })).view.combatants;
+  assert.equal(status.find((c) => c.id === "ock").status, "defeated");
+
+  // Another tool revives him: the status effect goes with it.
+  await other.reviveCombatant({ combat: combat.id, combatant: "ock" });
+  await eventually(() => !ock.defeated && !ockActor.statuses.has("dead"));
+
+  // Once Turnkeeper's combat is over it refuses a defeat: neither mark may show.
+  await other.endCombat({ combat: combat.id });
+  await foundry.toggleDefeated(spidey);
+  await eventually(() => foundry.notices.length > 0);
+  assert.match(foundry.notices[0], /^warn: Turnkeeper: /);
+  foundry.notices.length = 0;
+  assert.equal(spidey.defeated, false);
+  assert.equal(spideyActor.statuses.has("dead"), false);
+  assert.equal(spidey.isDefeated, false);
 });
 
 // -----------------------------------------------------------------------------------------------
@@ -265,6 +421,13 @@ async function history(combat) {
   const first = Math.min(...told.map((m) => m.getFlag(ID, "seq")));
   const { events } = await other.history({ combat: combat.id, after: first - 1 });
   return events.filter((e) => e.summary).map((e) => e.summary.trim());
+}
+
+/** How many documents carry an ask flag, the way requests travelled before the socket. */
+function leftoverAsks() {
+  const combats = game.combats.contents;
+  const documents = [...combats, ...combats.flatMap((c) => c.combatants.contents)];
+  return documents.filter((document) => document.flags[ID]?.ask !== undefined).length;
 }
 
 /** Poll `check` until it gives something truthy, which is returned. */
