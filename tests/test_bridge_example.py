@@ -2,9 +2,10 @@
 
 Its manifest is checked here (its release zip in test_packaging.py). Its behaviour is checked by
 its own Node test (test/bridge.test.js), run here against a live daemon with its WebSocket
-endpoint, on a copy of the module folder into which ``node build.mjs`` has put the JavaScript
-client, as a user would install it. The Foundry side of that test is a stand-in that models what
-the module relies on (test-support/foundry.js); the daemon, the socket and the client are real.
+endpoint, on a copy of the module folder into which ``python -m turnkeeper.foundry lib`` has
+put the JavaScript client, as a user would install it. The Foundry side of that test is a
+stand-in that models what the module relies on (test-support/foundry.js); the daemon, the socket
+and the client are real.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,6 @@ from node import node, run_node_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "docs" / "examples" / "foundry-turnkeeper"
-JS = ROOT / "sdk" / "js"
 NODE_TIMEOUT = 180.0
 """Seconds the node test may take: it needs a few; a hang fails in bounded time, with node's
 output so far."""
@@ -65,17 +66,16 @@ def test_the_module_has_a_foundry_v13_and_v14_manifest() -> None:
 
 
 def test_the_module_drives_and_follows_a_live_daemon(tmp_path: Path) -> None:
-    program = node((JS, "@msgpack/msgpack"))
+    program = node()
     module = tmp_path / "modules" / EXAMPLE.name
     shutil.copytree(EXAMPLE, module, ignore=shutil.ignore_patterns("lib", "node_modules"))
     built = subprocess.run(
-        [program, "build.mjs", str(JS)],
-        cwd=module,
+        [sys.executable, "-m", "turnkeeper.foundry", "lib", str(module)],
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT,
     )
-    assert built.returncode == 0, f"build.mjs failed:\n{built.stdout}\n{built.stderr}"
+    assert built.returncode == 0, f"the build failed:\n{built.stdout}\n{built.stderr}"
 
     with running(tmp_path, ws=True) as d:
         env = {

@@ -6,10 +6,10 @@ unit checked as far as this machine allows (no container engine, no systemd as P
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,8 +27,7 @@ from packaging.requirements import Requirement
 
 import turnkeeper
 from daemon import CALL_TIMEOUT, Client, free_port, running
-from node import node as node_program
-from turnkeeper import i18n
+from turnkeeper import foundry, i18n
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each Python distribution's folder, and the package whose `__version__` is its version.
@@ -177,21 +176,20 @@ def test_the_foundry_manifest_names_where_its_release_is_installed_from() -> Non
 
 
 def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path) -> None:
-    program = node_program((SDK_JS, "@msgpack/msgpack"))
-    module = tmp_path / FOUNDRY.name
-    # A copy, so that the build's lib/ does not land in the checkout.
-    shutil.copytree(FOUNDRY, module, ignore=shutil.ignore_patterns("lib", "node_modules"))
+    """``python -m turnkeeper.foundry release DIR``: the zip the daemon's wheel carries and
+    serves (made by the same function), with the manifest to publish beside it."""
     built = subprocess.run(
-        [program, "build.mjs", "--release", str(tmp_path / "dist"), str(SDK_JS)],
-        cwd=module,
+        [sys.executable, "-m", "turnkeeper.foundry", "release", str(tmp_path / "dist")],
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT,
     )
-    assert built.returncode == 0, f"build.mjs failed:\n{built.stdout}\n{built.stderr}"
+    assert built.returncode == 0, f"the build failed:\n{built.stdout}\n{built.stderr}"
     manifest = _json(FOUNDRY / "module.json")
     assert _json(tmp_path / "dist" / "module.json") == manifest
-    with zipfile.ZipFile(tmp_path / "dist" / f"{manifest['id']}.zip") as archive:
+    made = (tmp_path / "dist" / f"{manifest['id']}.zip").read_bytes()
+    assert made == foundry.build(foundry.Sources.of(ROOT))
+    with zipfile.ZipFile(io.BytesIO(made)) as archive:
         assert archive.testzip() is None
         names = set(archive.namelist())
         read = archive.read
@@ -213,7 +211,14 @@ def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path)
         client = {f"lib/turnkeeper/{p.name}" for p in (SDK_JS / "src").glob("*.js")}
         assert client <= names
         assert not any(b'from "@msgpack/msgpack"' in read(name) for name in client)
-        assert not [name for name in names if name.startswith(("test", "build.mjs"))]
+        assert b'from "../msgpack/index.mjs"' in read("lib/turnkeeper/index.js")
+        # @msgpack/msgpack's ES modules, the table view's copy (checked against the lockfile's).
+        vendored = ROOT / "daemon" / "src" / "turnkeeper" / "web" / "vendor" / "msgpack"
+        for path in vendored.rglob("*"):
+            if path.is_file():
+                entry = f"lib/msgpack/{path.relative_to(vendored).as_posix()}"
+                assert read(entry) == path.read_bytes(), entry
+        assert not [name for name in names if name.startswith(("test", "node_modules"))]
 
 
 BLOCK_BABEL = textwrap.dedent(
@@ -368,6 +373,9 @@ def test_wheels_install_into_a_fresh_venv_as_documented(tmp_path: Path) -> None:
     assert Path(found["mo"]).is_file()
     assert found["babel"] == []
 
+    # The wheel carries the Foundry module's zip: the installed daemon has no checkout to make
+    # it from.
+    assert list((tmp_path / "venv" / "lib").glob("*/site-packages/turnkeeper/foundry-*.zip"))
     _serve_as_the_image(venv, tmp_path)
     checked = _verify(_unit_for(venv / "turnkeeper", tmp_path))
     assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
@@ -395,8 +403,8 @@ INSTALLED = textwrap.dedent(
 
 def _serve_as_the_image(venv: Path, tmp_path: Path) -> None:
     """``turnkeeper serve`` with the image's environment (on this machine's loopback, in the
-    test's directories): a TCP client says hello with a token, the table view is served, and
-    SIGTERM stops it cleanly."""
+    test's directories): a TCP client says hello with a token, the table view and the Foundry
+    module are served, and SIGTERM stops it cleanly."""
     tcp, http = free_port(), free_port()
     env = {
         **os.environ,
@@ -428,6 +436,14 @@ def _serve_as_the_image(venv: Path, tmp_path: Path) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{http}/", timeout=CALL_TIMEOUT) as page:
             assert page.status == 200
             assert b"<html" in page.read().lower()
+        # Foundry installs the module from the daemon: the wheel's zip, as the checkout makes it.
+        base = f"http://127.0.0.1:{http}/foundry"
+        with urllib.request.urlopen(f"{base}/module.json", timeout=CALL_TIMEOUT) as answer:
+            served = json.loads(answer.read())
+        assert served["manifest"] == f"{base}/module.json"
+        assert served["version"] == _changelog_release()
+        with urllib.request.urlopen(served["download"], timeout=CALL_TIMEOUT) as answer:
+            assert answer.read() == foundry.build(foundry.Sources.of(ROOT))
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=CALL_TIMEOUT) == 0
     finally:

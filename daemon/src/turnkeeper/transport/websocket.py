@@ -2,9 +2,10 @@
 
 A browser has no raw sockets, so ``--ws`` (and ``--http``, which adds the table view) opens an
 HTTP listener: ``/ws`` upgrades to a WebSocket carrying exactly the socket protocol, one message
-per binary frame; with the page on, every other path is a static file of ``turnkeeper/web`` or a
-translation catalogue. HTTP is parsed by h11 and the WebSocket by wsproto, both sans-I/O, over
-the same ``asyncio`` channel as the other transports (``channel.py``).
+per binary frame; ``/foundry/`` serves the Foundry VTT module (``foundry.py``); with the page
+on, every other path is a static file of ``turnkeeper/web`` or a translation catalogue. HTTP is
+parsed by h11 and the WebSocket by wsproto, both sans-I/O, over the same ``asyncio`` channel as
+the other transports (``channel.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 from turnkeeper_sdk import wire
 
 from .. import i18n
+from . import foundry
 from .channel import Channel, peer_address
 
 log = structlog.get_logger("turnkeeper.websocket")
@@ -340,7 +342,10 @@ class Gate:
         if event.method not in (b"GET", b"HEAD"):
             _answer(channel, http, 405, b"method not allowed\n", [(b"allow", b"GET, HEAD")])
             return None
-        found = self.site.get(path) if self.site is not None else None
+        if path.startswith(foundry.PREFIX):
+            found = foundry.answer(path, headers.get(b"host"), channel)
+        else:
+            found = self.site.get(path) if self.site is not None else None
         if found is None:
             _answer(channel, http, 404, b"not found\n")
             return None

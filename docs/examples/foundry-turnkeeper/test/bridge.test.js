@@ -1,6 +1,6 @@
 // The example module against a live daemon: Foundry is a stand-in (test-support/foundry.js); the
-// daemon, its WebSocket and the JavaScript client (the copy `node build.mjs` puts in lib/) are
-// real. Run by tests/test_bridge_example.py, which starts the daemon and makes the tokens:
+// daemon, its WebSocket and the JavaScript client (the copy `python -m turnkeeper.foundry lib`
+// puts in lib/) are real. Run by tests/test_bridge_example.py, which starts the daemon and makes the tokens:
 //   TURNKEEPER_TEST_WS_URL          ws://127.0.0.1:PORT/ws
 //   TURNKEEPER_TEST_BRIDGE_TOKEN    turnkeeper token add bridge --narrator  (the GM's browser)
 //   TURNKEEPER_TEST_OBSERVER_TOKEN  turnkeeper token add observer           (the table's chat)

@@ -1,0 +1,182 @@
+"""The Foundry VTT module (``docs/examples/foundry-turnkeeper``) as Foundry installs it: one zip
+of its files with the JavaScript client inside, made here and nowhere else.
+
+The daemon serves that zip and its manifest (``transport/foundry.py``), so it needs the zip
+where Node.js and npm may be missing, at build time and at run time: the zip is made in Python,
+from the module's folder, the client's sources (``sdk/js/src``) and the copy of
+``@msgpack/msgpack`` the table view already ships (``web/vendor/msgpack``, checked byte for byte
+against the version the client's lockfile pins). ``daemon/setup.py`` runs this file by path
+while building a wheel, which then carries the zip; an editable install has none and makes it
+from the checkout, again whenever a source changes. It imports only the standard library, since
+the build loads it before anything is installed.
+
+    python -m turnkeeper.foundry lib [DIR]          # DIR/lib/: link DIR into Foundry's modules
+    python -m turnkeeper.foundry release OUT_DIR    # OUT_DIR/<id>.zip and OUT_DIR/module.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SHIPPED = ("module.json", "LICENSE", "README.md", "scripts", "lang")
+"""What of the module's folder the zip holds, besides ``lib/``: what Foundry loads (module.json
+names the scripts and languages) and the licence. Not the tests, nor the folder's own lib/."""
+BARE = b'from "@msgpack/msgpack"'
+LOCAL = b'from "../msgpack/index.mjs"'
+"""Foundry loads a module's scripts as they are, with no bundler and no import map, so the
+client's one bare import becomes the relative path of the copy in ``lib/msgpack/``."""
+EPOCH = (1980, 1, 1, 0, 0, 0)
+"""Every entry's time: the zip format's earliest, so that the same files make the same bytes."""
+PACKAGED = Path(__file__).resolve().parent / "foundry-turnkeeper.zip"
+"""Where a wheel carries the zip (``daemon/setup.py`` writes it there)."""
+CHECKOUT = Path(__file__).resolve().parents[3]
+"""The repository's root, when this file runs from a checkout (an editable install)."""
+
+
+class BuildError(Exception):
+    """The sources cannot make the module: the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the zip's files come from."""
+
+    module: Path
+    client: Path
+    msgpack: Path
+
+    @classmethod
+    def of(cls, root: Path) -> Sources:
+        """The sources in a checkout (or a build's copy of one) rooted at ``root``."""
+        return cls(
+            module=root / "docs" / "examples" / "foundry-turnkeeper",
+            client=root / "sdk" / "js" / "src",
+            msgpack=root / "daemon" / "src" / "turnkeeper" / "web" / "vendor" / "msgpack",
+        )
+
+    def inputs(self) -> list[tuple[str, Path]]:
+        """Each entry of the zip, in order, and the file it is made of."""
+        found: list[tuple[str, Path]] = []
+        for entry in SHIPPED:
+            path = self.module / entry
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            found += [(p.relative_to(self.module).as_posix(), p) for p in files]
+        modules = sorted(p for p in self.msgpack.rglob("*.mjs"))
+        found += [(f"lib/msgpack/{p.relative_to(self.msgpack).as_posix()}", p) for p in modules]
+        found.append(("lib/msgpack/LICENSE", self.msgpack / "LICENSE"))
+        found += [(f"lib/turnkeeper/{p.name}", p) for p in sorted(self.client.glob("*.js"))]
+        return found
+
+    def state(self) -> tuple[tuple[str, int, int], ...]:
+        """What the sources are now (names, times, sizes): when it changes, the zip is stale."""
+        try:
+            return tuple(
+                (str(path), (s := path.stat()).st_mtime_ns, s.st_size) for _, path in self.inputs()
+            )
+        except OSError as e:
+            raise BuildError(f"the Foundry module's sources are not all there: {e}") from e
+
+
+def build(sources: Sources) -> bytes:
+    """The zip Foundry installs, deflated; the same sources make the same bytes."""
+    try:
+        files = [(entry, path.read_bytes()) for entry, path in sources.inputs()]
+        manifest = json.loads((sources.module / "module.json").read_bytes())
+    except (OSError, ValueError) as e:
+        raise BuildError(f"the Foundry module's sources are not all there: {e}") from e
+    # Foundry downloads the zip from `download`: the name the URL ends with is the one made here.
+    name = f"{manifest['id']}.zip"
+    if not str(manifest.get("download", "")).endswith(f"/{name}"):
+        raise BuildError(f"module.json's download must end with /{name}")
+    out = io.BytesIO()
+    rewritten = 0
+    with zipfile.ZipFile(out, "w") as archive:
+        for entry, data in files:
+            if entry.startswith("lib/turnkeeper/"):
+                rewritten += BARE in data
+                data = data.replace(BARE, LOCAL)
+            info = zipfile.ZipInfo(entry, date_time=EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    if not rewritten:
+        raise BuildError(f"no file of {sources.client} imports @msgpack/msgpack: not the client?")
+    return out.getvalue()
+
+
+def manifest_of(release: bytes) -> dict[str, Any]:
+    """The module.json a zip holds."""
+    with zipfile.ZipFile(io.BytesIO(release)) as archive:
+        found: dict[str, Any] = json.loads(archive.read("module.json"))
+    return found
+
+
+class Release:
+    """The zip this daemon serves: the wheel's, or else one made from the checkout and made
+    again when its sources change (an editable install runs the sources in place, so a copy
+    made once would go stale)."""
+
+    def __init__(self, packaged: Path = PACKAGED, checkout: Path = CHECKOUT) -> None:
+        self._packaged = packaged
+        self._wheel: bytes | None = None
+        self._sources = Sources.of(checkout)
+        self._state: tuple[tuple[str, int, int], ...] | None = None
+        self._made = b""
+
+    def current(self) -> bytes | None:
+        """The zip, or None when this install has neither a packaged zip nor a checkout."""
+        if self._wheel is None and self._packaged.is_file():
+            # An installed package does not change under a running daemon: read once.
+            self._wheel = self._packaged.read_bytes()
+        if self._wheel is not None:
+            return self._wheel
+        if not self._sources.module.is_dir():
+            return None
+        state = self._sources.state()
+        if state != self._state:
+            self._made, self._state = build(self._sources), state
+        return self._made
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m turnkeeper.foundry``: the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m turnkeeper.foundry",
+        description="Build the Foundry VTT module from this checkout.",
+    )
+    steps = parser.add_subparsers(dest="step", required=True)
+    lib = steps.add_parser("lib", help="put the JavaScript client into DIR/lib/")
+    lib.add_argument("dir", nargs="?", type=Path, default=Sources.of(CHECKOUT).module)
+    release = steps.add_parser("release", help="write OUT_DIR/<id>.zip and OUT_DIR/module.json")
+    release.add_argument("out_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        made = build(Sources.of(CHECKOUT))
+    except BuildError as e:
+        print(f"turnkeeper.foundry: {e}", file=sys.stderr)
+        return 1
+    if args.step == "lib":
+        shutil.rmtree(args.dir / "lib", ignore_errors=True)
+        with zipfile.ZipFile(io.BytesIO(made)) as archive:
+            archive.extractall(args.dir, [n for n in archive.namelist() if n.startswith("lib/")])
+        print(f"{args.dir / 'lib'} holds the client of {Sources.of(CHECKOUT).client}")
+        return 0
+    manifest = manifest_of(made)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / f"{manifest['id']}.zip").write_bytes(made)
+    (args.out_dir / "module.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"{args.out_dir}: {manifest['id']}.zip, module.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

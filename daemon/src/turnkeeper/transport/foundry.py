@@ -1,0 +1,76 @@
+"""The Foundry VTT module, installable from the daemon's HTTP listener: Foundry's Install Module
+takes ``http://HOST:PORT/foundry/module.json``, reads ``download`` there and fetches the zip.
+
+The manifest is the zip's own ``module.json`` with ``manifest`` and ``download`` pointing back at
+the address the request reached, so that the project needs no public host: a Foundry server that
+reaches the daemon installs from it, and finds updates there.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from functools import cache
+
+import structlog
+
+from .. import foundry
+from .channel import Channel
+
+log = structlog.get_logger("turnkeeper.foundry")
+
+PREFIX = "/foundry/"
+MANIFEST = "module.json"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(
+    rf"(?:{_LABEL}(?:\.{_LABEL})*|\[(?P<ip6>[0-9A-Fa-f:.]+)\])(?::(?P<port>[0-9]{{1,5}}))?"
+)
+"""``host[:port]`` and nothing else: a DNS name or IPv4 address, or an IPv6 one in brackets."""
+
+
+@cache
+def _release() -> foundry.Release:
+    return foundry.Release()
+
+
+def answer(path: str, host: bytes | None, channel: Channel) -> tuple[bytes, str] | None:
+    """The body and type of ``GET PREFIX...``: the manifest, pointing at ``host`` (the request's
+    Host header) or, when that is not a plain ``host[:port]``, at the address the connection
+    reached; the zip; None for any other name, or when this install has no module."""
+    try:
+        release = _release().current()
+    except foundry.BuildError as e:
+        log.error("foundry_module_unbuildable", error=str(e))
+        return None
+    if release is None:
+        return None
+    manifest = foundry.manifest_of(release)
+    name = path.removeprefix(PREFIX)
+    if name == f"{manifest['id']}.zip":
+        return release, "application/zip"
+    if name != MANIFEST:
+        return None
+    assert channel.transport is not None
+    local = channel.transport.get_extra_info("sockname")
+    base = f"http://{_authority(host, (local[0], local[1]))}{PREFIX}"
+    manifest["manifest"] = base + MANIFEST
+    manifest["download"] = f"{base}{manifest['id']}.zip"
+    return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode(), "application/json"
+
+
+def _authority(host: bytes | None, local: tuple[str, int]) -> str:
+    """``host`` if it is a valid ``host[:port]``, else the listener's own address: a Host header
+    is the client's to write, and nothing else of it may reach the manifest."""
+    text = host.decode("ascii", "replace") if host else ""
+    found = _HOST.fullmatch(text)
+    if found is not None and int(found["port"] or 80) <= 65535:
+        try:
+            if found["ip6"] is not None:
+                ipaddress.IPv6Address(found["ip6"])
+            return text
+        except ValueError:
+            pass
+    address, port = local
+    # A link-local IPv6 address carries its zone after "%", which a URL writes "%25".
+    return f"[{address.replace('%', '%25')}]:{port}" if ":" in address else f"{address}:{port}"
