@@ -4,8 +4,10 @@ over TCP and WebSocket)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +17,8 @@ from typing import Any
 import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, running
-from turnkeeper.shell import EXIT_REFUSED, EXIT_UNREACHABLE, VERBS
+from turnkeeper.cli import _parser
+from turnkeeper.shell import COMMAND_SETTINGS, EXIT_REFUSED, EXIT_UNREACHABLE, QUERIES, VERBS
 from turnkeeper_engine.commands import COMMANDS
 from turnkeeper_sdk.client import Client
 
@@ -253,3 +256,30 @@ def test_the_sdk_client_makes_a_request_id_when_none_is_given(daemon: Daemon) ->
         second = client.call("add_combatant", combat="c1", id="hero", display_name="Hero")
     assert first["seq"] == 2
     assert second["seq"] == 4  # a fresh id each: the second is a command of its own
+
+
+def _sections(page: str) -> dict[str, str]:
+    """Each ``### `a`, `b``` section of a page, by every name its heading gives."""
+    sections: dict[str, str] = {}
+    for chunk in page.split("\n### ")[1:]:
+        heading, _, body = chunk.partition("\n")
+        for name in re.findall(r"`([^`]+)`", heading):
+            sections[name] = body
+    return sections
+
+
+def test_docs_shell_md_has_every_subcommand_with_its_aliases_and_flags() -> None:
+    sections = _sections((Path(__file__).parents[1] / "docs" / "shell.md").read_text())
+    common = {f for s in COMMAND_SETTINGS for f in s.flags} | {"-h", "--help"}
+    commands = next(
+        a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+    for name in [v.name for v in VERBS] + list(QUERIES):
+        assert name in sections, f"docs/shell.md has no section for {name}"
+        body = sections[name]
+        verb = next((v for v in VERBS if v.name == name), None)
+        for alias in verb.aliases if verb else ():
+            assert f"`{alias}`" in body, f"docs/shell.md: {name} does not name its alias {alias}"
+        for action in commands[name]._actions:
+            for flag in set(action.option_strings) - common:
+                assert flag in body, f"docs/shell.md: {name} does not document {flag}"

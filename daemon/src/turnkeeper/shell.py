@@ -146,7 +146,7 @@ def _action_flags(parser: argparse.ArgumentParser, *, kind: bool = True) -> None
     """An ``ActionSpec``: its kind (a positional, or ``--action`` where it is optional) and the
     rest as flags."""
     if kind:
-        parser.add_argument("kind", help="the action's kind: attack, move, cast…")
+        parser.add_argument("kind", metavar="KIND", help="the action's kind: attack, move, cast…")
     else:
         parser.add_argument(
             "--action", dest="kind", metavar="KIND", help="the action stated with the claim"
@@ -160,7 +160,7 @@ def _action_flags(parser: argparse.ArgumentParser, *, kind: bool = True) -> None
 
 def _trigger_flags(parser: argparse.ArgumentParser) -> None:
     """A ``Trigger``: its words, and a predicate the engine can match, flag by flag."""
-    parser.add_argument("trigger", help="the trigger as people say it")
+    parser.add_argument("trigger", metavar="TRIGGER", help="the trigger as people say it")
     _list_flag(
         parser, "--on", "a trigger event that fires it: action_declared, move, turn_started…"
     )
@@ -187,7 +187,9 @@ def _trigger(args: argparse.Namespace) -> dict[str, Any]:
 
 def _facts_flags(parser: argparse.ArgumentParser) -> None:
     """A ``TriggerFacts``: the moment's event, and the rest as flags."""
-    parser.add_argument("event", help="the kind of moment: action_declared, move, or your own word")
+    parser.add_argument(
+        "event", metavar="EVENT", help="the kind of moment: action_declared, move, or your own word"
+    )
     parser.add_argument("--actor", help="the combatant whose moment it is")
     parser.add_argument("--kind", help="the action kind, if any")
     _list_flag(parser, "--target", "a combatant the moment targets")
@@ -507,7 +509,7 @@ def _add_verb(sub: argparse._SubParsersAction[argparse.ArgumentParser], verb: Ve
     parser = sub.add_parser(verb.name, aliases=list(verb.aliases), help=verb.help)
     parser.set_defaults(verb=verb.name)
     if verb.method != "create_combat":
-        parser.add_argument("combat", help="the combat's id")
+        parser.add_argument("combat", metavar="COMBAT", help="the combat's id")
     params = {p.name: p for p in method.params}
     for name in verb.positional:
         parser.add_argument(name, metavar=name.upper(), **_positional(params[name], verb))
@@ -538,7 +540,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         parser = sub.add_parser(name, help=text)
         parser.set_defaults(verb=name)
         if name != "list":
-            parser.add_argument("combat", help="the combat's id")
+            parser.add_argument("combat", metavar="COMBAT", help="the combat's id")
         for setting in QUERY_SETTINGS:
             setting.add(parser)
 
