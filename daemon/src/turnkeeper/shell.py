@@ -7,7 +7,8 @@ arguments come from the method table (:mod:`turnkeeper_sdk.methods`): its params
 positionals or flags by their types, so a field added to a command is a flag here with no
 change; only the records (an action, a trigger, a trigger's facts) are spelled out as flags.
 What a shell user cannot know offhand is filled in from the combat as it stands: the current
-turn (``turn``) and the open reaction window (``window``). Request ids are made here too.
+turn (``turn``), the open reaction window (``window``), a claimant's reservation. Request ids
+are the SDK client's to make, fresh for each command unless ``--request-id`` gives one.
 
 Output is what the daemon says: each event's ``summary`` in the chosen language, or with
 ``--json`` the answer as JSON. A refusal prints its code, message and field and exits with
