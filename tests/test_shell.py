@@ -8,8 +8,10 @@ import argparse
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from daemon import CALL_TIMEOUT, Daemon, running
 from turnkeeper.cli import _parser
 from turnkeeper.shell import COMMAND_SETTINGS, EXIT_REFUSED, EXIT_UNREACHABLE, QUERIES, VERBS
 from turnkeeper_engine.commands import COMMANDS
+from turnkeeper_sdk import wire
 from turnkeeper_sdk.client import Client
 
 TURNKEEPER = Path(sys.executable).with_name("turnkeeper")
@@ -307,3 +310,48 @@ def test_docs_shell_md_has_every_subcommand_with_its_aliases_and_flags() -> None
         for action in commands[name]._actions:
             for flag in set(action.option_strings) - common:
                 assert flag in body, f"docs/shell.md: {name} does not document {flag}"
+
+
+def test_a_connection_lost_before_the_answer_names_the_request_id_to_retry(
+    tmp_path: Path,
+) -> None:
+    """A daemon that goes away mid-command (here a socket that answers hello, then hangs up on
+    the command): the command may have been applied, so the shell says which id to send again,
+    and a retry with it is applied once by a real daemon."""
+    path = tmp_path / "gone.sock"
+    seen: list[wire.Request] = []
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen()
+
+        def answer_hello_then_hang_up() -> None:
+            conn, _ = server.accept()
+            with conn:
+                decoder = wire.Decoder()
+                while len(seen) < 2:
+                    for message in decoder.feed(conn.recv(65536)):
+                        assert isinstance(message, wire.Request)
+                        seen.append(message)
+                        if message.method == "hello":
+                            conn.sendall(wire.pack(wire.Response(message.msgid, None, {})))
+
+        thread = threading.Thread(target=answer_hello_then_hang_up)
+        thread.start()
+        done = subprocess.run(
+            [str(TURNKEEPER), "create", "c1", "marvel", "--socket", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=CALL_TIMEOUT,
+        )
+        thread.join(CALL_TIMEOUT)
+    assert done.returncode == EXIT_UNREACHABLE
+    request_id = seen[1].params["request_id"]
+    assert done.stderr.startswith("turnkeeper: lost the daemon before its answer")
+    assert f"--request-id {request_id}" in done.stderr
+
+    (tmp_path / "daemon").mkdir()
+    with running(tmp_path / "daemon") as d:
+        sh = Shell(d)
+        first = sh.json("create", "c1", "marvel", "--request-id", request_id)
+        again = sh.json("create", "c1", "marvel", "--request-id", request_id)
+        assert again == first

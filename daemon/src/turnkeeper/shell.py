@@ -7,8 +7,8 @@ arguments come from the method table (:mod:`turnkeeper_sdk.methods`): its params
 positionals or flags by their types, so a field added to a command is a flag here with no
 change; only the records (an action, a trigger, a trigger's facts) are spelled out as flags.
 What a shell user cannot know offhand is filled in from the combat as it stands: the current
-turn (``turn``), the open reaction window (``window``), a claimant's reservation. Request ids
-are the SDK client's to make, fresh for each command unless ``--request-id`` gives one.
+turn (``turn``), the open reaction window (``window``), a claimant's reservation; and a fresh
+request id for each command unless ``--request-id`` gives one.
 
 Output is what the daemon says: each event's ``summary`` in the chosen language, or with
 ``--json`` the answer as JSON. A refusal prints its code, message and field and exits with
@@ -22,6 +22,7 @@ import json
 import sys
 import types
 import typing
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -595,8 +596,7 @@ def _params(verb: Verb, args: argparse.Namespace, combat: Combat) -> dict[str, A
         params["combat"] = args.combat
     if args.as_user is not None:
         params["as"] = args.as_user
-    if args.request_id is not None:
-        params["request_id"] = args.request_id
+    params["request_id"] = args.request_id
     return params
 
 
@@ -673,25 +673,41 @@ def _history(client: Client, combat: str) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     """Run one verb or query; the exit code."""
     locale = _locale(args.locale)
+
+    def say(template: str, **values: Arg) -> None:
+        print("turnkeeper: " + i18n.message(locale, template, values), file=sys.stderr)
+
+    def why(error: OSError | EOFError) -> str:
+        return _why(error) if isinstance(error, OSError) else str(error)
+
     try:
         client = connect(args, locale)
-    except OSError as e:
-        where = args.connect or str(args.socket)
-        print(
-            "turnkeeper: "
-            + i18n.message(
-                locale, "cannot connect to {where}: {why}", {"where": where, "why": _why(e)}
-            ),
-            file=sys.stderr,
-        )
+    except (OSError, EOFError) as e:
+        say("cannot connect to {where}: {why}", where=args.connect or str(args.socket), why=why(e))
         return EXIT_UNREACHABLE
     except CallError as e:
         return _refused(e, args.json)
+    if hasattr(args, "request_id"):
+        # Made here rather than by the client, so that a command whose answer is lost can be
+        # named for a retry that the daemon will not apply twice.
+        args.request_id = args.request_id or uuid.uuid4().hex
     with client:
         try:
             _run_verb(args.verb, args, client, locale)
         except CallError as e:
             return _refused(e, args.json)
+        except (OSError, EOFError) as e:
+            if hasattr(args, "request_id"):
+                say(
+                    "lost the daemon before its answer ({why}): the command may have been "
+                    "applied; send it again with --request-id {request_id}, which the daemon "
+                    "applies once",
+                    why=why(e),
+                    request_id=args.request_id,
+                )
+            else:
+                say("lost the daemon before its answer ({why})", why=why(e))
+            return EXIT_UNREACHABLE
     return 0
 
 
