@@ -474,16 +474,23 @@ def _values(raw: str) -> list[Any]:
     return [name, _value(value)]
 
 
+def _bare(hint: Any) -> Any:
+    """A type without its ``| None``: leaving a field out is how a command line says nil."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
 def _argument(param: Param) -> dict[str, Any]:
     """``add_argument`` keywords for a param, by its type."""
-    hint = param.type
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    hint = _bare(param.type)
     origin = typing.get_origin(hint)
     if hint is bool:
         return {"action": "store_true"}
-    if hint in (str, int, float):
-        return {"type": hint}
+    if hint in (int, float):
+        return {"type": hint, "metavar": "N"}
+    if hint is str:
+        return {"type": str}
     if origin is Literal:
         return {"choices": typing.get_args(hint)}
     if origin is tuple:
@@ -498,9 +505,10 @@ def _argument(param: Param) -> dict[str, Any]:
 def _positional(param: Param, verb: Verb) -> dict[str, Any]:
     """``add_argument`` keywords for a positional: a list takes the rest of the line
     (``ties c1 a b c``); one with a default may be left out."""
-    kwargs = _argument(param)
-    if kwargs.get("metavar") == "A,B…":
-        kwargs = {"nargs": "+"}
+    is_list = typing.get_origin(_bare(param.type)) is tuple
+    kwargs = {"nargs": "+"} if is_list else _argument(param)
+    if "choices" not in kwargs:  # a choice's metavar lists its choices
+        kwargs["metavar"] = param.name.upper()
     if param.name in verb.defaults:
         kwargs |= {"nargs": "?", "default": verb.defaults[param.name]}
     return kwargs
@@ -514,7 +522,7 @@ def _add_verb(sub: argparse._SubParsersAction[argparse.ArgumentParser], verb: Ve
         parser.add_argument("combat", metavar="COMBAT", help="the combat's id")
     params = {p.name: p for p in method.params}
     for name in verb.positional:
-        parser.add_argument(name, metavar=name.upper(), **_positional(params[name], verb))
+        parser.add_argument(name, **_positional(params[name], verb))
     for param in method.params:
         if param.name in verb.positional:
             continue
