@@ -127,6 +127,7 @@ def test_a_marvel_combat_from_creation_to_end(daemon: Daemon) -> None:
     window = sh.view("m1")["window"]["id"]
     assert f"[{window}]" in sh.ok("show", "m1")
     sh.ok("claim", "m1", "spidey", *as_peter)  # the open window, with his reservation
+    assert f"Reactions resolve in order: Spider-Man. [{window}]" in sh.ok("show", "m1")
     sh.ok("done", "m1", "spidey", *as_peter)
     assert "interrupts" in sh.ok("log", "m1")
 

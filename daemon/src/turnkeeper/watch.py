@@ -99,8 +99,15 @@ def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT, *, ids: bool =
     window = view["window"]
     if window is not None:
         lines.append("")
-        offered = ", ".join(names.get(i, i) for i in window["offered"]) or say("anyone")
-        lines.append(say("Reaction window open: offered to {names}", names=offered) + tag(window))
+        if window["status"] == "resolving":
+            # Closed with claims: what the board owes the table now is who reacts, in order.
+            order = ", ".join(names.get(i, i) for i in window["sequence"])
+            lines.append(say("Reactions resolve in order: {names}.", names=order) + tag(window))
+        else:
+            offered = ", ".join(names.get(i, i) for i in window["offered"]) or say("anyone")
+            lines.append(
+                say("Reaction window open: offered to {names}", names=offered) + tag(window)
+            )
     if turn and turn.get("deadline"):
         lines.append("")
         at = time.strftime("%H:%M:%S", time.localtime(turn["deadline"]))
