@@ -330,13 +330,16 @@ def test_a_connection_lost_before_the_answer_names_the_request_id_to_retry(
             with conn:
                 decoder = wire.Decoder()
                 while len(seen) < 2:
-                    for message in decoder.feed(conn.recv(65536)):
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    for message in decoder.feed(data):
                         assert isinstance(message, wire.Request)
                         seen.append(message)
                         if message.method == "hello":
                             conn.sendall(wire.pack(wire.Response(message.msgid, None, {})))
 
-        thread = threading.Thread(target=answer_hello_then_hang_up)
+        thread = threading.Thread(target=answer_hello_then_hang_up, daemon=True)
         thread.start()
         done = subprocess.run(
             [str(TURNKEEPER), "create", "c1", "marvel", "--socket", str(path)],
