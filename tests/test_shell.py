@@ -324,6 +324,7 @@ def test_a_connection_lost_before_the_answer_names_the_request_id_to_retry(
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(str(path))
         server.listen()
+        server.settimeout(CALL_TIMEOUT)
 
         def answer_hello_then_hang_up() -> None:
             conn, _ = server.accept()
