@@ -351,7 +351,14 @@ TAKES: Mapping[str, tuple[Setting, ...]] = {
     "migrate": (DEBUG, STORE),
     "table": (DEBUG, DATA_DIR),
 }
-"""Each command's options, the global ones it uses included."""
+"""Each command's options, the global ones it uses included; the protocol's verbs (``create``,
+``next``, ``show``…) have theirs in ``shell.TAKES``."""
+
+
+def _takes(command: str) -> tuple[Setting, ...]:
+    from . import shell
+
+    return TAKES.get(command) or shell.TAKES[shell.command_name(command)]
 
 
 def _plugin_choice(args: argparse.Namespace) -> PluginChoice:
@@ -389,7 +396,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"turnkeeper {__version__}")
     for setting in GLOBAL:
         setting.add(parser)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _command(sub, "demo", help="play the rule books' worked examples and narrate them")
     _command(sub, "serve", help="run the daemon")
     plugins = _command(
@@ -438,6 +445,9 @@ def _parser() -> argparse.ArgumentParser:
     for action in (table_add, table_list, grant, ungrant):
         for setting in TAKES["table"]:
             setting.add(action)
+    from . import shell
+
+    shell.add_commands(sub)
     return parser
 
 
@@ -446,7 +456,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     the command does not use, or a bad environment value, is a usage error (exit 2)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    takes = TAKES[args.command]
+    takes = _takes(args.command)
     for setting in GLOBAL:
         if setting not in takes and hasattr(args, setting.dest):
             parser.error(f"{args.command} takes no {setting.flags[0]}")
@@ -682,7 +692,11 @@ def _run(args: argparse.Namespace) -> int:
         return _plugins(args)
     if args.command == "migrate":
         return _migrate(args)
-    return _serve(args)
+    if args.command == "serve":
+        return _serve(args)
+    from . import shell
+
+    return shell.run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

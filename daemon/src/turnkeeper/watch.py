@@ -35,8 +35,12 @@ class GaveUp(Exception):  # noqa: N818 - what happened, not a fault of the calle
     """The daemon stayed out of reach for the whole reconnection period."""
 
 
-def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT) -> str:
-    """The initiative board for a ``get_combat`` result, in ``locale``."""
+def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT, *, ids: bool = False) -> str:
+    """The initiative board for a ``get_combat`` result, in ``locale``. With ``ids``, each
+    reservation, condition and window shows its id, which the shell's commands name."""
+
+    def tag(item: Mapping[str, Any]) -> str:
+        return f" [{item['id']}]" if ids else ""
 
     def say(template: str, **args: Arg) -> str:
         return i18n.message(locale, template, args)
@@ -79,7 +83,7 @@ def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT) -> str:
             what = r["action"]["description"] or r["action"]["kind"]
             who = names.get(r["combatant"], r["combatant"])
             when = say("when {trigger}", trigger=r["trigger"]["text"])
-            lines.append(f"  {who}: {what} — {when}")
+            lines.append(f"  {who}: {what} — {when}{tag(r)}")
     if view["conditions"]:
         lines.append("")
         lines.append(say("Conditions:"))
@@ -88,13 +92,22 @@ def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT) -> str:
             # A narrator's own condition reads by its note ("Webbed to the wall"), not its type.
             what = k.get("note") or i18n.term(locale, "condition", k["type"])
             lines.append(
-                f"  {names.get(k['target'], k['target'])}: {what}" + (f" ({left})" if left else "")
+                f"  {names.get(k['target'], k['target'])}: {what}"
+                + (f" ({left})" if left else "")
+                + tag(k)
             )
     window = view["window"]
     if window is not None:
         lines.append("")
-        offered = ", ".join(names.get(i, i) for i in window["offered"]) or say("anyone")
-        lines.append(say("Reaction window open: offered to {names}", names=offered))
+        if window["status"] == "resolving":
+            # Closed with claims: what the board owes the table now is who reacts, in order.
+            order = ", ".join(names.get(i, i) for i in window["sequence"])
+            lines.append(say("Reactions resolve in order: {names}.", names=order) + tag(window))
+        else:
+            offered = ", ".join(names.get(i, i) for i in window["offered"]) or say("anyone")
+            lines.append(
+                say("Reaction window open: offered to {names}", names=offered) + tag(window)
+            )
     if turn and turn.get("deadline"):
         lines.append("")
         at = time.strftime("%H:%M:%S", time.localtime(turn["deadline"]))

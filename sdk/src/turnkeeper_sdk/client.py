@@ -1,5 +1,10 @@
 """A small synchronous client for scripts, tools and tests: one socket, one call at a time.
 
+A command called without ``request_id`` gets a fresh one (a uuid4 hex), as with the async
+client: ``client.call("start_combat", combat="c1")`` just works. Give your own ``request_id``
+when a command may be sent again (a retry after a lost connection): the daemon applies a
+request id at most once.
+
 Notifications (events, errors) that arrive while a call waits are kept, in order, for
 :meth:`Client.notification`. For a long-lived session (reconnection, typed methods, event
 subscriptions) use the asynchronous client, :mod:`turnkeeper_sdk.aio`.
@@ -9,13 +14,22 @@ from __future__ import annotations
 
 import itertools
 import socket
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import wire
 from .errors import CallError
+from .methods import METHODS
 
-__all__ = ["CALL_TIMEOUT", "FALLBACK_COMBAT_PAGE", "MAX_KEPT_NOTIFICATIONS", "CallError", "Client"]
+__all__ = [
+    "CALL_TIMEOUT",
+    "FALLBACK_COMBAT_PAGE",
+    "MAX_KEPT_NOTIFICATIONS",
+    "CallError",
+    "Client",
+    "Stream",
+]
 
 CALL_TIMEOUT = 30.0
 """Seconds a call waits for its answer before the connection is considered dead."""
@@ -27,10 +41,20 @@ FALLBACK_COMBAT_PAGE = 100
 """``list_combats`` page size when the daemon's hello names none: within every daemon's bound."""
 
 
+class Stream(Protocol):
+    """What the client needs of a connection: a socket, or anything with a socket's face (a
+    WebSocket whose ``recv`` returns the bytes of its binary messages)."""
+
+    def sendall(self, data: bytes, /) -> None: ...
+    def recv(self, size: int, /) -> bytes: ...
+    def settimeout(self, timeout: float | None, /) -> None: ...
+    def close(self) -> None: ...
+
+
 class Client:
     """One connection to a Turnkeeper daemon."""
 
-    def __init__(self, sock: socket.socket, timeout: float = CALL_TIMEOUT) -> None:
+    def __init__(self, sock: Stream, timeout: float = CALL_TIMEOUT) -> None:
         self.sock = sock
         self.sock.settimeout(timeout)
         self._decoder = wire.Decoder()
@@ -92,7 +116,11 @@ class Client:
                 self._keep(item)
 
     def call(self, method: str, **params: Any) -> Any:
-        """Call a method with named params; return its result or raise ``CallError``."""
+        """Call a method with named params; return its result or raise ``CallError``. A
+        command without ``request_id`` gets a fresh one."""
+        known = METHODS.get(method)
+        if known is not None and known.kind == "command":
+            params.setdefault("request_id", uuid.uuid4().hex)
         msgid = next(self._ids) % (wire.MAX_MSGID + 1)
         self.sock.sendall(wire.pack(wire.Request(msgid, method, params)))
         answer = self.response(msgid)
@@ -118,9 +146,11 @@ class Client:
         name: str = "script",
         kind: str = "tool",
         locale: str | None = None,
+        narrate: bool = False,
     ) -> Any:
         """Open the session at this client's protocol level; returns the hello result.
-        ``locale`` asks for the daemon's messages in that language."""
+        ``locale`` asks for the daemon's messages in that language; ``narrate`` for each event's
+        ``summary``, a line of the narrated log in that language."""
         params: dict[str, Any] = {
             "protocol": wire.PROTOCOL_VERSION,
             "client": {"name": name, "kind": kind},
@@ -129,6 +159,8 @@ class Client:
             params["token"] = token
         if locale is not None:
             params["locale"] = locale
+        if narrate:
+            params["narrate"] = True
         result = self.call("hello", **params)
         limits = result.get("limits") if isinstance(result, dict) else None
         self.limits = limits if isinstance(limits, dict) else {}
