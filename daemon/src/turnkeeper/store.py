@@ -47,9 +47,9 @@ def _ours(name: str) -> bool:
     return name.startswith(("turnkeeper.", "tokens."))
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at,
-except version 1, which ``_migrate`` upgrades in place."""
+except the older versions ``_migrate`` upgrades in place (``_MIGRATIONS``)."""
 
 DEFAULT_TABLE = "default"
 """The table of every combat stored before tables (``turnkeeper.tables.DEFAULT_TABLE``)."""
@@ -152,8 +152,9 @@ CREATE TABLE IF NOT EXISTS requests (
     at REAL NOT NULL,
     PRIMARY KEY (principal, request_id)
 );
--- Both prune rules (age, and newest-per-principal) walk an index instead of the table.
-CREATE INDEX IF NOT EXISTS requests_at ON requests (at);
+-- The cap per principal walks its newest rows by this index; the age rule walks the table in
+-- insertion (rowid) order, the batches' order, so an index on ``at`` alone would be one more
+-- B-tree written per command for nothing (it was, up to schema version 2).
 CREATE INDEX IF NOT EXISTS requests_principal_at ON requests (principal, at);
 CREATE TABLE IF NOT EXISTS snapshots (
     combat_id TEXT PRIMARY KEY,
@@ -162,10 +163,12 @@ CREATE TABLE IF NOT EXISTS snapshots (
 );
 -- What start-up needs of a combat before rebuilding it (its last seq, phase, next deadline),
 -- written with every batch, so the daemon serves at once and rebuilds combats behind it.
+-- WITHOUT ROWID: overwritten in place, one B-tree, where a rowid table and its key's index
+-- would be two, each row deleted and inserted anew every command (up to schema version 2).
 CREATE TABLE IF NOT EXISTS summaries (
     combat_id TEXT PRIMARY KEY,
     body BLOB NOT NULL
-);
+) WITHOUT ROWID;
 """
 
 
@@ -524,20 +527,39 @@ def _warn_if_full(
     )
 
 
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # Tables: every combat stored before them is the default table's.
+    1: ("ALTER TABLE combats ADD COLUMN table_id TEXT NOT NULL DEFAULT 'default'",),
+    # Fewer B-trees written per command: no index on ``requests.at`` (the age prune walks the
+    # rowid order), and summaries overwritten in place in a table without rowid.
+    2: (
+        "DROP INDEX IF EXISTS requests_at",
+        "CREATE TABLE summaries_3 (combat_id TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+        "INSERT INTO summaries_3 (combat_id, body) SELECT combat_id, body FROM summaries",
+        "DROP TABLE summaries",
+        "ALTER TABLE summaries_3 RENAME TO summaries",
+    ),
+}
+"""The statements that take a database from each older version to the next one."""
+
+
 def _migrate(db: sqlite3.Connection) -> None:
-    """Upgrade a version 1 database in place, in one transaction: its combats, from before
-    tables, are the default table's. Any other version is left for ``open`` to refuse."""
+    """Upgrade a database of an older version in place, all its steps in one transaction (a
+    kill midway leaves the old version whole). Any other version is left for ``open`` to
+    refuse."""
     found = db.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
     ).fetchone()
     if found is None:
         return  # a new database
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None or row[0] != 1:
+    if row is None or row[0] not in _MIGRATIONS:
         return
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute("ALTER TABLE combats ADD COLUMN table_id TEXT NOT NULL DEFAULT 'default'")
+        for version in range(row[0], SCHEMA_VERSION):
+            for statement in _MIGRATIONS[version]:
+                db.execute(statement)
         db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
         db.execute("COMMIT")
     except BaseException:
@@ -546,7 +568,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     log.info(
         "store_migrated",
         path=str(db.execute("PRAGMA database_list").fetchone()[2]),
-        schema_from=1,
+        schema_from=row[0],
         schema_to=SCHEMA_VERSION,
     )
 
@@ -885,7 +907,8 @@ class Store:
         if self._filter is None or self._filter.worn:
             self._filter = self._build_filter()
         for pending in group:
-            self._encode_snapshot(pending)
+            if pending.batch.snapshot is not None:
+                self._encode_snapshot(pending)
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -929,8 +952,7 @@ class Store:
         """Encode the batch's snapshot (committer's thread): one that fails is left out, since a
         snapshot only shortens the next start's replay, and the batch commits without it."""
         make = pending.batch.snapshot
-        if make is None:
-            return
+        assert make is not None
         try:
             pending.snapshot = _pack(make())
         except Exception:
@@ -956,8 +978,9 @@ class Store:
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
-        summaries: list[tuple[str, bytes]] = []
-        snapshots: list[tuple[str, int, bytes]] = []
+        # One row per combat, the group's last: the earlier ones would be overwritten at once.
+        summaries: dict[str, bytes] = {}
+        snapshots: dict[str, tuple[str, int, bytes]] = {}
         for pending in group:
             b = pending.batch
             if b.combat_id in ends:
@@ -988,9 +1011,9 @@ class Store:
             if b.request is not None:
                 requests.append((*b.request, b.combat_id, pending.response, b.at))
             if pending.summary is not None:
-                summaries.append((b.combat_id, pending.summary))
+                summaries[b.combat_id] = pending.summary
             if pending.snapshot is not None:
-                snapshots.append((b.combat_id, last + len(pending.events), pending.snapshot))
+                snapshots[b.combat_id] = (b.combat_id, last + len(pending.events), pending.snapshot)
         db = self._writer
         if combats:
             db.executemany(
@@ -1008,12 +1031,13 @@ class Store:
             )
         if summaries:
             db.executemany(
-                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)", summaries
+                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)",
+                summaries.items(),
             )
         if snapshots:
             db.executemany(
                 "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
-                snapshots,
+                snapshots.values(),
             )
 
     def _build_filter(self) -> _Filter:
@@ -1109,11 +1133,22 @@ class Store:
         touched, self._touched = self._touched, set()
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute(
-                "DELETE FROM requests WHERE rowid IN"
-                " (SELECT rowid FROM requests WHERE at < ? LIMIT ?)",
-                (cutoff, PRUNE_MAX_ROWS),
-            )
+            # The oldest rows by insertion, up to the first one still young: every row before it
+            # is old, and goes by a range of rowids. A row older than one inserted before it (the
+            # clock stepped back) waits for that one, remembered longer than promised, never
+            # less; a walk that stops at the first young row reads one row when none is old.
+            oldest = None
+            with contextlib.closing(
+                db.execute(
+                    "SELECT rowid, at FROM requests ORDER BY rowid LIMIT ?", (PRUNE_MAX_ROWS,)
+                )
+            ) as rows:
+                for rowid, at in rows:
+                    if at >= cutoff:
+                        break
+                    oldest = rowid
+            if oldest is not None:
+                db.execute("DELETE FROM requests WHERE rowid <= ?", (oldest,))
             for principal in touched:
                 # The at of the newest row past the cap; NULL (delete nothing) if under the cap.
                 db.execute(
