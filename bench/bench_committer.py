@@ -6,7 +6,9 @@ answer of about 300 and a summary, each command on its own combat's log), commit
 ``Store.commit`` in group commits of ``--group`` commands, as the daemon's writers hand them
 over under load. The figure is the CPU time (user and system) of the committer's thread per
 command: what the SQL, its B-trees, the WAL and the fsync cost the daemon, whatever the disk's
-latency. The wall time per group commit is shown beside it (mostly the fsync's wait).
+latency. Beside it: the wall time per group commit (mostly the fsync's wait), and the bytes
+and write calls per command (the WAL's frames, two calls each, and the checkpoints' pages),
+which the load of a shared machine does not blur.
 
     python bench/bench_committer.py --groups 400 --group 50 --reps 5
     python bench/bench_committer.py --compare /tmp/tk-before   # A/B, repetitions alternating
@@ -119,12 +121,14 @@ async def _measure(data: Path, groups: int, size: int, combats: int) -> dict[str
             assert thread.ident is not None
             clock = time.pthread_getcpuclockid(thread.ident)
             before = store.transactions
+            io = _io()
             cpu = time.clock_gettime(clock)
             wall = time.perf_counter()
             for _ in range(groups):
                 await group()
             cpu = time.clock_gettime(clock) - cpu
             wall = time.perf_counter() - wall
+            io = {k: v - io[k] for k, v in _io().items()}
             transactions = store.transactions - before
             await store.stop()
     finally:
@@ -133,7 +137,18 @@ async def _measure(data: Path, groups: int, size: int, combats: int) -> dict[str
         "cpu_us": cpu / (groups * size) * 1e6,
         "wall_ms": wall / groups * 1e3,
         "per_transaction": groups * size / transactions,
+        "kib": io["wchar"] / (groups * size) / 1024,
+        "writes": io["syscw"] / (groups * size),
     }
+
+
+def _io() -> dict[str, int]:
+    """This process's bytes written and write calls so far (``/proc/self/io``): the WAL's
+    frames and the checkpoints' pages, a measure of the disk work that the machine's load does
+    not blur as it does CPU time."""
+    with open("/proc/self/io") as f:
+        rows = dict(line.split(": ") for line in f.read().splitlines())
+    return {"wchar": int(rows["wchar"]), "syscw": int(rows["syscw"])}
 
 
 def _child(groups: int, size: int, combats: int) -> dict[str, float]:
@@ -182,13 +197,22 @@ def main() -> None:
     )
     print(
         tk.table(
-            ["checkout", "committer CPU µs per command", "each repetition", "ms per group"],
+            [
+                "checkout",
+                "committer CPU µs per command",
+                "each repetition",
+                "ms per group",
+                "KiB written per command",
+                "write calls per command",
+            ],
             [
                 [
                     name,
                     tk.fmt(tk.median([r["cpu_us"] for r in reps]), 1),
                     " ".join(f"{r['cpu_us']:.1f}" for r in reps),
                     tk.fmt(tk.median([r["wall_ms"] for r in reps]), 2),
+                    tk.fmt(tk.median([r["kib"] for r in reps]), 2),
+                    tk.fmt(tk.median([r["writes"] for r in reps]), 2),
                 ]
                 for name, reps in runs.items()
             ],
