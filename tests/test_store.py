@@ -465,6 +465,56 @@ async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
     store.close()
 
 
+def remembered(data_dir: Path) -> dict[str, list[str]]:
+    """Each principal's request ids in the database, oldest first."""
+    found: dict[str, list[str]] = {}
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        for principal, request_id in db.execute(
+            "SELECT principal, request_id FROM requests ORDER BY rowid"
+        ):
+            found.setdefault(principal, []).append(request_id)
+    return found
+
+
+@pytest.mark.anyio
+async def test_the_cap_per_principal_holds_across_prunes_and_a_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committer counts a principal's rows once, then adds what it writes: the newest
+    three stay, whoever else writes, and after a reopen (counted again) too."""
+    monkeypatch.setattr(store_module, "PRUNE_EVERY_COMMITS", 2)
+    monkeypatch.setattr(store_module, "MAX_REMEMBERED_REQUESTS", 3)
+    seq = 1
+    for round in range(2):
+        store = Store.open(tmp_path)
+        async with running(store):
+            for n in range(7):
+                await store.commit(
+                    batch(
+                        "c1",
+                        seq,
+                        create=seq == 1,
+                        request=("alice", f"a{round}{n}"),
+                        at=1000.0 + seq,
+                    )
+                )
+                if n % 3 == 0:
+                    await store.commit(
+                        batch("c1", seq + 1, request=("bob", f"b{round}{n}"), at=1001.0 + seq)
+                    )
+                    seq += 1
+                seq += 1
+            # The last commits may follow the last prune: one more, of a request of no one.
+            await store.commit(batch("c1", seq, at=1000.0 + seq))
+            await store.commit(batch("c1", seq + 1, at=1001.0 + seq))
+            seq += 2
+        store.close()
+        assert remembered(tmp_path) == {
+            "alice": [f"a{round}{n}" for n in (4, 5, 6)],
+            "bob": [f"b{round}{n}" for n in (0, 3, 6)],
+        }
+
+
 @pytest.mark.anyio
 async def test_a_crashed_committer_still_answers_the_batch_it_took(tmp_path: Path) -> None:
     store = Store.open(tmp_path)

@@ -78,6 +78,10 @@ PRUNE_EVERY_COMMITS = 256
 """Transactions between two prunes of remembered requests: pruning is cheap but not free, and an
 answer remembered a little longer than promised does no harm."""
 
+MAX_BOUNDS = 100_000
+"""Principals whose count of remembered requests the committer keeps between prunes (an int
+each): past it, all are forgotten and counted again when next written."""
+
 PRUNE_MAX_ROWS = 10_000
 """Rows one prune deletes per rule, so a prune after a long busy spell never stalls the committer;
 the rest goes in the next rounds."""
@@ -639,8 +643,11 @@ class Store:
         """Slots of the queue handed to woken committers that have not taken them yet: a
         newcomer waits behind them, even runnable before they wake, to keep arrival order."""
         self.transactions = 0
-        # Principals written since the last prune: only they can have gone over the cap.
-        self._touched: set[str] = set()
+        # Requests each principal wrote since the last prune (only they can have gone over the
+        # cap), and at least how many rows each had before them (committer's thread): one far
+        # under the cap is not walked at every prune to learn that it is (``_prune``).
+        self._added: dict[str, int] = {}
+        self._bounds: dict[str, int] = {}
         self._latest_at = 0.0
         # The last seq of each combat the committer has written or looked up (0 for none yet),
         # so a batch is checked against the log without a query: one entry per combat, bounded
@@ -944,7 +951,8 @@ class Store:
                 if pending.events:
                     self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
                 if b.request is not None:
-                    self._touched.add(b.request[0])
+                    principal = b.request[0]
+                    self._added[principal] = self._added.get(principal, 0) + 1
                     # Before the commit returns: the caller's next lookup must see it.
                     stored.add(*b.request)
 
@@ -1130,7 +1138,8 @@ class Store:
         """
         db = self._writer
         cutoff = self._latest_at - REQUEST_MEMORY_SECONDS
-        touched, self._touched = self._touched, set()
+        added, self._added = self._added, {}
+        bounds: dict[str, int] = {}  # kept once the prune commits
         try:
             db.execute("BEGIN IMMEDIATE")
             # The oldest rows by insertion, up to the first one still young: every row before it
@@ -1149,18 +1158,41 @@ class Store:
                     oldest = rowid
             if oldest is not None:
                 db.execute("DELETE FROM requests WHERE rowid <= ?", (oldest,))
-            for principal in touched:
-                # The at of the newest row past the cap; NULL (delete nothing) if under the cap.
-                db.execute(
-                    "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests"
-                    " WHERE principal = ?1 AND at <= (SELECT at FROM requests WHERE principal = ?1"
-                    " ORDER BY at DESC LIMIT 1 OFFSET ?2) LIMIT ?3)",
-                    (principal, MAX_REMEMBERED_REQUESTS, PRUNE_MAX_ROWS),
-                )
+            for principal, more in added.items():
+                # An upper bound on the principal's rows: counted once (a walk of its rows),
+                # then grown by what it adds; deletions only make it looser. Under the cap, no
+                # walk; over it, the walk that finds the rows past the cap, as before.
+                bound = self._bounds.get(principal)
+                if bound is None:
+                    (bound,) = db.execute(
+                        "SELECT count(*) FROM requests WHERE principal = ?", (principal,)
+                    ).fetchone()
+                else:
+                    bound += more
+                if bound > MAX_REMEMBERED_REQUESTS:
+                    # The at of the newest row past the cap; NULL (delete nothing) if under it.
+                    deleted = db.execute(
+                        "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests"
+                        " WHERE principal = ?1 AND at <= (SELECT at FROM requests"
+                        " WHERE principal = ?1 ORDER BY at DESC LIMIT 1 OFFSET ?2) LIMIT ?3)",
+                        (principal, MAX_REMEMBERED_REQUESTS, PRUNE_MAX_ROWS),
+                    ).rowcount
+                    bound -= deleted
+                    if deleted < PRUNE_MAX_ROWS:
+                        # All past the cap went (if any were): at most the cap is left.
+                        bound = min(bound, MAX_REMEMBERED_REQUESTS)
+                bounds[principal] = bound
             db.execute("COMMIT")
         except sqlite3.Error:
             if db.in_transaction:
                 db.execute("ROLLBACK")
+            # What they added since their bounds is lost with ``added``: counted again.
+            for principal in added:
+                self._bounds.pop(principal, None)
+            return
+        if len(self._bounds) + len(bounds) > MAX_BOUNDS:
+            self._bounds.clear()  # the bounds forgotten are counted again, once each
+        self._bounds.update(bounds)
 
     # -- reading ---------------------------------------------------------------------------------
 
