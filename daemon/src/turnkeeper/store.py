@@ -167,8 +167,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
 );
 -- What start-up needs of a combat before rebuilding it (its last seq, phase, next deadline),
 -- written with every batch, so the daemon serves at once and rebuilds combats behind it.
--- WITHOUT ROWID: overwritten in place, one B-tree, where a rowid table and its key's index
--- would be two, each row deleted and inserted anew every command (up to schema version 2).
+-- WITHOUT ROWID: one B-tree written per command, where a rowid table and its key's index are
+-- two, the row moved to a new rowid in both every time (up to schema version 2).
 CREATE TABLE IF NOT EXISTS summaries (
     combat_id TEXT PRIMARY KEY,
     body BLOB NOT NULL
@@ -535,7 +535,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Tables: every combat stored before them is the default table's.
     1: ("ALTER TABLE combats ADD COLUMN table_id TEXT NOT NULL DEFAULT 'default'",),
     # Fewer B-trees written per command: no index on ``requests.at`` (the age prune walks the
-    # rowid order), and summaries overwritten in place in a table without rowid.
+    # rowid order), and summaries in a table without rowid.
     2: (
         "DROP INDEX IF EXISTS requests_at",
         "CREATE TABLE summaries_3 (combat_id TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
