@@ -23,6 +23,10 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     "reads": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "commands": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "engine": (["--commands", "5000", "--reps", "5"], ["--commands", "500", "--reps", "1"]),
+    "committer": (
+        ["--groups", "400", "--group", "50", "--reps", "5"],
+        ["--groups", "20", "--group", "10", "--reps", "1"],
+    ),
     "plugins": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),
     "hook_calls": (["--calls", "5000", "--reps", "3"], ["--calls", "200", "--reps", "1"]),
     "websocket": (["--seconds", "5", "--reps", "3"], ["--seconds", "1", "--reps", "1"]),

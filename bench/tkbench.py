@@ -160,7 +160,12 @@ protocol, so they keep working whatever changes inside the daemon."""
 def daemon_env() -> dict[str, str] | None:
     """The environment of every daemon process: this one's, or with ``CHECKOUT_VARIABLE`` set,
     that checkout's sources first on PYTHONPATH."""
-    checkout = os.environ.get(CHECKOUT_VARIABLE)
+    return checkout_env(os.environ.get(CHECKOUT_VARIABLE))
+
+
+def checkout_env(checkout: str | None) -> dict[str, str] | None:
+    """This process's environment with ``checkout``'s sources first on PYTHONPATH (None, this
+    environment as it is, for no checkout)."""
     if not checkout:
         return None
     paths = [str(Path(checkout) / part / "src") for part in ("daemon", "sdk", "engine")]

@@ -54,7 +54,7 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     assert (data_dir / DB_FILE).exists()
     with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (2,)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (3,)
 
 
 def test_one_store_per_data_directory_and_the_refusal_names_the_holder(tmp_path: Path) -> None:
@@ -77,6 +77,106 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
         Store.open(tmp_path)
     assert e.value.code == "store_failed"
     assert "schema version 99" in e.value.message
+
+
+SCHEMA_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);
+CREATE TABLE combats (
+    combat_id TEXT PRIMARY KEY,
+    ruleset TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    table_id TEXT NOT NULL DEFAULT 'default'
+);
+CREATE TABLE events (
+    combat_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (combat_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE requests (
+    principal TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    combat_id TEXT NOT NULL,
+    response BLOB NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (principal, request_id)
+);
+CREATE INDEX requests_at ON requests (at);
+CREATE INDEX requests_principal_at ON requests (principal, at);
+CREATE TABLE snapshots (combat_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE TABLE summaries (combat_id TEXT PRIMARY KEY, body BLOB NOT NULL);
+INSERT INTO meta VALUES ('schema_version', 2);
+"""
+"""The schema the daemon wrote at version 2, before the committer wrote fewer B-trees."""
+
+
+def version_2_data_dir(data_dir: Path) -> None:
+    """A data directory as the daemon at schema version 2 left it: combat ``c1`` of two
+    events, a request of alice's remembered and its summary."""
+    data_dir.mkdir(mode=0o700)
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db, db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(SCHEMA_2)
+        db.execute("INSERT INTO combats VALUES ('c1', 'marvel', 1.0, 'default')")
+        for seq in (1, 2):
+            db.execute("INSERT INTO events VALUES ('c1', ?, ?)", (seq, msgpack.packb({"n": seq})))
+        db.execute(
+            "INSERT INTO requests VALUES ('alice', 'r1', 'c1', ?, 1000.0)",
+            (msgpack.packb({"seq": 2}),),
+        )
+        db.execute("INSERT INTO summaries VALUES ('c1', ?)", (msgpack.packb({"seq": 2}),))
+    (data_dir / DB_FILE).chmod(0o600)
+
+
+def schema(data_dir: Path) -> dict[str, Any]:
+    """The database's version, its indexes and how its summaries table is declared."""
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        indexes = {
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+        (summaries,) = db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'summaries'"
+        ).fetchone()
+    return {"version": version, "indexes": indexes, "summaries": summaries}
+
+
+@pytest.mark.anyio
+async def test_a_version_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
+    version_2_data_dir(tmp_path / "data")
+    with capture_logs() as logs:
+        store = Store.open(tmp_path / "data")
+    assert [(e["event"], e["schema_from"], e["schema_to"]) for e in logs] == [
+        ("store_migrated", 2, 3)
+    ]
+    found = schema(tmp_path / "data")
+    assert found["version"] == 3
+    assert "requests_at" not in found["indexes"]
+    assert "WITHOUT ROWID" in found["summaries"]
+    async with running(store):
+        # What the old version stored is all there: the summary, the log, the request id.
+        assert store.summaries() == [("c1", {"seq": 2})]
+        assert [seq for seq, _ in logged(store, store.load_one("c1"))] == [1, 2]
+        assert await store.lookup_request("alice", "r1") == ("c1", {"seq": 2})
+        await store.commit(dataclasses.replace(batch("c1", 3), summary={"seq": 3}))
+    store.close()
+    store = reopen(tmp_path / "data")
+    assert store.summaries() == [("c1", {"seq": 3})]
+    assert store.load_one("c1").last == 3
+    store.close()
+
+
+def test_a_migration_that_fails_leaves_the_old_version_whole(tmp_path: Path) -> None:
+    version_2_data_dir(tmp_path / "data")
+    with closing(sqlite3.connect(tmp_path / "data" / DB_FILE)) as db, db:
+        db.execute("CREATE TABLE summaries_3 (x)")  # in the migration's way
+    with pytest.raises(StoreError) as refused:
+        Store.open(tmp_path / "data")
+    assert refused.value.code == "store_failed"
+    assert "summaries_3" in refused.value.message
+    found = schema(tmp_path / "data")
+    assert found["version"] == 2
+    assert "requests_at" in found["indexes"]  # dropped in the same transaction, so kept
+    assert "WITHOUT ROWID" not in found["summaries"]
+    with closing(sqlite3.connect(tmp_path / "data" / DB_FILE)) as db:
+        assert db.execute("SELECT count(*) FROM summaries").fetchone() == (1,)
 
 
 @pytest.mark.anyio
@@ -363,6 +463,56 @@ async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
         True,
     ]
     store.close()
+
+
+def remembered(data_dir: Path) -> dict[str, list[str]]:
+    """Each principal's request ids in the database, oldest first."""
+    found: dict[str, list[str]] = {}
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        for principal, request_id in db.execute(
+            "SELECT principal, request_id FROM requests ORDER BY rowid"
+        ):
+            found.setdefault(principal, []).append(request_id)
+    return found
+
+
+@pytest.mark.anyio
+async def test_the_cap_per_principal_holds_across_prunes_and_a_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committer counts a principal's rows once, then adds what it writes: the newest
+    three stay, whoever else writes, and after a reopen (counted again) too."""
+    monkeypatch.setattr(store_module, "PRUNE_EVERY_COMMITS", 2)
+    monkeypatch.setattr(store_module, "MAX_REMEMBERED_REQUESTS", 3)
+    seq = 1
+    for round in range(2):
+        store = Store.open(tmp_path)
+        async with running(store):
+            for n in range(7):
+                await store.commit(
+                    batch(
+                        "c1",
+                        seq,
+                        create=seq == 1,
+                        request=("alice", f"a{round}{n}"),
+                        at=1000.0 + seq,
+                    )
+                )
+                if n % 3 == 0:
+                    await store.commit(
+                        batch("c1", seq + 1, request=("bob", f"b{round}{n}"), at=1001.0 + seq)
+                    )
+                    seq += 1
+                seq += 1
+            # The last commits may follow the last prune: one more, of a request of no one.
+            await store.commit(batch("c1", seq, at=1000.0 + seq))
+            await store.commit(batch("c1", seq + 1, at=1001.0 + seq))
+            seq += 2
+        store.close()
+        assert remembered(tmp_path) == {
+            "alice": [f"a{round}{n}" for n in (4, 5, 6)],
+            "bob": [f"b{round}{n}" for n in (0, 3, 6)],
+        }
 
 
 @pytest.mark.anyio

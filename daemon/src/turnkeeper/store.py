@@ -47,9 +47,9 @@ def _ours(name: str) -> bool:
     return name.startswith(("turnkeeper.", "tokens."))
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at,
-except version 1, which ``_migrate`` upgrades in place."""
+except the older versions ``_migrate`` upgrades in place (``_MIGRATIONS``)."""
 
 DEFAULT_TABLE = "default"
 """The table of every combat stored before tables (``turnkeeper.tables.DEFAULT_TABLE``)."""
@@ -77,6 +77,10 @@ principal can make the store hold within ``REQUEST_MEMORY_SECONDS``."""
 PRUNE_EVERY_COMMITS = 256
 """Transactions between two prunes of remembered requests: pruning is cheap but not free, and an
 answer remembered a little longer than promised does no harm."""
+
+MAX_BOUNDS = 100_000
+"""Principals whose count of remembered requests the committer keeps between prunes (an int
+each): past it, all are forgotten and counted again when next written."""
 
 PRUNE_MAX_ROWS = 10_000
 """Rows one prune deletes per rule, so a prune after a long busy spell never stalls the committer;
@@ -152,8 +156,9 @@ CREATE TABLE IF NOT EXISTS requests (
     at REAL NOT NULL,
     PRIMARY KEY (principal, request_id)
 );
--- Both prune rules (age, and newest-per-principal) walk an index instead of the table.
-CREATE INDEX IF NOT EXISTS requests_at ON requests (at);
+-- The cap per principal walks its newest rows by this index; the age rule walks the table in
+-- insertion (rowid) order, the batches' order, so an index on ``at`` alone would be one more
+-- B-tree written per command for nothing (it was, up to schema version 2).
 CREATE INDEX IF NOT EXISTS requests_principal_at ON requests (principal, at);
 CREATE TABLE IF NOT EXISTS snapshots (
     combat_id TEXT PRIMARY KEY,
@@ -162,10 +167,12 @@ CREATE TABLE IF NOT EXISTS snapshots (
 );
 -- What start-up needs of a combat before rebuilding it (its last seq, phase, next deadline),
 -- written with every batch, so the daemon serves at once and rebuilds combats behind it.
+-- WITHOUT ROWID: one B-tree written per command, where a rowid table and its key's index are
+-- two, the row moved to a new rowid in both every time (up to schema version 2).
 CREATE TABLE IF NOT EXISTS summaries (
     combat_id TEXT PRIMARY KEY,
     body BLOB NOT NULL
-);
+) WITHOUT ROWID;
 """
 
 
@@ -524,20 +531,39 @@ def _warn_if_full(
     )
 
 
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # Tables: every combat stored before them is the default table's.
+    1: ("ALTER TABLE combats ADD COLUMN table_id TEXT NOT NULL DEFAULT 'default'",),
+    # Fewer B-trees written per command: no index on ``requests.at`` (the age prune walks the
+    # rowid order), and summaries in a table without rowid.
+    2: (
+        "DROP INDEX IF EXISTS requests_at",
+        "CREATE TABLE summaries_3 (combat_id TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+        "INSERT INTO summaries_3 (combat_id, body) SELECT combat_id, body FROM summaries",
+        "DROP TABLE summaries",
+        "ALTER TABLE summaries_3 RENAME TO summaries",
+    ),
+}
+"""The statements that take a database from each older version to the next one."""
+
+
 def _migrate(db: sqlite3.Connection) -> None:
-    """Upgrade a version 1 database in place, in one transaction: its combats, from before
-    tables, are the default table's. Any other version is left for ``open`` to refuse."""
+    """Upgrade a database of an older version in place, all its steps in one transaction (a
+    kill midway leaves the old version whole). Any other version is left for ``open`` to
+    refuse."""
     found = db.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
     ).fetchone()
     if found is None:
         return  # a new database
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None or row[0] != 1:
+    if row is None or row[0] not in _MIGRATIONS:
         return
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute("ALTER TABLE combats ADD COLUMN table_id TEXT NOT NULL DEFAULT 'default'")
+        for version in range(row[0], SCHEMA_VERSION):
+            for statement in _MIGRATIONS[version]:
+                db.execute(statement)
         db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
         db.execute("COMMIT")
     except BaseException:
@@ -546,7 +572,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     log.info(
         "store_migrated",
         path=str(db.execute("PRAGMA database_list").fetchone()[2]),
-        schema_from=1,
+        schema_from=row[0],
         schema_to=SCHEMA_VERSION,
     )
 
@@ -617,8 +643,11 @@ class Store:
         """Slots of the queue handed to woken committers that have not taken them yet: a
         newcomer waits behind them, even runnable before they wake, to keep arrival order."""
         self.transactions = 0
-        # Principals written since the last prune: only they can have gone over the cap.
-        self._touched: set[str] = set()
+        # Requests each principal wrote since the last prune (only they can have gone over the
+        # cap), and at least how many rows each had before them (committer's thread): one far
+        # under the cap is not walked at every prune to learn that it is (``_prune``).
+        self._added: dict[str, int] = {}
+        self._bounds: dict[str, int] = {}
         self._latest_at = 0.0
         # The last seq of each combat the committer has written or looked up (0 for none yet),
         # so a batch is checked against the log without a query: one entry per combat, bounded
@@ -885,7 +914,8 @@ class Store:
         if self._filter is None or self._filter.worn:
             self._filter = self._build_filter()
         for pending in group:
-            self._encode_snapshot(pending)
+            if pending.batch.snapshot is not None:
+                self._encode_snapshot(pending)
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -921,7 +951,8 @@ class Store:
                 if pending.events:
                     self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
                 if b.request is not None:
-                    self._touched.add(b.request[0])
+                    principal = b.request[0]
+                    self._added[principal] = self._added.get(principal, 0) + 1
                     # Before the commit returns: the caller's next lookup must see it.
                     stored.add(*b.request)
 
@@ -929,8 +960,7 @@ class Store:
         """Encode the batch's snapshot (committer's thread): one that fails is left out, since a
         snapshot only shortens the next start's replay, and the batch commits without it."""
         make = pending.batch.snapshot
-        if make is None:
-            return
+        assert make is not None
         try:
             pending.snapshot = _pack(make())
         except Exception:
@@ -956,8 +986,9 @@ class Store:
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
-        summaries: list[tuple[str, bytes]] = []
-        snapshots: list[tuple[str, int, bytes]] = []
+        # One row per combat, the group's last: the earlier ones would be overwritten at once.
+        summaries: dict[str, bytes] = {}
+        snapshots: dict[str, tuple[str, int, bytes]] = {}
         for pending in group:
             b = pending.batch
             if b.combat_id in ends:
@@ -988,9 +1019,9 @@ class Store:
             if b.request is not None:
                 requests.append((*b.request, b.combat_id, pending.response, b.at))
             if pending.summary is not None:
-                summaries.append((b.combat_id, pending.summary))
+                summaries[b.combat_id] = pending.summary
             if pending.snapshot is not None:
-                snapshots.append((b.combat_id, last + len(pending.events), pending.snapshot))
+                snapshots[b.combat_id] = (b.combat_id, last + len(pending.events), pending.snapshot)
         db = self._writer
         if combats:
             db.executemany(
@@ -1008,12 +1039,13 @@ class Store:
             )
         if summaries:
             db.executemany(
-                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)", summaries
+                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)",
+                summaries.items(),
             )
         if snapshots:
             db.executemany(
                 "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
-                snapshots,
+                snapshots.values(),
             )
 
     def _build_filter(self) -> _Filter:
@@ -1106,26 +1138,61 @@ class Store:
         """
         db = self._writer
         cutoff = self._latest_at - REQUEST_MEMORY_SECONDS
-        touched, self._touched = self._touched, set()
+        added, self._added = self._added, {}
+        bounds: dict[str, int] = {}  # kept once the prune commits
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute(
-                "DELETE FROM requests WHERE rowid IN"
-                " (SELECT rowid FROM requests WHERE at < ? LIMIT ?)",
-                (cutoff, PRUNE_MAX_ROWS),
-            )
-            for principal in touched:
-                # The at of the newest row past the cap; NULL (delete nothing) if under the cap.
+            # The oldest rows by insertion, up to the first one still young: every row before it
+            # is old, and goes by a range of rowids. A row older than one inserted before it (the
+            # clock stepped back) waits for that one, remembered longer than promised, never
+            # less; a walk that stops at the first young row reads one row when none is old.
+            oldest = None
+            with contextlib.closing(
                 db.execute(
-                    "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests"
-                    " WHERE principal = ?1 AND at <= (SELECT at FROM requests WHERE principal = ?1"
-                    " ORDER BY at DESC LIMIT 1 OFFSET ?2) LIMIT ?3)",
-                    (principal, MAX_REMEMBERED_REQUESTS, PRUNE_MAX_ROWS),
+                    "SELECT rowid, at FROM requests ORDER BY rowid LIMIT ?", (PRUNE_MAX_ROWS,)
                 )
+            ) as rows:
+                for rowid, at in rows:
+                    if at >= cutoff:
+                        break
+                    oldest = rowid
+            if oldest is not None:
+                db.execute("DELETE FROM requests WHERE rowid <= ?", (oldest,))
+            for principal, more in added.items():
+                # An upper bound on the principal's rows: counted once (a walk of its rows),
+                # then grown by what it adds; deletions only make it looser. Under the cap, no
+                # walk; over it, the walk that finds the rows past the cap, as before.
+                bound = self._bounds.get(principal)
+                if bound is None:
+                    (bound,) = db.execute(
+                        "SELECT count(*) FROM requests WHERE principal = ?", (principal,)
+                    ).fetchone()
+                else:
+                    bound += more
+                if bound > MAX_REMEMBERED_REQUESTS:
+                    # The at of the newest row past the cap; NULL (delete nothing) if under it.
+                    deleted = db.execute(
+                        "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests"
+                        " WHERE principal = ?1 AND at <= (SELECT at FROM requests"
+                        " WHERE principal = ?1 ORDER BY at DESC LIMIT 1 OFFSET ?2) LIMIT ?3)",
+                        (principal, MAX_REMEMBERED_REQUESTS, PRUNE_MAX_ROWS),
+                    ).rowcount
+                    bound -= deleted
+                    if deleted < PRUNE_MAX_ROWS:
+                        # All past the cap went (if any were): at most the cap is left.
+                        bound = min(bound, MAX_REMEMBERED_REQUESTS)
+                bounds[principal] = bound
             db.execute("COMMIT")
         except sqlite3.Error:
             if db.in_transaction:
                 db.execute("ROLLBACK")
+            # What they added since their bounds is lost with ``added``: counted again.
+            for principal in added:
+                self._bounds.pop(principal, None)
+            return
+        if len(self._bounds) + len(bounds) > MAX_BOUNDS:
+            self._bounds.clear()  # the bounds forgotten are counted again, once each
+        self._bounds.update(bounds)
 
     # -- reading ---------------------------------------------------------------------------------
 
