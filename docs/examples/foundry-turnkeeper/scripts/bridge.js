@@ -5,9 +5,9 @@
 // its pre-update hook and sent to the daemon as a command; the daemon's events are then written
 // into the Combat document. One browser talks to the daemon: the active GM's, with a narrator
 // bridge token. Anyone else's click becomes an "ask" on the module's socket; the GM's browser
-// sends it `as` the user who asked, so the daemon judges what that user may do (R16).
+// sends it `as` the user who sent it, so the daemon judges what that user may do (R16).
 
-import { Client } from "../lib/turnkeeper/index.js";
+import { Client, COMMAND_METHODS } from "../lib/turnkeeper/index.js";
 
 const ID = "foundry-turnkeeper";
 /** The module's socket event (module.json has `"socket": true`): Foundry relays it to every
@@ -18,6 +18,10 @@ const SPEAKER = { alias: "Turnkeeper" };
  * more than the daemon's 500 combatants a combat may hold, so the fractions of one place never
  * reach the next whole number. */
 const TIE_STEPS = 1000;
+/** What an ask may name: the engine's commands, as the client's generated method table lists
+ * them. Never a query, a table or token method, or a session method: the narrator's session
+ * would answer those for whoever asked. */
+const COMMANDS = new Set(COMMAND_METHODS);
 
 /** The narrator's session: commands and the mirror. Null unless connected. */
 let narrator = null;
@@ -55,10 +59,12 @@ function register(key, config, fallback) {
 }
 
 Hooks.once("ready", () => {
-  game.socket.on(SOCKET, (message) => {
-    if (message?.type === "ask") heard(message);
+  // Foundry's server hands each socket message over with the id of the user whose browser sent
+  // it: that, never a name inside the message, says who asked, and only a GM's refusal counts.
+  game.socket.on(SOCKET, (message, senderId) => {
+    if (message?.type === "ask") heard(message, senderId);
     else if (message?.type === "refused" && message.user === game.user.id) {
-      ui.notifications.warn(`Turnkeeper: ${message.text}`);
+      if (game.users.get(senderId)?.isGM) ui.notifications.warn(`Turnkeeper: ${message.text}`);
     }
   });
   if (game.user === game.users.activeGM) connect().catch((error) => report(error));
@@ -331,27 +337,27 @@ Hooks.on("renderChatMessageHTML", (message, html) => {
 
 /**
  * Send a command for this browser's user: at once from the bridge's browser (the narrator's);
- * from any other, as an ask on the module's socket, which the bridge sends `as` the user who
- * asked. Macros use it too:
+ * from any other, as an ask on the module's socket, which the bridge sends `as` the user whose
+ * browser sent it. Macros use it too:
  * `game.modules.get("foundry-turnkeeper").api.ask("hold", {combat, turn})`.
  */
 function ask(method, params) {
   if (isBridge()) return void send(method, params, null);
-  const request = { type: "ask", user: game.user.id, id: foundry.utils.randomID(), method, params };
+  const request = { type: "ask", id: foundry.utils.randomID(), method, params };
   game.socket.emit(SOCKET, request);
 }
 
 /**
  * An ask from another browser, heard by every browser but the asker's; only the bridge acts on
- * it. Foundry relays a module's socket message as it was sent, without saying who sent it, so
- * the ask names its user, and the bridge sends it as that user's player command, never the
- * narrator's: the daemon then allows it only what that user's own token would be allowed (R16).
+ * it. Foundry's server says which user's browser sent it (`senderId`), and the bridge sends it as
+ * that user's player command, never the narrator's: the daemon then allows it only what that
+ * user's own token would be allowed (R16). Anything in the message that names a user is ignored.
  */
-function heard({ user, id, method, params }) {
-  if (!isBridge() || !game.users.get(user) || typeof method !== "string") return;
+function heard({ id, method, params }, senderId) {
+  if (!isBridge() || !game.users.get(senderId) || !COMMANDS.has(method)) return;
   if (typeof id !== "string" || typeof params !== "object" || params === null) return;
   // The ask's own id makes the request id: an ask heard twice is one command, applied once.
-  void send(method, params, user, `${user}.${id}`);
+  void send(method, params, senderId, `${senderId}.${id}`);
 }
 
 /** `as`: the user the command runs as (R16), or null for the narrator (the bridge's own user). */

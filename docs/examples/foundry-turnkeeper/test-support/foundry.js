@@ -388,7 +388,9 @@ export async function installFoundry({ folder, users, lang }) {
       socketListeners.push({ event, fn });
     },
     /** Foundry relays a package's socket event, as it was sent, to every other connected
-     * browser, later; a package gets one only with `"socket": true` in its manifest. */
+     * browser, later, with the id of the user who sent it as the listener's second argument
+     * (the server knows whose connection it came on); a package gets one only with
+     * `"socket": true` in its manifest. */
     emit(event, message) {
       if (manifest.socket !== true || event !== `module.${module}`) {
         throw new Error(`${event}: no socket for ${module} (module.json needs "socket": true)`);
@@ -400,7 +402,7 @@ export async function installFoundry({ folder, users, lang }) {
           if (user === sender) continue;
           inBrowser(user, () => {
             for (const listener of socketListeners.filter((l) => l.event === event)) {
-              run(`socket ${event}`, listener.fn, [structuredClone(message)]);
+              run(`socket ${event}`, listener.fn, [structuredClone(message), sender.id]);
             }
           });
         }
