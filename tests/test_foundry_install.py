@@ -247,3 +247,35 @@ def test_sources_that_cannot_make_the_module_say_why(tmp_path: Path) -> None:
     (sources.module / "LICENSE").unlink()
     with pytest.raises(foundry.BuildError, match="LICENSE"):
         foundry.build(sources)
+
+
+def test_lib_replaces_only_the_client_in_the_module_s_own_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m turnkeeper.foundry lib DIR`` refuses a folder that is not the module's, and in
+    the module's own replaces lib/turnkeeper and lib/msgpack, nothing else of lib/."""
+    stranger = tmp_path / "project"
+    (stranger / "lib").mkdir(parents=True)
+    (stranger / "lib" / "precious.txt").write_text("keep me")
+    other = tmp_path / "other-module"
+    (other / "lib" / "turnkeeper").mkdir(parents=True)
+    (other / "lib" / "turnkeeper" / "theirs.js").write_text("keep me")
+    (other / "module.json").write_text(json.dumps({"id": "other-module"}))
+    for folder in (stranger, other, tmp_path / "missing"):
+        assert foundry.main(["lib", str(folder)]) == 1
+        assert "nothing changed" in capsys.readouterr().err
+    assert (stranger / "lib" / "precious.txt").read_text() == "keep me"
+    assert (other / "lib" / "turnkeeper" / "theirs.js").read_text() == "keep me"
+
+    module = tmp_path / "modules" / CHECKOUT_MANIFEST["id"]
+    module.mkdir(parents=True)
+    shutil.copy(MODULE / "module.json", module / "module.json")
+    (module / "lib" / "turnkeeper").mkdir(parents=True)
+    (module / "lib" / "turnkeeper" / "stale.js").write_text("from an older client")
+    (module / "lib" / "mine").mkdir()
+    (module / "lib" / "mine" / "helper.js").write_text("keep me")
+    assert foundry.main(["lib", str(module)]) == 0
+    assert not (module / "lib" / "turnkeeper" / "stale.js").exists()
+    assert (module / "lib" / "turnkeeper" / "index.js").is_file()
+    assert (module / "lib" / "msgpack" / "index.mjs").is_file()
+    assert (module / "lib" / "mine" / "helper.js").read_text() == "keep me"

@@ -40,6 +40,9 @@ PACKAGED = Path(__file__).resolve().parent / "foundry-turnkeeper.zip"
 """Where a wheel carries the zip (``daemon/setup.py`` writes it there)."""
 CHECKOUT = Path(__file__).resolve().parents[3]
 """The repository's root, when this file runs from a checkout (an editable install)."""
+LIB = ("lib/turnkeeper", "lib/msgpack")
+"""The folders of ``lib/`` the zip fills, and all that ``lib`` replaces in a module's folder:
+anything else there (another library the folder's owner put beside them) is left alone."""
 
 
 class BuildError(Exception):
@@ -164,17 +167,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BuildError as e:
         print(f"turnkeeper.foundry: {e}", file=sys.stderr)
         return 1
-    if args.step == "lib":
-        shutil.rmtree(args.dir / "lib", ignore_errors=True)
-        with zipfile.ZipFile(io.BytesIO(made)) as archive:
-            archive.extractall(args.dir, [n for n in archive.namelist() if n.startswith("lib/")])
-        print(f"{args.dir / 'lib'} holds the client of {Sources.of(CHECKOUT).client}")
-        return 0
     manifest = manifest_of(made)
+    if args.step == "lib":
+        return _lib(made, manifest["id"], args.dir)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / f"{manifest['id']}.zip").write_bytes(made)
     (args.out_dir / "module.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"{args.out_dir}: {manifest['id']}.zip, module.json")
+    return 0
+
+
+def _lib(made: bytes, module_id: str, folder: Path) -> int:
+    """Replace ``folder``'s copy of the client with the zip's, once ``folder`` is this module's
+    own (its module.json has the module's id): a mistyped folder loses nothing."""
+    try:
+        found = json.loads((folder / "module.json").read_bytes()).get("id")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if found != module_id:
+        print(
+            f"turnkeeper.foundry: {folder} is not the {module_id} module's folder "
+            f"(no module.json with id {module_id!r} there): nothing changed",
+            file=sys.stderr,
+        )
+        return 1
+    for each in LIB:
+        shutil.rmtree(folder / each, ignore_errors=True)
+    with zipfile.ZipFile(io.BytesIO(made)) as archive:
+        wanted = tuple(f"{each}/" for each in LIB)
+        archive.extractall(folder, [n for n in archive.namelist() if n.startswith(wanted)])
+    print(f"{folder / 'lib'} holds the client of {Sources.of(CHECKOUT).client}")
     return 0
 
 
