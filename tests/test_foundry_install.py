@@ -22,6 +22,7 @@ import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, running
 from turnkeeper import foundry
+from turnkeeper.transport.foundry import RELOCATED
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "docs" / "examples" / "foundry-turnkeeper"
@@ -64,6 +65,16 @@ def _manifest(port: int, host: bytes | None) -> dict[str, Any]:
     return found
 
 
+def _installed(port: int, host: bytes | None) -> dict[str, Any]:
+    """The module.json inside the zip, fetched with this Host header."""
+    status, headers, body = _http(port, ZIP, host)
+    assert (status, headers[b"content-type"]) == (200, b"application/zip")
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert archive.testzip() is None
+        found: dict[str, Any] = json.loads(archive.read("module.json"))
+    return found
+
+
 def test_the_manifest_points_back_at_the_daemon_and_the_zip_installs(daemon: Daemon) -> None:
     port = daemon.ws_port
     base = f"http://127.0.0.1:{port}/foundry"
@@ -84,8 +95,10 @@ def test_the_manifest_points_back_at_the_daemon_and_the_zip_installs(daemon: Dae
         names = set(archive.namelist())
         installed = json.loads(archive.read("module.json"))
         licence = archive.read("LICENSE").decode()
-    assert installed["version"] == served["version"] == CHECKOUT_MANIFEST["version"]
-    assert installed["id"] == served["id"]
+    # The installed copy's module.json is the manifest it was installed from: Foundry looks for
+    # updates at the installed copy's `manifest`, which must be the daemon's, never the
+    # placeholder release host.
+    assert installed == served
     assert licence == (ROOT / "LICENSE").read_text()
     assert {
         "module.json",
@@ -123,12 +136,14 @@ def test_the_manifest_points_back_at_the_daemon_and_the_zip_installs(daemon: Dae
     ],
 )
 def test_a_hostile_host_header_is_never_reflected(daemon: Daemon, host: bytes) -> None:
-    """Only a plain ``host[:port]`` names the address; anything else gives the listener's own."""
+    """Only a plain ``host[:port]`` names the address; anything else gives the listener's own,
+    in the manifest and in the zip's module.json alike."""
     manifest = _manifest(daemon.ws_port, host)
     assert manifest["manifest"] == f"http://127.0.0.1:{daemon.ws_port}/foundry/module.json"
     assert manifest["download"] == f"http://127.0.0.1:{daemon.ws_port}{ZIP}"
     assert manifest["esmodules"] == CHECKOUT_MANIFEST["esmodules"]
     assert b"evil" not in json.dumps(manifest).encode()
+    assert _installed(daemon.ws_port, host) == manifest
 
 
 @pytest.mark.parametrize(
@@ -139,6 +154,17 @@ def test_a_plain_host_header_names_the_address_foundry_reached(daemon: Daemon, h
     manifest = _manifest(daemon.ws_port, host)
     assert manifest["manifest"] == f"http://{host.decode()}/foundry/module.json"
     assert manifest["download"] == f"http://{host.decode()}{ZIP}"
+    assert _installed(daemon.ws_port, host) == manifest
+
+
+def test_each_address_s_zip_names_that_address(daemon: Daemon) -> None:
+    """More addresses than the daemon keeps zips for, each asked twice: every zip names the
+    address it was fetched from, whichever copies were dropped in between."""
+    hosts = [b"host%d.lan:7617" % n for n in range(RELOCATED + 3)]
+    for host in hosts + hosts[::-1]:
+        assert _installed(daemon.ws_port, host)["manifest"] == (
+            f"http://{host.decode()}/foundry/module.json"
+        )
 
 
 def test_without_a_host_header_the_listener_names_itself(daemon: Daemon) -> None:

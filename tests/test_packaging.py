@@ -443,7 +443,8 @@ def _serve_as_the_image(venv: Path, tmp_path: Path) -> None:
         assert served["manifest"] == f"{base}/module.json"
         assert served["version"] == _changelog_release()
         with urllib.request.urlopen(served["download"], timeout=CALL_TIMEOUT) as answer:
-            assert answer.read() == foundry.build(foundry.Sources.of(ROOT))
+            made = foundry.build(foundry.Sources.of(ROOT))
+            assert answer.read() == foundry.relocated(made, f"{base}/")
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=CALL_TIMEOUT) == 0
     finally:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SHIPPED = ("module.json", "LICENSE", "README.md", "scripts", "lang")
+MANIFEST = "module.json"
+SHIPPED = (MANIFEST, "LICENSE", "README.md", "scripts", "lang")
 """What of the module's folder the zip holds, besides ``lib/``: what Foundry loads (module.json
 names the scripts and languages) and the licence. Not the tests, nor the folder's own lib/."""
 BARE = b'from "@msgpack/msgpack"'
@@ -93,7 +94,7 @@ def build(sources: Sources) -> bytes:
     """The zip Foundry installs, deflated; the same sources make the same bytes."""
     try:
         files = [(entry, path.read_bytes()) for entry, path in sources.inputs()]
-        manifest = json.loads((sources.module / "module.json").read_bytes())
+        manifest = json.loads((sources.module / MANIFEST).read_bytes())
     except (OSError, ValueError) as e:
         raise BuildError(f"the Foundry module's sources are not all there: {e}") from e
     # Foundry downloads the zip from `download`: the name the URL ends with is the one made here.
@@ -119,8 +120,26 @@ def build(sources: Sources) -> bytes:
 def manifest_of(release: bytes) -> dict[str, Any]:
     """The module.json a zip holds."""
     with zipfile.ZipFile(io.BytesIO(release)) as archive:
-        found: dict[str, Any] = json.loads(archive.read("module.json"))
+        found: dict[str, Any] = json.loads(archive.read(MANIFEST))
     return found
+
+
+def relocated(release: bytes, base: str) -> bytes:
+    """``release`` with its module.json's ``manifest`` and ``download`` under ``base`` (a URL
+    ending in ``/``), every other entry as it was: Foundry checks for updates at the
+    ``manifest`` of the copy it installed, so the zip must name the same address as the
+    manifest it was installed from."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(release)) as source, zipfile.ZipFile(out, "w") as archive:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == MANIFEST:
+                manifest = json.loads(data)
+                manifest["manifest"] = base + MANIFEST
+                manifest["download"] = f"{base}{manifest['id']}.zip"
+                data = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
+            archive.writestr(info, data)
+    return out.getvalue()
 
 
 class Release:
@@ -172,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _lib(made, manifest["id"], args.dir)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / f"{manifest['id']}.zip").write_bytes(made)
-    (args.out_dir / "module.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (args.out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"{args.out_dir}: {manifest['id']}.zip, module.json")
     return 0
 
@@ -181,7 +200,7 @@ def _lib(made: bytes, module_id: str, folder: Path) -> int:
     """Replace ``folder``'s copy of the client with the zip's, once ``folder`` is this module's
     own (its module.json has the module's id): a mistyped folder loses nothing."""
     try:
-        found = json.loads((folder / "module.json").read_bytes()).get("id")
+        found = json.loads((folder / MANIFEST).read_bytes()).get("id")
     except (OSError, ValueError, AttributeError):
         found = None
     if found != module_id:
