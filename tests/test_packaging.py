@@ -10,9 +10,11 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 import tomllib
@@ -219,6 +221,45 @@ def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path)
                 entry = f"lib/msgpack/{path.relative_to(vendored).as_posix()}"
                 assert read(entry) == path.read_bytes(), entry
         assert not [name for name in names if name.startswith(("test", "node_modules"))]
+
+
+def test_a_wheel_built_from_the_sdist_carries_the_sdist_s_foundry_zip(tmp_path: Path) -> None:
+    """``python -m build daemon`` (and pip, given the sdist) builds the wheel from the sdist,
+    which has no repository around it: the sdist carries the Foundry module's zip and the wheel
+    takes that one, never one made of whatever folders sit beside the unpacked sdist."""
+    copy = tmp_path / "checkout"
+    junk = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.mo", "lib", "test*")
+    for part in ("daemon", "docs/examples/foundry-turnkeeper", "sdk/js/src"):
+        shutil.copytree(ROOT / part, copy / part, symlinks=True, ignore=junk)
+    shutil.copy(ROOT / "LICENSE", copy / "LICENSE")
+    build_sdist = (
+        "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])"
+    )
+    subprocess.run(
+        [sys.executable, "-c", build_sdist, str(tmp_path / "sdist")],
+        cwd=copy / "daemon",
+        check=True,
+        capture_output=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    [sdist] = (tmp_path / "sdist").glob("turnkeeper-*.tar.gz")
+    # Unpacked into the copy, beside a docs/ that differs from the one it was made of.
+    with tarfile.open(sdist) as archive:
+        archive.extractall(copy, filter="data")
+    lang = copy / "docs" / "examples" / "foundry-turnkeeper" / "lang" / "en.json"
+    lang.write_text('{"not": "the sdist\'s"}\n')
+    [unpacked] = copy.glob("turnkeeper-*")
+    offline = ["--no-build-isolation", "--no-index", "--no-deps", "--quiet"]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", *offline, "-w", str(tmp_path / "w"), str(unpacked)],
+        check=True,
+        capture_output=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    [wheel] = (tmp_path / "w").glob("turnkeeper-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        carried = archive.read(f"turnkeeper/{foundry.PACKAGED.name}")
+    assert carried == foundry.build(foundry.Sources.of(ROOT))
 
 
 BLOCK_BABEL = textwrap.dedent(

@@ -6,7 +6,8 @@ where Node.js and npm may be missing, at build time and at run time: the zip is 
 from the module's folder, the client's sources (``sdk/js/src``) and the copy of
 ``@msgpack/msgpack`` the table view already ships (``web/vendor/msgpack``, checked byte for byte
 against the version the client's lockfile pins). ``daemon/setup.py`` runs this file by path
-while building a wheel, which then carries the zip; an editable install has none and makes it
+while building a wheel, which then carries the zip (an sdist carries the zip made from its
+checkout, for the wheel built from it); an editable install has none and makes it
 from the checkout, again whenever a source changes. It imports only the standard library, since
 the build loads it before anything is installed.
 
