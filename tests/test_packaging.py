@@ -370,6 +370,25 @@ def test_the_image_is_built_by_the_steps_the_script_tries() -> None:
     assert re.search(r"^USER turnkeeper$", image, re.M)
 
 
+def test_the_image_copies_every_path_the_wheels_are_built_from() -> None:
+    """scripts/wheels packs its sources from the repository with tar; the image's build stage
+    runs it on what its COPY lines brought in, so a path the script packs that no COPY brings
+    fails only in a container build, which nothing here runs."""
+    script = (ROOT / "scripts" / "wheels").read_text().replace("\\\n", " ")
+    packed = re.search(r"tar --create (.*?) \| tar --extract", script, re.S)
+    assert packed, "scripts/wheels no longer packs its sources with tar --create"
+    paths = [word for word in packed.group(1).split() if not word.startswith("--")]
+    assert "daemon" in paths
+    image = (ROOT / "deploy" / "Containerfile").read_text()
+    copied = [
+        source
+        for line in re.findall(r"^COPY (?!--from)(.+)$", image, re.M)
+        for source in line.split()[:-1]
+    ]
+    missing = [p for p in paths if not any(p == c or p.startswith(f"{c}/") for c in copied)]
+    assert missing == [], f"deploy/Containerfile does not COPY {missing}"
+
+
 @pytest.mark.slow
 def test_wheels_install_into_a_fresh_venv_as_documented(tmp_path: Path) -> None:
     """deploy/try-image-steps (the image's steps, offline: this environment's setuptools and
