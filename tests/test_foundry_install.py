@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import socket
 import urllib.request
@@ -255,9 +256,18 @@ def test_a_packaged_zip_is_served_as_it_is(tmp_path: Path) -> None:
     assert foundry.Release(packaged=tmp_path / "none", checkout=tmp_path).current() is None
 
 
-def test_the_same_sources_make_the_same_bytes() -> None:
-    sources = foundry.Sources.of(ROOT)
-    assert foundry.build(sources) == foundry.build(sources)
+def test_the_same_sources_make_the_same_bytes(tmp_path: Path) -> None:
+    """Whenever and from whichever copy they are built: the files' times and the clock are not
+    in the zip (the zip format keeps times to 2 s, so two builds in a row would not tell)."""
+    sources = foundry.Sources.of(_checkout_copy(tmp_path))
+    made = []
+    for when in (315_532_800, 1_700_000_000):  # 1980-01-01, 2023-11-14
+        for _, path in sources.inputs():
+            os.utime(path, (when, when))
+        made.append(foundry.build(sources))
+    assert made[0] == made[1] == foundry.build(foundry.Sources.of(ROOT))
+    with zipfile.ZipFile(io.BytesIO(made[0])) as archive:
+        assert {info.date_time for info in archive.infolist()} == {foundry.EPOCH}
 
 
 def test_sources_that_cannot_make_the_module_say_why(tmp_path: Path) -> None:
