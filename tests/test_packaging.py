@@ -209,6 +209,10 @@ def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path)
         }
         assert wanted <= names, wanted - names
         assert read("LICENSE").decode() == (ROOT / "LICENSE").read_text()
+        # The README is read from the installed module: a relative link must stay inside it.
+        links = re.findall(r"\]\(([^)#]*)", read(manifest["readme"]).decode())
+        outside = [link for link in links if "://" not in link and link not in names]
+        assert outside == [], f"the README links outside the zip: {outside}"
         # The client as Foundry can load it: every file of it, its one bare import made relative.
         client = {f"lib/turnkeeper/{p.name}" for p in (SDK_JS / "src").glob("*.js")}
         assert client <= names
