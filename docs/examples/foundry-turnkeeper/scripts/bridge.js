@@ -170,7 +170,7 @@ async function apply(event) {
     case "combatant_revealed":
       return combatant(event.combatant.id)?.update({ hidden: false }, mirrored());
     case "combatant_removed":
-      return combatant(event.combatant)?.delete(keepingTurn(combat, [], event.combatant));
+      return combatant(event.combatant)?.delete(keepingTurn(combat, event.combatant));
     case "window_opened":
       return cards(combat, event.window);
     case "command_undone":
@@ -205,7 +205,7 @@ async function resync(combat, view) {
       defeated: c.status === "defeated",
       hidden: c.hidden,
     }));
-  await combat.updateEmbeddedDocuments("Combatant", updates, keepingTurn(combat, updates));
+  await combat.updateEmbeddedDocuments("Combatant", updates, quietly());
   for (const { _id } of updates) await showDefeated(combat.combatants.get(_id));
   const { turn } = view;
   if (turn) {
@@ -222,7 +222,7 @@ async function arrange(combat, view) {
     .filter((c) => wanted.has(c.id) && c.initiative !== wanted.get(c.id))
     .map((c) => ({ _id: c.id, initiative: wanted.get(c.id) }));
   if (updates.length === 0) return;
-  await combat.updateEmbeddedDocuments("Combatant", updates, keepingTurn(combat, updates));
+  await combat.updateEmbeddedDocuments("Combatant", updates, quietly());
 }
 
 /**
@@ -249,33 +249,28 @@ function initiatives(view) {
 }
 
 /**
- * The options that write initiatives (or delete `removed`) without moving Foundry's current
- * turn: Foundry keeps the turn's index while the sorted turns change under it, so the turn would
- * land on someone else and fire Foundry's own turn events. `combatTurn` sets the index the current
- * combatant has in the new order; `turnEvents: false` keeps Foundry from running turn events for a
- * write that is no turn change.
+ * The options of a write of combatants that is no turn change. Foundry (v12 on) keeps the current
+ * combatant's turn across a write of initiatives itself: Combatant's `_preUpdateOperation` gives
+ * the operation the `combatTurn` the current combatant has in the new order (foundryvtt#11531,
+ * #12990). `turnEvents: false` says the write is no turn change: some v13 releases ran turn
+ * events when the index moved although the combatant had not (foundryvtt#12747).
  */
-function keepingTurn(combat, updates, removed = null) {
-  const options = { ...mirrored(), turnEvents: false };
+const quietly = () => ({ ...mirrored(), turnEvents: false });
+
+/**
+ * The options that delete `removed` without moving Foundry's current turn: for a deletion the
+ * module names the turn itself, the index the current combatant has among those left, so that the
+ * turns shrinking under the turn's index never put it on someone else. The current combatant
+ * removed: its index, where Turnkeeper's next turn_started moves on from.
+ */
+function keepingTurn(combat, removed) {
+  const options = quietly();
   const current = combat.combatant?.id;
-  const changed = new Map(updates.map((u) => [u._id, u.initiative]));
-  const after = combat.combatants.contents
-    .filter((c) => c.id !== removed)
-    .map((c) => ({ id: c.id, initiative: changed.has(c.id) ? changed.get(c.id) : c.initiative }))
-    .sort(foundryOrder);
+  const after = combat.turns.filter((c) => c.id !== removed);
   if (!current || after.length === 0) return options;
   const index = after.findIndex((c) => c.id === current);
-  // The current combatant removed: its index, where Turnkeeper's next turn_started moves on from.
   options.combatTurn = index >= 0 ? index : Math.min(combat.turn, after.length - 1);
   return options;
-}
-
-/** Foundry's order of turns (Combat#_sortCombatants): higher initiative first, none last, equal
- * initiatives by id. */
-function foundryOrder(a, b) {
-  const ia = Number.isFinite(a.initiative) ? a.initiative : -Infinity;
-  const ib = Number.isFinite(b.initiative) ? b.initiative : -Infinity;
-  return ib - ia || (a.id > b.id ? 1 : -1);
 }
 
 /** The actor's defeated status effect (the token's overlay, and what Foundry's `isDefeated`
