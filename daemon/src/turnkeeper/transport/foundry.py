@@ -50,7 +50,8 @@ def _relocated(release: bytes, base: str) -> tuple[bytes, bytes]:
 def answer(path: str, host: bytes | None, channel: Channel) -> tuple[bytes, str] | None:
     """The body and type of ``GET PREFIX...``: the manifest, pointing at ``host`` (the request's
     Host header) or, when that is not a plain ``host[:port]``, at the address the connection
-    reached; the zip; None for any other name, or when this install has no module."""
+    reached; the zip, whose module.json is that manifest; None for any other name, or when this
+    install has no module."""
     try:
         release = _release().current()
     except foundry.BuildError as e:
