@@ -2,31 +2,48 @@
 ``.mo`` files (``turnkeeper/mo.py``, with Babel, a build requirement), so that the installed
 daemon reads them with the standard library and never needs Babel; and the Foundry VTT module's
 zip is made (``turnkeeper/foundry.py``), which the daemon serves, from the repository's
-``docs/examples/foundry-turnkeeper`` and ``sdk/js``: a wheel is built from the repository (as
-``scripts/wheels`` does), never from an sdist alone."""
+``docs/examples/foundry-turnkeeper`` and ``sdk/js``. An sdist has no repository around it: it
+carries the zip made from the checkout it was made in, and a wheel built from it takes that."""
 
 from __future__ import annotations
 
 import runpy
 from pathlib import Path
+from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 LOCALE = Path("src", "turnkeeper", "locale")
+# By path, as the catalogues' compiler: importing the package would need its dependencies.
+FOUNDRY: dict[str, Any] = runpy.run_path(str(HERE / LOCALE.parent / "foundry.py"))
+ZIP_NAME: str = FOUNDRY["PACKAGED"].name
+"""The zip's name in the wheel's package, and at an sdist's top, beside this file."""
 
 
 def _compile(out_dir: Path) -> None:
-    # By path: importing the package would need its dependencies, which a build does not have.
     mo = runpy.run_path(str(HERE / LOCALE.parent / "mo.py"))
     mo["compile_catalogues"](HERE / LOCALE, out_dir)
 
 
-def _foundry_module(package_dir: Path) -> None:
-    foundry = runpy.run_path(str(HERE / LOCALE.parent / "foundry.py"))
-    made = foundry["build"](foundry["Sources"].of(HERE.parent))
-    (package_dir / foundry["PACKAGED"].name).write_bytes(made)
+def _in_checkout() -> bool:
+    """This file is the repository's ``daemon/setup.py``: not an unpacked sdist, which may sit
+    beside any folder at all."""
+    mine = HERE.parent / "daemon" / "setup.py"
+    return mine.is_file() and mine.samefile(__file__)
+
+
+def _foundry_zip() -> bytes:
+    """The module's zip: made from the checkout, or the one the sdist carries."""
+    if not _in_checkout():
+        prebuilt = HERE / ZIP_NAME
+        if not prebuilt.is_file():
+            raise SystemExit(f"{HERE} is neither the repository's daemon/ nor an sdist of it")
+        return prebuilt.read_bytes()
+    made: bytes = FOUNDRY["build"](FOUNDRY["Sources"].of(HERE.parent))
+    return made
 
 
 class BuildPyWithCatalogues(build_py):
@@ -41,7 +58,15 @@ class BuildPyWithCatalogues(build_py):
             _compile(HERE / LOCALE)
         else:
             _compile(Path(self.build_lib, "turnkeeper", "locale"))
-            _foundry_module(Path(self.build_lib, "turnkeeper"))
+            Path(self.build_lib, "turnkeeper", ZIP_NAME).write_bytes(_foundry_zip())
 
 
-setup(cmdclass={"build_py": BuildPyWithCatalogues})
+class SdistWithFoundryModule(sdist):
+    """``sdist`` that carries the Foundry module's zip, which a wheel built from it needs."""
+
+    def make_release_tree(self, base_dir: str, files: list[str]) -> None:
+        super().make_release_tree(base_dir, files)
+        Path(base_dir, ZIP_NAME).write_bytes(_foundry_zip())
+
+
+setup(cmdclass={"build_py": BuildPyWithCatalogues, "sdist": SdistWithFoundryModule})

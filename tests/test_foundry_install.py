@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import socket
 import urllib.request
@@ -22,6 +23,7 @@ import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, running
 from turnkeeper import foundry
+from turnkeeper.transport.foundry import RELOCATED
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "docs" / "examples" / "foundry-turnkeeper"
@@ -64,6 +66,16 @@ def _manifest(port: int, host: bytes | None) -> dict[str, Any]:
     return found
 
 
+def _installed(port: int, host: bytes | None) -> dict[str, Any]:
+    """The module.json inside the zip, fetched with this Host header."""
+    status, headers, body = _http(port, ZIP, host)
+    assert (status, headers[b"content-type"]) == (200, b"application/zip")
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert archive.testzip() is None
+        found: dict[str, Any] = json.loads(archive.read("module.json"))
+    return found
+
+
 def test_the_manifest_points_back_at_the_daemon_and_the_zip_installs(daemon: Daemon) -> None:
     port = daemon.ws_port
     base = f"http://127.0.0.1:{port}/foundry"
@@ -84,8 +96,10 @@ def test_the_manifest_points_back_at_the_daemon_and_the_zip_installs(daemon: Dae
         names = set(archive.namelist())
         installed = json.loads(archive.read("module.json"))
         licence = archive.read("LICENSE").decode()
-    assert installed["version"] == served["version"] == CHECKOUT_MANIFEST["version"]
-    assert installed["id"] == served["id"]
+    # The installed copy's module.json is the manifest it was installed from: Foundry looks for
+    # updates at the installed copy's `manifest`, which must be the daemon's, never the
+    # placeholder release host.
+    assert installed == served
     assert licence == (ROOT / "LICENSE").read_text()
     assert {
         "module.json",
@@ -123,12 +137,14 @@ def test_the_manifest_points_back_at_the_daemon_and_the_zip_installs(daemon: Dae
     ],
 )
 def test_a_hostile_host_header_is_never_reflected(daemon: Daemon, host: bytes) -> None:
-    """Only a plain ``host[:port]`` names the address; anything else gives the listener's own."""
+    """Only a plain ``host[:port]`` names the address; anything else gives the listener's own,
+    in the manifest and in the zip's module.json alike."""
     manifest = _manifest(daemon.ws_port, host)
     assert manifest["manifest"] == f"http://127.0.0.1:{daemon.ws_port}/foundry/module.json"
     assert manifest["download"] == f"http://127.0.0.1:{daemon.ws_port}{ZIP}"
     assert manifest["esmodules"] == CHECKOUT_MANIFEST["esmodules"]
     assert b"evil" not in json.dumps(manifest).encode()
+    assert _installed(daemon.ws_port, host) == manifest
 
 
 @pytest.mark.parametrize(
@@ -139,6 +155,17 @@ def test_a_plain_host_header_names_the_address_foundry_reached(daemon: Daemon, h
     manifest = _manifest(daemon.ws_port, host)
     assert manifest["manifest"] == f"http://{host.decode()}/foundry/module.json"
     assert manifest["download"] == f"http://{host.decode()}{ZIP}"
+    assert _installed(daemon.ws_port, host) == manifest
+
+
+def test_each_address_s_zip_names_that_address(daemon: Daemon) -> None:
+    """More addresses than the daemon keeps zips for, each asked twice: every zip names the
+    address it was fetched from, whichever copies were dropped in between."""
+    hosts = [b"host%d.lan:7617" % n for n in range(RELOCATED + 3)]
+    for host in hosts + hosts[::-1]:
+        assert _installed(daemon.ws_port, host)["manifest"] == (
+            f"http://{host.decode()}/foundry/module.json"
+        )
 
 
 def test_without_a_host_header_the_listener_names_itself(daemon: Daemon) -> None:
@@ -229,9 +256,18 @@ def test_a_packaged_zip_is_served_as_it_is(tmp_path: Path) -> None:
     assert foundry.Release(packaged=tmp_path / "none", checkout=tmp_path).current() is None
 
 
-def test_the_same_sources_make_the_same_bytes() -> None:
-    sources = foundry.Sources.of(ROOT)
-    assert foundry.build(sources) == foundry.build(sources)
+def test_the_same_sources_make_the_same_bytes(tmp_path: Path) -> None:
+    """Whenever and from whichever copy they are built: the files' times and the clock are not
+    in the zip (the zip format keeps times to 2 s, so two builds in a row would not tell)."""
+    sources = foundry.Sources.of(_checkout_copy(tmp_path))
+    made = []
+    for when in (315_532_800, 1_700_000_000):  # 1980-01-01, 2023-11-14
+        for _, path in sources.inputs():
+            os.utime(path, (when, when))
+        made.append(foundry.build(sources))
+    assert made[0] == made[1] == foundry.build(foundry.Sources.of(ROOT))
+    with zipfile.ZipFile(io.BytesIO(made[0])) as archive:
+        assert {info.date_time for info in archive.infolist()} == {foundry.EPOCH}
 
 
 def test_sources_that_cannot_make_the_module_say_why(tmp_path: Path) -> None:
@@ -247,3 +283,35 @@ def test_sources_that_cannot_make_the_module_say_why(tmp_path: Path) -> None:
     (sources.module / "LICENSE").unlink()
     with pytest.raises(foundry.BuildError, match="LICENSE"):
         foundry.build(sources)
+
+
+def test_lib_replaces_only_the_client_in_the_module_s_own_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m turnkeeper.foundry lib DIR`` refuses a folder that is not the module's, and in
+    the module's own replaces lib/turnkeeper and lib/msgpack, nothing else of lib/."""
+    stranger = tmp_path / "project"
+    (stranger / "lib").mkdir(parents=True)
+    (stranger / "lib" / "precious.txt").write_text("keep me")
+    other = tmp_path / "other-module"
+    (other / "lib" / "turnkeeper").mkdir(parents=True)
+    (other / "lib" / "turnkeeper" / "theirs.js").write_text("keep me")
+    (other / "module.json").write_text(json.dumps({"id": "other-module"}))
+    for folder in (stranger, other, tmp_path / "missing"):
+        assert foundry.main(["lib", str(folder)]) == 1
+        assert "nothing changed" in capsys.readouterr().err
+    assert (stranger / "lib" / "precious.txt").read_text() == "keep me"
+    assert (other / "lib" / "turnkeeper" / "theirs.js").read_text() == "keep me"
+
+    module = tmp_path / "modules" / CHECKOUT_MANIFEST["id"]
+    module.mkdir(parents=True)
+    shutil.copy(MODULE / "module.json", module / "module.json")
+    (module / "lib" / "turnkeeper").mkdir(parents=True)
+    (module / "lib" / "turnkeeper" / "stale.js").write_text("from an older client")
+    (module / "lib" / "mine").mkdir()
+    (module / "lib" / "mine" / "helper.js").write_text("keep me")
+    assert foundry.main(["lib", str(module)]) == 0
+    assert not (module / "lib" / "turnkeeper" / "stale.js").exists()
+    assert (module / "lib" / "turnkeeper" / "index.js").is_file()
+    assert (module / "lib" / "msgpack" / "index.mjs").is_file()
+    assert (module / "lib" / "mine" / "helper.js").read_text() == "keep me"

@@ -10,9 +10,11 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 import tomllib
@@ -207,6 +209,10 @@ def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path)
         }
         assert wanted <= names, wanted - names
         assert read("LICENSE").decode() == (ROOT / "LICENSE").read_text()
+        # The README is read from the installed module: a relative link must stay inside it.
+        links = re.findall(r"\]\(([^)#]*)", read(manifest["readme"]).decode())
+        outside = [link for link in links if "://" not in link and link not in names]
+        assert outside == [], f"the README links outside the zip: {outside}"
         # The client as Foundry can load it: every file of it, its one bare import made relative.
         client = {f"lib/turnkeeper/{p.name}" for p in (SDK_JS / "src").glob("*.js")}
         assert client <= names
@@ -219,6 +225,45 @@ def test_the_foundry_release_zip_holds_the_module_and_the_client(tmp_path: Path)
                 entry = f"lib/msgpack/{path.relative_to(vendored).as_posix()}"
                 assert read(entry) == path.read_bytes(), entry
         assert not [name for name in names if name.startswith(("test", "node_modules"))]
+
+
+def test_a_wheel_built_from_the_sdist_carries_the_sdist_s_foundry_zip(tmp_path: Path) -> None:
+    """``python -m build daemon`` (and pip, given the sdist) builds the wheel from the sdist,
+    which has no repository around it: the sdist carries the Foundry module's zip and the wheel
+    takes that one, never one made of whatever folders sit beside the unpacked sdist."""
+    copy = tmp_path / "checkout"
+    junk = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.mo", "lib", "test*")
+    for part in ("daemon", "docs/examples/foundry-turnkeeper", "sdk/js/src"):
+        shutil.copytree(ROOT / part, copy / part, symlinks=True, ignore=junk)
+    shutil.copy(ROOT / "LICENSE", copy / "LICENSE")
+    build_sdist = (
+        "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])"
+    )
+    subprocess.run(
+        [sys.executable, "-c", build_sdist, str(tmp_path / "sdist")],
+        cwd=copy / "daemon",
+        check=True,
+        capture_output=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    [sdist] = (tmp_path / "sdist").glob("turnkeeper-*.tar.gz")
+    # Unpacked into the copy, beside a docs/ that differs from the one it was made of.
+    with tarfile.open(sdist) as archive:
+        archive.extractall(copy, filter="data")
+    lang = copy / "docs" / "examples" / "foundry-turnkeeper" / "lang" / "en.json"
+    lang.write_text('{"not": "the sdist\'s"}\n')
+    [unpacked] = copy.glob("turnkeeper-*")
+    offline = ["--no-build-isolation", "--no-index", "--no-deps", "--quiet"]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", *offline, "-w", str(tmp_path / "w"), str(unpacked)],
+        check=True,
+        capture_output=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    [wheel] = (tmp_path / "w").glob("turnkeeper-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        carried = archive.read(f"turnkeeper/{foundry.PACKAGED.name}")
+    assert carried == foundry.build(foundry.Sources.of(ROOT))
 
 
 BLOCK_BABEL = textwrap.dedent(
@@ -327,6 +372,25 @@ def test_the_image_is_built_by_the_steps_the_script_tries() -> None:
     assert re.search(r"/bin/pip\" install [-\w ]*\"\$dir\"/wheels/\*\.whl", script, re.M)
     assert re.search(r'^CMD \["turnkeeper", "serve"\]', image, re.M)
     assert re.search(r"^USER turnkeeper$", image, re.M)
+
+
+def test_the_image_copies_every_path_the_wheels_are_built_from() -> None:
+    """scripts/wheels packs its sources from the repository with tar; the image's build stage
+    runs it on what its COPY lines brought in, so a path the script packs that no COPY brings
+    fails only in a container build, which nothing here runs."""
+    script = (ROOT / "scripts" / "wheels").read_text().replace("\\\n", " ")
+    packed = re.search(r"tar --create (.*?) \| tar --extract", script, re.S)
+    assert packed, "scripts/wheels no longer packs its sources with tar --create"
+    paths = [word for word in packed.group(1).split() if not word.startswith("--")]
+    assert "daemon" in paths
+    image = (ROOT / "deploy" / "Containerfile").read_text()
+    copied = [
+        source
+        for line in re.findall(r"^COPY (?!--from)(.+)$", image, re.M)
+        for source in line.split()[:-1]
+    ]
+    missing = [p for p in paths if not any(p == c or p.startswith(f"{c}/") for c in copied)]
+    assert missing == [], f"deploy/Containerfile does not COPY {missing}"
 
 
 @pytest.mark.slow
@@ -443,7 +507,8 @@ def _serve_as_the_image(venv: Path, tmp_path: Path) -> None:
         assert served["manifest"] == f"{base}/module.json"
         assert served["version"] == _changelog_release()
         with urllib.request.urlopen(served["download"], timeout=CALL_TIMEOUT) as answer:
-            assert answer.read() == foundry.build(foundry.Sources.of(ROOT))
+            made = foundry.build(foundry.Sources.of(ROOT))
+            assert answer.read() == foundry.relocated(made, f"{base}/")
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=CALL_TIMEOUT) == 0
     finally:

@@ -6,7 +6,8 @@ where Node.js and npm may be missing, at build time and at run time: the zip is 
 from the module's folder, the client's sources (``sdk/js/src``) and the copy of
 ``@msgpack/msgpack`` the table view already ships (``web/vendor/msgpack``, checked byte for byte
 against the version the client's lockfile pins). ``daemon/setup.py`` runs this file by path
-while building a wheel, which then carries the zip; an editable install has none and makes it
+while building a wheel, which then carries the zip (an sdist carries the zip made from its
+checkout, for the wheel built from it); an editable install has none and makes it
 from the checkout, again whenever a source changes. It imports only the standard library, since
 the build loads it before anything is installed.
 
@@ -27,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SHIPPED = ("module.json", "LICENSE", "README.md", "scripts", "lang")
+MANIFEST = "module.json"
+SHIPPED = (MANIFEST, "LICENSE", "README.md", "scripts", "lang")
 """What of the module's folder the zip holds, besides ``lib/``: what Foundry loads (module.json
 names the scripts and languages) and the licence. Not the tests, nor the folder's own lib/."""
 BARE = b'from "@msgpack/msgpack"'
@@ -40,6 +42,9 @@ PACKAGED = Path(__file__).resolve().parent / "foundry-turnkeeper.zip"
 """Where a wheel carries the zip (``daemon/setup.py`` writes it there)."""
 CHECKOUT = Path(__file__).resolve().parents[3]
 """The repository's root, when this file runs from a checkout (an editable install)."""
+LIB = ("lib/turnkeeper", "lib/msgpack")
+"""The folders of ``lib/`` the zip fills, and all that ``lib`` replaces in a module's folder:
+anything else there (another library the folder's owner put beside them) is left alone."""
 
 
 class BuildError(Exception):
@@ -90,7 +95,7 @@ def build(sources: Sources) -> bytes:
     """The zip Foundry installs, deflated; the same sources make the same bytes."""
     try:
         files = [(entry, path.read_bytes()) for entry, path in sources.inputs()]
-        manifest = json.loads((sources.module / "module.json").read_bytes())
+        manifest = json.loads((sources.module / MANIFEST).read_bytes())
     except (OSError, ValueError) as e:
         raise BuildError(f"the Foundry module's sources are not all there: {e}") from e
     # Foundry downloads the zip from `download`: the name the URL ends with is the one made here.
@@ -116,8 +121,26 @@ def build(sources: Sources) -> bytes:
 def manifest_of(release: bytes) -> dict[str, Any]:
     """The module.json a zip holds."""
     with zipfile.ZipFile(io.BytesIO(release)) as archive:
-        found: dict[str, Any] = json.loads(archive.read("module.json"))
+        found: dict[str, Any] = json.loads(archive.read(MANIFEST))
     return found
+
+
+def relocated(release: bytes, base: str) -> bytes:
+    """``release`` with its module.json's ``manifest`` and ``download`` under ``base`` (a URL
+    ending in ``/``), every other entry as it was: Foundry checks for updates at the
+    ``manifest`` of the copy it installed, so the zip must name the same address as the
+    manifest it was installed from."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(release)) as source, zipfile.ZipFile(out, "w") as archive:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == MANIFEST:
+                manifest = json.loads(data)
+                manifest["manifest"] = base + MANIFEST
+                manifest["download"] = f"{base}{manifest['id']}.zip"
+                data = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
+            archive.writestr(info, data)
+    return out.getvalue()
 
 
 class Release:
@@ -164,17 +187,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BuildError as e:
         print(f"turnkeeper.foundry: {e}", file=sys.stderr)
         return 1
-    if args.step == "lib":
-        shutil.rmtree(args.dir / "lib", ignore_errors=True)
-        with zipfile.ZipFile(io.BytesIO(made)) as archive:
-            archive.extractall(args.dir, [n for n in archive.namelist() if n.startswith("lib/")])
-        print(f"{args.dir / 'lib'} holds the client of {Sources.of(CHECKOUT).client}")
-        return 0
     manifest = manifest_of(made)
+    if args.step == "lib":
+        return _lib(made, manifest["id"], args.dir)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / f"{manifest['id']}.zip").write_bytes(made)
-    (args.out_dir / "module.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (args.out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"{args.out_dir}: {manifest['id']}.zip, module.json")
+    return 0
+
+
+def _lib(made: bytes, module_id: str, folder: Path) -> int:
+    """Replace ``folder``'s copy of the client with the zip's, once ``folder`` is this module's
+    own (its module.json has the module's id): a mistyped folder loses nothing."""
+    try:
+        found = json.loads((folder / MANIFEST).read_bytes()).get("id")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if found != module_id:
+        print(
+            f"turnkeeper.foundry: {folder} is not the {module_id} module's folder "
+            f"(no module.json with id {module_id!r} there): nothing changed",
+            file=sys.stderr,
+        )
+        return 1
+    for each in LIB:
+        shutil.rmtree(folder / each, ignore_errors=True)
+    with zipfile.ZipFile(io.BytesIO(made)) as archive:
+        wanted = tuple(f"{each}/" for each in LIB)
+        archive.extractall(folder, [n for n in archive.namelist() if n.startswith(wanted)])
+    print(f"{folder / 'lib'} holds the client of {Sources.of(CHECKOUT).client}")
     return 0
 
 

@@ -3,15 +3,17 @@ takes ``http://HOST:PORT/foundry/module.json``, reads ``download`` there and fet
 
 The manifest is the zip's own ``module.json`` with ``manifest`` and ``download`` pointing back at
 the address the request reached, so that the project needs no public host: a Foundry server that
-reaches the daemon installs from it, and finds updates there.
+reaches the daemon installs from it, and finds updates there. The zip served holds that same
+``module.json``: Foundry reads ``manifest`` from the copy it installed when it looks for updates.
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
-import json
 import re
-from functools import cache
+import zipfile
+from functools import cache, lru_cache
 
 import structlog
 
@@ -21,7 +23,10 @@ from .channel import Channel
 log = structlog.get_logger("turnkeeper.foundry")
 
 PREFIX = "/foundry/"
-MANIFEST = "module.json"
+RELOCATED = 8
+"""How many addresses' copies of the zip are kept: a daemon is reached by one or two (its name,
+its IP address); a client cycling Host headers costs a rebuild of one small zip per request,
+never memory."""
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(
     rf"(?:{_LABEL}(?:\.{_LABEL})*|\[(?P<ip6>[0-9A-Fa-f:.]+)\])(?::(?P<port>[0-9]{{1,5}}))?"
@@ -34,10 +39,19 @@ def _release() -> foundry.Release:
     return foundry.Release()
 
 
+@lru_cache(maxsize=RELOCATED)
+def _relocated(release: bytes, base: str) -> tuple[bytes, bytes]:
+    """The zip pointing at ``base``, and its module.json, which is the manifest served."""
+    made = foundry.relocated(release, base)
+    with zipfile.ZipFile(io.BytesIO(made)) as archive:
+        return made, archive.read(foundry.MANIFEST)
+
+
 def answer(path: str, host: bytes | None, channel: Channel) -> tuple[bytes, str] | None:
     """The body and type of ``GET PREFIX...``: the manifest, pointing at ``host`` (the request's
     Host header) or, when that is not a plain ``host[:port]``, at the address the connection
-    reached; the zip; None for any other name, or when this install has no module."""
+    reached; the zip, whose module.json is that manifest; None for any other name, or when this
+    install has no module."""
     try:
         release = _release().current()
     except foundry.BuildError as e:
@@ -45,18 +59,16 @@ def answer(path: str, host: bytes | None, channel: Channel) -> tuple[bytes, str]
         return None
     if release is None:
         return None
-    manifest = foundry.manifest_of(release)
     name = path.removeprefix(PREFIX)
-    if name == f"{manifest['id']}.zip":
-        return release, "application/zip"
-    if name != MANIFEST:
+    if name not in (foundry.MANIFEST, f"{foundry.manifest_of(release)['id']}.zip"):
         return None
     assert channel.transport is not None
     local = channel.transport.get_extra_info("sockname")
     base = f"http://{_authority(host, (local[0], local[1]))}{PREFIX}"
-    manifest["manifest"] = base + MANIFEST
-    manifest["download"] = f"{base}{manifest['id']}.zip"
-    return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode(), "application/json"
+    made, manifest = _relocated(release, base)
+    if name == foundry.MANIFEST:
+        return manifest, "application/json"
+    return made, "application/zip"
 
 
 def _authority(host: bytes | None, local: tuple[str, int]) -> str:

@@ -5,9 +5,9 @@
 // its pre-update hook and sent to the daemon as a command; the daemon's events are then written
 // into the Combat document. One browser talks to the daemon: the active GM's, with a narrator
 // bridge token. Anyone else's click becomes an "ask" on the module's socket; the GM's browser
-// sends it `as` the user who asked, so the daemon judges what that user may do (R16).
+// sends it `as` the user who sent it, so the daemon judges what that user may do (R16).
 
-import { Client } from "../lib/turnkeeper/index.js";
+import { Client, COMMAND_METHODS } from "../lib/turnkeeper/index.js";
 
 const ID = "foundry-turnkeeper";
 /** The module's socket event (module.json has `"socket": true`): Foundry relays it to every
@@ -18,6 +18,10 @@ const SPEAKER = { alias: "Turnkeeper" };
  * more than the daemon's 500 combatants a combat may hold, so the fractions of one place never
  * reach the next whole number. */
 const TIE_STEPS = 1000;
+/** What an ask may name: the engine's commands, as the client's generated method table lists
+ * them. Never a query, a table or token method, or a session method: the narrator's session
+ * would answer those for whoever asked. */
+const COMMANDS = new Set(COMMAND_METHODS);
 
 /** The narrator's session: commands and the mirror. Null unless connected. */
 let narrator = null;
@@ -55,10 +59,12 @@ function register(key, config, fallback) {
 }
 
 Hooks.once("ready", () => {
-  game.socket.on(SOCKET, (message) => {
-    if (message?.type === "ask") heard(message);
+  // Foundry's server hands each socket message over with the id of the user whose browser sent
+  // it: that, never a name inside the message, says who asked, and only a GM's refusal counts.
+  game.socket.on(SOCKET, (message, senderId) => {
+    if (message?.type === "ask") heard(message, senderId);
     else if (message?.type === "refused" && message.user === game.user.id) {
-      ui.notifications.warn(`Turnkeeper: ${message.text}`);
+      if (game.users.get(senderId)?.isGM) ui.notifications.warn(`Turnkeeper: ${message.text}`);
     }
   });
   if (game.user === game.users.activeGM) connect().catch((error) => report(error));
@@ -164,7 +170,7 @@ async function apply(event) {
     case "combatant_revealed":
       return combatant(event.combatant.id)?.update({ hidden: false }, mirrored());
     case "combatant_removed":
-      return combatant(event.combatant)?.delete(keepingTurn(combat, [], event.combatant));
+      return combatant(event.combatant)?.delete(keepingTurn(combat, event.combatant));
     case "window_opened":
       return cards(combat, event.window);
     case "command_undone":
@@ -199,7 +205,7 @@ async function resync(combat, view) {
       defeated: c.status === "defeated",
       hidden: c.hidden,
     }));
-  await combat.updateEmbeddedDocuments("Combatant", updates, keepingTurn(combat, updates));
+  await combat.updateEmbeddedDocuments("Combatant", updates, quietly());
   for (const { _id } of updates) await showDefeated(combat.combatants.get(_id));
   const { turn } = view;
   if (turn) {
@@ -216,7 +222,7 @@ async function arrange(combat, view) {
     .filter((c) => wanted.has(c.id) && c.initiative !== wanted.get(c.id))
     .map((c) => ({ _id: c.id, initiative: wanted.get(c.id) }));
   if (updates.length === 0) return;
-  await combat.updateEmbeddedDocuments("Combatant", updates, keepingTurn(combat, updates));
+  await combat.updateEmbeddedDocuments("Combatant", updates, quietly());
 }
 
 /**
@@ -243,33 +249,28 @@ function initiatives(view) {
 }
 
 /**
- * The options that write initiatives (or delete `removed`) without moving Foundry's current
- * turn: Foundry keeps the turn's index while the sorted turns change under it, so the turn would
- * land on someone else and fire Foundry's own turn events. `combatTurn` sets the index the current
- * combatant has in the new order; `turnEvents: false` keeps Foundry from running turn events for a
- * write that is no turn change.
+ * The options of a write of combatants that is no turn change. Foundry (v12 on) keeps the current
+ * combatant's turn across a write of initiatives itself: Combatant's `_preUpdateOperation` gives
+ * the operation the `combatTurn` the current combatant has in the new order (foundryvtt#11531,
+ * #12990). `turnEvents: false` says the write is no turn change: some v13 releases ran turn
+ * events when the index moved although the combatant had not (foundryvtt#12747).
  */
-function keepingTurn(combat, updates, removed = null) {
-  const options = { ...mirrored(), turnEvents: false };
+const quietly = () => ({ ...mirrored(), turnEvents: false });
+
+/**
+ * The options that delete `removed` without moving Foundry's current turn: for a deletion the
+ * module names the turn itself, the index the current combatant has among those left, so that the
+ * turns shrinking under the turn's index never put it on someone else. The current combatant
+ * removed: its index, where Turnkeeper's next turn_started moves on from.
+ */
+function keepingTurn(combat, removed) {
+  const options = quietly();
   const current = combat.combatant?.id;
-  const changed = new Map(updates.map((u) => [u._id, u.initiative]));
-  const after = combat.combatants.contents
-    .filter((c) => c.id !== removed)
-    .map((c) => ({ id: c.id, initiative: changed.has(c.id) ? changed.get(c.id) : c.initiative }))
-    .sort(foundryOrder);
+  const after = combat.turns.filter((c) => c.id !== removed);
   if (!current || after.length === 0) return options;
   const index = after.findIndex((c) => c.id === current);
-  // The current combatant removed: its index, where Turnkeeper's next turn_started moves on from.
   options.combatTurn = index >= 0 ? index : Math.min(combat.turn, after.length - 1);
   return options;
-}
-
-/** Foundry's order of turns (Combat#_sortCombatants): higher initiative first, none last, equal
- * initiatives by id. */
-function foundryOrder(a, b) {
-  const ia = Number.isFinite(a.initiative) ? a.initiative : -Infinity;
-  const ib = Number.isFinite(b.initiative) ? b.initiative : -Infinity;
-  return ib - ia || (a.id > b.id ? 1 : -1);
 }
 
 /** The actor's defeated status effect (the token's overlay, and what Foundry's `isDefeated`
@@ -331,27 +332,27 @@ Hooks.on("renderChatMessageHTML", (message, html) => {
 
 /**
  * Send a command for this browser's user: at once from the bridge's browser (the narrator's);
- * from any other, as an ask on the module's socket, which the bridge sends `as` the user who
- * asked. Macros use it too:
+ * from any other, as an ask on the module's socket, which the bridge sends `as` the user whose
+ * browser sent it. Macros use it too:
  * `game.modules.get("foundry-turnkeeper").api.ask("hold", {combat, turn})`.
  */
 function ask(method, params) {
   if (isBridge()) return void send(method, params, null);
-  const request = { type: "ask", user: game.user.id, id: foundry.utils.randomID(), method, params };
+  const request = { type: "ask", id: foundry.utils.randomID(), method, params };
   game.socket.emit(SOCKET, request);
 }
 
 /**
  * An ask from another browser, heard by every browser but the asker's; only the bridge acts on
- * it. Foundry relays a module's socket message as it was sent, without saying who sent it, so
- * the ask names its user, and the bridge sends it as that user's player command, never the
- * narrator's: the daemon then allows it only what that user's own token would be allowed (R16).
+ * it. Foundry's server says which user's browser sent it (`senderId`), and the bridge sends it as
+ * that user's player command, never the narrator's: the daemon then allows it only what that
+ * user's own token would be allowed (R16). Anything in the message that names a user is ignored.
  */
-function heard({ user, id, method, params }) {
-  if (!isBridge() || !game.users.get(user) || typeof method !== "string") return;
+function heard({ id, method, params }, senderId) {
+  if (!isBridge() || !game.users.get(senderId) || !COMMANDS.has(method)) return;
   if (typeof id !== "string" || typeof params !== "object" || params === null) return;
   // The ask's own id makes the request id: an ask heard twice is one command, applied once.
-  void send(method, params, user, `${user}.${id}`);
+  void send(method, params, senderId, `${senderId}.${id}`);
 }
 
 /** `as`: the user the command runs as (R16), or null for the narrator (the bridge's own user). */

@@ -6,11 +6,13 @@
 // createChatMessage...) runs once per user, with `game.user` set to that user, as the module's
 // code would see it; a hook that fires only in the browser that acted (preUpdate..., combatStart,
 // combatTurn...) runs once. What the module relies on is modelled as Foundry's v13 code does it:
-// turns sorted by initiative then id; a write of initiatives keeps the turn's index (so the turn
-// lands on someone else) unless `combatTurn` says otherwise, and runs turn events (here the
-// `combatTurnChange` hook) unless `turnEvents: false`; the module socket relays a message to every
-// other browser, and only with `"socket": true` in module.json; a player may update only what they
-// own. Kept out of test/, where Node's test runner would take it for a test file.
+// turns sorted by initiative then id; a write of combatants keeps the current combatant's turn
+// (Combatant#_preUpdateOperation sets `combatTurn` to its new index unless given), a deletion
+// keeps the turn's index (so the turn may land on someone else) unless `combatTurn` says
+// otherwise, and both run turn events (here the `combatTurnChange` hook) unless
+// `turnEvents: false`; the module socket relays a message, with its sender's user id, to every
+// other browser, and only with `"socket": true` in module.json; a player may update only what
+// they own. Kept out of test/, where Node's test runner would take it for a test file.
 
 import { readFile } from "node:fs/promises";
 
@@ -125,7 +127,7 @@ export async function installFoundry({ folder, users, lang }) {
       const before = this.parent?.state?.();
       merge(this, structuredClone(changes));
       everywhere(`update${name}`, this, changes, options, game.user.id);
-      if (before) this.parent.modified(before, options);
+      if (before) this.parent.updatedCombatants(before, options);
       return this;
     }
     permitted(user) {
@@ -279,6 +281,14 @@ export async function installFoundry({ folder, users, lang }) {
         everywhere("combatTurnChange", this, before, after);
       }
     }
+    /** After a write of combatants: v12's and v13's Combatant._preUpdateOperation gives the
+     * operation, unless it has one, the `combatTurn` the current combatant has in the new order,
+     * so the turn stays with it (foundryvtt#11531, #12990); then as any change of combatants. */
+    updatedCombatants(before, options) {
+      const turn = this.turns.findIndex((c) => c.id === before.combatant);
+      const keeping = turn >= 0 && options.combatTurn === undefined;
+      this.modified(before, keeping ? { ...options, combatTurn: turn } : options);
+    }
     async update(changes, options = {}) {
       const before = this.state();
       const updated = await super.update(changes, options);
@@ -310,7 +320,7 @@ export async function installFoundry({ folder, users, lang }) {
         everywhere("updateCombatant", combatant, changes, options, game.user.id);
         done.push(combatant);
       }
-      if (done.length) this.modified(before, options);
+      if (done.length) this.updatedCombatants(before, options);
       return done;
     }
     async startCombat() {
@@ -388,7 +398,9 @@ export async function installFoundry({ folder, users, lang }) {
       socketListeners.push({ event, fn });
     },
     /** Foundry relays a package's socket event, as it was sent, to every other connected
-     * browser, later; a package gets one only with `"socket": true` in its manifest. */
+     * browser, later, with the id of the user who sent it as the listener's second argument
+     * (the server knows whose connection it came on); a package gets one only with
+     * `"socket": true` in its manifest. */
     emit(event, message) {
       if (manifest.socket !== true || event !== `module.${module}`) {
         throw new Error(`${event}: no socket for ${module} (module.json needs "socket": true)`);
@@ -400,7 +412,7 @@ export async function installFoundry({ folder, users, lang }) {
           if (user === sender) continue;
           inBrowser(user, () => {
             for (const listener of socketListeners.filter((l) => l.event === event)) {
-              run(`socket ${event}`, listener.fn, [structuredClone(message)]);
+              run(`socket ${event}`, listener.fn, [structuredClone(message), sender.id]);
             }
           });
         }

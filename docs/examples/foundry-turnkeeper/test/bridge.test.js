@@ -15,6 +15,8 @@ import { installFoundry } from "../test-support/foundry.js";
 const ID = "foundry-turnkeeper";
 const GM = "gamemasterUser01";
 const ALICE = "aliceUser0000001";
+/** A second player, who owns no combatant. */
+const BOB = "bobUser000000001";
 /** Milliseconds anything may take: far more than it needs, so a hang fails fast. */
 const WAIT = 10_000;
 
@@ -30,6 +32,7 @@ const foundry = await installFoundry({
   users: [
     { id: GM, name: "Gamemaster", isGM: true },
     { id: ALICE, name: "Alice", isGM: false },
+    { id: BOB, name: "Bob", isGM: false },
   ],
   lang: "pt-BR", // the module's language setting is left empty: Turnkeeper speaks Foundry's
 });
@@ -225,7 +228,8 @@ test("a player's refused ask is told to her on the socket and leaves nothing", a
   assert.deepEqual(
     foundry.sent.map(({ from, message }) => [from, message.type, message.user]),
     [
-      [ALICE, "ask", ALICE],
+      // The ask names no user: Foundry says whose browser sent it.
+      [ALICE, "ask", undefined],
       [GM, "refused", ALICE],
     ],
   );
@@ -233,6 +237,44 @@ test("a player's refused ask is told to her on the socket and leaves nothing", a
   foundry.notices.length = 0;
   assert.equal(leftoverAsks(), 0);
   assert.equal((await other.getCombat({ combat: combat.id })).view.turn.combatant, "ock");
+});
+
+test("an ask goes as the user whose browser sent it, whatever it names", async () => {
+  const combat = await fight();
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+  const turn = combat.getFlag(ID, "turn");
+  foundry.sent.length = 0;
+
+  // Bob, in a browser whose code he changed, names methods the narrator's session would answer
+  // for him, then ends Spider-Man's turn naming Alice, who controls it: the first are dropped,
+  // the last goes as Bob, who controls nothing, and is refused to him.
+  foundry.asClient(BOB, () => {
+    game.socket.emit(`module.${ID}`, { type: "ask", id: "h1", method: "hello", params: {} });
+    const params = { combat: combat.id };
+    game.socket.emit(`module.${ID}`, { type: "ask", id: "l1", method: "list_tokens", params });
+    const forged = { ...params, turn };
+    game.socket.emit(`module.${ID}`, {
+      type: "ask", user: ALICE, id: "f1", method: "end_turn", params: forged,
+    });
+  });
+  await eventually(() => foundry.notices.length > 0);
+  const refused = foundry.sent.filter(({ message }) => message.type === "refused");
+  assert.deepEqual(
+    refused.map(({ from, message }) => [from, message.user]),
+    [[GM, BOB]],
+  );
+  assert.deepEqual(foundry.notices.splice(0), [`warn: Turnkeeper: ${refused[0].message.text}`]);
+  assert.equal((await other.getCombat({ combat: combat.id })).view.turn.combatant, "spidey");
+  assert.equal(combat.combatant.id, "spidey");
+
+  // A refusal only the bridge's GM may send: Bob's, addressed to Alice, is not shown to her.
+  foundry.asClient(BOB, () => {
+    game.socket.emit(`module.${ID}`, { type: "refused", user: ALICE, text: "forged" });
+  });
+  // The stand-in relays on a zero timer, in order: this one runs after the relay.
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.deepEqual(foundry.notices, []);
 });
 
 test("a v13 combatant group is a Turnkeeper group, and acts in Turnkeeper's order", async () => {
