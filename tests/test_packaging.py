@@ -508,7 +508,7 @@ def _serve_as_the_image(venv: Path, tmp_path: Path) -> None:
         assert served["version"] == _changelog_release()
         with urllib.request.urlopen(served["download"], timeout=CALL_TIMEOUT) as answer:
             made = foundry.build(foundry.Sources.of(ROOT))
-            assert answer.read() == foundry.relocated(made, f"{base}/")
+            assert answer.read() == foundry.Relocatable(made).at(f"{base}/")[0]
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=CALL_TIMEOUT) == 0
     finally:

@@ -9,10 +9,8 @@ reaches the daemon installs from it, and finds updates there. The zip served hol
 
 from __future__ import annotations
 
-import io
 import ipaddress
 import re
-import zipfile
 from functools import cache, lru_cache
 
 import structlog
@@ -26,7 +24,7 @@ PREFIX = "/foundry/"
 RELOCATED = 8
 """How many addresses' copies of the zip are kept: a daemon is reached by one or two (its name,
 its IP address); a client cycling Host headers costs a rebuild of one small zip per request,
-never memory."""
+never memory; the copy is cheap (``foundry.Relocatable``)."""
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(
     rf"(?:{_LABEL}(?:\.{_LABEL})*|\[(?P<ip6>[0-9A-Fa-f:.]+)\])(?::(?P<port>[0-9]{{1,5}}))?"
@@ -39,12 +37,16 @@ def _release() -> foundry.Release:
     return foundry.Release()
 
 
+@lru_cache(maxsize=1)
+def _relocatable(release: bytes) -> foundry.Relocatable:
+    # An editable install makes a new zip when its sources change: the latest one only.
+    return foundry.Relocatable(release)
+
+
 @lru_cache(maxsize=RELOCATED)
 def _relocated(release: bytes, base: str) -> tuple[bytes, bytes]:
     """The zip pointing at ``base``, and its module.json, which is the manifest served."""
-    made = foundry.relocated(release, base)
-    with zipfile.ZipFile(io.BytesIO(made)) as archive:
-        return made, archive.read(foundry.MANIFEST)
+    return _relocatable(release).at(base)
 
 
 def answer(path: str, host: bytes | None, channel: Channel) -> tuple[bytes, str] | None:
@@ -60,7 +62,7 @@ def answer(path: str, host: bytes | None, channel: Channel) -> tuple[bytes, str]
     if release is None:
         return None
     name = path.removeprefix(PREFIX)
-    if name not in (foundry.MANIFEST, f"{foundry.manifest_of(release)['id']}.zip"):
+    if name not in (foundry.MANIFEST, f"{_relocatable(release).manifest['id']}.zip"):
         return None
     assert channel.transport is not None
     local = channel.transport.get_extra_info("sockname")
