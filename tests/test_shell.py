@@ -5,9 +5,11 @@ over TCP and WebSocket)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -18,9 +20,11 @@ from typing import Any
 
 import pytest
 
-from daemon import CALL_TIMEOUT, Daemon, running
-from turnkeeper.cli import _parser
-from turnkeeper.shell import COMMAND_SETTINGS, EXIT_REFUSED, EXIT_UNREACHABLE, QUERIES, VERBS
+from daemon import CALL_TIMEOUT, Daemon, free_port, running
+from turnkeeper import shell
+from turnkeeper.cli import EXIT_UNREACHABLE, _parser, main
+from turnkeeper.shell import COMMAND_SETTINGS, EXIT_REFUSED, QUERIES, VERBS
+from turnkeeper.wsclient import WebSocketSocket
 from turnkeeper_engine.commands import COMMANDS
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.client import Client
@@ -360,3 +364,203 @@ def test_a_connection_lost_before_the_answer_names_the_request_id_to_retry(
         first = sh.json("create", "c1", "marvel", "--request-id", request_id)
         again = sh.json("create", "c1", "marvel", "--request-id", request_id)
         assert again == first
+
+
+@contextlib.contextmanager
+def answer_lost(daemon: Daemon, path: Path, method: str) -> Iterator[list[wire.Response]]:
+    """A Unix socket at ``path`` that passes one connection through to the daemon, until the
+    daemon answers ``method``: that answer it keeps (in the list it yields) and hangs up
+    instead. So the daemon applies the command, and the shell never hears that it did."""
+    kept: list[wire.Response] = []
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen()
+        server.settimeout(CALL_TIMEOUT)
+
+        def pass_through() -> None:
+            conn, _ = server.accept()
+            with conn, socket.socket(socket.AF_UNIX) as upstream:
+                conn.settimeout(CALL_TIMEOUT)
+                upstream.settimeout(CALL_TIMEOUT)
+                upstream.connect(str(daemon.socket))
+                asked, answers = wire.Decoder(), wire.Decoder()
+                while data := conn.recv(65536):
+                    for request in asked.feed(data):
+                        assert isinstance(request, wire.Request)
+                        upstream.sendall(wire.pack(request))
+                        answer: list[Any] = []
+                        while not answer:
+                            answer = answers.feed(upstream.recv(65536))
+                        (response,) = answer
+                        assert isinstance(response, wire.Response)
+                        if request.method == method:
+                            kept.append(response)
+                            return
+                        conn.sendall(wire.pack(response))
+
+        thread = threading.Thread(target=pass_through, daemon=True)
+        thread.start()
+        yield kept
+        thread.join(CALL_TIMEOUT)
+
+
+def _lost(sh: Shell, path: Path, method: str, *args: str) -> tuple[list[str], dict[str, Any]]:
+    """Run ``args`` through ``answer_lost``: the retry command line the shell prints, and the
+    answer it never got. With ``--json`` the retry comes as data, else in the message."""
+    with answer_lost(sh.daemon, path, method) as kept:
+        done = sh.run(*args, TURNKEEPER_SOCKET=str(path))
+    assert done.returncode == EXIT_UNREACHABLE, (done.stdout, done.stderr)
+    (answer,) = kept
+    assert answer.error is None
+    if "--json" in args:
+        error = json.loads(done.stdout)["error"]
+        assert error["code"] == "connection_lost"
+        assert error["message"].startswith("lost the daemon before its answer")
+        assert error["retry"][error["retry"].index("--request-id") + 1] == error["request_id"]
+        return error["retry"], answer.result
+    assert done.stderr.startswith("turnkeeper: lost the daemon before its answer")
+    retry = shlex.split(done.stderr.partition(" send it again as ")[2].partition(" (the")[0])
+    return retry, answer.result
+
+
+def test_a_lost_answer_is_retried_with_the_printed_command_and_applied_once(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """The retry names the values the shell filled in from the combat (the turn, the window),
+    so it is the same command even though the combat has moved on: the daemon answers it as
+    it did the first time rather than ending another turn or refusing the id."""
+    sh = Shell(daemon)
+    sh.ok("create", "c1", "marvel")
+    sh.ok("add", "c1", "spidey", "--faces", "5,4,6")
+    sh.ok("add", "c1", "thug", "--faces", "2,2,2")
+    sh.ok("start", "c1")
+    seq = sh.json("show", "c1")["seq"]
+
+    retry, answer = _lost(sh, tmp_path / "a.sock", "end_turn", "next", "c1")
+    assert retry[:3] == ["turnkeeper", "next", "c1"]
+    assert retry[retry.index("--turn") + 1] == "1:spidey:1"
+    assert _turn(sh, "c1") == ("thug", "normal")  # applied, though the shell never heard
+    told = [e["summary"] for e in answer["events"] if e.get("summary")]
+    assert told == ["  thug's turn begins."]
+    assert sh.ok(*retry[1:]).splitlines() == told
+    assert sh.ok(*retry[1:]).splitlines() == told
+    assert _turn(sh, "c1") == ("thug", "normal")  # and applied once
+    assert sh.json("show", "c1")["seq"] == answer["seq"] > seq
+
+    sh.ok("trigger", "c1", "move", "--actor", "thug", "--offer", "spidey")
+    window = sh.view("c1")["window"]["id"]
+    retry, answer = _lost(sh, tmp_path / "b.sock", "close_window", "close", "c1", "--json")
+    assert retry[retry.index("--window") + 1] == window
+    assert sh.view("c1")["window"] is None
+    # No window is open any more: the retry names the one it closed, and reaches the daemon.
+    assert sh.json(*retry[1:]) == answer
+
+
+def test_a_retry_gives_its_request_id_and_turn_and_gets_the_first_answer(daemon: Daemon) -> None:
+    sh = Shell(daemon)
+    sh.ok("create", "c1", "marvel")
+    sh.ok("add", "c1", "spidey", "--faces", "5,4,6")
+    sh.ok("add", "c1", "thug", "--faces", "2,2,2")
+    sh.ok("start", "c1")
+    first = sh.json("next", "c1", "--request-id", "n1", "--turn", "1:spidey:1")
+    assert sh.json("next", "c1", "--request-id", "n1", "--turn", "1:spidey:1") == first
+    # Without the turn the shell names the current one, another command: the id is refused.
+    assert sh.refused("next", "c1", "--request-id", "n1") == ("request_id_reused", "request_id")
+    # A turn given that has passed is the daemon's to refuse.
+    assert sh.refused("next", "c1", "--turn", "1:spidey:1") == ("stale_turn", "turn")
+    usage = sh.run("next", "c1", "--turn", "spidey")
+    assert usage.returncode == 2
+    assert "expected ROUND:COMBATANT:NUMBER" in usage.stderr
+    assert _turn(sh, "c1") == ("thug", "normal")
+
+
+def test_with_json_an_unreachable_daemon_is_an_error_on_standard_output(tmp_path: Path) -> None:
+    sh = Shell(Daemon(tmp_path))  # never started: nothing listens on its socket
+    done = sh.run("list", "--json")
+    assert done.returncode == EXIT_UNREACHABLE
+    assert done.stderr == ""
+    error = json.loads(done.stdout)["error"]
+    assert (error["code"], error["field"]) == ("unreachable", "")
+    assert error["message"].startswith(f"cannot connect to {sh.daemon.socket}: ")
+
+
+def test_watch_connects_as_the_shell_does_and_says_unreachable_as_it_does(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    sh = Shell(daemon)
+    sh.ok("create", "c1", "marvel")
+    observer = {"TURNKEEPER_TOKEN": daemon.token("observer")}
+    ws = f"ws://127.0.0.1:{daemon.ws_port}"
+    board = sh.ok("watch", "c1", "--once", "--connect", ws, **observer)
+    assert board.startswith("c1 (Marvel Multiverse RPG)")
+    tcp = sh.ok("watch", "c1", "--once", "--tcp", f"127.0.0.1:{daemon.tcp_port}", **observer)
+    assert tcp == board
+    nobody = sh.run("watch", "c1", "--socket", str(tmp_path / "none.sock"))
+    assert nobody.returncode == EXIT_UNREACHABLE
+    assert nobody.stderr.startswith(f"turnkeeper: cannot connect to {tmp_path / 'none.sock'}: ")
+
+
+def test_log_prints_each_page_before_asking_for_the_next(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bounded memory: a page is printed, then dropped, before the next is read."""
+    sh = Shell(daemon)
+    sh.ok("create", "c1", "marvel")
+    for name in ("a", "b", "c"):
+        sh.ok("add", "c1", name)
+    monkeypatch.setattr(shell, "HISTORY_PAGE", 2)
+    printed_before: list[str] = []
+    call = Client.call
+
+    def call_and_look(self: Client, method: str, /, **params: Any) -> Any:
+        if method == "history":
+            printed_before.append(capsys.readouterr().out)
+        return call(self, method, **params)
+
+    monkeypatch.setattr(Client, "call", call_and_look)
+    assert main(["log", "c1", "--socket", str(daemon.socket)]) == 0
+    printed_before.append(capsys.readouterr().out)
+    assert printed_before[0] == ""
+    assert printed_before[1] == "== Combat 'c1' (Marvel Multiverse RPG) ==\n"
+    assert "".join(printed_before).splitlines()[1:] == ["a joins.", "b joins.", "c joins."]
+    assert len(printed_before) == 5  # four pages of two events, and what the last printed
+
+    monkeypatch.setattr(Client, "call", call)
+    assert main(["log", "c1", "--json", "--socket", str(daemon.socket)]) == 0
+    listed = capsys.readouterr().out
+    events = json.loads(listed)
+    assert len(events) == 8
+    assert listed == json.dumps(events, ensure_ascii=False, indent=2) + "\n"
+
+
+def test_a_websocket_to_an_ipv6_address_brackets_it_in_the_host_header(tmp_path: Path) -> None:
+    heard: list[bytes] = []
+    with socket.socket(socket.AF_INET6) as server:
+        server.bind(("::1", 0))
+        server.listen()
+        server.settimeout(CALL_TIMEOUT)
+        port = server.getsockname()[1]
+
+        def hear_the_upgrade_and_refuse_it() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.settimeout(CALL_TIMEOUT)
+                while not b"".join(heard).endswith(b"\r\n\r\n"):
+                    heard.append(conn.recv(65536))
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+        thread = threading.Thread(target=hear_the_upgrade_and_refuse_it, daemon=True)
+        thread.start()
+        with pytest.raises(ConnectionRefusedError):
+            WebSocketSocket("::1", port, timeout=CALL_TIMEOUT)
+        thread.join(CALL_TIMEOUT)
+    headers = b"".join(heard).decode().split("\r\n")
+    assert f"host: [::1]:{port}" in [h.lower() for h in headers]
+
+    # A daemon listening there is reached so.
+    port = free_port()
+    with running(tmp_path, False, "--ws", f"[::1]:{port}") as d:
+        narrator = {"TURNKEEPER_TOKEN": d.token("narrator")}
+        sh = Shell(d)
+        sh.ok("create", "c1", "marvel", "--connect", f"ws://[::1]:{port}", **narrator)
+        assert sh.view("c1")["phase"] == "setup"

@@ -7,20 +7,19 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import sys
 from argparse import _ArgumentGroup
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from turnkeeper_engine.errors import TemplatedError
-from turnkeeper_sdk.client import CallError
+from turnkeeper_sdk.client import CallError, Client
 
-from . import __version__, demo, i18n
+from . import __version__, i18n
 from .logs import LOG_FORMATS
-from .watch import GaveUp
 
 if TYPE_CHECKING:
     from .auth import TokenRecord
@@ -30,6 +29,9 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 """A shell's code for a command ended by Ctrl-C."""
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 """A shell's code for a command whose reader went away, as for any tool killed by SIGPIPE."""
+EXIT_UNREACHABLE = 3
+"""No daemon answered at the address, or it went away before answering: distinct from a
+refusal (1), so a script can wait and retry."""
 
 
 def default_data_dir() -> Path:
@@ -51,6 +53,24 @@ def _tcp(value: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host or "127.0.0.1", int(port)
+
+
+def _address(value: str) -> str:
+    """``unix:PATH``, ``tcp://HOST:PORT`` or ``ws://HOST:PORT[/PATH]``, checked now so that a
+    typo is a usage error rather than a failed connection."""
+    scheme, _, rest = value.partition(":")
+    if scheme == "unix" and rest.removeprefix("//"):
+        return value
+    if scheme in ("tcp", "ws") and rest.startswith("//"):
+        _tcp(urlsplit(value).netloc)
+        return value
+    raise argparse.ArgumentTypeError("expected unix:PATH, tcp://HOST:PORT or ws://HOST:PORT[/PATH]")
+
+
+def _tcp_address(value: str) -> str:
+    """``watch --tcp HOST:PORT``, its flag from before ``--connect``: ``tcp://HOST:PORT``."""
+    _tcp(value)
+    return f"tcp://{value}"
 
 
 def _store(value: str) -> str:
@@ -203,6 +223,19 @@ STORE = Setting(
     parse=_store,
     kwargs={"metavar": "URI"},
 )
+CONNECT = Setting(
+    ("--connect",),
+    "the daemon at unix:PATH, tcp://HOST:PORT or ws://HOST:PORT[/PATH] (env TURNKEEPER_CONNECT; "
+    "default: the Unix socket, --socket)",
+    env="TURNKEEPER_CONNECT",
+    parse=_address,
+    kwargs={"metavar": "URL"},
+)
+TOKEN = Setting(
+    ("--token",),
+    "a token (env TURNKEEPER_TOKEN); over the Unix socket, none needed: its own uid is narrator",
+    env="TURNKEEPER_TOKEN",
+)
 LOCALE = Setting(
     ("--locale",),
     "the language: en or pt-BR (env TURNKEEPER_LOCALE)",
@@ -328,17 +361,8 @@ WEB_SETTINGS = (
 )
 WATCH_SETTINGS = (
     SOCKET,
-    Setting(
-        ("--tcp",),
-        "connect over TCP to HOST:PORT instead",
-        parse=_tcp,
-        kwargs={"metavar": "HOST:PORT"},
-    ),
-    Setting(
-        ("--token",),
-        "a token (env TURNKEEPER_TOKEN); without one, the socket's own uid is narrator",
-        env="TURNKEEPER_TOKEN",
-    ),
+    CONNECT,
+    TOKEN,
     Setting(("--once",), "print the board once and exit", switch=True, default=lambda: False),
     LOCALE,
 )
@@ -407,6 +431,14 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     watch = _command(sub, "watch", help="show a combat's live initiative order")
     watch.add_argument("combat")
+    watch.add_argument(
+        "--tcp",
+        dest=CONNECT.dest,
+        type=_tcp_address,
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT",
+        help="the same as --connect tcp://HOST:PORT",
+    )
     _command(
         sub,
         "migrate",
@@ -628,28 +660,50 @@ def _locale(tag: str) -> str:
     return locale
 
 
-def _watch(args: argparse.Namespace) -> int:
-    from turnkeeper_sdk.client import Client
+def connect(
+    args: argparse.Namespace, locale: str, *, name: str, kind: str, narrate: bool = False
+) -> Client:
+    """A connection that has said hello to the daemon at ``--connect`` (or the Unix socket,
+    ``--socket``): ``OSError`` or ``EOFError`` when none answers there, ``CallError`` when it
+    refuses the hello."""
+    address = args.connect or f"unix:{args.socket}"
+    parts = urlsplit(address)
+    if parts.scheme == "unix":
+        client = Client.unix(Path(address.partition(":")[2].removeprefix("//")))
+    elif parts.scheme == "tcp":
+        client = Client.tcp(*_tcp(parts.netloc))
+    else:
+        from .wsclient import WebSocketSocket
 
-    from .watch import watch
+        client = Client(WebSocketSocket(*_tcp(parts.netloc), parts.path or "/ws"))
+    try:
+        client.hello(args.token, name=name, kind=kind, locale=locale, narrate=narrate)
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def cannot_connect(args: argparse.Namespace, locale: str, error: OSError | EOFError) -> str:
+    """Why ``connect`` failed, in ``locale``, naming the address it tried."""
+    why = _why(error) if isinstance(error, OSError) else str(error)
+    where = args.connect or str(args.socket)
+    return i18n.message(locale, "cannot connect to {where}: {why}", {"where": where, "why": why})
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from .watch import GaveUp, watch
 
     locale = _locale(args.locale)
 
-    def connect() -> Client:
-        client = Client.tcp(*args.tcp) if args.tcp else Client.unix(args.socket)
-        try:
-            client.hello(args.token, name="turnkeeper watch", kind="observer", locale=locale)
-        except BaseException:
-            client.close()
-            raise
-        return client
+    def reconnect() -> Client:
+        return connect(args, locale, name="turnkeeper watch", kind="observer")
 
     try:
-        client = connect()
-    except OSError as e:
-        where = "{}:{}".format(*args.tcp) if args.tcp else str(args.socket)
-        print(f"turnkeeper: cannot connect to {where}: {_why(e)}", file=sys.stderr)
-        return 1
+        client = reconnect()
+    except (OSError, EOFError) as e:
+        print(f"turnkeeper: {cannot_connect(args, locale, e)}", file=sys.stderr)
+        return EXIT_UNREACHABLE
 
     def show(board: str) -> None:
         try:
@@ -661,16 +715,20 @@ def _watch(args: argparse.Namespace) -> int:
     def status(text: str) -> None:
         print(f"turnkeeper: {text}", file=sys.stderr, flush=True)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        watch(
-            client,
-            args.combat,
-            show,
-            once=args.once,
-            locale=locale,
-            reconnect=connect,
-            status=status,
-        )
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            watch(
+                client,
+                args.combat,
+                show,
+                once=args.once,
+                locale=locale,
+                reconnect=reconnect,
+                status=status,
+            )
+    except GaveUp as e:
+        print(f"turnkeeper: {e}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     return 0
 
 
@@ -678,8 +736,12 @@ class ReaderGone(Exception):  # noqa: N818 - what happened, not a fault
     """Standard output's reader went away (``turnkeeper watch X | head``)."""
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    # Each command imports what it runs only when it runs: a shell verb starts without the
+    # demo's bots and the daemon's logging.
     if args.command == "demo":
+        from . import demo
+
         demo.run(locale=_locale(args.locale))
         return 0
     if args.command == "token":
@@ -696,15 +758,16 @@ def _run(args: argparse.Namespace) -> int:
         return _serve(args)
     from . import shell
 
-    return shell.run(args)
+    return shell.run(args, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; a failure is one line on stderr and a non-zero exit, its traceback
     shown only with ``--debug`` (or ``TURNKEEPER_DEBUG=1``)."""
-    args = _arguments(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = _arguments(words)
     try:
-        return _run(args)
+        return _run(args, words)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except (BrokenPipeError, ReaderGone):
@@ -730,13 +793,17 @@ def _leaf(error: BaseException) -> BaseException:
 
 def _explained(error: BaseException) -> bool:
     """Whether the error's own message says what is wrong (no traceback would add to it)."""
+    import sqlite3
+
     error = _leaf(error)
-    return isinstance(error, OSError | TemplatedError | CallError | GaveUp | sqlite3.Error)
+    return isinstance(error, OSError | TemplatedError | CallError | sqlite3.Error)
 
 
 def _why(error: BaseException) -> str:
     """What went wrong, in one line: a system error names its file, a refused request its
     code; anything else is named by its type, being a fault of Turnkeeper's."""
+    import sqlite3
+
     error = _leaf(error)
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(_why(e) for e in error.exceptions)
@@ -745,7 +812,7 @@ def _why(error: BaseException) -> str:
         return where + error.strerror
     if isinstance(error, TemplatedError):
         return error.message
-    if isinstance(error, CallError | GaveUp):
+    if isinstance(error, CallError):
         return str(error)
     if isinstance(error, OSError | sqlite3.Error):
         return str(error) or type(error).__name__

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Literal
-
-import structlog
 
 LogFormat = Literal["auto", "console", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "console", "json")
@@ -17,6 +14,12 @@ def configure(fmt: LogFormat = "auto", *, debug: bool = False) -> None:
 
     One line per request is logged only with ``debug``: at INFO a busy daemon's log says what
     happened to it (connections, plugins, failures), not everything it was asked."""
+    # Imported here: the command line reads LOG_FORMATS for every command, the shell's
+    # included, and only ``serve`` and ``migrate`` log.
+    import logging
+
+    import structlog
+
     console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     # The console renderer prints a traceback itself; a JSON line needs it turned into data
     # first, or ``log.exception`` would record only ``"exc_info": true``. Neither shows the

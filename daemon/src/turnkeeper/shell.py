@@ -6,28 +6,31 @@ Unix socket by default, or ``--connect``), one ``hello``, one command, one answe
 arguments come from the method table (:mod:`turnkeeper_sdk.methods`): its params become
 positionals or flags by their types, so a field added to a command is a flag here with no
 change; only the records (an action, a trigger, a trigger's facts) are spelled out as flags.
-What a shell user cannot know offhand is filled in from the combat as it stands: the current
-turn (``turn``), the open reaction window (``window``), a claimant's reservation; and a fresh
-request id for each command unless ``--request-id`` gives one.
+What a shell user cannot know offhand is filled in from the combat as it stands, unless a flag
+gives it: the current turn (``--turn``), the open reaction window (``--window``), a claimant's
+reservation (``--reservation``); and a fresh request id for each command unless
+``--request-id`` gives one. When the answer is lost, the shell prints the command line to send
+again, with those values written out, so that the daemon sees the same command and applies it
+once.
 
 Output is what the daemon says: each event's ``summary`` in the chosen language, or with
 ``--json`` the answer as JSON. A refusal prints its code, message and field and exits with
-``EXIT_REFUSED``; a daemon that cannot be reached exits with ``EXIT_UNREACHABLE``.
+``EXIT_REFUSED``; a daemon that cannot be reached exits with ``cli.EXIT_UNREACHABLE``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import textwrap
 import types
 import typing
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from turnkeeper_engine import BUNDLED_RULES
 from turnkeeper_engine.errors import Arg
@@ -35,41 +38,26 @@ from turnkeeper_sdk.client import CallError, Client
 from turnkeeper_sdk.methods import METHODS, Param
 
 from . import i18n
-from .cli import DEBUG, LOCALE, SOCKET, Setting, _locale, _tcp, _why
+from .cli import (
+    CONNECT,
+    DEBUG,
+    EXIT_UNREACHABLE,
+    LOCALE,
+    SOCKET,
+    TOKEN,
+    Setting,
+    _locale,
+    _why,
+    cannot_connect,
+    connect,
+)
 
 EXIT_REFUSED = 1
 """The daemon (or the command line's own check of the combat) refused the command."""
-EXIT_UNREACHABLE = 3
-"""No daemon answered at the address: distinct from a refusal, so a script can wait and retry."""
 HISTORY_PAGE = 1000
 """Events ``log`` asks for at a time: the most a ``history`` page may hold."""
 
 
-def _address(value: str) -> str:
-    """``unix:PATH``, ``tcp://HOST:PORT`` or ``ws://HOST:PORT[/PATH]``, checked now so that a
-    typo is a usage error rather than a failed connection."""
-    scheme, _, rest = value.partition(":")
-    if scheme == "unix" and rest.removeprefix("//"):
-        return value
-    if scheme in ("tcp", "ws") and rest.startswith("//"):
-        _tcp(urlsplit(value).netloc)
-        return value
-    raise argparse.ArgumentTypeError("expected unix:PATH, tcp://HOST:PORT or ws://HOST:PORT[/PATH]")
-
-
-CONNECT = Setting(
-    ("--connect",),
-    "the daemon at unix:PATH, tcp://HOST:PORT or ws://HOST:PORT[/PATH] (env TURNKEEPER_CONNECT; "
-    "default: the Unix socket, --socket)",
-    env="TURNKEEPER_CONNECT",
-    parse=_address,
-    kwargs={"metavar": "URL"},
-)
-TOKEN = Setting(
-    ("--token",),
-    "a token (env TURNKEEPER_TOKEN); over the Unix socket, none needed: its own uid is narrator",
-    env="TURNKEEPER_TOKEN",
-)
 AS_USER = Setting(
     ("--as-user",),
     "a bridge's token: the user to act for (the command's as)",
@@ -109,7 +97,7 @@ class Combat:
 
     def turn(self) -> dict[str, Any]:
         """The current turn as a ``TurnRef``, with its number: a command meant for this turn
-        is still refused as ``stale_turn`` if another has begun meanwhile."""
+        is refused as ``stale_turn`` if another begins between this read and the command."""
         turn = self.view["turn"]
         if turn is None:
             raise CallError(
@@ -220,9 +208,13 @@ def _list_flag(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
 class Record:
     """A field built from several arguments (a record), or from the combat."""
 
-    add: Callable[[argparse.ArgumentParser], object] | None
-    """Adds the arguments it is made of; ``None``: it takes none."""
+    add: Callable[[argparse.ArgumentParser], object]
+    """Adds the arguments it is made of."""
     value: Fill
+    spell: Callable[[Any], str] | None = None
+    """For a field the combat may fill in: its value as the field's own flag (``--turn``,
+    ``--window``…) takes it, so that the retry of a command whose answer was lost names what
+    was sent rather than what the combat holds by then."""
 
 
 def _options(args: argparse.Namespace) -> list[list[Any]]:
@@ -238,10 +230,30 @@ def _options(args: argparse.Namespace) -> list[list[Any]]:
     return pairs
 
 
-TURN = Record(None, lambda _, combat: combat.turn())
+def _turn_ref(value: str) -> dict[str, Any]:
+    """``ROUND:COMBATANT:NUMBER`` as a ``TurnRef``; a combatant's id may hold colons, the
+    round and the number cannot."""
+    round_, _, rest = value.partition(":")
+    combatant, _, number = rest.rpartition(":")
+    if not (round_.isdigit() and number.isdigit() and combatant):
+        raise argparse.ArgumentTypeError("expected ROUND:COMBATANT:NUMBER, e.g. 1:spidey:3")
+    return {"round": int(round_), "combatant": combatant, "number": int(number)}
+
+
+TURN = Record(
+    lambda p: p.add_argument(
+        "--turn",
+        type=_turn_ref,
+        metavar="ROUND:COMBATANT:NUMBER",
+        help="the turn (default: the current one); the turn's number is show --json's turn.number",
+    ),
+    lambda args, combat: args.turn or combat.turn(),
+    lambda turn: f"{turn['round']}:{turn['combatant']}:{turn['number']}",
+)
 WINDOW = Record(
     lambda p: p.add_argument("--window", metavar="ID", help="the window (default: the open one)"),
     lambda args, combat: args.window or combat.window(),
+    str,
 )
 ACTION = Record(_action_flags, lambda args, _: _action(args))
 CLAIMED_ACTION = Record(
@@ -257,6 +269,7 @@ RESERVATION = Record(
     lambda args, combat: (
         args.reservation or (None if args.kind else combat.reservation(args.combatant))
     ),
+    str,
 )
 OPTIONS = Record(
     lambda p: p.add_argument(
@@ -528,8 +541,7 @@ def _add_verb(sub: argparse._SubParsersAction[argparse.ArgumentParser], verb: Ve
             continue
         record = verb.records.get(param.name)
         if record is not None:
-            if record.add is not None:
-                record.add(parser)
+            record.add(parser)
             continue
         flags = verb.flags.get(param.name, ("--" + param.name.replace("_", "-"),))
         kwargs = _argument(param)
@@ -564,35 +576,19 @@ def command_name(name: str) -> str:
 # Running ---------------------------------------------------------------------------------------
 
 
-def connect(args: argparse.Namespace, locale: str) -> Client:
-    """A connection to the daemon that has said hello, with summaries unless ``--json``."""
-    address = args.connect or f"unix:{args.socket}"
-    parts = urlsplit(address)
-    if parts.scheme == "unix":
-        client = Client.unix(Path(address.partition(":")[2].removeprefix("//")))
-    elif parts.scheme == "tcp":
-        client = Client.tcp(*_tcp(parts.netloc))
-    else:
-        from .wsclient import WebSocketSocket
-
-        client = Client(WebSocketSocket(*_tcp(parts.netloc), parts.path or "/ws"))
-    try:
-        client.hello(
-            args.token, name="turnkeeper", kind="tool", locale=locale, narrate=not args.json
-        )
-    except BaseException:
-        client.close()
-        raise
-    return client
-
-
-def _params(verb: Verb, args: argparse.Namespace, combat: Combat) -> dict[str, Any]:
-    """The command's params: its fields from the arguments (and the combat), its envelope."""
+def _params(
+    verb: Verb, args: argparse.Namespace, combat: Combat, request_id: str
+) -> tuple[dict[str, Any], list[str]]:
+    """The command's params (its fields from the arguments and the combat, its envelope), and
+    the flags that name what was filled in from the combat, for a retry."""
     params: dict[str, Any] = {}
+    filled: list[str] = []
     for param in METHODS[verb.method].params:
         record = verb.records.get(param.name)
         if record is not None:
             value = record.value(args, combat)
+            if record.spell is not None and value is not None and not getattr(args, param.name):
+                filled += ["--" + param.name, record.spell(value)]
         elif param.name == "display_name":
             value = args.display_name or args.id  # called by its id unless given a name
         else:
@@ -604,19 +600,40 @@ def _params(verb: Verb, args: argparse.Namespace, combat: Combat) -> dict[str, A
         params["combat"] = args.combat
     if args.as_user is not None:
         params["as"] = args.as_user
-    params["request_id"] = args.request_id
-    return params
+    params["request_id"] = request_id
+    return params, filled
+
+
+def _retry(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """The command line ``argv`` with ``flags`` added where they still read as flags: before a
+    ``--`` that makes the rest positional, else at the end."""
+    words = list(argv)
+    at = words.index("--") if "--" in words else len(words)
+    return ["turnkeeper", *words[:at], *flags, *words[at:]]
 
 
 def _print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False, indent=2))
 
 
-def _summaries(events: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [e["summary"] for e in events if e.get("summary")]
+def _print_json_list(items: Iterable[Any]) -> None:
+    """A list printed as ``_print_json`` prints it, an item at a time as it comes."""
+    opened = False
+    for item in items:
+        print(",\n" if opened else "[\n", end="")
+        print(textwrap.indent(json.dumps(item, ensure_ascii=False, indent=2), "  "), end="")
+        opened = True
+    print("\n]" if opened else "[]")
 
 
-def _run_verb(name: str, args: argparse.Namespace, client: Client, locale: str) -> None:
+def _tell(events: Iterable[Mapping[str, Any]]) -> None:
+    """Each event's summary, a line each, as the events come."""
+    for event in events:
+        if event.get("summary"):
+            print(event["summary"])
+
+
+def _query(name: str, args: argparse.Namespace, client: Client, locale: str) -> None:
     if name == "show":
         from .watch import render
 
@@ -634,22 +651,40 @@ def _run_verb(name: str, args: argparse.Namespace, client: Client, locale: str) 
         for row in rows:
             print(_combat_line(row, locale))
         return
-    if name == "log":
-        events = _history(client, args.combat)
-        if args.json:
-            _print_json(events)
-            return
-        for line in _summaries(events):
-            print(line)
+    events = _history(client, args.combat)
+    if args.json:
+        _print_json_list(events)
         return
-    verb = _BY_NAME[name]
-    params = _params(verb, args, Combat(client, getattr(args, "combat", None), locale))
-    result = client.call(verb.method, **params)
+    _tell(events)
+
+
+def _command(
+    verb: Verb, args: argparse.Namespace, argv: Sequence[str], client: Client, locale: str
+) -> int:
+    """Send the verb's command and print the answer; the exit code."""
+    # Made here rather than by the client, so that a command whose answer is lost can be
+    # named for a retry that the daemon will not apply twice.
+    request_id = args.request_id or uuid.uuid4().hex
+    combat = Combat(client, getattr(args, "combat", None), locale)
+    params, filled = _params(verb, args, combat, request_id)
+    try:
+        result = client.call(verb.method, **params)
+    except (OSError, EOFError) as e:
+        if args.request_id is None:
+            filled += ["--request-id", request_id]
+        retry = _retry(argv, filled)
+        message = i18n.message(
+            locale,
+            "lost the daemon before its answer ({why}): the command may have been applied; "
+            "send it again as {command} (the daemon applies it once)",
+            {"why": _lost(e), "command": shlex.join(retry)},
+        )
+        return _unreachable(args, "connection_lost", message, request_id=request_id, retry=retry)
     if args.json:
         _print_json(result)
-        return
-    for line in _summaries(result["events"]):
-        print(line)
+        return 0
+    _tell(result["events"])
+    return 0
 
 
 def _combat_line(row: Mapping[str, Any], locale: str) -> str:
@@ -666,57 +701,46 @@ def _combat_line(row: Mapping[str, Any], locale: str) -> str:
     return line
 
 
-def _history(client: Client, combat: str) -> list[dict[str, Any]]:
-    """Every event of the combat the caller may see, a page at a time."""
-    events: list[dict[str, Any]] = []
+def _history(client: Client, combat: str) -> Iterator[dict[str, Any]]:
+    """Every event of the combat the caller may see, a page at a time: each page is given out
+    before the next is asked for, so a long log is never held whole."""
     after = 0
     while True:
         page = client.call("history", combat=combat, after=after, limit=HISTORY_PAGE)
-        events.extend(page["events"])
+        yield from page["events"]
         after = page["until"]
         if after >= page["seq"]:
-            return events
+            return
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run one verb or query; the exit code."""
+def _lost(error: OSError | EOFError) -> str:
+    return _why(error) if isinstance(error, OSError) else str(error)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run one verb or query, given as the command line ``argv``; the exit code."""
     locale = _locale(args.locale)
-
-    def say(template: str, **values: Arg) -> None:
-        print("turnkeeper: " + i18n.message(locale, template, values), file=sys.stderr)
-
-    def why(error: OSError | EOFError) -> str:
-        return _why(error) if isinstance(error, OSError) else str(error)
-
     try:
-        client = connect(args, locale)
+        client = connect(args, locale, name="turnkeeper", kind="tool", narrate=not args.json)
     except (OSError, EOFError) as e:
-        say("cannot connect to {where}: {why}", where=args.connect or str(args.socket), why=why(e))
-        return EXIT_UNREACHABLE
+        return _unreachable(args, "unreachable", cannot_connect(args, locale, e))
     except CallError as e:
         return _refused(e, args.json)
-    if hasattr(args, "request_id"):
-        # Made here rather than by the client, so that a command whose answer is lost can be
-        # named for a retry that the daemon will not apply twice.
-        args.request_id = args.request_id or uuid.uuid4().hex
     with client:
         try:
-            _run_verb(args.verb, args, client, locale)
+            if args.verb in QUERIES:
+                _query(args.verb, args, client, locale)
+                return 0
+            return _command(_BY_NAME[args.verb], args, argv, client, locale)
         except CallError as e:
             return _refused(e, args.json)
         except (OSError, EOFError) as e:
-            if hasattr(args, "request_id"):
-                say(
-                    "lost the daemon before its answer ({why}): the command may have been "
-                    "applied; send it again with --request-id {request_id}, which the daemon "
-                    "applies once",
-                    why=why(e),
-                    request_id=args.request_id,
-                )
-            else:
-                say("lost the daemon before its answer ({why})", why=why(e))
-            return EXIT_UNREACHABLE
-    return 0
+            # Lost while reading (a query, or the combat for a field to fill in): nothing was
+            # sent that could have been applied.
+            message = i18n.message(
+                locale, "lost the daemon before its answer ({why})", {"why": _lost(e)}
+            )
+            return _unreachable(args, "connection_lost", message)
 
 
 def _refused(error: CallError, as_json: bool) -> int:
@@ -727,3 +751,15 @@ def _refused(error: CallError, as_json: bool) -> int:
     else:
         print(f"turnkeeper: {error}", file=sys.stderr)
     return EXIT_REFUSED
+
+
+def _unreachable(args: argparse.Namespace, code: str, message: str, **more: Any) -> int:
+    """No daemon answered, or it went away before answering: with ``--json`` the refusal's
+    shape on standard output, with the shell's own ``code`` (and, for a lost command, its
+    ``request_id`` and the ``retry`` command line as a list of words); else the message on
+    standard error."""
+    if args.json:
+        _print_json({"error": {"code": code, "message": message, "field": "", **more}})
+    else:
+        print(f"turnkeeper: {message}", file=sys.stderr)
+    return EXIT_UNREACHABLE

@@ -38,7 +38,9 @@ class WebSocketSocket:
         self._held = 0
         """Bytes of the message being received: bounded as the daemon bounds a message."""
         try:
-            self.sock.sendall(self.ws.send(Request(host=f"{host}:{port}", target=path)))
+            # An IPv6 address is bracketed in the Host header, as in a URL (RFC 3986).
+            authority = f"[{host}]" if ":" in host else host
+            self.sock.sendall(self.ws.send(Request(host=f"{authority}:{port}", target=path)))
             while True:
                 events = self._pump()
                 if any(isinstance(e, AcceptConnection) for e in events):
