@@ -564,3 +564,17 @@ def test_a_websocket_to_an_ipv6_address_brackets_it_in_the_host_header(tmp_path:
         sh = Shell(d)
         sh.ok("create", "c1", "marvel", "--connect", f"ws://[::1]:{port}", **narrator)
         assert sh.view("c1")["phase"] == "setup"
+
+
+def test_a_retry_line_does_not_show_a_token_given_on_the_command_line() -> None:
+    """The retry is printed where secrets should not go; without its token it fails on hello
+    instead of running as another principal (which would apply the command twice)."""
+    retry = shell._retry(
+        shlex.split("next c1 --token s3cret --connect=tcp://h:1 --token=s3cret -- --token x"),
+        ["--turn", "1:a:1"],
+    )
+    assert "s3cret" not in " ".join(retry)
+    assert retry == [
+        "turnkeeper", "next", "c1", "--token", shell.SECRET, "--connect=tcp://h:1",
+        f"--token={shell.SECRET}", "--turn", "1:a:1", "--", "--token", "x",
+    ]  # fmt: skip

@@ -607,9 +607,32 @@ def _params(
 def _retry(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
     """The command line ``argv`` with ``flags`` added where they still read as flags: before a
     ``--`` that makes the rest positional, else at the end."""
-    words = list(argv)
+    words = _without_secret(argv)
     at = words.index("--") if "--" in words else len(words)
     return ["turnkeeper", *words[:at], *flags, *words[at:]]
+
+
+SECRET = "<token>"
+"""What a retry line shows in place of a ``--token`` given on the command line: the line is
+printed on the terminal and may be logged, and without the token the retry fails on hello
+rather than running as another principal, which would apply the command twice."""
+
+
+def _without_secret(argv: Sequence[str]) -> list[str]:
+    words: list[str] = []
+    hidden = False
+    for at, word in enumerate(argv):
+        if word == "--" and not hidden:
+            return words + list(argv[at:])  # the rest is positional, not flags
+        if hidden:
+            words.append(SECRET)
+            hidden = False
+        elif word.startswith("--token="):
+            words.append(f"--token={SECRET}")
+        else:
+            words.append(word)
+            hidden = word == "--token"
+    return words
 
 
 def _print_json(value: Any) -> None:
