@@ -438,3 +438,41 @@ def test_the_combat_picker_lists_more_combats_than_one_page(tmp_path: Path) -> N
         seen = scenario(d, "crowded", tmp_path, token=d.token("narrator"), combat="zz-bank")
     assert seen["listed"] == len(filler) + 1
     assert seen["opened"] == seen["linked"] == "Spider-Man"
+
+
+@pytest.mark.parametrize("ruleset", ["marvel", "dnd3e"])
+def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> None:
+    """The narrator's console: the narrator creates the combat with a turn timer, adds
+    combatants (a player's PC, a group, a hidden one), enters the dice rolled at the table (the
+    player enters its own; marvel with an edge and its reroll), lets Turnkeeper roll one and
+    removes it, orders the group, applies a condition and starts. The player acts, reserves or
+    readies with the form's defaults (accepted), holds or delays to act after the boss, answers
+    the window the narrator opens; the narrator defeats, revives, reveals, adds a reinforcement,
+    removes the condition and ends the combat. Every step shows on both pages; each size checked
+    at 360 px has no sideways scrolling and no control under 44 px."""
+    with running(tmp_path, http=True) as d:
+        seen = scenario(
+            d,
+            f"console-{ruleset}",
+            tmp_path,
+            narrator=d.token("narrator"),
+            player=d.token("player", "--user", "peter"),
+            combat=f"console-{ruleset}",
+            ruleset=ruleset,
+        )
+    marvel = ruleset == "marvel"
+    totals = (
+        {"hero": "19", "boss": "15", "goon2": "9", "goon1": "9", "spy": "4"}
+        if marvel
+        else {"hero": "17", "boss": "13", "goon2": "8", "goon1": "8", "spy": "3"}
+    )
+    steps = seen["steps"]
+    assert steps[:5] == [
+        "created: Setting up",
+        "added: hero, boss, goon1, goon2, spy, extra",
+        "player may roll for: hero; sees hero, boss, goon1, goon2, extra",
+        "extra rolled by Turnkeeper (a number), then removed",
+        f"totals: {json.dumps(totals, separators=(',', ':'))}",
+    ]
+    assert all(size["document"] <= size["viewport"] == 360 for size in seen["sizes"]), seen["sizes"]
+    assert steps[-1] == "ended: Combat over"

@@ -230,9 +230,233 @@ async function refusalOf(promise) {
   throw new Error("the command was accepted");
 }
 
+/** The phone the console must fit: no sideways scrolling at 360 px, controls big enough for a
+ * finger (44 CSS px, the common guideline). */
+const PHONE = { width: 360, height: 740 };
+const DESKTOP = { width: 1280, height: 800 };
+const TOUCH_PX = 44;
+
+/**
+ * Shoots the page at desktop and phone sizes and, at the phone's, checks that the document is
+ * no wider than the viewport and that every visible control is tall enough to touch. Returns
+ * the widths seen at 360 px.
+ */
+async function bothSizes(table, step) {
+  await table.page.setViewportSize(DESKTOP);
+  await table.shot(step + "-desktop");
+  await table.page.setViewportSize(PHONE);
+  const seen = await table.page.evaluate((px) => {
+    const small = [...document.querySelectorAll("button, select, input:not([type=checkbox]), .check-field")]
+      .filter((e) => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden")
+      .filter((e) => e.getBoundingClientRect().height < px)
+      .map((e) => e.dataset.testid || e.textContent.trim().slice(0, 20));
+    return { document: document.documentElement.scrollWidth, viewport: window.innerWidth, small };
+  }, TOUCH_PX);
+  await table.shot(step + "-phone");
+  await table.page.setViewportSize(DESKTOP);
+  check(seen.document <= seen.viewport, `${step}: the page is ${seen.document} px wide at ${seen.viewport} px`);
+  same(seen.small, [], `${step}: controls under ${TOUCH_PX} px at 360 px`);
+  return { step, document: seen.document, viewport: seen.viewport };
+}
+
+/** The totals each row shows, by id, in the order shown. */
+async function totals(table) {
+  return (await table.observe()).totals;
+}
+
 // Scenarios ---------------------------------------------------------------------------------
 
 const scenarios = {
+  // The narrator's console, from creating the combat to ending it, with a player beside it, for
+  // settings.ruleset (marvel or dnd3e): everything through the pages alone.
+  async console(context) {
+    const marvel = settings.ruleset === "marvel";
+    const steps = [];
+    const sizes = [];
+    const narrator = await TablePage.open(context, "narrator", { token: settings.narrator });
+    narrator.page.on("dialog", (dialog) => dialog.accept());
+    await narrator.page.setViewportSize(DESKTOP);
+    await narrator.untilShown("create");
+    await narrator.fill("new-combat-id", settings.combat);
+    await narrator.choose("new-ruleset", settings.ruleset);
+    await narrator.fill("new-turn-limit", "600");
+    sizes.push(await bothSizes(narrator, "create"));
+    await narrator.click("create-combat");
+    await narrator.untilShown("add-form");
+    steps.push(`created: ${await narrator.text("round")}`);
+
+    const add = async (id, name, fields = {}) => {
+      await narrator.fill("add-id", id);
+      await narrator.fill("add-name", name);
+      await narrator.fill("add-mod", String(fields.mod ?? 0));
+      await narrator.fill("add-controller", fields.controller ?? "");
+      await narrator.fill("add-group", fields.group ?? "");
+      await narrator.fill("add-tags", fields.tags ?? "");
+      await narrator.locator("add-pc").setChecked(Boolean(fields.pc));
+      await narrator.locator("add-hidden").setChecked(Boolean(fields.hidden));
+      await narrator.click("add");
+      await narrator.untilShown("combatant-" + id);
+    };
+    await add("hero", "Hero", { mod: 2, controller: "peter", pc: true, tags: "brave, quick" });
+    await add("boss", "Boss", { mod: 1 });
+    await add("goon1", "Goon A", { group: "goons" });
+    await add("goon2", "Goon B", { group: "goons" });
+    await add("spy", "Spy", { hidden: true });
+    await add("extra", "Extra");
+    steps.push(`added: ${(await narrator.observe()).combatants.join(", ")}`);
+
+    // The player rolls its own check at the table and enters the faces.
+    const player = await TablePage.open(context, "player", { token: settings.player, combat: settings.combat });
+    await player.page.setViewportSize(DESKTOP);
+    await player.untilShown("roll-form");
+    const offered = await player.locator("roll-who").locator("option").evaluateAll((o) => o.map((x) => x.value));
+    steps.push(`player may roll for: ${offered.join(", ")}; sees ${(await player.observe()).combatants.join(", ")}`);
+    const enter = async (table, who, faces, extra = {}) => {
+      await table.choose("roll-who", who);
+      await table.choose("roll-how", "physical");
+      if (marvel) {
+        await table.fill("roll-edges", String(extra.edges ?? 0));
+        await table.locator("roll-edges").dispatchEvent("change");
+      }
+      for (const [i, face] of faces.entries()) await table.choose("face-" + (i + 1), String(face));
+      for (const [i, face] of (extra.rerolls ?? []).entries()) await table.choose("reroll-" + (i + 1), String(face));
+      await table.click("roll");
+      await narrator.until(`${who}'s check`, (id) =>
+        document.querySelector(`[data-testid="combatant-${id}"] [data-testid="total"]`) !== null, who);
+    };
+    // d616: the third die is the Marvel die; 1 is its M, a Fantastic check (R7).
+    await enter(player, "hero", marvel ? [5, 6, 1] : [15]);
+    sizes.push(await bothSizes(player, "player-rolled"));
+    await enter(narrator, "boss", marvel ? [4, 4, 3] : [12], { edges: 1, rerolls: marvel ? [6] : [] });
+    await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8]);
+    await enter(narrator, "spy", marvel ? [1, 1, 2] : [3]);
+    // Turnkeeper rolls for the extra, who then leaves before the combat starts.
+    await narrator.choose("roll-who", "extra");
+    await narrator.choose("roll-how", "digital");
+    await narrator.click("roll");
+    await narrator.until("the extra's check", () =>
+      document.querySelector('[data-testid="combatant-extra"] [data-testid="total"]') !== null);
+    const rolled = (await totals(narrator)).extra;
+    await narrator.choose("manage-who", "extra");
+    await narrator.click("remove");
+    await narrator.untilGone("combatant-extra");
+    steps.push(`extra rolled by Turnkeeper (${/^-?\d+$/.test(rolled) ? "a number" : rolled}), then removed`);
+
+    // The group acts in the order the narrator sets (R4).
+    await narrator.choose("group-goons-1", "goon2");
+    await narrator.choose("group-goons-2", "goon1");
+    await narrator.click("group-goons-set");
+    await narrator.until("Goon B before Goon A", () => {
+      const rows = [...document.querySelectorAll('[data-testid^="combatant-"]')].map((r) => r.dataset.testid);
+      return rows.indexOf("combatant-goon2") >= 0 && rows.indexOf("combatant-goon2") < rows.indexOf("combatant-goon1");
+    });
+    await narrator.choose("condition-target", "boss");
+    await narrator.fill("condition-note", "Webbed");
+    await narrator.fill("condition-rounds", "2");
+    await narrator.click("apply-condition");
+    await narrator.untilText("combatant-boss", "Webbed");
+    steps.push(`totals: ${JSON.stringify(await totals(narrator))}`);
+    sizes.push(await bothSizes(narrator, "setup"));
+
+    await narrator.click("start-combat");
+    await narrator.untilShown("turn-name");
+    steps.push(`started: ${await narrator.text("round")}, ${await narrator.text("turn-name")}'s turn`);
+
+    if (marvel) {
+      // The bonus round: the Fantastic hero acts; the player declares, then reserves with the
+      // form's defaults (the movement left: a move, never an attack it cannot carry).
+      await player.untilTurn("hero");
+      await player.choose("declare-kind", "attack");
+      await player.choose("declare-target", "boss");
+      await player.click("declare");
+      await player.untilText("turn", "Spent");
+      const kinds = await player.locator("reserve-kind").locator("option").evaluateAll((o) => o.map((x) => x.value));
+      await player.fill("reserve-trigger", "When the boss moves");
+      await player.click("reserve");
+      await narrator.untilShown("row-reservation");
+      steps.push(`bonus round: attack, then reserve with the defaults (${kinds.join(", ")}): ${await narrator.locator("combatant-hero").locator('[data-testid="row-reservation"]').innerText()}`);
+      await player.click("end-turn");
+      await narrator.untilText("round", "Round 1");
+    }
+
+    // The player holds (delays) its turn to act just after the boss (R9).
+    await player.untilTurn("hero");
+    await player.choose("hold-when", "after");
+    await player.choose("hold-other", "boss");
+    await player.click("hold");
+    await narrator.untilTurn("boss");
+    await narrator.untilShown("row-hold");
+    steps.push(`held: ${await narrator.locator("combatant-hero").locator('[data-testid="row-hold"]').innerText()}`);
+    sizes.push(await bothSizes(narrator, "held"));
+
+    // The boss attacks; the narrator opens a window for the hero and Goon A.
+    await narrator.choose("declare-kind", "attack");
+    await narrator.choose("declare-target", "hero");
+    await narrator.click("declare");
+    await narrator.untilText("turn", "Spent");
+    await narrator.fill("announce-text", "The boss swings at the hero");
+    await narrator.locator("offer-hero").check();
+    await narrator.locator("offer-goon1").check();
+    await narrator.click("announce");
+    await player.untilShown("answer-hero");
+    sizes.push(await bothSizes(player, "window"));
+    if (marvel) {
+      await player.click("claim-hero");
+      await narrator.untilText("offered-hero", "Claims");
+      await narrator.click("pass-goon1");
+      await player.untilShown("finish-hero");
+      await player.click("finish-hero");
+      steps.push("window: the player claims, the narrator passes for Goon A, the player finishes");
+    } else {
+      // dnd3e: only readied actions react (R11); the player passes.
+      await player.click("pass-hero");
+      await narrator.untilText("offered-hero", "Passes");
+      await narrator.click("pass-goon1");
+      steps.push("window: the player passes, the narrator passes for Goon A");
+    }
+    await narrator.untilGone("window-status");
+    await narrator.click("end-turn");
+    await player.untilTurn("hero");
+    steps.push(`after the boss: ${await player.text("turn-name")}, ${await player.text("turn-kind")}`);
+
+    if (!marvel) {
+      // The delayed turn readies an action with the form's defaults (R11).
+      await player.fill("reserve-trigger", "When the boss moves");
+      await player.click("reserve");
+      await narrator.untilShown("row-reservation");
+      steps.push(`ready with the defaults: ${await narrator.locator("combatant-hero").locator('[data-testid="row-reservation"]').innerText()}`);
+    }
+    await player.click("end-turn");
+    await narrator.untilTurn("goon2");
+
+    // The roster mid-combat: defeat, revive, reveal, a reinforcement, the condition removed.
+    await narrator.choose("manage-who", "goon1");
+    await narrator.click("defeat");
+    await narrator.untilText("combatant-goon1", "Defeated");
+    await narrator.choose("manage-who", "goon1");
+    await narrator.click("revive");
+    await narrator.until("Goon A back", () => !document.querySelector('[data-testid="combatant-goon1"]').innerText.includes("Defeated"));
+    await player.until("no spy for the player", () => document.querySelector('[data-testid="combatant-spy"]') === null);
+    await narrator.choose("manage-who", "spy");
+    await narrator.click("reveal");
+    await player.untilShown("combatant-spy");
+    await add("medic", "Medic", { mod: 1 });
+    await player.untilShown("combatant-medic");
+    const medic = (await totals(narrator)).medic;
+    await narrator.click(await narrator.page.locator('[data-testid^="remove-condition-"]').first().getAttribute("data-testid"));
+    await narrator.until("the condition gone", () => !document.querySelector('[data-testid="combatant-boss"]').innerText.includes("Webbed"));
+    steps.push(`roster: defeat, revive, reveal, a reinforcement rolled ${/^-?\d+$/.test(medic) ? "and slotted" : medic}, condition removed`);
+    sizes.push(await bothSizes(player, "player-mid-combat"));
+
+    await narrator.click("end-combat");
+    await narrator.untilText("round", "Combat over");
+    await player.untilText("round", "Combat over");
+    check(await narrator.locator("end-turn").count() === 0, "no turn controls once over");
+    steps.push(`ended: ${await player.text("round")}`);
+    sizes.push(await bothSizes(narrator, "ended"));
+    await player.shot("ended");
+    return { steps, sizes };
+  },
   // A table's narrator: the picker offers its table's combats only, named without the table's
   // prefix, the header names the table, and the combat opens.
   async tables(context) {
@@ -645,6 +869,10 @@ const scenarios = {
     return { totals: seen.totals, fantastic: seen.fantastic, opening, steps };
   },
 };
+
+// The console's scenario runs once per ruleset (settings.ruleset), each with its own screenshots.
+for (const ruleset of ["marvel", "dnd3e"]) scenarios["console-" + ruleset] = scenarios.console;
+delete scenarios.console;
 
 // Running one -------------------------------------------------------------------------------
 

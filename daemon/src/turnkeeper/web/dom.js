@@ -35,6 +35,17 @@ export function field(label, control, hint) {
     hint ? h("span", { class: "field-hint" }, hint) : null);
 }
 
+/** A button that is no form's submit. */
+export function button(text, testid, onclick, kind) {
+  return h("button", { type: "button", class: "button " + (kind || ""), "data-testid": testid, onclick }, text);
+}
+
+/** A titled group of controls; `scope` names what it is about (see rebuildKeepingInput). */
+export function group(title, testid, scope, ...body) {
+  return h("div", { class: "control-group", "data-testid": testid, "data-scope": scope, role: "group", "aria-label": title },
+    h("h3", null, title), body);
+}
+
 /** A select of [value, text] pairs with one chosen. */
 export function select(attributes, options, chosen) {
   return h("select", attributes, options.map(([value, text]) =>

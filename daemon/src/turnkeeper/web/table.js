@@ -8,6 +8,7 @@ import { controls } from "./controls.js";
 import { clock, field, h, rebuildKeepingInput, select } from "./dom.js";
 import { LOCALES, locale, t, useLocale } from "./i18n.js";
 import { Scene, conditions, holds, order, reactionWindow, reservations, summary } from "./render.js";
+import { createCombatForm } from "./setup.js";
 
 /** Events of the past the log shows when a combat is opened: a few rounds, one history page. */
 const LOG_BACKLOG = 200;
@@ -257,8 +258,24 @@ function showPicker({ missing = null, chosen = null, error = null } = {}) {
         app.combats.length ? field(t("Combat"), choice) : h("p", { class: "empty" }, t("No combats yet.")),
         h("div", { class: "row end" },
           h("button", { type: "button", class: "button", onclick: () => showCombats(null) }, t("Refresh")),
-          open))));
+          open)),
+      app.session.role === "narrator" ? createCombatForm(createCombat, refuse) : null));
   if (error) showError(error);
+}
+
+/** Opens a new combat (create_combat) and shows it; a refusal stays on the picker, the form
+ * keeping what was typed. */
+async function createCombat(params) {
+  clearError();
+  const client = app.client;
+  try {
+    await client.createCombat(params);
+  } catch (error) {
+    if (app.client === client) showError(error);
+    return;
+  }
+  if (app.client !== client) return;
+  await showCombats(params.combat_id);
 }
 
 function sessionBadge() {
@@ -473,7 +490,8 @@ function controlsKey(view) {
     view.holds,
     view.reservations.map((r) => r.id),
     w && [w.id, w.status, w.offered, w.claims.map((c) => c.combatant), w.passes, w.sequence, w.index],
-    view.combatants.map((c) => [c.id, c.status, c.controller]), view.order,
+    view.combatants.map((c) => [c.id, c.status, c.controller, c.hidden, c.surprised, c.group, c.check && c.check.total]),
+    view.order, view.conditions.map((c) => c.id),
   ]);
 }
 
