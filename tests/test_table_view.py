@@ -203,7 +203,7 @@ def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_pa
     assert first["condition"] == "Rounds left: 2"
     assert seen["steps"] == [
         "end turn: Doctor Octopus's turn",
-        "reserve refused: unknown_action_kind",
+        "reserve refused: action_type_mismatch",
         "Mystique defeated meanwhile: the form keeps what was typed",
         "reserve: When Spider-Man lands on the vault",
         "after reserving: hold 0, reservable movement",
@@ -317,8 +317,8 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
     assert seen["fantastic"] == "★ Fantástico"
     assert any("Rodada Bônus" in line for line in seen["log"]), seen["log"]
     assert seen["html_lang"] == "pt-BR"
-    assert seen["error"]["code"] == "unknown_action_kind"
-    assert "'dance'" in seen["error"]["text"]
+    assert seen["error"]["code"] == "action_type_mismatch"
+    assert "'attack'" in seen["error"]["text"]
     assert seen["error"]["text"] != seen["error_en"]
     assert seen["signed_out"] == "Entrar"
     assert seen["unreachable"]["code"] == "connection_lost"
@@ -467,12 +467,33 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
         else {"hero": "17", "boss": "13", "goon2": "8", "goon1": "8", "spy": "3"}
     )
     steps = seen["steps"]
-    assert steps[:5] == [
+    held = "holding since round 1" if marvel else "delaying since round 1"
+    assert steps == [
         "created: Setting up",
         "added: hero, boss, goon1, goon2, spy, extra",
         "player may roll for: hero; sees hero, boss, goon1, goon2, extra",
         "extra rolled by Turnkeeper (a number), then removed",
         f"totals: {json.dumps(totals, separators=(',', ':'))}",
+        "started: Bonus round, Hero's turn" if marvel else "started: Round 1, Hero's turn",
+        *(
+            [
+                "bonus round: attack, then reserve with the defaults (move, dash, stand, ): "
+                "Reserved: movement move [movement] When the boss moves"
+            ]
+            if marvel
+            else []
+        ),
+        f"held: {held}; acts just after Boss; rolled {totals['hero']}",
+        "window: the player claims, the narrator passes for Goon A, the player finishes"
+        if marvel
+        else "window: the player passes, the narrator passes for Goon A",
+        "after the boss: Hero, held turn" if marvel else "after the boss: Hero, delayed turn",
+        *(
+            []
+            if marvel
+            else ["ready with the defaults: Readied attack [standard] When the boss moves"]
+        ),
+        "roster: defeat, revive, reveal, a reinforcement rolled and slotted, condition removed",
+        "ended: Combat over",
     ]
     assert all(size["document"] <= size["viewport"] == 360 for size in seen["sizes"]), seen["sizes"]
-    assert steps[-1] == "ended: Combat over"

@@ -515,7 +515,11 @@ const scenarios = {
     steps.push(`end turn: ${await table.text("turn-name")}'s turn`);
     await table.shot("end-turn");
 
-    await table.fill("reserve-kind", "dance");
+    // The form offers only kinds the type spent can carry; a kind typed in with the wrong type
+    // is the daemon's to refuse.
+    await table.choose("reserve-kind", "");
+    await table.fill("reserve-custom", "attack");
+    await table.choose("reserve-action-type", "movement");
     await table.fill("reserve-trigger", "When Spider-Man lands on the vault");
     await table.click("reserve");
     await table.untilShown("error");
@@ -524,7 +528,7 @@ const scenarios = {
 
     // Another tool changes what the controls depend on while the form is being filled in: they
     // are drawn anew, with what was typed still there and the focus where it was.
-    await table.fill("reserve-kind", "attack");
+    await table.choose("reserve-kind", "attack");
     await table.fill("reserve-description", "grabs him with a tentacle");
     await table.mark("reserve-form");
     await tool.defeatCombatant({ combat: settings.combat, combatant: "mystique" });
@@ -743,7 +747,9 @@ const scenarios = {
     await table.until("the narrated log", () => document.querySelectorAll('[data-testid="log-lines"] li').length > 3);
     same(await table.locator("error").count(), 0, "errors after a double click on Show combat");
 
-    await table.fill("reserve-kind", "dance");
+    await table.choose("reserve-kind", "");
+    await table.fill("reserve-custom", "attack");
+    await table.choose("reserve-action-type", "movement");
     await table.fill("reserve-trigger", "Quando o Homem-Aranha pousar no cofre");
     await table.click("reserve");
     await table.untilShown("error");
@@ -756,7 +762,7 @@ const scenarios = {
       combat: settings.combat,
       turn: { round: view.turn.round, combatant: view.turn.combatant, number: view.turn.number },
       reserved_type: "standard",
-      action: { kind: "dance" },
+      action: { kind: "attack", type: "movement" },
       trigger: { text: "x" },
     }));
     tool.close();
@@ -824,7 +830,6 @@ const scenarios = {
     const title = await table.locator("holds").locator("h2").innerText();
     steps.push(`delay: ${await table.text("turn-name")}'s turn, Ana ${title.toLowerCase()}`);
     await table.shot("delay");
-    await table.fill("reserve-kind", "attack");
     await table.fill("reserve-trigger", "When Ana steps out of the shadows");
     await table.click("reserve");
     await table.untilShown("trigger");

@@ -113,8 +113,11 @@ function turnControls(scene, run, refuse) {
   // R9: a turn is held only before anything is done in it (action_taken), and a dnd3e delayer
   // at its floor acts or forfeits (must_act).
   const mayHold = turn.used.length === 0 && turn.kind !== "floor";
+  // R9: a held turn goes lower than the holder's number now (invalid_hold_number).
+  const place = scene.byId.get(turn.combatant)?.place ?? null;
   const number = h("input", {
     type: "number", step: 1, name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow",
+    max: place === null ? null : place - 1,
   });
   // R9: the plan may come with the hold. The last to act in a round must say it here to go
   // before the first of the next: its hold starts that round's first turn at once.
@@ -128,6 +131,9 @@ function turnControls(scene, run, refuse) {
     // Initiative numbers are whole: the daemon would refuse 12.5 as no integer.
     if (number.validity.badInput || (value !== "" && !Number.isInteger(Number(value)))) {
       return refuse(t("The number to act at is a whole number, or leave it empty."));
+    }
+    if (value !== "" && place !== null && Number(value) >= place) {
+      return refuse(t("A held turn acts at a number lower than {n}.", { n: place }));
     }
     const plan = when.value ? { when: when.value, other: other.value } : {};
     return run("hold", { turn: ref, number: value === "" ? null : Number(value), ...plan });
