@@ -462,7 +462,7 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
         )
     marvel = ruleset == "marvel"
     totals = (
-        {"hero": "19", "boss": "15", "goon2": "9", "goon1": "9", "spy": "4"}
+        {"hero": "19", "boss": "15", "goon2": "9", "goon1": "9", "spy": "9"}
         if marvel
         else {"hero": "17", "boss": "13", "goon2": "8", "goon1": "8", "spy": "3"}
     )
@@ -493,6 +493,10 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
             if marvel
             else ["ready with the defaults: Readied attack [standard] When the boss moves"]
         ),
+        # The hero, holding to act after the boss, now acts at the boss's number (R9).
+        "order: boss, hero, spy, goon2, goon1"
+        if marvel
+        else "order: boss, hero, goon2, goon1, spy",
         "roster: defeat, revive, reveal, a reinforcement rolled and slotted, condition removed",
         "ended: Combat over",
     ]

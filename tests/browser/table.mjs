@@ -296,6 +296,8 @@ const scenarios = {
       await narrator.locator("add-hidden").setChecked(Boolean(fields.hidden));
       await narrator.click("add");
       await narrator.untilShown("combatant-" + id);
+      // Added: the form starts blank for the next one.
+      await narrator.until("a blank add form", () => document.querySelector('[data-testid="add-id"]').value === "");
     };
     await add("hero", "Hero", { mod: 2, controller: "peter", pc: true, tags: "brave, quick" });
     await add("boss", "Boss", { mod: 1 });
@@ -329,7 +331,16 @@ const scenarios = {
     sizes.push(await bothSizes(player, "player-rolled"));
     await enter(narrator, "boss", marvel ? [4, 4, 3] : [12], { edges: 1, rerolls: marvel ? [6] : [] });
     await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8]);
-    await enter(narrator, "spy", marvel ? [1, 1, 2] : [3]);
+    await enter(narrator, "spy", marvel ? [2, 3, 4] : [3]);
+    if (marvel) {
+      // The spy ties with the goons at 9: the narrator says who goes first rather than a
+      // roll-off (R4).
+      await narrator.untilShown("ties");
+      await narrator.choose("ties-1", "#spy");
+      await narrator.choose("ties-2", "group:goons");
+      await narrator.click("ties-set");
+      await narrator.untilText("log-lines", "Spy");
+    }
     // Turnkeeper rolls for the extra, who then leaves before the combat starts.
     await narrator.choose("roll-who", "extra");
     await narrator.choose("roll-how", "digital");
@@ -427,7 +438,12 @@ const scenarios = {
       steps.push(`ready with the defaults: ${await narrator.locator("combatant-hero").locator('[data-testid="row-reservation"]').innerText()}`);
     }
     await player.click("end-turn");
+    if (marvel) {
+      await narrator.untilTurn("spy");
+      await narrator.click("end-turn");
+    }
     await narrator.untilTurn("goon2");
+    steps.push(`order: ${(await narrator.observe()).combatants.join(", ")}`);
 
     // The roster mid-combat: defeat, revive, reveal, a reinforcement, the condition removed.
     await narrator.choose("manage-who", "goon1");

@@ -7,7 +7,7 @@
 // Every form and group of fields carries a data-scope naming what it is about (a turn, a hold,
 // a window): the page puts typed values back into the same scope after it draws them again.
 
-import { button, field, group, h, select } from "./dom.js";
+import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 import { actionType } from "./render.js";
 import { setupControls } from "./setup.js";
@@ -171,9 +171,9 @@ function reserveForm(scene, run, refuse, types) {
     const spec = action.spec();
     if (!spec.kind) return refuse(t("Say which action."));
     if (!trigger.value.trim()) return refuse(t("Say what the action waits for."));
-    return run("reserve", {
+    return clearWhenDone(run("reserve", {
       turn: turnRef(turn), reserved_type: reservedType.value, action: spec, trigger: { text: trigger.value.trim() },
-    });
+    }), "reserve-form");
   };
   const title = scene.marvel ? t("Reserve an action for {name}", { name: scene.name(turn.combatant) })
     : t("Ready an action for {name}", { name: scene.name(turn.combatant) });
@@ -206,7 +206,7 @@ function declareForm(scene, run, refuse, types) {
     event.preventDefault();
     const spec = action.spec();
     if (!spec.kind) return refuse(t("Say which action."));
-    return run("declareAction", { turn: turnRef(turn), action: spec });
+    return clearWhenDone(run("declareAction", { turn: turnRef(turn), action: spec }), "declare-form");
   };
   // R14: refocusing spends the full round, so only a turn that has done nothing else may.
   const refocus = scene.view.ruleset === "dnd3e" && types.includes("full")

@@ -46,6 +46,20 @@ export function group(title, testid, scope, ...body) {
     h("h3", null, title), body);
 }
 
+/**
+ * Empties what was typed into a form once the command it sent (`sent`, run()'s promise of
+ * whether it was accepted) is: the next one starts blank. The form is looked up when the answer
+ * comes, since the page may have drawn it anew meanwhile; a refused command leaves it as typed,
+ * to be corrected.
+ */
+export async function clearWhenDone(sent, testid) {
+  if (!(await sent)) return;
+  const form = document.querySelector(`[data-testid="${testid}"]`);
+  if (!form) return;
+  for (const input of form.querySelectorAll('input[type="text"], input:not([type])')) input.value = "";
+  for (const box of form.querySelectorAll('input[type="checkbox"]')) box.checked = false;
+}
+
 /** A select of [value, text] pairs with one chosen. */
 export function select(attributes, options, chosen) {
   return h("select", attributes, options.map(([value, text]) =>

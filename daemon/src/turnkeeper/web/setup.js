@@ -4,7 +4,7 @@
 // combatants. Every form offers only what the daemon would accept (protocol.md, Command
 // methods); the daemon still has the last word and its refusal is shown as it says it.
 
-import { button, field, group, h, select } from "./dom.js";
+import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 
 /** The rulesets the daemon bundles (protocol.md, create_combat). */
@@ -146,7 +146,7 @@ function addCombatantForm(scene, run, refuse) {
     };
     if (!params.id || !params.display_name) return refuse(t("A combatant needs an id and a name."));
     if (!marvel) params.dexterity = dex;
-    return run("addCombatant", params);
+    return clearWhenDone(run("addCombatant", params), "add-form");
   };
   return form(started ? t("Add a reinforcement") : t("Add a combatant"), "add-form", "add", submit,
     h("div", { class: "grid" },
@@ -265,7 +265,6 @@ function initiativeForm(scene, run, refuse) {
     }
     return run("rollInitiative", params);
   };
-  const narrator = scene.session.role === "narrator";
   return group(t("Initiative"), "roll-form", "roll",
     h("div", { class: "grid" },
       field(t("Combatant"), who),
@@ -273,40 +272,43 @@ function initiativeForm(scene, run, refuse) {
       marvel ? field(t("Edges"), edges) : null,
       marvel ? field(t("Troubles"), troubles) : null),
     dice, rerolls,
-    h("div", { class: "row" },
-      button(t("Roll initiative"), "roll", roll, "primary"),
-      narrator && rollers.length > 1
-        ? button(t("Roll for everyone left"), "roll-all", () => rollEveryone(rollers, run)) : null));
+    // Start combat rolls every check still missing: no button to roll them all.
+    h("div", { class: "row" }, button(t("Roll initiative"), "roll", roll, "primary")));
 }
 
-async function rollEveryone(rollers, run) {
-  for (const c of rollers) await run("rollInitiative", { combatant: c.id });
-}
-
-/** Two pickers of the same list, in order: who goes first among exact ties (marvel, R4) or in
- * a group (R4). */
-function orderingForm(title, testid, ids, scene, send) {
-  const rows = ids.map((id, i) => select({ name: "at-" + i, "data-testid": testid + "-" + (i + 1) },
-    ids.map((other) => [other, scene.name(other)]), id));
+/** One picker per place, each offering the same [value, text] list: who goes first among
+ * exact ties (marvel, R4) or in a group (R4). `send` gets the values in the order chosen,
+ * once each. */
+function orderingForm(title, testid, choices, send, refuse) {
+  const rows = choices.map(([value], i) => select({ name: "at-" + i, "data-testid": testid + "-" + (i + 1) }, choices, value));
+  const set = () => {
+    const wanted = rows.map((row) => row.value);
+    if (new Set(wanted).size !== wanted.length) return refuse(t("Name each combatant once."));
+    return send(wanted);
+  };
   return group(title, testid, testid,
     h("ol", { class: "ordering" }, rows.map((row) => h("li", null, row))),
-    h("div", { class: "row" }, button(t("Set this order"), testid + "-set", () => send(rows.map((row) => row.value)), "primary")));
+    h("div", { class: "row" }, button(t("Set this order"), testid + "-set", set, "primary")));
 }
 
+/** Exact ties among the checks rolled (marvel's tie-breakers all equal: total, Fantastic,
+ * modifier, player character; R4): the table may say their order rather than roll off. A
+ * group is one unit: all its members are sent, so whichever acts first stands for it. */
 function tiesForm(scene, run, refuse) {
-  // Exact ties among rolled checks: same total (marvel, R4), before the order is fixed.
-  const byTotal = new Map();
+  const units = new Map();
   for (const c of scene.lineup) {
     if (!c.check || c.status !== "active") continue;
-    byTotal.set(c.check.total, [...(byTotal.get(c.check.total) || []), c]);
+    const unit = c.group === null ? "#" + c.id : "group:" + c.group;
+    if (!units.has(unit)) units.set(unit, { key: JSON.stringify([c.check.total, c.check.fantastic, c.init_mod, c.player_character]), members: [], label: c.group === null ? c.name : t("Group {group}", { group: c.group }) });
+    units.get(unit).members.push(c.id);
   }
-  const tied = [...byTotal.values()].find((list) => new Set(list.map((c) => c.group ?? c.id)).size > 1 && list.every((c) => scene.may(c.id)));
+  const byKey = new Map();
+  for (const [id, unit] of units) byKey.set(unit.key, [...(byKey.get(unit.key) || []), [id, unit]]);
+  const tied = [...byKey.values()].find((list) => list.length > 1 && list.every(([, unit]) => unit.members.every((m) => scene.may(m))));
   if (!tied) return null;
-  const ids = tied.filter((c, i) => !c.group || tied.findIndex((o) => o.group === c.group) === i).map((c) => c.id);
-  return orderingForm(t("Order the tie at {n}", { n: tied[0].check.total }), "ties", ids, scene, (wanted) => {
-    if (new Set(wanted).size !== wanted.length) return refuse(t("Name each combatant once."));
-    return run("orderTies", { combatants: wanted });
-  });
+  const total = JSON.parse(tied[0][1].key)[0];
+  return orderingForm(t("Order the tie at {n}", { n: total }), "ties", tied.map(([id, unit]) => [id, unit.label]),
+    (wanted) => run("orderTies", { combatants: wanted.flatMap((id) => units.get(id).members) }), refuse);
 }
 
 function groupForms(scene, run, refuse) {
@@ -315,10 +317,8 @@ function groupForms(scene, run, refuse) {
     if (c.group && c.status !== "removed") groups.set(c.group, [...(groups.get(c.group) || []), c.id]);
   }
   return [...groups].filter(([, ids]) => ids.length > 1).map(([name, ids]) =>
-    orderingForm(t("Order of group {group}", { group: name }), "group-" + name, ids, scene, (wanted) => {
-      if (new Set(wanted).size !== wanted.length) return refuse(t("Name each combatant once."));
-      return run("reorderGroup", { group: name, combatants: wanted });
-    }));
+    orderingForm(t("Order of group {group}", { group: name }), "group-" + name, ids.map((id) => [id, scene.name(id)]),
+      (wanted) => run("reorderGroup", { group: name, combatants: wanted }), refuse));
 }
 
 // Conditions -----------------------------------------------------------------------------------------
@@ -338,10 +338,10 @@ function conditionForm(scene, run, refuse) {
     event.preventDefault();
     const n = wholeIn(rounds, 1, MAX_CONDITION_ROUNDS);
     if (n === null) return refuse(t("A condition lasts 1 to 1000 turns."));
-    return run("applyCondition", {
+    return clearWhenDone(run("applyCondition", {
       target: target.value, type: "custom", rounds: n, boundary: boundary.value,
       anchor: anchor.value || null, source: source.value || null, note: note.value.trim(),
-    });
+    }), "condition-form");
   };
   return form(t("Conditions"), "condition-form", "condition", submit,
     conditionList(scene, run),
@@ -377,7 +377,7 @@ function announceForm(scene, run, refuse) {
     if (!said) return refuse(t("Say what happens."));
     const offer = boxes.filter(([, box]) => box.checked).map(([id]) => id);
     if (!offer.length) return refuse(t("Offer it to someone."));
-    return run("announceTrigger", { facts: { event: "narrated", text: said }, offer });
+    return clearWhenDone(run("announceTrigger", { facts: { event: "narrated", text: said }, offer }), "announce-form");
   };
   return form(t("Open a reaction window"), "announce-form", "announce", submit,
     field(t("What happens"), moment),

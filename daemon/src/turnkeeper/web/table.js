@@ -528,7 +528,8 @@ function logEvent(event) {
   app.parts.log.scrollTop = app.parts.log.scrollHeight;
 }
 
-/** Sends a command for the open combat; a refusal shows the daemon's message. */
+/** Sends a command for the open combat; a refusal shows the daemon's message. Resolves to
+ * whether the command was accepted. */
 async function run(method, params) {
   clearError();
   app.busy = true;
@@ -536,8 +537,10 @@ async function run(method, params) {
   document.body.dataset.busy = "1";
   try {
     await app.client[method]({ combat: app.combat, ...params });
+    return true;
   } catch (error) {
     showError(error);
+    return false;
   } finally {
     app.busy = false;
     if (app.parts.controls) app.parts.controls.disabled = !mayCommand();
