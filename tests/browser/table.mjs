@@ -86,6 +86,12 @@ class TablePage {
     await this.locator(testid).fill(value, { timeout: WAIT_MS });
   }
 
+  /** Opens the folded section holding a form, as a person taps its title; open stays open. */
+  async unfold(testid) {
+    const details = this.page.locator(`details[data-fold="${testid}"]`);
+    if (!(await details.evaluate((d) => d.open))) await this.click("open-" + testid);
+  }
+
   async choose(testid, value) {
     await this.locator(testid).selectOption(value, { timeout: WAIT_MS });
   }
@@ -246,7 +252,7 @@ async function bothSizes(table, step) {
   await table.shot(step + "-desktop");
   await table.page.setViewportSize(PHONE);
   const seen = await table.page.evaluate((px) => {
-    const small = [...document.querySelectorAll("button, select, input:not([type=checkbox]), .check-field")]
+    const small = [...document.querySelectorAll("button, select, input:not([type=checkbox]), .check-field, summary")]
       .filter((e) => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden")
       .filter((e) => e.getBoundingClientRect().height < px)
       .map((e) => e.dataset.testid || e.textContent.trim().slice(0, 20));
@@ -286,6 +292,7 @@ const scenarios = {
     steps.push(`created: ${await narrator.text("round")}`);
 
     const add = async (id, name, fields = {}) => {
+      await narrator.unfold("add-form");
       await narrator.fill("add-id", id);
       await narrator.fill("add-name", name);
       await narrator.fill("add-mod", String(fields.mod ?? 0));
@@ -348,12 +355,14 @@ const scenarios = {
     await narrator.until("the extra's check", () =>
       document.querySelector('[data-testid="combatant-extra"] [data-testid="total"]') !== null);
     const rolled = (await totals(narrator)).extra;
+    await narrator.unfold("manage");
     await narrator.choose("manage-who", "extra");
     await narrator.click("remove");
     await narrator.untilGone("combatant-extra");
     steps.push(`extra rolled by Turnkeeper (${/^-?\d+$/.test(rolled) ? "a number" : rolled}), then removed`);
 
     // The group acts in the order the narrator sets (R4).
+    await narrator.unfold("group-goons");
     await narrator.choose("group-goons-1", "goon2");
     await narrator.choose("group-goons-2", "goon1");
     await narrator.click("group-goons-set");
@@ -361,6 +370,7 @@ const scenarios = {
       const rows = [...document.querySelectorAll('[data-testid^="combatant-"]')].map((r) => r.dataset.testid);
       return rows.indexOf("combatant-goon2") >= 0 && rows.indexOf("combatant-goon2") < rows.indexOf("combatant-goon1");
     });
+    await narrator.unfold("condition-form");
     await narrator.choose("condition-target", "boss");
     await narrator.fill("condition-note", "Webbed");
     await narrator.fill("condition-rounds", "2");
@@ -405,6 +415,7 @@ const scenarios = {
     await narrator.choose("declare-target", "hero");
     await narrator.click("declare");
     await narrator.untilText("turn", "Spent");
+    await narrator.unfold("announce-form");
     await narrator.fill("announce-text", "The boss swings at the hero");
     await narrator.locator("offer-hero").check();
     await narrator.locator("offer-goon1").check();
@@ -446,6 +457,7 @@ const scenarios = {
     steps.push(`order: ${(await narrator.observe()).combatants.join(", ")}`);
 
     // The roster mid-combat: defeat, revive, reveal, a reinforcement, the condition removed.
+    await narrator.unfold("manage");
     await narrator.choose("manage-who", "goon1");
     await narrator.click("defeat");
     await narrator.untilText("combatant-goon1", "Defeated");
@@ -459,6 +471,7 @@ const scenarios = {
     await add("medic", "Medic", { mod: 1 });
     await player.untilShown("combatant-medic");
     const medic = (await totals(narrator)).medic;
+    await narrator.unfold("condition-form");
     await narrator.click(await narrator.page.locator('[data-testid^="remove-condition-"]').first().getAttribute("data-testid"));
     await narrator.until("the condition gone", () => !document.querySelector('[data-testid="combatant-boss"]').innerText.includes("Webbed"));
     steps.push(`roster: defeat, revive, reveal, a reinforcement rolled ${/^-?\d+$/.test(medic) ? "and slotted" : medic}, condition removed`);

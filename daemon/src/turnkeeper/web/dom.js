@@ -79,19 +79,25 @@ export function rebuildKeepingInput(container, build) {
   const fields = (root) => [...root.querySelectorAll("input, select, textarea")]
     .map((element) => [keyOf(element), element])
     .filter(([key]) => key !== null);
-  const typed = new Map(fields(container).filter(([, e]) => drawnWith.has(e) && drawnWith.get(e) !== e.value)
-    .map(([key, e]) => [key, e.value]));
+  const typed = new Map(fields(container).filter(([, e]) => drawnWith.has(e) && drawnWith.get(e) !== valueOf(e))
+    .map(([key, e]) => [key, valueOf(e)]));
+  // Folded sections the person opened stay open.
+  const opened = new Set([...container.querySelectorAll("details[data-fold]")].filter((d) => d.open).map((d) => d.dataset.fold));
   const focused = container.contains(document.activeElement) ? document.activeElement : null;
   const focusKey = focused ? keyOf(focused) : null;
   const caret = focused ? selection(focused) : null;
   container.replaceChildren(build());
+  for (const details of container.querySelectorAll("details[data-fold]")) {
+    if (opened.has(details.dataset.fold)) details.open = true;
+  }
   for (const [key, element] of fields(container)) {
-    drawnWith.set(element, element.value);
+    drawnWith.set(element, valueOf(element));
     const value = typed.get(key);
     const select = element.tagName === "SELECT";
     // A choice no longer offered (a combatant gone) is not put back.
     if (value !== undefined && (!select || [...element.options].some((option) => option.value === value))) {
-      element.value = value;
+      if (element.type === "checkbox") element.checked = value === "true";
+      else element.value = value;
       // A select changed back may show or hide other fields (a stated action, say).
       if (select) element.dispatchEvent(new Event("change"));
     }
@@ -106,6 +112,23 @@ export function rebuildKeepingInput(container, build) {
       }
     }
   }
+}
+
+/** What a field holds: a checkbox's state, else its value. */
+function valueOf(element) {
+  return element.type === "checkbox" ? String(element.checked) : element.value;
+}
+
+/**
+ * A section that folds away: `element`'s own title becomes the summary that opens it. The page
+ * keeps it open across redrawings once opened (rebuildKeepingInput); `open` is how it starts.
+ */
+export function fold(element, open) {
+  const title = element.querySelector(":scope > h3");
+  const testid = element.dataset.testid;
+  title?.remove();
+  return h("details", { class: "fold", "data-fold": testid, open },
+    h("summary", { "data-testid": "open-" + testid }, title ? title.textContent : testid), element);
 }
 
 function keyOf(element) {

@@ -4,7 +4,7 @@
 // combatants. Every form offers only what the daemon would accept (protocol.md, Command
 // methods); the daemon still has the last word and its refusal is shown as it says it.
 
-import { button, clearWhenDone, field, group, h, select } from "./dom.js";
+import { button, clearWhenDone, field, fold, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 
 /** The rulesets the daemon bundles (protocol.md, create_combat). */
@@ -396,10 +396,13 @@ export function setupControls(scene, run, refuse) {
   if (beforeOrder) parts.push(initiativeForm(scene, run, refuse));
   if (beforeOrder && scene.marvel) parts.push(tiesForm(scene, run, refuse));
   if (!narrator) return parts;
-  parts.push(...groupForms(scene, run, refuse));
-  parts.push(addCombatantForm(scene, run, refuse));
-  parts.push(manageForm(scene, run));
-  parts.push(conditionForm(scene, run, refuse));
-  if (!beforeOrder && !scene.view.window) parts.push(announceForm(scene, run, refuse));
+  // What a narrator does now and then folds away, so a phone shows the turn's controls first:
+  // adding combatants is open while the table is setting up.
+  const folded = (element, open) => (element ? fold(element, open) : null);
+  parts.push(...groupForms(scene, run, refuse).map((element) => folded(element, false)));
+  parts.push(folded(addCombatantForm(scene, run, refuse), beforeOrder));
+  parts.push(folded(manageForm(scene, run), false));
+  parts.push(folded(conditionForm(scene, run, refuse), false));
+  if (!beforeOrder && !scene.view.window) parts.push(folded(announceForm(scene, run, refuse), false));
   return parts;
 }
