@@ -333,7 +333,7 @@ def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) 
     saying why; then d20 totals, no Fantastic; the narrator starts the combat from the page,
     delays a turn (the Delaying list) and readies an action with its trigger, after which
     neither Delay nor Ready is offered (R9, R11); the delayed turn is labelled so; at the delay
-    floor there is no Delay (must_act), and once refocused no Ready (R14)."""
+    floor there is no Delay (must_act), and once refocused (its Refocus button) no Ready (R14)."""
     with running(tmp_path, http=True) as d:
         n = Narrator(d.client(), "keep")
         n.create("dnd3e")

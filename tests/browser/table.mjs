@@ -470,6 +470,13 @@ const scenarios = {
     await player.untilShown("combatant-spy");
     await add("medic", "Medic", { mod: 1 });
     await player.untilShown("combatant-medic");
+    if (marvel) {
+      // Surprised mid-combat until the start of the surpriser's next turn (R8).
+      await narrator.choose("manage-who", "goon1");
+      await narrator.choose("surprise-by", "boss");
+      await narrator.click("surprise");
+      await narrator.untilText("combatant-goon1", "Surprised");
+    }
     const medic = (await totals(narrator)).medic;
     await narrator.unfold("condition-form");
     await narrator.click(await narrator.page.locator('[data-testid^="remove-condition-"]').first().getAttribute("data-testid"));
@@ -893,10 +900,7 @@ const scenarios = {
     await table.shot("delay-floor");
 
     // Refocus (R14) spends the whole turn: nothing left to ready.
-    const tool = await otherTool(settings.token);
-    const turn = (await tool.getCombat({ combat: settings.combat })).view.turn;
-    await tool.refocus({ combat: settings.combat, turn: { round: turn.round, combatant: turn.combatant, number: turn.number } });
-    tool.close();
+    await table.click("refocus");
     await table.untilGone("reserve-form");
     steps.push(`refocused: no ready form, ${await table.text("end-turn")}`);
     await table.shot("refocused");
