@@ -320,7 +320,7 @@ const scenarios = {
     await player.untilShown("roll-form");
     const offered = await player.locator("roll-who").locator("option").evaluateAll((o) => o.map((x) => x.value));
     steps.push(`player may roll for: ${offered.join(", ")}; sees ${(await player.observe()).combatants.join(", ")}`);
-    const enter = async (table, who, faces, extra = {}) => {
+    const prepare = async (table, who, faces, extra = {}) => {
       await table.choose("roll-who", who);
       await table.choose("roll-how", "physical");
       if (marvel) {
@@ -329,14 +329,30 @@ const scenarios = {
       }
       for (const [i, face] of faces.entries()) await table.choose("face-" + (i + 1), String(face));
       for (const [i, face] of (extra.rerolls ?? []).entries()) await table.choose("reroll-" + (i + 1), String(face));
+    };
+    const rolled = async (table, who) => {
       await table.click("roll");
       await narrator.until(`${who}'s check`, (id) =>
         document.querySelector(`[data-testid="combatant-${id}"] [data-testid="total"]`) !== null, who);
     };
+    const enter = async (table, who, faces, extra) => {
+      await prepare(table, who, faces, extra);
+      await rolled(table, who);
+    };
+    // The narrator enters the boss's dice (marvel: an edge, and the face of its reroll) while
+    // the player rolls: the narrator's form is drawn anew with everything still there.
+    await prepare(narrator, "boss", marvel ? [4, 4, 3] : [12], { edges: 1, rerolls: marvel ? [6] : [] });
+    await narrator.mark("roll-form");
     // d616: the third die is the Marvel die; 1 is its M, a Fantastic check (R7).
     await enter(player, "hero", marvel ? [5, 6, 1] : [15]);
     sizes.push(await bothSizes(player, "player-rolled"));
-    await enter(narrator, "boss", marvel ? [4, 4, 3] : [12], { edges: 1, rerolls: marvel ? [6] : [] });
+    await narrator.untilRedrawn("roll-form");
+    await rolled(narrator, "boss");
+    // A die left unchosen is not guessed: the page asks for it.
+    await narrator.choose("roll-who", "goon1");
+    await narrator.choose("roll-how", "physical");
+    await narrator.click("roll");
+    steps.push(`no faces: ${(await narrator.error()).text}`);
     await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8]);
     await enter(narrator, "spy", marvel ? [2, 3, 4] : [3]);
     if (marvel) {
@@ -354,12 +370,12 @@ const scenarios = {
     await narrator.click("roll");
     await narrator.until("the extra's check", () =>
       document.querySelector('[data-testid="combatant-extra"] [data-testid="total"]') !== null);
-    const rolled = (await totals(narrator)).extra;
+    const extra = (await totals(narrator)).extra;
     await narrator.unfold("manage");
     await narrator.choose("manage-who", "extra");
     await narrator.click("remove");
     await narrator.untilGone("combatant-extra");
-    steps.push(`extra rolled by Turnkeeper (${/^-?\d+$/.test(rolled) ? "a number" : rolled}), then removed`);
+    steps.push(`extra rolled by Turnkeeper (${/^-?\d+$/.test(extra) ? "a number" : extra}), then removed`);
 
     // The group acts in the order the narrator sets (R4).
     await narrator.unfold("group-goons");

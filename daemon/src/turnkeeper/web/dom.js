@@ -47,17 +47,22 @@ export function group(title, testid, scope, ...body) {
 }
 
 /**
- * Empties what was typed into a form once the command it sent (`sent`, run()'s promise of
- * whether it was accepted) is: the next one starts blank. The form is looked up when the answer
- * comes, since the page may have drawn it anew meanwhile; a refused command leaves it as typed,
- * to be corrected.
+ * Puts a form back as it was drawn once the command it sent (`sent`, run()'s promise of
+ * whether it was accepted) is: the next one starts afresh. The form is looked up when the
+ * answer comes, since the page may have drawn it anew meanwhile (see rebuildKeepingInput); a
+ * refused command leaves it as typed, to be corrected.
  */
 export async function clearWhenDone(sent, testid) {
   if (!(await sent)) return;
   const form = document.querySelector(`[data-testid="${testid}"]`);
   if (!form) return;
-  for (const input of form.querySelectorAll('input[type="text"], input:not([type])')) input.value = "";
-  for (const box of form.querySelectorAll('input[type="checkbox"]')) box.checked = false;
+  for (const element of form.querySelectorAll("input, select, textarea")) {
+    if (!drawnWith.has(element)) continue;
+    const drawn = drawnWith.get(element);
+    if (element.type === "checkbox") element.checked = drawn === "true";
+    else element.value = drawn;
+    element.dispatchEvent(new Event("change"));
+  }
 }
 
 /** A select of [value, text] pairs with one chosen. */
@@ -79,7 +84,9 @@ export function rebuildKeepingInput(container, build) {
   const fields = (root) => [...root.querySelectorAll("input, select, textarea")]
     .map((element) => [keyOf(element), element])
     .filter(([key]) => key !== null);
-  const typed = new Map(fields(container).filter(([, e]) => drawnWith.has(e) && drawnWith.get(e) !== valueOf(e))
+  // A field not drawn with the rest was added by what the person chose (a reroll's face once
+  // an edge is given): what it holds is theirs too.
+  const typed = new Map(fields(container).filter(([, e]) => !drawnWith.has(e) || drawnWith.get(e) !== valueOf(e))
     .map(([key, e]) => [key, valueOf(e)]));
   // Folded sections the person opened stay open.
   const opened = new Set([...container.querySelectorAll("details[data-fold]")].filter((d) => d.open).map((d) => d.dataset.fold));
@@ -90,24 +97,30 @@ export function rebuildKeepingInput(container, build) {
   for (const details of container.querySelectorAll("details[data-fold]")) {
     if (opened.has(details.dataset.fold)) details.open = true;
   }
-  for (const [key, element] of fields(container)) {
-    drawnWith.set(element, valueOf(element));
-    const value = typed.get(key);
-    const select = element.tagName === "SELECT";
-    // A choice no longer offered (a combatant gone) is not put back.
-    if (value !== undefined && (!select || [...element.options].some((option) => option.value === value))) {
-      if (element.type === "checkbox") element.checked = value === "true";
-      else element.value = value;
-      // A select changed back may show or hide other fields (a stated action, say).
-      if (select) element.dispatchEvent(new Event("change"));
-    }
-    if (key === focusKey) {
-      element.focus();
-      if (caret) {
-        try {
-          element.setSelectionRange(...caret);
-        } catch {
-          // Number inputs have no caret to set.
+  // A field put back may draw others (a select showing a stated action, the edges asking for
+  // their reroll faces): those are filled in on the next pass.
+  const seen = new Set();
+  let fresh;
+  while ((fresh = fields(container).filter(([, element]) => !seen.has(element))).length) {
+    for (const [key, element] of fresh) {
+      seen.add(element);
+      drawnWith.set(element, valueOf(element));
+      const value = typed.get(key);
+      const select = element.tagName === "SELECT";
+      // A choice no longer offered (a combatant gone) is not put back.
+      if (value !== undefined && (!select || [...element.options].some((option) => option.value === value))) {
+        if (element.type === "checkbox") element.checked = value === "true";
+        else element.value = value;
+        element.dispatchEvent(new Event("change"));
+      }
+      if (key === focusKey) {
+        element.focus();
+        if (caret) {
+          try {
+            element.setSelectionRange(...caret);
+          } catch {
+            // Number inputs have no caret to set.
+          }
         }
       }
     }

@@ -7,7 +7,8 @@
 import { button, clearWhenDone, field, fold, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 
-/** The rulesets the daemon bundles (protocol.md, create_combat). */
+/** The rulesets the daemon bundles (protocol.md, create_combat), by their games' own names,
+ * which no language translates. */
 export const RULESETS = [["marvel", "Marvel Multiverse (d616)"], ["dnd3e", "D&D 3e (d20)"]];
 /** Faces a d6 and a d20 show. */
 const D6 = [1, 2, 3, 4, 5, 6];
@@ -23,7 +24,8 @@ const MIN_TURN_LIMIT = 1;
 const MAX_ID = 128;
 /** Free text the daemon takes: at most 2000 characters. */
 const MAX_TEXT = 2000;
-
+/** The largest number the engine takes for a modifier or a score (MAX_NUMBER, ±1,000,000). */
+const MAX_NUMBER = 1000000;
 
 function form(title, testid, scope, onsubmit, ...body) {
   return h("form", { class: "control-group", "data-testid": testid, "data-scope": scope, "aria-label": title, onsubmit },
@@ -122,8 +124,8 @@ function addCombatantForm(scene, run, refuse) {
   const id = text("add-id", { name: "id", required: true, maxlength: MAX_ID });
   const name = text("add-name", { name: "display_name", required: true, maxlength: MAX_ID });
   const controller = text("add-controller", { name: "controller", maxlength: MAX_ID });
-  const mod = integer("add-mod", -99, 99, 0);
-  const dexterity = integer("add-dexterity", 0, 99, 10);
+  const mod = integer("add-mod", -MAX_NUMBER, MAX_NUMBER, 0);
+  const dexterity = integer("add-dexterity", -MAX_NUMBER, MAX_NUMBER, 10);
   const groupName = text("add-group", { name: "group", maxlength: MAX_ID });
   const tags = text("add-tags", { name: "tags" });
   const [pc, pcField] = checkbox(t("Player character"), "add-pc");
@@ -131,8 +133,8 @@ function addCombatantForm(scene, run, refuse) {
   const started = scene.view.phase === "bonus_round" || scene.view.phase === "rounds";
   const submit = (event) => {
     event.preventDefault();
-    const modifier = wholeIn(mod, -1000, 1000);
-    const dex = wholeIn(dexterity, 0, 1000);
+    const modifier = wholeIn(mod, -MAX_NUMBER, MAX_NUMBER);
+    const dex = wholeIn(dexterity, -MAX_NUMBER, MAX_NUMBER);
     if (modifier === null || (!marvel && dex === null)) return refuse(t("The modifier and Dexterity are whole numbers."));
     const params = {
       id: id.value.trim(),
@@ -203,8 +205,10 @@ function manageForm(scene, run) {
 
 // Initiative -----------------------------------------------------------------------------------------
 
+/** A die's faces to choose from, none chosen yet: a face left out is never guessed. */
 function dieSelect(testid, faces, label) {
-  return select({ name: testid, "data-testid": testid }, faces.map((f) => [String(f), label ? label(f) : String(f)]), String(faces[0]));
+  return select({ name: testid, "data-testid": testid },
+    [["", "–"], ...faces.map((f) => [String(f), label ? label(f) : String(f)])], "");
 }
 
 /** Rolling a check, or entering the faces rolled at the table: for the narrator, any
@@ -261,9 +265,11 @@ function initiativeForm(scene, run, refuse) {
       params.troubles = tr;
     }
     if (how.value === "physical") {
-      params.faces = [...dice.querySelectorAll("select"), ...rerolls.querySelectorAll("select")].map((s) => Number(s.value));
+      const chosen = [...dice.querySelectorAll("select"), ...rerolls.querySelectorAll("select")].map((s) => s.value);
+      if (chosen.includes("")) return refuse(t("Enter the face of every die."));
+      params.faces = chosen.map(Number);
     }
-    return run("rollInitiative", params);
+    return clearWhenDone(run("rollInitiative", params), "roll-form");
   };
   return group(t("Initiative"), "roll-form", "roll",
     h("div", { class: "grid" },
