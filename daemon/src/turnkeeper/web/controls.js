@@ -102,7 +102,6 @@ function actionFields(scene, prefix, types) {
   return { fields, redraw, spec };
 }
 
-
 function turnRef(turn) {
   return { round: turn.round, combatant: turn.combatant, number: turn.number };
 }
