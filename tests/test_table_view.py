@@ -473,6 +473,7 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
         "added: hero, boss, goon1, goon2, spy, extra",
         "player may roll for: hero; sees hero, boss, goon1, goon2, extra",
         "no faces: Enter the face of every die.",
+        *(["surprised spy: Troubles: 1"] if marvel else []),
         "extra rolled by Turnkeeper (a number), then removed",
         f"totals: {json.dumps(totals, separators=(',', ':'))}",
         "started: Bonus round, Hero's turn" if marvel else "started: Round 1, Hero's turn",

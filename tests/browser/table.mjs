@@ -354,7 +354,16 @@ const scenarios = {
     await narrator.click("roll");
     steps.push(`no faces: ${(await narrator.error()).text}`);
     await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8]);
-    await enter(narrator, "spy", marvel ? [2, 3, 4] : [3]);
+    if (marvel) {
+      // Surprised before its check: one more trouble, so the dice entered ask for a reroll's
+      // face too (a 6 is never lower: the check stays 9, R8).
+      await narrator.unfold("manage");
+      await narrator.choose("manage-who", "spy");
+      await narrator.click("mark-surprised");
+      await narrator.untilText("combatant-spy", "Surprised");
+    }
+    await enter(narrator, "spy", marvel ? [2, 3, 4] : [3], { rerolls: marvel ? [6] : [] });
+    if (marvel) steps.push(`surprised spy: ${await narrator.locator("combatant-spy").locator(".badge-trouble").innerText()}`);
     if (marvel) {
       // The spy ties with the goons at 9: the narrator says who goes first rather than a
       // roll-off (R4).
