@@ -448,6 +448,8 @@ const scenarios = {
     await player.untilShown("answer-hero");
     sizes.push(await bothSizes(player, "window"));
     if (marvel) {
+      // The player's own dice, should the claims need a fresh check (R12).
+      for (const [i, face] of [3, 5, 2].entries()) await player.choose(`claim-face-hero-${i + 1}`, String(face));
       await player.click("claim-hero");
       await narrator.untilText("offered-hero", "Claims");
       await narrator.click("pass-goon1");

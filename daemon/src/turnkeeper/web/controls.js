@@ -10,7 +10,7 @@
 import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 import { actionType } from "./render.js";
-import { setupControls } from "./setup.js";
+import { d616Selects, setupControls } from "./setup.js";
 
 /** The action kinds each ruleset's catalogue knows, with the action type each is (protocol.md,
  * ActionSpec). dnd3e's `refocus` has its own button (the refocus method). */
@@ -239,7 +239,7 @@ function heldTurnForm(scene, hold, run) {
       button(scene.marvel ? t("Take held turn") : t("Take delayed turn"), "take-held-" + hold.combatant, take, "primary")));
 }
 
-function answerRow(scene, w, id, run) {
+function answerRow(scene, w, id, run, refuse) {
   const own = scene.view.reservations.filter((r) => r.combatant === id);
   const options = own.map((r) => [r.id, t("Reserved: {trigger}", { trigger: r.trigger.text })]);
   if (scene.marvel) options.push(["", t("A stated action")]);
@@ -253,10 +253,18 @@ function answerRow(scene, w, id, run) {
   };
   if (choice) choice.addEventListener("change", showStated);
   showStated();
+  // marvel: the claimant's own dice for the fresh check the sequence may need (R2, R12); none
+  // chosen, Turnkeeper rolls if it comes to that.
+  const dice = scene.marvel ? d616Selects("claim-face-" + id + "-") : null;
   const claim = () => {
     const params = { window: w.id, combatant: id };
     if (choice && choice.value) params.reservation = choice.value;
     else params.action = { kind: kind.value };
+    if (dice) {
+      const faces = dice.selects.map((die) => die.value);
+      if (faces.some(Boolean) && !faces.every(Boolean)) return refuse(t("Enter the face of every die."));
+      if (faces.every(Boolean)) params.faces = faces.map(Number);
+    }
     return run("claimReaction", params);
   };
   return h("li", { class: "answer", "data-testid": "answer-" + id },
@@ -264,16 +272,18 @@ function answerRow(scene, w, id, run) {
     h("div", { class: "row" },
       choice ? field(t("Claim with"), choice) : null,
       stated),
+    dice ? h("div", { class: "row dice-entry", role: "group", "aria-label": t("Dice for a fresh check (optional)") },
+      h("span", { class: "field-label wide" }, t("Dice for a fresh check (optional)")), dice.fields) : null,
     h("div", { class: "row" },
       choice ? button(t("Claim"), "claim-" + id, claim, "primary") : null,
       button(t("Pass"), "pass-" + id, () => run("passReaction", { window: w.id, combatant: id }))));
 }
 
-function windowControls(scene, run) {
+function windowControls(scene, run, refuse) {
   const w = scene.view.window;
   const answered = new Set([...w.passes, ...w.claims.map((claim) => claim.combatant)]);
   if (w.status === "open") {
-    const rows = w.offered.filter((id) => !answered.has(id) && scene.may(id)).map((id) => answerRow(scene, w, id, run));
+    const rows = w.offered.filter((id) => !answered.has(id) && scene.may(id)).map((id) => answerRow(scene, w, id, run, refuse));
     const close = scene.session.role === "narrator"
       ? h("div", { class: "row" }, button(t("Close the window"), "close-window", () => run("closeWindow", { window: w.id })))
       : null;
@@ -300,7 +310,7 @@ export function controls(scene, run, refuse) {
         button(t("Start combat"), "start-combat", () => run("startCombat", {}), "primary"))));
     }
     // While a window is open or resolving, turn commands are refused (window_open): resolve it first.
-    if (view.window) parts.push(windowControls(scene, run));
+    if (view.window) parts.push(windowControls(scene, run, refuse));
     else if (view.turn && scene.may(view.turn.combatant)) {
       parts.push(turnControls(scene, run, refuse));
       const spendable = spendableTypes(scene);

@@ -211,6 +211,16 @@ function dieSelect(testid, faces, label) {
     [["", "–"], ...faces.map((f) => [String(f), label ? label(f) : String(f)])], "");
 }
 
+/** The three dice of a d616, none chosen yet: the third is the Marvel die, whose 1 is the M
+ * (protocol.md, Check). Their test ids are `prefix` and 1 to 3. */
+export function d616Selects(prefix) {
+  const marvelFace = (f) => (f === 1 ? "M" : String(f));
+  const selects = [dieSelect(prefix + 1, D6), dieSelect(prefix + 2, D6), dieSelect(prefix + 3, D6, marvelFace)];
+  const fields = [field(t("Die 1"), selects[0]), field(t("Die 2"), selects[1]),
+    h("span", { class: "field-marvel" }, field(t("Marvel die"), selects[2]))];
+  return { selects, fields };
+}
+
 /** Rolling a check, or entering the faces rolled at the table: for the narrator, any
  * combatant not yet rolled; for a player, its own (R2, R3). */
 function initiativeForm(scene, run, refuse) {
@@ -228,13 +238,7 @@ function initiativeForm(scene, run, refuse) {
   const troubles = marvel ? integer("roll-troubles", 0, MAX_EDGES, 0) : null;
   const dice = h("div", { class: "row dice-entry", "data-testid": "roll-dice" });
   const rerolls = h("div", { class: "row dice-entry", "data-testid": "roll-rerolls" });
-  // d616: the third die is the Marvel die, whose 1 is the M (protocol.md, Check).
-  const marvelFace = (f) => (f === 1 ? "M" : String(f));
-  const faces = marvel
-    ? [field(t("Die 1"), dieSelect("face-1", D6)), field(t("Die 2"), dieSelect("face-2", D6)),
-      h("span", { class: "field-marvel" }, field(t("Marvel die"), dieSelect("face-3", D6, marvelFace)))]
-    : [field(t("d20"), dieSelect("face-1", D20))];
-  dice.append(...faces);
+  dice.append(...(marvel ? d616Selects("face-").fields : [field(t("d20"), dieSelect("face-1", D20))]));
   const netRerolls = () => {
     if (!marvel) return 0;
     const e = wholeIn(edges, 0, MAX_EDGES) ?? 0;
