@@ -273,7 +273,7 @@ function answerRow(scene, w, id, run, refuse) {
       choice ? field(t("Claim with"), choice) : null,
       stated),
     dice ? h("div", { class: "row dice-entry", role: "group", "aria-label": t("Dice for a fresh check (optional)") },
-      h("span", { class: "field-label wide" }, t("Dice for a fresh check (optional)")), dice.fields) : null,
+      h("span", { class: "field-label" }, t("Dice for a fresh check (optional)")), dice.fields) : null,
     h("div", { class: "row" },
       choice ? button(t("Claim"), "claim-" + id, claim, "primary") : null,
       button(t("Pass"), "pass-" + id, () => run("passReaction", { window: w.id, combatant: id }))));
