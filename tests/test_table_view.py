@@ -404,7 +404,8 @@ def test_every_page_text_is_a_literal_babel_extracts() -> None:
 
 def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> None:
     """A narrator of a table signs in: the picker offers that table's combats only, each named
-    without the table's prefix, the header names the table, and its combat opens."""
+    without the table's prefix, the header names the table, and its combat opens; a combat it
+    creates from the picker, named without the prefix, is the table's."""
     with running(tmp_path, http=True) as d:
         argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
         made = subprocess.run(
@@ -426,6 +427,7 @@ def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> No
     assert seen["values"] == [f"{table}/heist"]
     assert seen["options"][0].startswith("heist · marvel")
     assert seen["table"] == f"Table {table}"
+    assert seen["created"] == f"{table}/raid"
 
 
 def test_the_combat_picker_lists_more_combats_than_one_page(tmp_path: Path) -> None:

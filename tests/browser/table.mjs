@@ -533,7 +533,15 @@ const scenarios = {
     await picker.click("open");
     await picker.untilTurn("spidey");
     await picker.shot("opened");
-    return { options, values, table: await picker.text("table") };
+    // A combat created here is the table's: its name is given without the table's prefix.
+    await picker.click("change-combat");
+    await picker.untilShown("create");
+    await picker.fill("new-combat-id", "raid");
+    await picker.click("create-combat");
+    await picker.untilShown("add-form");
+    await picker.shot("created");
+    const created = await picker.page.evaluate(() => new URLSearchParams(location.hash.slice(1)).get("combat"));
+    return { options, values, table: await picker.text("table"), created };
   },
   // More combats than one page of list_combats: the picker lists every one, and a combat whose
   // id sorts after the first page opens, from the picker and from a link.

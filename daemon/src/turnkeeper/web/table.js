@@ -268,14 +268,19 @@ function showPicker({ missing = null, chosen = null, error = null } = {}) {
 async function createCombat(params) {
   clearError();
   const client = app.client;
+  // A table's combats are named `TABLE/NAME` (protocol.md, Tables): people type the name, as
+  // the picker shows it.
+  const table = app.session?.table;
+  const prefix = table && table !== "default" ? table + "/" : "";
+  const combat = prefix && !params.combat_id.startsWith(prefix) ? prefix + params.combat_id : params.combat_id;
   try {
-    await client.createCombat(params);
+    await client.createCombat({ ...params, combat_id: combat });
   } catch (error) {
     if (app.client === client) showError(error);
     return;
   }
   if (app.client !== client) return;
-  await showCombats(params.combat_id);
+  await showCombats(combat);
 }
 
 function sessionBadge() {
