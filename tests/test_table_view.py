@@ -203,7 +203,7 @@ def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_pa
     assert first["condition"] == "Rounds left: 2"
     assert seen["steps"] == [
         "end turn: Doctor Octopus's turn",
-        "reserve refused: unknown_action_kind",
+        "reserve refused: action_type_mismatch",
         "Mystique defeated meanwhile: the form keeps what was typed",
         "reserve: When Spider-Man lands on the vault",
         "after reserving: hold 0, reservable movement",
@@ -317,8 +317,8 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
     assert seen["fantastic"] == "★ Fantástico"
     assert any("Rodada Bônus" in line for line in seen["log"]), seen["log"]
     assert seen["html_lang"] == "pt-BR"
-    assert seen["error"]["code"] == "unknown_action_kind"
-    assert "'dance'" in seen["error"]["text"]
+    assert seen["error"]["code"] == "action_type_mismatch"
+    assert "'attack'" in seen["error"]["text"]
     assert seen["error"]["text"] != seen["error_en"]
     assert seen["signed_out"] == "Entrar"
     assert seen["unreachable"]["code"] == "connection_lost"
@@ -333,7 +333,7 @@ def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) 
     saying why; then d20 totals, no Fantastic; the narrator starts the combat from the page,
     delays a turn (the Delaying list) and readies an action with its trigger, after which
     neither Delay nor Ready is offered (R9, R11); the delayed turn is labelled so; at the delay
-    floor there is no Delay (must_act), and once refocused no Ready (R14)."""
+    floor there is no Delay (must_act), and once refocused (its Refocus button) no Ready (R14)."""
     with running(tmp_path, http=True) as d:
         n = Narrator(d.client(), "keep")
         n.create("dnd3e")
@@ -404,7 +404,8 @@ def test_every_page_text_is_a_literal_babel_extracts() -> None:
 
 def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> None:
     """A narrator of a table signs in: the picker offers that table's combats only, each named
-    without the table's prefix, the header names the table, and its combat opens."""
+    without the table's prefix, the header names the table, and its combat opens; a combat it
+    creates from the picker, named without the prefix, is the table's."""
     with running(tmp_path, http=True) as d:
         argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
         made = subprocess.run(
@@ -426,6 +427,7 @@ def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> No
     assert seen["values"] == [f"{table}/heist"]
     assert seen["options"][0].startswith("heist · marvel")
     assert seen["table"] == f"Table {table}"
+    assert seen["created"] == f"{table}/raid"
 
 
 def test_the_combat_picker_lists_more_combats_than_one_page(tmp_path: Path) -> None:
@@ -438,3 +440,68 @@ def test_the_combat_picker_lists_more_combats_than_one_page(tmp_path: Path) -> N
         seen = scenario(d, "crowded", tmp_path, token=d.token("narrator"), combat="zz-bank")
     assert seen["listed"] == len(filler) + 1
     assert seen["opened"] == seen["linked"] == "Spider-Man"
+
+
+@pytest.mark.parametrize("ruleset", ["marvel", "dnd3e"])
+def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> None:
+    """The narrator's console: the narrator creates the combat with a turn timer, adds
+    combatants (a player's PC, a group, a hidden one), enters the dice rolled at the table (the
+    player enters its own; marvel with an edge and its reroll), lets Turnkeeper roll one and
+    removes it, orders the group, applies a condition and starts. The player acts, reserves or
+    readies with the form's defaults (accepted), holds or delays to act after the boss, answers
+    the window the narrator opens; the narrator defeats, revives, reveals, adds a reinforcement,
+    removes the condition and ends the combat. Every step shows on both pages; each size checked
+    at 360 px has no sideways scrolling and no control under 44 px."""
+    with running(tmp_path, http=True) as d:
+        seen = scenario(
+            d,
+            f"console-{ruleset}",
+            tmp_path,
+            narrator=d.token("narrator"),
+            player=d.token("player", "--user", "peter"),
+            combat=f"console-{ruleset}",
+            ruleset=ruleset,
+        )
+    marvel = ruleset == "marvel"
+    totals = (
+        {"hero": "19", "boss": "15", "goon2": "9", "goon1": "9", "spy": "9"}
+        if marvel
+        else {"hero": "17", "boss": "13", "goon2": "8", "goon1": "8", "spy": "3"}
+    )
+    steps = seen["steps"]
+    held = "holding since round 1" if marvel else "delaying since round 1"
+    assert steps == [
+        "created: Setting up",
+        "added: hero, boss, goon1, goon2, spy, extra",
+        "player may roll for: hero; sees hero, boss, goon1, goon2, extra",
+        "no faces: Enter the face of every die.",
+        *(["surprised spy: Troubles: 1"] if marvel else []),
+        "extra rolled by Turnkeeper (a number), then removed",
+        f"totals: {json.dumps(totals, separators=(',', ':'))}",
+        "started: Bonus round, Hero's turn" if marvel else "started: Round 1, Hero's turn",
+        *(
+            [
+                "bonus round: attack, then reserve with the defaults (move, dash, stand, ): "
+                "Reserved: movement move [movement] When the boss moves"
+            ]
+            if marvel
+            else []
+        ),
+        f"held: {held}; acts just after Boss; rolled {totals['hero']}",
+        "window: the player claims, the narrator passes for Goon A, the player finishes"
+        if marvel
+        else "window: the player passes, the narrator passes for Goon A",
+        "after the boss: Hero, held turn" if marvel else "after the boss: Hero, delayed turn",
+        *(
+            []
+            if marvel
+            else ["ready with the defaults: Readied attack [standard] When the boss moves"]
+        ),
+        # The hero, holding to act after the boss, now acts at the boss's number (R9).
+        "order: boss, hero, spy, goon2, goon1"
+        if marvel
+        else "order: boss, hero, goon2, goon1, spy",
+        "roster: defeat, revive, reveal, a reinforcement rolled and slotted, condition removed",
+        "ended: Combat over",
+    ]
+    assert all(size["document"] <= size["viewport"] == 360 for size in seen["sizes"]), seen["sizes"]

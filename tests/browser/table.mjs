@@ -86,6 +86,12 @@ class TablePage {
     await this.locator(testid).fill(value, { timeout: WAIT_MS });
   }
 
+  /** Opens the folded section holding a form, as a person taps its title; open stays open. */
+  async unfold(testid) {
+    const details = this.page.locator(`details[data-fold="${testid}"]`);
+    if (!(await details.evaluate((d) => d.open))) await this.click("open-" + testid);
+  }
+
   async choose(testid, value) {
     await this.locator(testid).selectOption(value, { timeout: WAIT_MS });
   }
@@ -230,9 +236,290 @@ async function refusalOf(promise) {
   throw new Error("the command was accepted");
 }
 
+/** The phone the console must fit: no sideways scrolling at 360 px, controls big enough for a
+ * finger (44 CSS px, the common guideline). */
+const PHONE = { width: 360, height: 740 };
+const DESKTOP = { width: 1280, height: 800 };
+const TOUCH_PX = 44;
+
+/**
+ * Shoots the page at desktop and phone sizes and, at the phone's, checks that the document is
+ * no wider than the viewport and that every visible control is tall enough to touch. Returns
+ * the widths seen at 360 px.
+ */
+async function bothSizes(table, step) {
+  await table.page.setViewportSize(DESKTOP);
+  await table.shot(step + "-desktop");
+  await table.page.setViewportSize(PHONE);
+  const seen = await table.page.evaluate((px) => {
+    const small = [...document.querySelectorAll("button, select, input:not([type=checkbox]), .check-field, summary")]
+      .filter((e) => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden")
+      .filter((e) => e.getBoundingClientRect().height < px)
+      .map((e) => e.dataset.testid || e.textContent.trim().slice(0, 20));
+    return { document: document.documentElement.scrollWidth, viewport: window.innerWidth, small };
+  }, TOUCH_PX);
+  await table.shot(step + "-phone");
+  await table.page.setViewportSize(DESKTOP);
+  check(seen.document <= seen.viewport, `${step}: the page is ${seen.document} px wide at ${seen.viewport} px`);
+  same(seen.small, [], `${step}: controls under ${TOUCH_PX} px at 360 px`);
+  return { step, document: seen.document, viewport: seen.viewport };
+}
+
+/** The totals each row shows, by id, in the order shown. */
+async function totals(table) {
+  return (await table.observe()).totals;
+}
+
 // Scenarios ---------------------------------------------------------------------------------
 
 const scenarios = {
+  // The narrator's console, from creating the combat to ending it, with a player beside it, for
+  // settings.ruleset (marvel or dnd3e): everything through the pages alone.
+  async console(context) {
+    const marvel = settings.ruleset === "marvel";
+    const steps = [];
+    const sizes = [];
+    const narrator = await TablePage.open(context, "narrator", { token: settings.narrator });
+    narrator.page.on("dialog", (dialog) => dialog.accept());
+    await narrator.page.setViewportSize(DESKTOP);
+    await narrator.untilShown("create");
+    await narrator.fill("new-combat-id", settings.combat);
+    await narrator.choose("new-ruleset", settings.ruleset);
+    await narrator.fill("new-turn-limit", "600");
+    sizes.push(await bothSizes(narrator, "create"));
+    await narrator.click("create-combat");
+    await narrator.untilShown("add-form");
+    steps.push(`created: ${await narrator.text("round")}`);
+
+    const add = async (id, name, fields = {}) => {
+      await narrator.unfold("add-form");
+      await narrator.fill("add-id", id);
+      await narrator.fill("add-name", name);
+      await narrator.fill("add-mod", String(fields.mod ?? 0));
+      await narrator.fill("add-controller", fields.controller ?? "");
+      await narrator.fill("add-group", fields.group ?? "");
+      await narrator.fill("add-tags", fields.tags ?? "");
+      await narrator.locator("add-pc").setChecked(Boolean(fields.pc));
+      await narrator.locator("add-hidden").setChecked(Boolean(fields.hidden));
+      await narrator.click("add");
+      await narrator.untilShown("combatant-" + id);
+      // Added: the form starts blank for the next one.
+      await narrator.until("a blank add form", () => document.querySelector('[data-testid="add-id"]').value === "");
+    };
+    await add("hero", "Hero", { mod: 2, controller: "peter", pc: true, tags: "brave, quick" });
+    await add("boss", "Boss", { mod: 1 });
+    await add("goon1", "Goon A", { group: "goons" });
+    await add("goon2", "Goon B", { group: "goons" });
+    await add("spy", "Spy", { hidden: true });
+    await add("extra", "Extra");
+    steps.push(`added: ${(await narrator.observe()).combatants.join(", ")}`);
+
+    // The player rolls its own check at the table and enters the faces.
+    const player = await TablePage.open(context, "player", { token: settings.player, combat: settings.combat });
+    await player.page.setViewportSize(DESKTOP);
+    await player.untilShown("roll-form");
+    const offered = await player.locator("roll-who").locator("option").evaluateAll((o) => o.map((x) => x.value));
+    steps.push(`player may roll for: ${offered.join(", ")}; sees ${(await player.observe()).combatants.join(", ")}`);
+    const prepare = async (table, who, faces, extra = {}) => {
+      await table.choose("roll-who", who);
+      await table.choose("roll-how", "physical");
+      if (marvel) {
+        await table.fill("roll-edges", String(extra.edges ?? 0));
+        await table.locator("roll-edges").dispatchEvent("change");
+      }
+      for (const [i, face] of faces.entries()) await table.choose("face-" + (i + 1), String(face));
+      for (const [i, face] of (extra.rerolls ?? []).entries()) await table.choose("reroll-" + (i + 1), String(face));
+    };
+    const rolled = async (table, who) => {
+      await table.click("roll");
+      await narrator.until(`${who}'s check`, (id) =>
+        document.querySelector(`[data-testid="combatant-${id}"] [data-testid="total"]`) !== null, who);
+    };
+    const enter = async (table, who, faces, extra) => {
+      await prepare(table, who, faces, extra);
+      await rolled(table, who);
+    };
+    // The narrator enters the boss's dice (marvel: an edge, and the face of its reroll) while
+    // the player rolls: the narrator's form is drawn anew with everything still there.
+    await prepare(narrator, "boss", marvel ? [4, 4, 3] : [12], { edges: 1, rerolls: marvel ? [6] : [] });
+    await narrator.mark("roll-form");
+    // d616: the third die is the Marvel die; 1 is its M, a Fantastic check (R7).
+    await enter(player, "hero", marvel ? [5, 6, 1] : [15]);
+    sizes.push(await bothSizes(player, "player-rolled"));
+    await narrator.untilRedrawn("roll-form");
+    await rolled(narrator, "boss");
+    // A die left unchosen is not guessed: the page asks for it.
+    await narrator.choose("roll-who", "goon1");
+    await narrator.choose("roll-how", "physical");
+    await narrator.click("roll");
+    steps.push(`no faces: ${(await narrator.error()).text}`);
+    await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8]);
+    if (marvel) {
+      // Surprised before its check: one more trouble, so the dice entered ask for a reroll's
+      // face too (a 6 is never lower: the check stays 9, R8).
+      await narrator.unfold("manage");
+      await narrator.choose("manage-who", "spy");
+      await narrator.click("mark-surprised");
+      await narrator.untilText("combatant-spy", "Surprised");
+    }
+    await enter(narrator, "spy", marvel ? [2, 3, 4] : [3], { rerolls: marvel ? [6] : [] });
+    if (marvel) steps.push(`surprised spy: ${await narrator.locator("combatant-spy").locator(".badge-trouble").innerText()}`);
+    if (marvel) {
+      // The spy ties with the goons at 9: the narrator says who goes first rather than a
+      // roll-off (R4).
+      await narrator.untilShown("ties");
+      await narrator.choose("ties-1", "#spy");
+      await narrator.choose("ties-2", "group:goons");
+      await narrator.click("ties-set");
+      await narrator.untilText("log-lines", "Spy");
+    }
+    // Turnkeeper rolls for the extra, who then leaves before the combat starts.
+    await narrator.choose("roll-who", "extra");
+    await narrator.choose("roll-how", "digital");
+    await narrator.click("roll");
+    await narrator.until("the extra's check", () =>
+      document.querySelector('[data-testid="combatant-extra"] [data-testid="total"]') !== null);
+    const extra = (await totals(narrator)).extra;
+    await narrator.unfold("manage");
+    await narrator.choose("manage-who", "extra");
+    await narrator.click("remove");
+    await narrator.untilGone("combatant-extra");
+    steps.push(`extra rolled by Turnkeeper (${/^-?\d+$/.test(extra) ? "a number" : extra}), then removed`);
+
+    // The group acts in the order the narrator sets (R4).
+    await narrator.unfold("group-goons");
+    await narrator.choose("group-goons-1", "goon2");
+    await narrator.choose("group-goons-2", "goon1");
+    await narrator.click("group-goons-set");
+    await narrator.until("Goon B before Goon A", () => {
+      const rows = [...document.querySelectorAll('[data-testid^="combatant-"]')].map((r) => r.dataset.testid);
+      return rows.indexOf("combatant-goon2") >= 0 && rows.indexOf("combatant-goon2") < rows.indexOf("combatant-goon1");
+    });
+    await narrator.unfold("condition-form");
+    await narrator.choose("condition-target", "boss");
+    await narrator.fill("condition-note", "Webbed");
+    await narrator.fill("condition-rounds", "2");
+    await narrator.click("apply-condition");
+    await narrator.untilText("combatant-boss", "Webbed");
+    steps.push(`totals: ${JSON.stringify(await totals(narrator))}`);
+    sizes.push(await bothSizes(narrator, "setup"));
+
+    await narrator.click("start-combat");
+    await narrator.untilShown("turn-name");
+    steps.push(`started: ${await narrator.text("round")}, ${await narrator.text("turn-name")}'s turn`);
+
+    if (marvel) {
+      // The bonus round: the Fantastic hero acts; the player declares, then reserves with the
+      // form's defaults (the movement left: a move, never an attack it cannot carry).
+      await player.untilTurn("hero");
+      await player.choose("declare-kind", "attack");
+      await player.choose("declare-target", "boss");
+      await player.click("declare");
+      await player.untilText("turn", "Spent");
+      const kinds = await player.locator("reserve-kind").locator("option").evaluateAll((o) => o.map((x) => x.value));
+      await player.fill("reserve-trigger", "When the boss moves");
+      await player.click("reserve");
+      await narrator.untilShown("row-reservation");
+      steps.push(`bonus round: attack, then reserve with the defaults (${kinds.join(", ")}): ${await narrator.locator("combatant-hero").locator('[data-testid="row-reservation"]').innerText()}`);
+      await player.click("end-turn");
+      await narrator.untilText("round", "Round 1");
+    }
+
+    // The player holds (delays) its turn to act just after the boss (R9).
+    await player.untilTurn("hero");
+    await player.choose("hold-when", "after");
+    await player.choose("hold-other", "boss");
+    await player.click("hold");
+    await narrator.untilTurn("boss");
+    await narrator.untilShown("row-hold");
+    steps.push(`held: ${await narrator.locator("combatant-hero").locator('[data-testid="row-hold"]').innerText()}`);
+    sizes.push(await bothSizes(narrator, "held"));
+
+    // The boss attacks; the narrator opens a window for the hero and Goon A.
+    await narrator.choose("declare-kind", "attack");
+    await narrator.choose("declare-target", "hero");
+    await narrator.click("declare");
+    await narrator.untilText("turn", "Spent");
+    await narrator.unfold("announce-form");
+    await narrator.fill("announce-text", "The boss swings at the hero");
+    await narrator.locator("offer-hero").check();
+    await narrator.locator("offer-goon1").check();
+    await narrator.click("announce");
+    await player.untilShown("answer-hero");
+    sizes.push(await bothSizes(player, "window"));
+    if (marvel) {
+      // The player's own dice, should the claims need a fresh check (R12).
+      for (const [i, face] of [3, 5, 2].entries()) await player.choose(`claim-face-hero-${i + 1}`, String(face));
+      await player.click("claim-hero");
+      await narrator.untilText("offered-hero", "Claims");
+      await narrator.click("pass-goon1");
+      await player.untilShown("finish-hero");
+      await player.click("finish-hero");
+      steps.push("window: the player claims, the narrator passes for Goon A, the player finishes");
+    } else {
+      // dnd3e: only readied actions react (R11); the player passes.
+      await player.click("pass-hero");
+      await narrator.untilText("offered-hero", "Passes");
+      await narrator.click("pass-goon1");
+      steps.push("window: the player passes, the narrator passes for Goon A");
+    }
+    await narrator.untilGone("window-status");
+    await narrator.click("end-turn");
+    await player.untilTurn("hero");
+    steps.push(`after the boss: ${await player.text("turn-name")}, ${await player.text("turn-kind")}`);
+
+    if (!marvel) {
+      // The delayed turn readies an action with the form's defaults (R11).
+      await player.fill("reserve-trigger", "When the boss moves");
+      await player.click("reserve");
+      await narrator.untilShown("row-reservation");
+      steps.push(`ready with the defaults: ${await narrator.locator("combatant-hero").locator('[data-testid="row-reservation"]').innerText()}`);
+    }
+    await player.click("end-turn");
+    if (marvel) {
+      await narrator.untilTurn("spy");
+      await narrator.click("end-turn");
+    }
+    await narrator.untilTurn("goon2");
+    steps.push(`order: ${(await narrator.observe()).combatants.join(", ")}`);
+
+    // The roster mid-combat: defeat, revive, reveal, a reinforcement, the condition removed.
+    await narrator.unfold("manage");
+    await narrator.choose("manage-who", "goon1");
+    await narrator.click("defeat");
+    await narrator.untilText("combatant-goon1", "Defeated");
+    await narrator.choose("manage-who", "goon1");
+    await narrator.click("revive");
+    await narrator.until("Goon A back", () => !document.querySelector('[data-testid="combatant-goon1"]').innerText.includes("Defeated"));
+    await player.until("no spy for the player", () => document.querySelector('[data-testid="combatant-spy"]') === null);
+    await narrator.choose("manage-who", "spy");
+    await narrator.click("reveal");
+    await player.untilShown("combatant-spy");
+    await add("medic", "Medic", { mod: 1 });
+    await player.untilShown("combatant-medic");
+    if (marvel) {
+      // Surprised mid-combat until the start of the surpriser's next turn (R8).
+      await narrator.choose("manage-who", "goon1");
+      await narrator.choose("surprise-by", "boss");
+      await narrator.click("surprise");
+      await narrator.untilText("combatant-goon1", "Surprised");
+    }
+    const medic = (await totals(narrator)).medic;
+    await narrator.unfold("condition-form");
+    await narrator.click(await narrator.page.locator('[data-testid^="remove-condition-"]').first().getAttribute("data-testid"));
+    await narrator.until("the condition gone", () => !document.querySelector('[data-testid="combatant-boss"]').innerText.includes("Webbed"));
+    steps.push(`roster: defeat, revive, reveal, a reinforcement rolled ${/^-?\d+$/.test(medic) ? "and slotted" : medic}, condition removed`);
+    sizes.push(await bothSizes(player, "player-mid-combat"));
+
+    await narrator.click("end-combat");
+    await narrator.untilText("round", "Combat over");
+    await player.untilText("round", "Combat over");
+    check(await narrator.locator("end-turn").count() === 0, "no turn controls once over");
+    steps.push(`ended: ${await player.text("round")}`);
+    sizes.push(await bothSizes(narrator, "ended"));
+    await player.shot("ended");
+    return { steps, sizes };
+  },
   // A table's narrator: the picker offers its table's combats only, named without the table's
   // prefix, the header names the table, and the combat opens.
   async tables(context) {
@@ -246,7 +533,15 @@ const scenarios = {
     await picker.click("open");
     await picker.untilTurn("spidey");
     await picker.shot("opened");
-    return { options, values, table: await picker.text("table") };
+    // A combat created here is the table's: its name is given without the table's prefix.
+    await picker.click("change-combat");
+    await picker.untilShown("create");
+    await picker.fill("new-combat-id", "raid");
+    await picker.click("create-combat");
+    await picker.untilShown("add-form");
+    await picker.shot("created");
+    const created = await picker.page.evaluate(() => new URLSearchParams(location.hash.slice(1)).get("combat"));
+    return { options, values, table: await picker.text("table"), created };
   },
   // More combats than one page of list_combats: the picker lists every one, and a combat whose
   // id sorts after the first page opens, from the picker and from a link.
@@ -291,7 +586,11 @@ const scenarios = {
     steps.push(`end turn: ${await table.text("turn-name")}'s turn`);
     await table.shot("end-turn");
 
-    await table.fill("reserve-kind", "dance");
+    // The form offers only kinds the type spent can carry; a kind typed in with the wrong type
+    // is the daemon's to refuse.
+    await table.choose("reserve-kind", "");
+    await table.fill("reserve-custom", "attack");
+    await table.choose("reserve-action-type", "movement");
     await table.fill("reserve-trigger", "When Spider-Man lands on the vault");
     await table.click("reserve");
     await table.untilShown("error");
@@ -300,7 +599,7 @@ const scenarios = {
 
     // Another tool changes what the controls depend on while the form is being filled in: they
     // are drawn anew, with what was typed still there and the focus where it was.
-    await table.fill("reserve-kind", "attack");
+    await table.choose("reserve-kind", "attack");
     await table.fill("reserve-description", "grabs him with a tentacle");
     await table.mark("reserve-form");
     await tool.defeatCombatant({ combat: settings.combat, combatant: "mystique" });
@@ -519,7 +818,9 @@ const scenarios = {
     await table.until("the narrated log", () => document.querySelectorAll('[data-testid="log-lines"] li').length > 3);
     same(await table.locator("error").count(), 0, "errors after a double click on Show combat");
 
-    await table.fill("reserve-kind", "dance");
+    await table.choose("reserve-kind", "");
+    await table.fill("reserve-custom", "attack");
+    await table.choose("reserve-action-type", "movement");
     await table.fill("reserve-trigger", "Quando o Homem-Aranha pousar no cofre");
     await table.click("reserve");
     await table.untilShown("error");
@@ -532,7 +833,7 @@ const scenarios = {
       combat: settings.combat,
       turn: { round: view.turn.round, combatant: view.turn.combatant, number: view.turn.number },
       reserved_type: "standard",
-      action: { kind: "dance" },
+      action: { kind: "attack", type: "movement" },
       trigger: { text: "x" },
     }));
     tool.close();
@@ -600,7 +901,6 @@ const scenarios = {
     const title = await table.locator("holds").locator("h2").innerText();
     steps.push(`delay: ${await table.text("turn-name")}'s turn, Ana ${title.toLowerCase()}`);
     await table.shot("delay");
-    await table.fill("reserve-kind", "attack");
     await table.fill("reserve-trigger", "When Ana steps out of the shadows");
     await table.click("reserve");
     await table.untilShown("trigger");
@@ -635,16 +935,17 @@ const scenarios = {
     await table.shot("delay-floor");
 
     // Refocus (R14) spends the whole turn: nothing left to ready.
-    const tool = await otherTool(settings.token);
-    const turn = (await tool.getCombat({ combat: settings.combat })).view.turn;
-    await tool.refocus({ combat: settings.combat, turn: { round: turn.round, combatant: turn.combatant, number: turn.number } });
-    tool.close();
+    await table.click("refocus");
     await table.untilGone("reserve-form");
     steps.push(`refocused: no ready form, ${await table.text("end-turn")}`);
     await table.shot("refocused");
     return { totals: seen.totals, fantastic: seen.fantastic, opening, steps };
   },
 };
+
+// The console's scenario runs once per ruleset (settings.ruleset), each with its own screenshots.
+for (const ruleset of ["marvel", "dnd3e"]) scenarios["console-" + ruleset] = scenarios.console;
+delete scenarios.console;
 
 // Running one -------------------------------------------------------------------------------
 

@@ -7,39 +7,99 @@
 // Every form and group of fields carries a data-scope naming what it is about (a turn, a hold,
 // a window): the page puts typed values back into the same scope after it draws them again.
 
-import { field, h, select } from "./dom.js";
+import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 import { actionType } from "./render.js";
+import { d616Selects, setupControls } from "./setup.js";
 
-/** The action kinds each ruleset's catalogue knows (protocol.md, ActionSpec). */
+/** The action kinds each ruleset's catalogue knows, with the action type each is (protocol.md,
+ * ActionSpec). dnd3e's `refocus` has its own button (the refocus method). */
 const KINDS = {
-  marvel: ["attack", "power", "grab", "escape", "help", "use_item", "move", "dash", "stand"],
-  dnd3e: ["attack", "cast", "aid_another", "total_defense", "move", "draw_weapon", "stand_up",
-    "charge", "full_attack", "run", "withdraw", "refocus", "speak", "drop_item"],
+  marvel: {
+    attack: "standard", power: "standard", grab: "standard", escape: "standard", help: "standard",
+    use_item: "standard", move: "movement", dash: "movement", stand: "movement",
+  },
+  dnd3e: {
+    attack: "standard", cast: "standard", aid_another: "standard", total_defense: "standard",
+    move: "move", draw_weapon: "move", stand_up: "move", charge: "full", full_attack: "full",
+    run: "full", withdraw: "full", speak: "free", drop_item: "free",
+  },
 };
 const ACTION_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard", "move", "full", "free"] };
 const RESERVED_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard"] };
+/** What a reserved (marvel) or readied (dnd3e) type can carry out (the rulesets' `carries`):
+ * a marvel standard action does what a movement does, never the reverse; dnd3e readies a
+ * standard or a move (3.5 adds free actions, but the view does not say which rules the combat
+ * plays by, so the page offers what both accept). */
+const CARRIES = {
+  marvel: { standard: ["standard", "movement"], movement: ["movement"] },
+  dnd3e: { standard: ["standard", "move"] },
+};
+/** The kind select's value for an action the catalogue does not have. */
+const OTHER = "";
+/** Free text the daemon takes: at most 2000 characters. */
+const MAX_TEXT = 2000;
 
 /** Whether a turn that has spent `used` can still take an action of `type`: the engine's
- * budget (R6), so the page offers no reservation the daemon would refuse (action_unavailable). */
+ * budget (R6, the rulesets' `can_spend`), so the page offers no action the daemon would refuse
+ * (action_unavailable). */
 function canSpend(ruleset, used, type) {
   if (ruleset === "marvel") return !used.includes(type);
   if (ruleset !== "dnd3e") return true;
+  if (type === "free") return true;
   if (used.includes("full")) return false;
   const moves = used.filter((u) => u === "move").length;
   const standardSpent = used.includes("standard") || moves >= 2;
+  if (type === "full") return used.every((u) => u === "free");
   if (type === "standard") return !standardSpent;
   if (type === "move") return moves === 0 || !standardSpent;
-  return true;
+  return false;
 }
 
-function button(text, testid, onclick, kind) {
-  return h("button", { type: "button", class: "button " + (kind || ""), "data-testid": testid, onclick }, text);
-}
-
-function group(title, testid, scope, ...body) {
-  return h("div", { class: "control-group", "data-testid": testid, "data-scope": scope, role: "group", "aria-label": title },
-    h("h3", null, title), body);
+/**
+ * The fields of an action (ActionSpec) whose type is one of `types`: a kind from the ruleset's
+ * catalogue of those types, or another kind with its type stated; a description; a target.
+ * `types()` is read each time the kinds are drawn, so a form can narrow them (the reserve form's
+ * spent type). Returns the fields, `redraw()` and `spec()`.
+ */
+function actionFields(scene, prefix, types) {
+  const ruleset = scene.view.ruleset;
+  const catalogue = KINDS[ruleset] || {};
+  const kind = select({ name: "kind", "data-testid": prefix + "-kind" }, [], null);
+  const custom = h("input", { name: "custom", maxlength: 128, autocomplete: "off", "data-testid": prefix + "-custom" });
+  const type = select({ name: "type", "data-testid": prefix + "-action-type" }, [], null);
+  const description = h("input", { name: "description", maxlength: MAX_TEXT, autocomplete: "off", "data-testid": prefix + "-description" });
+  const targets = scene.lineup.filter((c) => c.status === "active");
+  const target = select({ name: "target", "data-testid": prefix + "-target" },
+    [["", t("nobody")], ...targets.map((c) => [c.id, c.name])], "");
+  const customField = field(t("Which action"), custom);
+  const typeField = field(t("Action type"), type);
+  const showCustom = () => {
+    customField.hidden = kind.value !== OTHER;
+    typeField.hidden = kind.value !== OTHER;
+  };
+  const redraw = () => {
+    const allowed = types();
+    // Drawn the first time, nothing was chosen yet: the first kind is the default.
+    const was = kind.options.length ? kind.value : null;
+    const kinds = Object.keys(catalogue).filter((k) => allowed.includes(catalogue[k]));
+    kind.replaceChildren(...[...kinds.map((k) => [k, k]), [OTHER, t("another action…")]]
+      .map(([value, text]) => h("option", { value }, text)));
+    kind.value = kinds.includes(was) || was === OTHER ? was : kinds[0] ?? OTHER;
+    const typeWas = type.value;
+    type.replaceChildren(...allowed.map((x) => h("option", { value: x }, actionType(x))));
+    if (allowed.includes(typeWas)) type.value = typeWas;
+    showCustom();
+  };
+  kind.addEventListener("change", showCustom);
+  redraw();
+  const spec = () => {
+    const action = { description: description.value.trim(), targets: target.value ? [target.value] : [] };
+    if (kind.value !== OTHER) return { kind: kind.value, ...action };
+    return { kind: custom.value.trim(), type: type.value, ...action };
+  };
+  const fields = [field(t("Action"), kind), customField, typeField, field(t("Target"), target), field(t("Description"), description)];
+  return { fields, redraw, spec };
 }
 
 function turnRef(turn) {
@@ -52,8 +112,11 @@ function turnControls(scene, run, refuse) {
   // R9: a turn is held only before anything is done in it (action_taken), and a dnd3e delayer
   // at its floor acts or forfeits (must_act).
   const mayHold = turn.used.length === 0 && turn.kind !== "floor";
+  // R9: a held turn goes lower than the holder's number now (invalid_hold_number).
+  const place = scene.byId.get(turn.combatant)?.place ?? null;
   const number = h("input", {
     type: "number", step: 1, name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow",
+    max: place === null ? null : place - 1,
   });
   // R9: the plan may come with the hold. The last to act in a round must say it here to go
   // before the first of the next: its hold starts that round's first turn at once.
@@ -67,6 +130,9 @@ function turnControls(scene, run, refuse) {
     // Initiative numbers are whole: the daemon would refuse 12.5 as no integer.
     if (number.validity.badInput || (value !== "" && !Number.isInteger(Number(value)))) {
       return refuse(t("The number to act at is a whole number, or leave it empty."));
+    }
+    if (value !== "" && place !== null && Number(value) >= place) {
+      return refuse(t("A held turn acts at a number lower than {n}.", { n: place }));
     }
     const plan = when.value ? { when: when.value, other: other.value } : {};
     return run("hold", { turn: ref, number: value === "" ? null : Number(value), ...plan });
@@ -89,23 +155,24 @@ function reservableTypes(scene) {
   return (RESERVED_TYPES[ruleset] || ["standard"]).filter((type) => canSpend(ruleset, turn.used, type));
 }
 
-function reserveForm(scene, run, types) {
+function reserveForm(scene, run, refuse, types) {
   const ruleset = scene.view.ruleset;
   const turn = scene.view.turn;
   const reservedType = select({ name: "reserved_type", "data-testid": "reserve-type" },
     types.map((type) => [type, actionType(type)]), types[0]);
-  const kind = h("input", { name: "kind", list: "kinds", required: true, autocomplete: "off", value: "attack", "data-testid": "reserve-kind" });
-  const type = select({ name: "type", "data-testid": "reserve-action-type" },
-    [["", t("as the kind says")], ...(ACTION_TYPES[ruleset] || []).map((x) => [x, actionType(x)])], "");
-  const description = h("input", { name: "description", maxlength: 2000, autocomplete: "off", "data-testid": "reserve-description" });
-  const trigger = h("input", { name: "trigger", required: true, maxlength: 2000, autocomplete: "off", "data-testid": "reserve-trigger" });
+  // Only what the type spent can carry out: a marvel movement reserves no attack (the default
+  // kind refused with action_type_mismatch once the standard action was spent).
+  const action = actionFields(scene, "reserve", () => (CARRIES[ruleset] || {})[reservedType.value] || [reservedType.value]);
+  reservedType.addEventListener("change", action.redraw);
+  const trigger = h("input", { name: "trigger", required: true, maxlength: MAX_TEXT, autocomplete: "off", "data-testid": "reserve-trigger" });
   const submit = (event) => {
     event.preventDefault();
-    const action = { kind: kind.value.trim(), description: description.value.trim() };
-    if (type.value) action.type = type.value;
-    return run("reserve", {
-      turn: turnRef(turn), reserved_type: reservedType.value, action, trigger: { text: trigger.value.trim() },
-    });
+    const spec = action.spec();
+    if (!spec.kind) return refuse(t("Say which action."));
+    if (!trigger.value.trim()) return refuse(t("Say what the action waits for."));
+    return clearWhenDone(run("reserve", {
+      turn: turnRef(turn), reserved_type: reservedType.value, action: spec, trigger: { text: trigger.value.trim() },
+    }), "reserve-form");
   };
   const title = scene.marvel ? t("Reserve an action for {name}", { name: scene.name(turn.combatant) })
     : t("Ready an action for {name}", { name: scene.name(turn.combatant) });
@@ -117,12 +184,42 @@ function reserveForm(scene, run, types) {
     h("div", { class: "grid" },
       // TRANSLATORS: the action type spent on reserving (marvel standard/movement).
       field(t("Spend"), reservedType),
-      field(t("Action"), kind),
-      field(t("Action type"), type),
-      field(t("Description"), description),
+      action.fields,
       h("div", { class: "wide" }, field(t("Trigger"), trigger, t("What it waits for, as you would say it.")))),
     h("div", { class: "row" }, h("button", { type: "submit", class: "button primary", "data-testid": "reserve" },
       scene.marvel ? t("Reserve") : t("Ready"))));
+}
+
+/** The action types the current turn can still take (R6). */
+function spendableTypes(scene) {
+  const { ruleset, turn } = scene.view;
+  if (turn.refocus) return [];
+  return (ACTION_TYPES[ruleset] || []).filter((type) => canSpend(ruleset, turn.used, type));
+}
+
+/** Declaring an action in the current turn (R6), and for dnd3e refocusing (R14). */
+function declareForm(scene, run, refuse, types) {
+  const turn = scene.view.turn;
+  const action = actionFields(scene, "declare", () => types);
+  const submit = (event) => {
+    event.preventDefault();
+    const spec = action.spec();
+    if (!spec.kind) return refuse(t("Say which action."));
+    return clearWhenDone(run("declareAction", { turn: turnRef(turn), action: spec }), "declare-form");
+  };
+  // R14: refocusing spends the full round, so only a turn that has done nothing else may.
+  const refocus = scene.view.ruleset === "dnd3e" && types.includes("full")
+    ? button(t("Refocus"), "refocus", () => run("refocus", { turn: turnRef(turn) })) : null;
+  const title = t("An action for {name}", { name: scene.name(turn.combatant) });
+  return h("form", {
+    class: "control-group", "data-testid": "declare-form", "data-scope": "turn:" + turn.number,
+    onsubmit: submit, "aria-label": title,
+  },
+    h("h3", null, title),
+    h("div", { class: "grid" }, action.fields),
+    h("div", { class: "row" },
+      h("button", { type: "submit", class: "button primary", "data-testid": "declare" }, t("Take the action")),
+      refocus));
 }
 
 function heldTurnForm(scene, hold, run) {
@@ -142,12 +239,13 @@ function heldTurnForm(scene, hold, run) {
       button(scene.marvel ? t("Take held turn") : t("Take delayed turn"), "take-held-" + hold.combatant, take, "primary")));
 }
 
-function answerRow(scene, w, id, run) {
+function answerRow(scene, w, id, run, refuse) {
   const own = scene.view.reservations.filter((r) => r.combatant === id);
   const options = own.map((r) => [r.id, t("Reserved: {trigger}", { trigger: r.trigger.text })]);
   if (scene.marvel) options.push(["", t("A stated action")]);
   const choice = options.length ? select({ name: "reservation", "data-testid": "claim-with-" + id }, options, options[0][0]) : null;
-  const kind = scene.marvel ? h("input", { name: "kind", list: "kinds", value: "attack", class: "narrow", "data-testid": "claim-kind-" + id }) : null;
+  const kinds = Object.keys(KINDS.marvel);
+  const kind = scene.marvel ? select({ name: "kind", "data-testid": "claim-kind-" + id }, kinds.map((k) => [k, k]), kinds[0]) : null;
   const stated = kind ? field(t("Stated action"), kind) : null;
   // The action is asked for only when it is stated rather than reserved.
   const showStated = () => {
@@ -155,10 +253,18 @@ function answerRow(scene, w, id, run) {
   };
   if (choice) choice.addEventListener("change", showStated);
   showStated();
+  // marvel: the claimant's own dice for the fresh check the sequence may need (R2, R12); none
+  // chosen, Turnkeeper rolls if it comes to that.
+  const dice = scene.marvel ? d616Selects("claim-face-" + id + "-") : null;
   const claim = () => {
     const params = { window: w.id, combatant: id };
     if (choice && choice.value) params.reservation = choice.value;
-    else params.action = { kind: kind.value.trim() };
+    else params.action = { kind: kind.value };
+    if (dice) {
+      const faces = dice.selects.map((die) => die.value);
+      if (faces.some(Boolean) && !faces.every(Boolean)) return refuse(t("Enter the face of every die."));
+      if (faces.every(Boolean)) params.faces = faces.map(Number);
+    }
     return run("claimReaction", params);
   };
   return h("li", { class: "answer", "data-testid": "answer-" + id },
@@ -166,16 +272,18 @@ function answerRow(scene, w, id, run) {
     h("div", { class: "row" },
       choice ? field(t("Claim with"), choice) : null,
       stated),
+    dice ? h("div", { class: "row dice-entry", role: "group", "aria-label": t("Dice for a fresh check (optional)") },
+      h("span", { class: "field-label" }, t("Dice for a fresh check (optional)")), dice.fields) : null,
     h("div", { class: "row" },
       choice ? button(t("Claim"), "claim-" + id, claim, "primary") : null,
       button(t("Pass"), "pass-" + id, () => run("passReaction", { window: w.id, combatant: id }))));
 }
 
-function windowControls(scene, run) {
+function windowControls(scene, run, refuse) {
   const w = scene.view.window;
   const answered = new Set([...w.passes, ...w.claims.map((claim) => claim.combatant)]);
   if (w.status === "open") {
-    const rows = w.offered.filter((id) => !answered.has(id) && scene.may(id)).map((id) => answerRow(scene, w, id, run));
+    const rows = w.offered.filter((id) => !answered.has(id) && scene.may(id)).map((id) => answerRow(scene, w, id, run, refuse));
     const close = scene.session.role === "narrator"
       ? h("div", { class: "row" }, button(t("Close the window"), "close-window", () => run("closeWindow", { window: w.id })))
       : null;
@@ -202,19 +310,27 @@ export function controls(scene, run, refuse) {
         button(t("Start combat"), "start-combat", () => run("startCombat", {}), "primary"))));
     }
     // While a window is open or resolving, turn commands are refused (window_open): resolve it first.
-    if (view.window) parts.push(windowControls(scene, run));
+    if (view.window) parts.push(windowControls(scene, run, refuse));
     else if (view.turn && scene.may(view.turn.combatant)) {
       parts.push(turnControls(scene, run, refuse));
+      const spendable = spendableTypes(scene);
+      if (spendable.length) parts.push(declareForm(scene, run, refuse, spendable));
       const types = reservableTypes(scene);
-      if (types.length) parts.push(reserveForm(scene, run, types));
+      if (types.length) parts.push(reserveForm(scene, run, refuse, types));
     }
     for (const hold of view.holds) {
       if (scene.may(hold.combatant)) parts.push(heldTurnForm(scene, hold, run));
     }
+    parts.push(...setupControls(scene, run, refuse));
   }
   if (narrator) {
     parts.push(group(t("Table"), "table-controls", null, h("div", { class: "row" },
-      button(t("Undo the last command"), "undo", () => run("undo", {}), "danger"))));
+      button(t("Undo the last command"), "undo", () => run("undo", {}), "danger"),
+      view.phase !== "ended" ? button(t("End the combat"), "end-combat", () => {
+        // Ending cancels whatever is pending (R1); only undo comes back from it.
+        if (confirm(t("End the combat? Only undo brings it back."))) return run("endCombat", {});
+        return null;
+      }, "danger") : null)));
   }
   const shown = parts.filter(Boolean);
   let body;
@@ -223,6 +339,5 @@ export function controls(scene, run, refuse) {
   else body = h("p", { class: "empty" }, t("You are watching: this session gives no commands."));
   return h("section", { class: "panel controls", "data-testid": "controls", "aria-label": t("Controls") },
     h("h2", null, narrator ? t("Narrator controls") : t("Your controls")),
-    h("datalist", { id: "kinds" }, (KINDS[view.ruleset] || []).map((k) => h("option", { value: k }))),
     body);
 }

@@ -35,6 +35,36 @@ export function field(label, control, hint) {
     hint ? h("span", { class: "field-hint" }, hint) : null);
 }
 
+/** A button that is no form's submit. */
+export function button(text, testid, onclick, kind) {
+  return h("button", { type: "button", class: "button " + (kind || ""), "data-testid": testid, onclick }, text);
+}
+
+/** A titled group of controls; `scope` names what it is about (see rebuildKeepingInput). */
+export function group(title, testid, scope, ...body) {
+  return h("div", { class: "control-group", "data-testid": testid, "data-scope": scope, role: "group", "aria-label": title },
+    h("h3", null, title), body);
+}
+
+/**
+ * Puts a form back as it was drawn once the command it sent (`sent`, run()'s promise of
+ * whether it was accepted) is: the next one starts afresh. The form is looked up when the
+ * answer comes, since the page may have drawn it anew meanwhile (see rebuildKeepingInput); a
+ * refused command leaves it as typed, to be corrected.
+ */
+export async function clearWhenDone(sent, testid) {
+  if (!(await sent)) return;
+  const form = document.querySelector(`[data-testid="${testid}"]`);
+  if (!form) return;
+  for (const element of form.querySelectorAll("input, select, textarea")) {
+    if (!drawnWith.has(element)) continue;
+    const drawn = drawnWith.get(element);
+    if (element.type === "checkbox") element.checked = drawn === "true";
+    else element.value = drawn;
+    element.dispatchEvent(new Event("change"));
+  }
+}
+
 /** A select of [value, text] pairs with one chosen. */
 export function select(attributes, options, chosen) {
   return h("select", attributes, options.map(([value, text]) =>
@@ -54,33 +84,64 @@ export function rebuildKeepingInput(container, build) {
   const fields = (root) => [...root.querySelectorAll("input, select, textarea")]
     .map((element) => [keyOf(element), element])
     .filter(([key]) => key !== null);
-  const typed = new Map(fields(container).filter(([, e]) => drawnWith.has(e) && drawnWith.get(e) !== e.value)
-    .map(([key, e]) => [key, e.value]));
+  // A field not drawn with the rest was added by what the person chose (a reroll's face once
+  // an edge is given): what it holds is theirs too.
+  const typed = new Map(fields(container).filter(([, e]) => !drawnWith.has(e) || drawnWith.get(e) !== valueOf(e))
+    .map(([key, e]) => [key, valueOf(e)]));
+  // Folded sections the person opened stay open.
+  const opened = new Set([...container.querySelectorAll("details[data-fold]")].filter((d) => d.open).map((d) => d.dataset.fold));
   const focused = container.contains(document.activeElement) ? document.activeElement : null;
   const focusKey = focused ? keyOf(focused) : null;
   const caret = focused ? selection(focused) : null;
   container.replaceChildren(build());
-  for (const [key, element] of fields(container)) {
-    drawnWith.set(element, element.value);
-    const value = typed.get(key);
-    const select = element.tagName === "SELECT";
-    // A choice no longer offered (a combatant gone) is not put back.
-    if (value !== undefined && (!select || [...element.options].some((option) => option.value === value))) {
-      element.value = value;
-      // A select changed back may show or hide other fields (a stated action, say).
-      if (select) element.dispatchEvent(new Event("change"));
-    }
-    if (key === focusKey) {
-      element.focus();
-      if (caret) {
-        try {
-          element.setSelectionRange(...caret);
-        } catch {
-          // Number inputs have no caret to set.
+  for (const details of container.querySelectorAll("details[data-fold]")) {
+    if (opened.has(details.dataset.fold)) details.open = true;
+  }
+  // A field put back may draw others (a select showing a stated action, the edges asking for
+  // their reroll faces): those are filled in on the next pass.
+  const seen = new Set();
+  let fresh;
+  while ((fresh = fields(container).filter(([, element]) => !seen.has(element))).length) {
+    for (const [key, element] of fresh) {
+      seen.add(element);
+      drawnWith.set(element, valueOf(element));
+      const value = typed.get(key);
+      const select = element.tagName === "SELECT";
+      // A choice no longer offered (a combatant gone) is not put back.
+      if (value !== undefined && (!select || [...element.options].some((option) => option.value === value))) {
+        if (element.type === "checkbox") element.checked = value === "true";
+        else element.value = value;
+        element.dispatchEvent(new Event("change"));
+      }
+      if (key === focusKey) {
+        element.focus();
+        if (caret) {
+          try {
+            element.setSelectionRange(...caret);
+          } catch {
+            // Number inputs have no caret to set.
+          }
         }
       }
     }
   }
+}
+
+/** What a field holds: a checkbox's state, else its value. */
+function valueOf(element) {
+  return element.type === "checkbox" ? String(element.checked) : element.value;
+}
+
+/**
+ * A section that folds away: `element`'s own title becomes the summary that opens it. The page
+ * keeps it open across redrawings once opened (rebuildKeepingInput); `open` is how it starts.
+ */
+export function fold(element, open) {
+  const title = element.querySelector(":scope > h3");
+  const testid = element.dataset.testid;
+  title?.remove();
+  return h("details", { class: "fold", "data-fold": testid, open },
+    h("summary", { "data-testid": "open-" + testid }, title ? title.textContent : testid), element);
 }
 
 function keyOf(element) {

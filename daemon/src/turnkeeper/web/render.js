@@ -162,20 +162,64 @@ function checkCell(check) {
     check.troubles ? badge(t("Troubles: {n}", { n: check.troubles }), "trouble") : null);
 }
 
+/** Where a hold says its held turn will be taken. */
+function holdPlan(scene, hold) {
+  if (hold.plan === "before") return t("acts just before {name}", { name: scene.name(hold.target) });
+  if (hold.plan === "after") return t("acts just after {name}", { name: scene.name(hold.target) });
+  if (hold.plan === "at") return t("acts at {n}", { n: hold.number });
+  if (hold.number !== null) return t("named {n}; not yet said when", { n: hold.number });
+  return t("not yet said when");
+}
+
+/** Why a combatant's number is what it is, when it is not its check's total: a hold (R9), a
+ * readied action that went off (R11), a refocus (R14). */
+function placeNote(scene, c, hold) {
+  if (hold) {
+    const rolled = c.check ? t("rolled {n}", { n: c.check.total }) : null;
+    const holding = scene.marvel ? t("holding since round {n}", { n: hold.round }) : t("delaying since round {n}", { n: hold.round });
+    return [holding, holdPlan(scene, hold), rolled].filter(Boolean).join("; ");
+  }
+  if (c.check && c.place !== null && c.place !== c.check.total) {
+    return t("now acts at {place} (rolled {n})", { place: c.place, n: c.check.total });
+  }
+  return null;
+}
+
+/** What a row says about its combatant beyond its check: its hold, reservations, conditions. */
+function rowNotes(scene, c, hold) {
+  const notes = [];
+  const place = placeNote(scene, c, hold);
+  if (place) notes.push(h("li", { "data-testid": "row-hold" }, place));
+  for (const r of scene.view.reservations.filter((r) => r.combatant === c.id)) {
+    const what = r.mode === "reserve" ? t("Reserved: {type}", { type: actionType(r.reserved_type) }) : t("Readied");
+    notes.push(h("li", { "data-testid": "row-reservation" }, badge(what, "reserved"), " ", action(scene, r.action), " ",
+      h("q", null, r.trigger.text)));
+  }
+  for (const k of scene.view.conditions.filter((k) => k.target === c.id)) {
+    const kind = k.type === "surprised" ? t("Surprised") : k.note || (k.type === "custom" ? t("Condition") : k.type);
+    const left = Math.max(0, ...k.clocks.map((clock) => clock.remaining));
+    notes.push(h("li", { "data-testid": "row-condition" }, badge(kind, "condition"), " ",
+      h("span", { class: "muted" }, t("Rounds left: {n}", { n: left }))));
+  }
+  return notes.length ? h("ul", { class: "row-notes" }, notes) : null;
+}
+
 /** The initiative order with each check, who is holding, and each combatant's state. */
 export function order(scene) {
   const { view } = scene;
-  const holding = new Set(view.holds.map((hold) => hold.combatant));
+  const holding = new Map(view.holds.map((hold) => [hold.combatant, hold]));
   const current = view.turn ? view.turn.combatant : null;
   const rows = scene.lineup.map((c) => {
+    const hold = holding.get(c.id);
     const marks = [
       // TRANSLATORS: short for player character.
       c.player_character ? badge(t("PC"), "pc") : null,
       c.group ? badge(t("Group {group}", { group: c.group }), "group") : null,
       c.hidden ? badge(t("Hidden"), "hidden", "hidden") : null,
       c.surprised ? badge(t("Surprised"), "surprised") : null,
-      holding.has(c.id) ? badge(scene.marvel ? t("Holding") : t("Delaying"), "holding", "holding") : null,
+      hold ? badge(scene.marvel ? t("Holding") : t("Delaying"), "holding", "holding") : null,
       c.status === "defeated" ? badge(t("Defeated"), "defeated") : null,
+      c.status === "removed" ? badge(t("Removed"), "defeated") : null,
       scene.marvel && !c.reaction ? badge(t("Reaction spent"), "spent") : null,
     ];
     return h("tr", {
@@ -185,9 +229,10 @@ export function order(scene) {
     },
     h("td", { class: "place", "data-testid": "place" }, c.place ?? "–"),
     h("th", { scope: "row", class: "who" },
-      h("span", { class: "name", "data-testid": "name" }, c.name), h("span", { class: "marks" }, marks)),
-    h("td", { class: "initiative" }, checkCell(c.check)),
-    h("td", { class: "controller" }, c.controller === null ? t("Narrator") : c.controller));
+      h("span", { class: "name", "data-testid": "name" }, c.name), h("span", { class: "marks" }, marks),
+      h("span", { class: "played-by" }, c.controller === null ? t("Narrator") : c.controller),
+      rowNotes(scene, c, hold)),
+    h("td", { class: "initiative" }, checkCell(c.check)));
   });
   const table = rows.length
     ? h("table", { class: "order" },
@@ -195,8 +240,7 @@ export function order(scene) {
         // TRANSLATORS: column of the current initiative number, kept short.
         h("th", { scope: "col" }, t("Init")),
         h("th", { scope: "col" }, t("Combatant")),
-        h("th", { scope: "col" }, t("Initiative check")),
-        h("th", { scope: "col" }, t("Played by")))),
+        h("th", { scope: "col" }, t("Initiative check")))),
       h("tbody", null, rows))
     : empty(t("No combatants yet."));
   return panel("order", t("Initiative order"), table);
@@ -205,18 +249,10 @@ export function order(scene) {
 /** Held (marvel) or delayed (dnd3e) turns and when each is to be taken. */
 export function holds(scene) {
   const { view } = scene;
-  const items = view.holds.map((hold) => {
-    let plan;
-    if (hold.plan === "before") plan = t("acts just before {name}", { name: scene.name(hold.target) });
-    else if (hold.plan === "after") plan = t("acts just after {name}", { name: scene.name(hold.target) });
-    else if (hold.plan === "at") plan = t("acts at {n}", { n: hold.number });
-    else if (hold.number !== null) plan = t("named {n}; not yet said when", { n: hold.number });
-    else plan = t("not yet said when");
-    return h("li", { "data-testid": "hold-" + hold.combatant },
-      h("div", null, h("strong", null, scene.name(hold.combatant)), " ",
-        h("span", { class: "muted" }, t("since round {n}", { n: hold.round }))),
-      h("div", { "data-testid": "plan" }, plan));
-  });
+  const items = view.holds.map((hold) => h("li", { "data-testid": "hold-" + hold.combatant },
+    h("div", null, h("strong", null, scene.name(hold.combatant)), " ",
+      h("span", { class: "muted" }, t("since round {n}", { n: hold.round }))),
+    h("div", { "data-testid": "plan" }, holdPlan(scene, hold))));
   return panel("holds", scene.marvel ? t("Holding") : t("Delaying"),
     items.length ? h("ul", { class: "items" }, items) : empty(t("Nobody.")));
 }

@@ -8,6 +8,7 @@ import { controls } from "./controls.js";
 import { clock, field, h, rebuildKeepingInput, select } from "./dom.js";
 import { LOCALES, locale, t, useLocale } from "./i18n.js";
 import { Scene, conditions, holds, order, reactionWindow, reservations, summary } from "./render.js";
+import { createCombatForm } from "./setup.js";
 
 /** Events of the past the log shows when a combat is opened: a few rounds, one history page. */
 const LOG_BACKLOG = 200;
@@ -257,8 +258,29 @@ function showPicker({ missing = null, chosen = null, error = null } = {}) {
         app.combats.length ? field(t("Combat"), choice) : h("p", { class: "empty" }, t("No combats yet.")),
         h("div", { class: "row end" },
           h("button", { type: "button", class: "button", onclick: () => showCombats(null) }, t("Refresh")),
-          open))));
+          open)),
+      app.session.role === "narrator" ? createCombatForm(createCombat, refuse) : null));
   if (error) showError(error);
+}
+
+/** Opens a new combat (create_combat) and shows it; a refusal stays on the picker, the form
+ * keeping what was typed. */
+async function createCombat(params) {
+  clearError();
+  const client = app.client;
+  // A table's combats are named `TABLE/NAME` (protocol.md, Tables): people type the name, as
+  // the picker shows it.
+  const table = app.session?.table;
+  const prefix = table && table !== "default" ? table + "/" : "";
+  const combat = prefix && !params.combat_id.startsWith(prefix) ? prefix + params.combat_id : params.combat_id;
+  try {
+    await client.createCombat({ ...params, combat_id: combat });
+  } catch (error) {
+    if (app.client === client) showError(error);
+    return;
+  }
+  if (app.client !== client) return;
+  await showCombats(combat);
 }
 
 function sessionBadge() {
@@ -473,7 +495,8 @@ function controlsKey(view) {
     view.holds,
     view.reservations.map((r) => r.id),
     w && [w.id, w.status, w.offered, w.claims.map((c) => c.combatant), w.passes, w.sequence, w.index],
-    view.combatants.map((c) => [c.id, c.status, c.controller]), view.order,
+    view.combatants.map((c) => [c.id, c.status, c.controller, c.hidden, c.surprised, c.group, c.check && c.check.total]),
+    view.order, view.conditions.map((c) => c.id),
   ]);
 }
 
@@ -510,7 +533,8 @@ function logEvent(event) {
   app.parts.log.scrollTop = app.parts.log.scrollHeight;
 }
 
-/** Sends a command for the open combat; a refusal shows the daemon's message. */
+/** Sends a command for the open combat; a refusal shows the daemon's message. Resolves to
+ * whether the command was accepted. */
 async function run(method, params) {
   clearError();
   app.busy = true;
@@ -518,8 +542,10 @@ async function run(method, params) {
   document.body.dataset.busy = "1";
   try {
     await app.client[method]({ combat: app.combat, ...params });
+    return true;
   } catch (error) {
     showError(error);
+    return false;
   } finally {
     app.busy = false;
     if (app.parts.controls) app.parts.controls.disabled = !mayCommand();
