@@ -1,0 +1,296 @@
+"""Many daemons on one PostgreSQL (issue 12, part 3): each combat leased by one daemon at a
+time, every append fenced by the lease's epoch in the database itself, a daemon that cannot
+renew fencing itself, and ownership moving to the daemon a combat's commands arrive at. Real
+PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from daemon import CALL_TIMEOUT, Daemon, add_spidey
+from test_store_port import batch, event, logged, running
+from turnkeeper.store import StoreError
+from turnkeeper.stores import postgresql
+from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
+from turnkeeper_sdk import wire
+
+FAILOVER_SECONDS = 5.0
+"""Issue 12's bound: a dead owner's combats are served by another daemon within this."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as db:
+        cursor = db.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
+    [row] = _sql(
+        dsn,
+        f"SELECT owner, owner_epoch, last_seq FROM {SCHEMA}.combats WHERE combat_id = %s",
+        combat_id,
+    )
+    return row
+
+
+# -- two stores in one process ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_stale_owners_append_is_refused_by_the_fence_in_the_database(
+    postgres_db: str,
+) -> None:
+    """A paused owner (its lease run out by the server's clock, its own clock not yet past its
+    margin) writes a group: the conditional UPDATE finds another epoch, that combat alone is
+    rolled back and refused, the rest of the group lands."""
+    old = PostgresStore.open(postgres_db, lease_seconds=60)
+    new = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(old), running(new):
+            await old.commit(batch("c1", 1, create=True))
+            await old.commit(batch("c2", 1, create=True))
+            assert _lease(postgres_db, "c1") == (old.daemon_id, 1, 1)
+            # The server's clock says the old owner's lease ran out (it was paused past it).
+            _sql(postgres_db, f"UPDATE {SCHEMA}.combats SET lease_expires = now() - interval '1s'")
+            loaded = await anyio.to_thread.run_sync(new.load_one, "c1")  # acquires: epoch 2
+            assert (loaded.last, _lease(postgres_db, "c1")) == (1, (new.daemon_id, 2, 1))
+            await new.commit(batch("c1", 2))
+            outcomes: dict[str, BaseException | None] = {}
+
+            async def commit(combat_id: str, seq: int) -> None:
+                try:
+                    await old.commit(batch(combat_id, seq))
+                    outcomes[combat_id] = None
+                except StoreError as e:
+                    outcomes[combat_id] = e
+
+            async with anyio.create_task_group() as tg:  # one group commit, both batches
+                tg.start_soon(commit, "c1", 2)
+                tg.start_soon(commit, "c2", 2)
+            moved = outcomes["c1"]
+            assert isinstance(moved, StoreError)
+            assert (moved.code, moved.field) == ("combat_moved", "combat")
+            assert outcomes["c2"] is None
+            # And it stays refused: the old owner no longer counts itself the holder.
+            with pytest.raises(StoreError) as again:
+                await old.commit(batch("c1", 3))
+            assert again.value.code == "combat_moved"
+        assert _lease(postgres_db, "c1")[1:] == (2, 2)
+        assert logged(new, new.load_one("c1")) == [(1, event(1)), (2, event(2))]
+    finally:
+        old.close()
+        new.close()
+
+
+@pytest.mark.anyio
+async def test_a_store_that_cannot_renew_stops_writing_before_its_lease_runs_out(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore.open(postgres_db, lease_seconds=1.0)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+
+            def unreachable(*_: object) -> None:
+                raise psycopg.OperationalError("the server cannot be reached")
+
+            monkeypatch.setattr(postgresql._Leases, "_renew", unreachable)
+            await anyio.sleep(1.0 * (1 - FENCE_MARGIN))
+            with pytest.raises(StoreError) as fenced:
+                await store.commit(batch("c1", 2))
+            assert fenced.value.code == "combat_moved"
+        # Refused by the daemon itself: the database still has it as the holder, epoch 1,
+        # and nothing of the refused batch.
+        assert _lease(postgres_db, "c1") == (store.daemon_id, 1, 1)
+    finally:
+        monkeypatch.undo()
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_an_acquire_asks_the_holder_which_lets_go_after_its_minimum_hold(
+    postgres_db: str,
+) -> None:
+    holder = PostgresStore.open(postgres_db)
+    asker = PostgresStore.open(postgres_db)
+    try:
+        async with running(holder), running(asker):
+            await holder.commit(batch("c1", 1, 2, create=True))
+            asked: list[str] = []
+
+            async def let_go() -> None:
+                async for combat_id in holder.release_requests():
+                    asked.append(combat_id)
+                    await anyio.sleep(holder.hold_left(combat_id))
+                    await holder.release(combat_id)
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(let_go)
+                with anyio.fail_after(CALL_TIMEOUT):
+                    loaded = await anyio.to_thread.run_sync(asker.load_one, "c1")
+            assert (asked, loaded.last) == (["c1"], 2)
+            assert _lease(postgres_db, "c1") == (asker.daemon_id, 2, 2)
+            await asker.commit(batch("c1", 3))
+            with pytest.raises(StoreError) as refused:
+                await holder.commit(batch("c1", 3))
+            assert refused.value.code == "combat_moved"
+    finally:
+        holder.close()
+        asker.close()
+    # Closed cleanly, each gave its leases back.
+    assert _lease(postgres_db, "c1")[0] is None
+
+
+# -- daemons ----------------------------------------------------------------------------------
+
+
+def _daemons(tmp_path: Path, dsn: str) -> tuple[Daemon, Daemon]:
+    """Two daemons on one database, each with its own data directory and socket."""
+    started = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        started.append(Daemon(tmp_path / name, None, "--store", dsn).start())
+    return started[0], started[1]
+
+
+def _stop(*daemons: Daemon) -> None:
+    for d in daemons:
+        if d.process is not None:
+            if d.process.poll() is None:
+                d.process.send_signal(signal.SIGCONT)
+                d.process.kill()
+            d.process.wait()
+
+
+def _seqs(dsn: str, combat_id: str) -> list[int]:
+    rows = _sql(
+        dsn, f"SELECT seq FROM {SCHEMA}.events WHERE combat_id = %s ORDER BY seq", combat_id
+    )
+    return [seq for (seq,) in rows]
+
+
+def test_a_command_at_another_daemon_moves_the_combat_there_and_keeps_seqs_gapless(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        add_spidey(at_a, "bank")  # made on A after B started: B hears of it from the database
+        at_a.call("start_combat", request_id="start", combat="bank")
+        seq = at_a.call("get_combat", combat="bank")["seq"]
+        added = at_b.call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert added["seq"] > seq
+        assert _lease(postgres_db, "bank")[1] == 2  # acquired by B: epoch 2
+        # And back, twice: each move goes through the holder letting go.
+        at_a.call("add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor")
+        at_b.call("add_combatant", request_id="cap", combat="bank", id="cap", display_name="Cap")
+        last = at_b.call("get_combat", combat="bank")["seq"]
+        assert _seqs(postgres_db, "bank") == list(range(1, last + 1))
+        assert _lease(postgres_db, "bank")[1] == 4
+        # A retried request id gets its first result, on whichever daemon it lands.
+        assert at_b.call(
+            "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
+        ) == at_a.call(
+            "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
+        )
+        assert _seqs(postgres_db, "bank") == list(range(1, last + 1))
+    finally:
+        _stop(a, b)
+
+
+def test_a_killed_owners_combat_is_served_by_another_daemon_within_five_seconds(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a = a.client()
+        add_spidey(at_a, "bank")
+        acknowledged = at_a.call("start_combat", request_id="start", combat="bank")["seq"]
+        a.kill()
+        killed = time.monotonic()
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert time.monotonic() - killed < FAILOVER_SECONDS
+        assert added["seq"] == acknowledged + len(added["events"])  # nothing acknowledged lost
+        assert _seqs(postgres_db, "bank") == list(range(1, added["seq"] + 1))
+    finally:
+        _stop(a, b)
+
+
+def test_an_owner_stopped_past_its_lease_can_never_append_once_it_runs_again(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a = a.client()
+        add_spidey(at_a, "bank")
+        at_a.call("start_combat", request_id="start", combat="bank")
+        pending = a.client()
+        assert a.process is not None
+        a.process.send_signal(signal.SIGSTOP)
+        # A command for A while it is stopped: it waits, unread, in A's socket.
+        pending.send_raw(
+            wire.pack(
+                wire.Request(
+                    7,
+                    "add_combatant",
+                    {"request_id": "thor", "combat": "bank", "id": "thor", "display_name": "Thor"},
+                )
+            )
+        )
+        # B takes the combat over once A's lease runs out, and appends.
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        logged_before = _seqs(postgres_db, "bank")
+        assert logged_before == list(range(1, added["seq"] + 1))
+        a.process.send_signal(signal.SIGCONT)
+        answer = pending.response(7)
+        # Resumed, A either refuses the command it had pending (its lease gone by its own
+        # clock, or by the fence in the database), or, if its renewer found the lease lost
+        # first and dropped the combat, takes the combat back and applies the command after
+        # B's events. Never on the state it had when it stopped.
+        applied = answer.result
+        if answer.error is not None:
+            assert answer.error.code == "combat_moved"
+            assert _seqs(postgres_db, "bank") == logged_before  # nothing of A's appended
+            applied = at_a.call(
+                "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
+            )
+        assert applied["events"][0]["seq"] == added["seq"] + 1
+        assert _seqs(postgres_db, "bank") == list(range(1, applied["seq"] + 1))
+        assert _lease(postgres_db, "bank")[1] == 3  # A acquired it again
+    finally:
+        _stop(a, b)
+
+
+def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        add_spidey(a.client(), "bank")
+        assert a.stop() == 0
+        assert _lease(postgres_db, "bank")[0] is None
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert _lease(postgres_db, "bank")[1:] == (2, added["seq"])
+    finally:
+        _stop(a, b)
