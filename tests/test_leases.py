@@ -280,6 +280,56 @@ def test_an_owner_stopped_past_its_lease_can_never_append_once_it_runs_again(
         _stop(a, b)
 
 
+def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fence(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """The fence is in the append itself: a daemon whose group commit is on its way, its lease
+    valid by its own clock when it began, still appends nothing once another daemon has
+    acquired the combat (here the acquire is the test's, holding the row while the daemon's
+    conditional UPDATE waits for it)."""
+    d = Daemon(tmp_path, None, "--store", postgres_db).start()
+    try:
+        c = d.client()
+        add_spidey(c, "bank")
+        before = _seqs(postgres_db, "bank")
+        with psycopg.connect(postgres_db) as db:
+            db.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'bank' FOR UPDATE")
+            c.send_raw(
+                wire.pack(
+                    wire.Request(
+                        7,
+                        "add_combatant",
+                        {"request_id": "thor", "combat": "bank", "id": "thor", "display_name": "T"},
+                    )
+                )
+            )
+            deadline = time.monotonic() + CALL_TIMEOUT
+            while not _sql(
+                postgres_db,
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND application_name LIKE 'turnkeeper committer%%'",
+            ):
+                assert time.monotonic() < deadline, "the daemon's append never reached the row"
+                time.sleep(0.01)
+            # Another daemon acquires (its lease already run out, so the first may take the
+            # combat straight back on its retry).
+            db.execute(
+                f"UPDATE {SCHEMA}.combats SET owner = 'another', owner_epoch = owner_epoch + 1,"
+                " lease_expires = now() WHERE combat_id = 'bank'"
+            )
+        answer = c.response(7)
+        assert answer.error is not None
+        assert (answer.error.code, answer.error.field) == ("combat_moved", "combat")
+        assert _seqs(postgres_db, "bank") == before
+        retried = c.call(
+            "add_combatant", request_id="thor", combat="bank", id="thor", display_name="T"
+        )
+        assert _seqs(postgres_db, "bank") == list(range(1, retried["seq"] + 1))
+        assert _lease(postgres_db, "bank")[1] == 3
+    finally:
+        _stop(d)
+
+
 def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
     tmp_path: Path, postgres_db: str
 ) -> None:

@@ -146,7 +146,7 @@ class _CombatLog:
                 # appended since (its lease lost): the combat is read again from the store
                 # before its next command, rather than trusted as it is in memory.
                 writer.rebuilder.forget(combat)
-            raise RefusedError.relay(e, e.code) from e
+            raise RefusedError.relay(e, e.code, e.field) from e
         combat.state = state
         combat.seq = last
         if snapshot:
