@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgpack  # type: ignore[import-untyped]
 import psycopg
 import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, add_spidey
 from test_store_port import batch, event, logged, running
-from turnkeeper.store import StoreError
+from turnkeeper.store import Batch, StoreError, _Pending
 from turnkeeper.stores import postgresql
 from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
 from turnkeeper_sdk import wire
@@ -152,6 +153,40 @@ async def test_an_acquire_asks_the_holder_which_lets_go_after_its_minimum_hold(
         asker.close()
     # Closed cleanly, each gave its leases back.
     assert _lease(postgres_db, "c1")[0] is None
+
+
+@pytest.mark.anyio
+async def test_a_commit_whose_answer_was_lost_is_not_taken_for_landed_from_another_daemons_events(
+    postgres_db: str,
+) -> None:
+    """A group whose COMMIT was sent when its session was lost is looked up on a new session.
+    The combat's last seq alone would say "landed" once another daemon has acquired the
+    combat and appended as far: what the batch wrote is compared instead."""
+    old = PostgresStore.open(postgres_db, lease_seconds=60)
+    new = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(old), running(new):
+            await old.commit(batch("c1", 1, create=True))
+            _sql(postgres_db, f"UPDATE {SCHEMA}.combats SET lease_expires = now()")
+            await anyio.to_thread.run_sync(new.load_one, "c1")
+            await new.commit(batch("c1", 2, 2, pad="the new owner's"))
+            pack = msgpack.Packer(use_bin_type=True).pack
+
+            def pending(b: Batch) -> _Pending:  # as the committer had it
+                return _Pending(
+                    b,
+                    [("c1", b.first_seq + i, pack(e)) for i, e in enumerate(b.events)],
+                    None,
+                    None,
+                )
+
+            lost = pending(batch("c1", 2, 2))
+            found = pending(batch("c1", 2, 2, pad="the new owner's"))
+            assert old._landed([lost]) is False
+            assert old._landed([found]) is True  # what is there is found
+    finally:
+        old.close()
+        new.close()
 
 
 # -- daemons ----------------------------------------------------------------------------------

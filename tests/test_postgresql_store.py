@@ -532,7 +532,7 @@ def test_a_role_that_may_not_create_opens_an_up_to_date_store() -> None:
         assert _sql(dsn, f"SELECT seq FROM {SCHEMA}.events ORDER BY seq") == [(1,), (2,)]
 
 
-def test_a_newer_migration_waits_for_the_store_lock(
+def test_a_newer_migration_is_refused_while_a_daemon_runs_on_the_store(
     postgres_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = PostgresStore.open(postgres_db)

@@ -376,10 +376,10 @@ class _Leases:
                     self._listen(db)
                 self._renew(db, sent)
                 for notice in db.notifies(timeout=max(0.0, sent + every - time.monotonic())):
-                    if self.asked is not None:
-                        self.asked(notice.payload)
                     if self._closed.is_set():
                         break
+                    if self.asked is not None and notice.payload:
+                        self.asked(notice.payload)
             except psycopg.Error as e:
                 # The leases are not renewed meanwhile: this daemon fences itself from each at
                 # its ``until``, before the server could give it to another daemon.
@@ -692,6 +692,9 @@ class PostgresStore:
         self._receive.close()
         self._asked_send.close()
         self._asked.close()
+        with contextlib.suppress(psycopg.Error):
+            # Wakes the renewer, which may wait up to a quarter of a lease for a request.
+            self._loader.execute("SELECT pg_notify(%s, '')", (self._leases.channel,))
         db = self._leases.close()
         if db is not None:
             # Given back at once rather than left to run out: another daemon may serve them
@@ -980,8 +983,8 @@ class PostgresStore:
     def _after_lost_session(self, group: Sequence[_Pending], committing: bool) -> bool | None:
         """Whether the group's transaction was committed, once its session was lost (the
         server restarted, the network failed), read on a new session: before COMMIT was sent
-        nothing of it was kept; after it, the combat rows tell, since each append moved its
-        combat's last seq in the same transaction. A server restarting refuses sessions for a
+        nothing of it was kept; after it, what it wrote is looked for (``_landed``). A server
+        restarting refuses sessions for a
         moment: after COMMIT, a new one is tried again for up to ``LANDED_WAIT`` seconds, and
         None (unknown) returned if none could be had."""
         deadline = time.monotonic() + (LANDED_WAIT if committing else 0.0)
@@ -1025,18 +1028,28 @@ class PostgresStore:
 
     def _landed(self, group: Sequence[_Pending]) -> bool | None:
         """Whether the group's transaction, whose COMMIT was sent when its session was lost,
-        was committed: read from the combat row of one batch it appended to or created (on
-        the new session). None when no batch of it did either (a snapshot alone)."""
+        was committed: read (on the new session) from the last event of one batch it appended,
+        or the row of a combat it created, compared with what the batch wrote. Not from the
+        combat's last seq alone: another daemon may have acquired the combat meanwhile and
+        appended events of its own at those seqs. None when no batch of it did either (a
+        snapshot alone)."""
         for pending in group:
             b = pending.batch
-            if pending.error is not None or not (pending.events or b.ruleset is not None):
+            if pending.error is not None:
                 continue
-            row = self._writer.execute(
-                f"SELECT last_seq FROM {SCHEMA}.combats WHERE combat_id = %s", (b.combat_id,)
-            ).fetchone()
-            if row is None:
-                return False  # the combat it created is not there
-            return bool(row[0] >= b.first_seq + len(pending.events) - 1)
+            if pending.events:
+                combat_id, seq, body = pending.events[-1]
+                row = self._writer.execute(
+                    f"SELECT body FROM {SCHEMA}.events WHERE combat_id = %s AND seq = %s",
+                    (combat_id, seq),
+                ).fetchone()
+                return row is not None and bytes(row[0]) == body
+            if b.ruleset is not None:
+                row = self._writer.execute(
+                    f"SELECT created_at FROM {SCHEMA}.combats WHERE combat_id = %s",
+                    (b.combat_id,),
+                ).fetchone()
+                return row is not None and row[0] == b.at  # not another daemon's of that id
         if all(pending.error is not None for pending in group):
             return True  # every batch was refused: the transaction wrote nothing
         return None
