@@ -46,6 +46,16 @@ def _lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
     return row
 
 
+def _expire(dsn: str, store: PostgresStore) -> None:
+    """Make the server count ``store``'s leases run out (its daemon paused past them): its
+    heartbeat an hour old. Its renewer makes it fresh again within a quarter of its lease."""
+    _sql(
+        dsn,
+        f"UPDATE {SCHEMA}.daemons SET heartbeat = now() - interval '1 hour' WHERE daemon_id = %s",
+        store.daemon_id,
+    )
+
+
 # -- two stores in one process ---------------------------------------------------------------
 
 
@@ -64,7 +74,7 @@ async def test_a_stale_owners_append_is_refused_by_the_fence_in_the_database(
             await old.commit(batch("c2", 1, create=True))
             assert _lease(postgres_db, "c1") == (old.daemon_id, 1, 1)
             # The server's clock says the old owner's lease ran out (it was paused past it).
-            _sql(postgres_db, f"UPDATE {SCHEMA}.combats SET lease_expires = now() - interval '1s'")
+            _expire(postgres_db, old)
             loaded = await anyio.to_thread.run_sync(new.load_one, "c1")  # acquires: epoch 2
             assert (loaded.last, _lease(postgres_db, "c1")) == (1, (new.daemon_id, 2, 1))
             await new.commit(batch("c1", 2))
@@ -167,7 +177,7 @@ async def test_a_commit_whose_answer_was_lost_is_not_taken_for_landed_from_anoth
     try:
         async with running(old), running(new):
             await old.commit(batch("c1", 1, create=True))
-            _sql(postgres_db, f"UPDATE {SCHEMA}.combats SET lease_expires = now()")
+            _expire(postgres_db, old)
             await anyio.to_thread.run_sync(new.load_one, "c1")
             await new.commit(batch("c1", 2, 2, pad="the new owner's"))
             pack = msgpack.Packer(use_bin_type=True).pack
@@ -346,11 +356,11 @@ def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fenc
             ):
                 assert time.monotonic() < deadline, "the daemon's append never reached the row"
                 time.sleep(0.01)
-            # Another daemon acquires (its lease already run out, so the first may take the
-            # combat straight back on its retry).
+            # Another daemon acquires (one with no heartbeat, its lease run out at once: the
+            # first may take the combat straight back on its retry).
             db.execute(
-                f"UPDATE {SCHEMA}.combats SET owner = 'another', owner_epoch = owner_epoch + 1,"
-                " lease_expires = now() WHERE combat_id = 'bank'"
+                f"UPDATE {SCHEMA}.combats SET owner = 'another', owner_epoch = owner_epoch + 1"
+                " WHERE combat_id = 'bank'"
             )
         answer = c.response(7)
         assert answer.error is not None

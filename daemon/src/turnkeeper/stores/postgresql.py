@@ -246,9 +246,10 @@ CREATE TABLE {SCHEMA}.daemons (
     heartbeat timestamptz NOT NULL DEFAULT now(),
     lease_seconds double precision NOT NULL
 );
--- The lease: the owner, the epoch it acquired (owner_epoch, bumped by every acquire: the
--- fence of every append) and when it runs out, by the server's clock.
-ALTER TABLE {SCHEMA}.combats ADD COLUMN owner text, ADD COLUMN lease_expires timestamptz;
+-- The lease: the owner and the epoch it acquired (owner_epoch, bumped by every acquire: the
+-- fence of every append). It runs out with its owner's heartbeat, by the server's clock: a
+-- daemon renews all its leases by renewing its own row.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN owner text;
 CREATE INDEX combats_owner ON {SCHEMA}.combats (owner) WHERE owner IS NOT NULL;
 """,
     ),
@@ -297,12 +298,17 @@ class _Lease:
 class _Leases:
     """The combats this daemon holds (any thread), and the thread that renews them all, one
     statement every ``seconds / RENEWALS_PER_LEASE``, and hears other daemons ask for one
-    (``LISTEN`` on its own channel, on the same session between two renewals)."""
+    (``LISTEN`` on its own channel, on the same session between two renewals).
 
-    def __init__(self, location: str, daemon_id: str, seconds: float) -> None:
+    A lease runs out with its owner's heartbeat (``daemons``), not a time of its own: renewing
+    them all is writing one row, however many combats a daemon holds (a time per combat row
+    would rewrite every held row four times a lease)."""
+
+    def __init__(self, location: str, daemon_id: str, seconds: float, address: str | None) -> None:
         self.location = location
         self.daemon_id = daemon_id
         self.seconds = seconds
+        self.address = address
         self.channel = f"turnkeeper_release_{daemon_id}"
         self.asked: Callable[[str], None] | None = None
         """Called (on the renewer's thread) with each combat another daemon asks for."""
@@ -389,34 +395,37 @@ class _Leases:
     def _renew(self, db: _Connection, sent: float) -> None:
         with self._lock:
             held = {c: lease.epoch for c, lease in self._held.items()}
+        # One statement: the heartbeat (its row made again if it was deleted as forgotten,
+        # after a pause of an hour) and which of the leases held have another epoch now.
         rows = db.execute(
-            f"WITH beat AS (UPDATE {SCHEMA}.daemons SET heartbeat = now()"
-            " WHERE daemon_id = %(me)s)"
-            f" UPDATE {SCHEMA}.combats c"
-            " SET lease_expires = now() + %(seconds)s * interval '1 second'"
+            f"WITH beat AS (INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds)"
+            " VALUES (%(me)s, %(address)s, %(seconds)s)"
+            " ON CONFLICT (daemon_id) DO UPDATE SET heartbeat = now())"
+            " SELECT u.combat_id"
             " FROM unnest(%(ids)s::text[], %(epochs)s::int8[]) AS u (combat_id, epoch)"
-            " WHERE c.combat_id = u.combat_id AND c.owner_epoch = u.epoch"
-            " RETURNING c.combat_id",
+            f" LEFT JOIN {SCHEMA}.combats c ON c.combat_id = u.combat_id"
+            " WHERE c.owner_epoch IS DISTINCT FROM u.epoch",
             {
                 "me": self.daemon_id,
+                "address": self.address,
                 "seconds": self.seconds,
                 "ids": list(held),
                 "epochs": list(held.values()),
             },
         ).fetchall()
         until = sent + self.seconds * (1 - FENCE_MARGIN)
-        renewed = {combat_id for (combat_id,) in rows}
+        taken = {combat_id for (combat_id,) in rows}
         lost = []
         with self._lock:
             for combat_id, epoch in held.items():
                 lease = self._held.get(combat_id)
                 if lease is None or lease.epoch != epoch:
                     continue  # dropped or acquired again meanwhile
-                if combat_id in renewed:
-                    lease.until = until
-                else:
+                if combat_id in taken:
                     del self._held[combat_id]  # another daemon acquired it
                     lost.append(combat_id)
+                else:
+                    lease.until = until
         for combat_id in lost:
             log.info("lease_lost", combat=combat_id)
             if self.asked is not None:
@@ -653,7 +662,7 @@ class PostgresStore:
         than this daemon, or a migration could not have its lock.
         """
         connections: list[psycopg.Connection[Any]] = []
-        leases = _Leases(location, uuid.uuid4().hex, lease_seconds)
+        leases = _Leases(location, uuid.uuid4().hex, lease_seconds, address)
         try:
             writer = _connect(location, "committer")
             connections.append(writer)
@@ -701,8 +710,7 @@ class PostgresStore:
             # now. Best effort: a server that cannot be reached lets them run out.
             with contextlib.suppress(psycopg.Error), db.transaction():
                 db.execute(
-                    f"UPDATE {SCHEMA}.combats SET owner = NULL, lease_expires = NULL"
-                    " WHERE owner = %s",
+                    f"UPDATE {SCHEMA}.combats SET owner = NULL WHERE owner = %s",
                     (self.daemon_id,),
                 )
                 db.execute(f"DELETE FROM {SCHEMA}.daemons WHERE daemon_id = %s", (self.daemon_id,))
@@ -746,7 +754,7 @@ class PostgresStore:
             self._read(
                 "loader",
                 lambda db: db.execute(
-                    f"UPDATE {SCHEMA}.combats SET owner = NULL, lease_expires = NULL"
+                    f"UPDATE {SCHEMA}.combats SET owner = NULL"
                     " WHERE combat_id = %s AND owner_epoch = %s",
                     (combat_id, epoch),
                 ),
@@ -777,7 +785,7 @@ class PostgresStore:
             sent = time.monotonic()
             with self._loading:
                 holder, epoch = self._read(
-                    "loader", partial(_try_acquire, combat_id, leases.daemon_id, leases.seconds)
+                    "loader", partial(_try_acquire, combat_id, leases.daemon_id)
                 )
             if epoch is not None:
                 self._last.pop(combat_id, None)  # another daemon may have appended since
@@ -1163,12 +1171,11 @@ class PostgresStore:
             ids, rulesets, ats, tables = zip(*combats, strict=True)
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
-                " (combat_id, ruleset, created_at, table_id, owner, owner_epoch, lease_expires)"
-                " SELECT u.*, %s, 1, now() + %s * interval '1 second'"
+                " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
+                " SELECT u.*, %s, 1"
                 " FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[]) AS u",
                 (
                     self.daemon_id,
-                    self._leases.seconds,
                     list(ids),
                     list(rulesets),
                     list(ats),
@@ -1245,9 +1252,9 @@ class PostgresStore:
                 raise _ConflictError(f"combat {b.combat_id!r} exists")
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
-                " (combat_id, ruleset, created_at, table_id, owner, owner_epoch, lease_expires)"
-                " VALUES (%s, %s, %s, %s, %s, 1, now() + %s * interval '1 second')",
-                (b.combat_id, b.ruleset, b.at, b.table, self.daemon_id, self._leases.seconds),
+                " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
+                " VALUES (%s, %s, %s, %s, %s, 1)",
+                (b.combat_id, b.ruleset, b.at, b.table, self.daemon_id),
             )
             last = 0
         elif row is None:
@@ -1597,19 +1604,18 @@ def _durable(db: _Connection) -> None:
     db.execute("SET LOCAL synchronous_commit = on")
 
 
-def _try_acquire(
-    combat_id: str, daemon_id: str, seconds: float, db: _Connection
-) -> tuple[str | None, int | None]:
-    """Take the combat's lease if it is free, run out or ``daemon_id``'s own: (holder, the new
-    epoch), or (the live holder, None), or (None, None) for no such combat (or a holder that
-    let go just now: tried again)."""
+def _try_acquire(combat_id: str, daemon_id: str, db: _Connection) -> tuple[str | None, int | None]:
+    """Take the combat's lease if it is free, run out (its owner's heartbeat is older than the
+    owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (holder, the
+    new epoch), or (the live holder, None), or (None, None) for no such combat (or a holder
+    that let go just now: tried again)."""
     row = db.execute(
-        f"UPDATE {SCHEMA}.combats SET owner = %(me)s, owner_epoch = owner_epoch + 1,"
-        " lease_expires = now() + %(seconds)s * interval '1 second'"
-        " WHERE combat_id = %(id)s"
-        " AND (owner IS NULL OR owner = %(me)s OR lease_expires <= now())"
+        f"UPDATE {SCHEMA}.combats c SET owner = %(me)s, owner_epoch = owner_epoch + 1"
+        " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
+        f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
+        " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
         " RETURNING owner_epoch",
-        {"me": daemon_id, "seconds": seconds, "id": combat_id},
+        {"me": daemon_id, "id": combat_id},
     ).fetchone()
     if row is not None:
         return daemon_id, int(row[0])
