@@ -17,6 +17,8 @@ import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, add_spidey
 from test_store_port import batch, event, logged, running
+from turnkeeper.combats.combat import UNBUILT, Combat
+from turnkeeper.combats.deadlines import Deadlines
 from turnkeeper.store import Batch, StoreError, _Pending
 from turnkeeper.stores import postgresql
 from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
@@ -197,6 +199,15 @@ async def test_a_commit_whose_answer_was_lost_is_not_taken_for_landed_from_anoth
     finally:
         old.close()
         new.close()
+
+
+def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
+    """On a shared store, a combat known only from its stored summary may be another daemon's:
+    its deadline is not this daemon's to fire until it has loaded it (and so holds it)."""
+    summary = {"ruleset": "marvel", "phase": "turns", "round": 1, "seq": 5, "deadline": 100.0}
+    combat = Combat("bank", UNBUILT, 5, loaded=False, summary=summary)
+    assert Deadlines().due(combat) == 100.0  # a store of its own: due from its summary
+    assert Deadlines(owned_only=True).due(combat) is None
 
 
 # -- daemons ----------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class Deadlines:
     def due(self, combat: Combat) -> float | None:
         """When the clock must next tick ``combat``: its next deadline (from its stored summary
         while it is not rebuilt), not before ``clock_after``; None for no deadline, or when the
-        combat is quarantined."""
+        combat is quarantined, or not rebuilt with ``owned_only``."""
         if combat.quarantined is not None:
             return None
         if combat.loaded:
