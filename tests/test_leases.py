@@ -201,6 +201,34 @@ async def test_a_commit_whose_answer_was_lost_is_not_taken_for_landed_from_anoth
         new.close()
 
 
+@pytest.mark.anyio
+async def test_a_request_id_another_daemon_stored_is_found_once_a_store_is_no_longer_alone(
+    postgres_db: str,
+) -> None:
+    """Alone on its database, a store rules never-stored request ids out by its filter, without
+    a read; once it has seen another daemon, it reads them from the database, where the other
+    may have stored them."""
+    first = PostgresStore.open(postgres_db, lease_seconds=1.0)
+    try:
+        async with running(first):
+            await first.commit(batch("c1", 1, create=True))  # builds its filter
+            assert first._leases.alone
+            second = PostgresStore.open(postgres_db)
+            try:
+                async with running(second):
+                    await second.commit(
+                        batch("c2", 1, create=True, request=("al", "r"), response=1)
+                    )
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        while first._leases.alone:  # its next renewal sees the other
+                            await anyio.sleep(0.05)
+                    assert await first.lookup_request("al", "r") == ("c2", 1)
+            finally:
+                second.close()
+    finally:
+        first.close()
+
+
 def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
     """On a shared store, a combat known only from its stored summary may be another daemon's:
     its deadline is not this daemon's to fire until it has loaded it (and so holds it)."""

@@ -61,6 +61,7 @@ from ..store import (
     StoreError,
     _CommitterThread,
     _conflict,
+    _Filter,
     _pack,
     _Pending,
     _Recent,
@@ -152,6 +153,10 @@ COMMIT was on its way, to learn whether it was kept, before answering ``store_un
 LANDED_FIRST_PAUSE = 0.05
 LANDED_MAX_PAUSE = 2.0
 """Seconds between two tries to reach the server: doubling from the first to the most."""
+
+FILTER_PAGE = 10_000
+"""Request ids fetched per round trip while the filter is built (up to 100,000 per principal
+are stored): about a megabyte a page."""
 
 DAEMON_FORGOTTEN = 3600
 """Seconds after its last heartbeat a daemon's row is deleted (by the next daemon to start):
@@ -310,6 +315,9 @@ class _Leases:
         self.seconds = seconds
         self.address = address
         self.channel = f"turnkeeper_release_{daemon_id}"
+        self.alone = True
+        """Whether no other daemon has run on the database since this one started, as far
+        as its renewals have seen (once false, never true again)."""
         self.asked: Callable[[str], None] | None = None
         """Called (on the renewer's thread) with each combat another daemon asks for."""
         self._held: dict[str, _Lease] = {}
@@ -366,6 +374,19 @@ class _Leases:
         db, self._db = self._db, None
         return db
 
+    def look_around(self, db: _Connection) -> None:
+        """Note whether another live daemon is on the database (while alone so far)."""
+        if not self.alone:
+            return
+        row = db.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.daemons WHERE daemon_id <> %s"
+            " AND heartbeat + lease_seconds * interval '1 second' > now())",
+            (self.daemon_id,),
+        ).fetchone()
+        if row is not None and row[0]:
+            self.alone = False
+            log.info("store_shared", detail="another daemon runs on the store")
+
     def _listen(self, db: _Connection) -> None:
         db.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel)))
 
@@ -381,6 +402,7 @@ class _Leases:
                     db = self._db = _connect(self.location, "leases")
                     self._listen(db)
                 self._renew(db, sent)
+                self.look_around(db)
                 for notice in db.notifies(timeout=max(0.0, sent + every - time.monotonic())):
                     if self._closed.is_set():
                         break
@@ -629,6 +651,7 @@ class PostgresStore:
         # makes what reached the server unknown.
         self._last: dict[str, int] = {}
         self._recent = _Recent()
+        self._filter: _Filter | None = None
         self._stopped: anyio.Event | None = None
         self._packer = msgpack.Packer(use_bin_type=True)
         self._committer = _CommitterThread()
@@ -676,6 +699,7 @@ class PostgresStore:
                 " VALUES (%s, %s, %s)",
                 (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds),
             )
+            leases.look_around(connections[-1])
             leases.start(connections[-1])
         except psycopg.Error as e:
             for c in connections:
@@ -909,6 +933,8 @@ class PostgresStore:
             try:
                 if self._writer.broken or self._writer.closed:
                     self._reconnect()
+                if self._filter is None or self._filter.worn:
+                    self._filter = self._build_filter()
                 over = self._over_quota(group)
                 break
             except psycopg.OperationalError as e:
@@ -973,6 +999,8 @@ class PostgresStore:
                     return
                 log.info("store_commit_found_landed", batches=len(group))
                 break
+        stored = self._filter
+        assert stored is not None  # built before the transaction
         for pending in group:
             if pending.error is not None and pending.error.code == "combat_moved":
                 self._leases.drop(pending.batch.combat_id)
@@ -987,6 +1015,7 @@ class PostgresStore:
                     self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
                 if b.request is not None:
                     self._touched.add(b.request[0])
+                    stored.add(*b.request)
 
     def _after_lost_session(self, group: Sequence[_Pending], committing: bool) -> bool | None:
         """Whether the group's transaction was committed, once its session was lost (the
@@ -1014,9 +1043,9 @@ class PostgresStore:
 
     def _unknown_outcome(self, group: Sequence[_Pending], e: psycopg.Error, *, sent: bool) -> None:
         """Fail the group with ``e``. When its COMMIT was ``sent`` the transaction may have
-        been committed: a retry finds its first answer in the database if it was kept (every
-        lookup not answered from memory reads it), and its combats' last seqs are forgotten,
-        so that their next appends are checked against the database."""
+        been committed: its request ids go in the filter, so that a retry looks for them in
+        the database (and finds the first answer if it was kept), and its combats' last seqs
+        are forgotten, so that their next appends are checked against the database."""
         error = _error(e, self._location)
         if sent:
             error = StoreError(
@@ -1033,6 +1062,8 @@ class PostgresStore:
             pending.error = error
             b = pending.batch
             self._last.pop(b.combat_id, None)
+            if sent and b.request is not None and self._filter is not None:
+                self._filter.add(*b.request)
 
     def _landed(self, group: Sequence[_Pending]) -> bool | None:
         """Whether the group's transaction, whose COMMIT was sent when its session was lost,
@@ -1101,6 +1132,18 @@ class PostgresStore:
             (SCHEMA,),
         ).fetchone()
         return 0 if row is None else int(row[0])
+
+    def _build_filter(self) -> _Filter:
+        built = _Filter()
+        # A named (server-side) cursor, which needs a transaction: the ids come a page at a
+        # time, not all in memory at once.
+        with self._writer.transaction(), self._writer.cursor(name="turnkeeper_filter") as rows:
+            rows.itersize = FILTER_PAGE  # a round trip per page: psycopg's 100 would be 1,000
+            rows.execute(f"SELECT principal, request_id FROM {SCHEMA}.requests")
+            for principal, request_id in rows:
+                built.add(principal, request_id)
+        built.built()
+        return built
 
     def _stored_last(self, combat_id: str) -> int | None:
         row = self._writer.execute(
@@ -1502,13 +1545,18 @@ class PostgresStore:
 
     async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The combat id and response remembered for a retried request, or None if forgotten:
-        from memory when recent, else read from the database in a worker thread. No filter
-        rules an id out without reading (as the SQLite store's does): another daemon on the
-        database may have stored it since."""
+        from memory when recent, ruled out by the filter when never stored (only while this
+        daemon is alone on the database: the filter knows no id another daemon stored), else
+        read from the database in a worker thread. An id another daemon stored in the moment
+        before this one heard of it is still never applied twice: its commit would store the
+        id again, which the database refuses (``conflict``)."""
         found = self._recent.get(principal, request_id)
         if found is not None and found[2] < self._latest_at - REQUEST_MEMORY_SECONDS:
             found = None
         if found is None:
+            known = self._filter
+            if self._leases.alone and known is not None and not known.maybe(principal, request_id):
+                return None
             found = await anyio.to_thread.run_sync(self._stored_request, principal, request_id)
             if found is None:
                 return None
