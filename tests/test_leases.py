@@ -387,14 +387,7 @@ def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fenc
                     )
                 )
             )
-            deadline = time.monotonic() + CALL_TIMEOUT
-            while not _sql(
-                postgres_db,
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND application_name LIKE 'turnkeeper committer%%'",
-            ):
-                assert time.monotonic() < deadline, "the daemon's append never reached the row"
-                time.sleep(0.01)
+            _wait_for_committer_lock(postgres_db)
             # Another daemon acquires (one with no heartbeat, its lease run out at once: the
             # first may take the combat straight back on its retry).
             db.execute(
@@ -412,6 +405,60 @@ def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fenc
         assert _lease(postgres_db, "bank")[1] == 3
     finally:
         _stop(d)
+
+
+def test_an_owner_paused_in_the_middle_of_a_commit_holds_nothing_up_and_appends_nothing(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """Paused with its transaction open (its conditional UPDATE done, the row locked), the
+    owner would hold the combat's row until it ran again: the daemon taking the combat over
+    once its lease has run out ends that session, and the resumed owner's append, written
+    again on a new session, is refused by the fence."""
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a = a.client()
+        add_spidey(at_a, "bank")
+        with psycopg.connect(postgres_db) as db:
+            db.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'bank' FOR UPDATE")
+            at_a.send_raw(
+                wire.pack(
+                    wire.Request(
+                        7,
+                        "add_combatant",
+                        {"request_id": "thor", "combat": "bank", "id": "thor", "display_name": "T"},
+                    )
+                )
+            )
+            _wait_for_committer_lock(postgres_db)
+            assert a.process is not None
+            a.process.send_signal(signal.SIGSTOP)
+        # The row is A's now, in A's open transaction, A stopped.
+        taken = time.monotonic()
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert time.monotonic() - taken < FAILOVER_SECONDS
+        logged_before = _seqs(postgres_db, "bank")
+        assert logged_before == list(range(1, added["seq"] + 1))
+        a.process.send_signal(signal.SIGCONT)
+        answer = at_a.response(7)
+        assert answer.error is not None
+        assert answer.error.code == "combat_moved"
+        assert _seqs(postgres_db, "bank") == logged_before
+    finally:
+        _stop(a, b)
+
+
+def _wait_for_committer_lock(dsn: str) -> None:
+    """Until a daemon's committer waits for a row lock (the test's)."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while not _sql(
+        dsn,
+        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND application_name LIKE 'turnkeeper committer%%'",
+    ):
+        assert time.monotonic() < deadline, "the daemon's append never reached the row"
+        time.sleep(0.01)
 
 
 def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(

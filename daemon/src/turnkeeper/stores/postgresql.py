@@ -129,6 +129,10 @@ runs slow, or a commit still on its way, never outlives the lease the server cou
 ACQUIRE_POLL = 0.05
 """Seconds between two tries for a lease another daemon holds."""
 
+ACQUIRE_LOCK_WAIT = "200ms"
+"""How long one try for a lease waits for a row its owner's transaction holds (a commit, a
+few milliseconds): longer, the owner may be paused in the middle of it (``_try_acquire``)."""
+
 ASK_AGAIN = 0.5
 """Seconds between two requests to the holder to let a lease go (a request sent while the
 holder's listener was away is lost: ``NOTIFY`` is not queued for a session that is not there)."""
@@ -249,7 +253,11 @@ CREATE TABLE {SCHEMA}.daemons (
     started timestamptz NOT NULL DEFAULT now(),
     -- Renewed with its leases: a daemon is alive while heartbeat + lease_seconds is ahead.
     heartbeat timestamptz NOT NULL DEFAULT now(),
-    lease_seconds double precision NOT NULL
+    lease_seconds double precision NOT NULL,
+    -- The server process of its committer's session: a daemon paused in the middle of a
+    -- transaction holds its combats' rows until that session ends, which the daemon taking
+    -- one over after its lease ran out brings about (``_try_acquire``).
+    committer_pid integer
 );
 -- The lease: the owner and the epoch it acquired (owner_epoch, bumped by every acquire: the
 -- fence of every append). It runs out with its owner's heartbeat, by the server's clock: a
@@ -315,6 +323,8 @@ class _Leases:
         self.seconds = seconds
         self.address = address
         self.channel = f"turnkeeper_release_{daemon_id}"
+        self.committer_pid: int | None = None
+        """The server process of the committer's session (``daemons.committer_pid``)."""
         self.alone = True
         """Whether no other daemon has run on the database since this one started, as far
         as its renewals have seen (once false, never true again)."""
@@ -420,9 +430,11 @@ class _Leases:
         # One statement: the heartbeat (its row made again if it was deleted as forgotten,
         # after a pause of an hour) and which of the leases held have another epoch now.
         rows = db.execute(
-            f"WITH beat AS (INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds)"
-            " VALUES (%(me)s, %(address)s, %(seconds)s)"
-            " ON CONFLICT (daemon_id) DO UPDATE SET heartbeat = now())"
+            f"WITH beat AS (INSERT INTO {SCHEMA}.daemons"
+            " (daemon_id, address, lease_seconds, committer_pid)"
+            " VALUES (%(me)s, %(address)s, %(seconds)s, %(pid)s)"
+            " ON CONFLICT (daemon_id) DO UPDATE"
+            " SET heartbeat = now(), committer_pid = excluded.committer_pid)"
             " SELECT u.combat_id"
             " FROM unnest(%(ids)s::text[], %(epochs)s::int8[]) AS u (combat_id, epoch)"
             f" LEFT JOIN {SCHEMA}.combats c ON c.combat_id = u.combat_id"
@@ -431,6 +443,7 @@ class _Leases:
                 "me": self.daemon_id,
                 "address": self.address,
                 "seconds": self.seconds,
+                "pid": self.committer_pid,
                 "ids": list(held),
                 "epochs": list(held.values()),
             },
@@ -690,14 +703,15 @@ class PostgresStore:
             writer = _connect(location, "committer")
             connections.append(writer)
             _migrate(writer, location)
+            leases.committer_pid = writer.info.backend_pid
             for role in ("reader", "loader", "leases"):
                 connections.append(_connect(location, role))
             connections[-1].execute(
                 f"WITH gone AS (DELETE FROM {SCHEMA}.daemons"
                 " WHERE heartbeat < now() - %s * interval '1 second')"
-                f" INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds)"
-                " VALUES (%s, %s, %s)",
-                (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds),
+                f" INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds, committer_pid)"
+                " VALUES (%s, %s, %s, %s)",
+                (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds, leases.committer_pid),
             )
             leases.look_around(connections[-1])
             leases.start(connections[-1])
@@ -918,6 +932,7 @@ class PostgresStore:
         self._writer.close()
         self._last.clear()
         self._writer = _connect(self._location, "committer")
+        self._leases.committer_pid = self._writer.info.backend_pid  # told at the next renewal
         log.info("store_reconnected", store=shown(self._location))
 
     def _write(self, group: Sequence[_Pending]) -> None:
@@ -1656,15 +1671,36 @@ def _try_acquire(combat_id: str, daemon_id: str, db: _Connection) -> tuple[str |
     """Take the combat's lease if it is free, run out (its owner's heartbeat is older than the
     owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (holder, the
     new epoch), or (the live holder, None), or (None, None) for no such combat (or a holder
-    that let go just now: tried again)."""
-    row = db.execute(
-        f"UPDATE {SCHEMA}.combats c SET owner = %(me)s, owner_epoch = owner_epoch + 1"
-        " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
-        f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
-        " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
-        " RETURNING owner_epoch",
-        {"me": daemon_id, "id": combat_id},
-    ).fetchone()
+    that let go just now: tried again).
+
+    A row locked by its owner's transaction is waited for ``ACQUIRE_LOCK_WAIT`` at most: an
+    owner whose lease has run out while it holds it (paused in the middle of a commit) has its
+    committer's session ended, which rolls that transaction back, and the next try takes it."""
+    try:
+        with db.transaction():
+            db.execute(f"SET LOCAL lock_timeout = '{ACQUIRE_LOCK_WAIT}'")
+            row = db.execute(
+                f"UPDATE {SCHEMA}.combats c SET owner = %(me)s, owner_epoch = owner_epoch + 1"
+                " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
+                f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
+                " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
+                " RETURNING owner_epoch",
+                {"me": daemon_id, "id": combat_id},
+            ).fetchone()
+    except psycopg.errors.LockNotAvailable:
+        row = None
+        ended: tuple[Any, ...] | None = None
+        # A role that may not end another's session waits for the owner to come back.
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            ended = db.execute(
+                "SELECT pg_terminate_backend(d.committer_pid)"
+                f" FROM {SCHEMA}.combats c JOIN {SCHEMA}.daemons d ON d.daemon_id = c.owner"
+                " WHERE c.combat_id = %s AND d.committer_pid IS NOT NULL"
+                " AND d.heartbeat + d.lease_seconds * interval '1 second' <= now()",
+                (combat_id,),
+            ).fetchone()
+        if ended is not None and ended[0]:
+            log.warning("lease_holder_ended", combat=combat_id, detail="paused mid-commit")
     if row is not None:
         return daemon_id, int(row[0])
     found = db.execute(
