@@ -55,6 +55,9 @@ class Config:
     store: str | None = None
     """A ``postgresql://`` URI to keep combats in PostgreSQL; None keeps them in SQLite in
     ``data_dir`` (``turnkeeper.stores.open_store``)."""
+    lease_seconds: float | None = None
+    """How long a combat's lease outlives this daemon's last renewal, on PostgreSQL; None for
+    the store's default (``turnkeeper.stores.postgresql.LEASE_SECONDS``)."""
     plugins: PluginChoice = field(default_factory=PluginChoice)
     """Which plugins to load: every installed one by default."""
     ws_host: str | None = None
@@ -78,7 +81,13 @@ async def serve(
     """Run the daemon until SIGTERM or SIGINT, then drain in-flight commands and return."""
     plugins = load(config.plugins)
     announce(plugins)
-    store = open_store(config.store, config.data_dir, max_mib=config.max_db_mib)
+    store = open_store(
+        config.store,
+        config.data_dir,
+        max_mib=config.max_db_mib,
+        lease_seconds=config.lease_seconds,
+        address=address(config.tcp_host, config.tcp_port) if config.tcp_port else None,
+    )
     hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
     tokens = Tokens(config.data_dir)
     bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
@@ -100,6 +109,7 @@ async def serve(
                 )
                 tg.start_soon(hub.run_clock)
                 tg.start_soon(hub.run_hooks)
+                tg.start_soon(hub.run_releases)
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
                 tg.start_soon(sessions.watch_tokens)

@@ -87,6 +87,16 @@ def _positive(value: str) -> int:
     return int(value)
 
 
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0.5 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError("expected seconds between 0.5 and 3600")
+    return seconds
+
+
 def _names(value: str) -> frozenset[str]:
     names = frozenset(n.strip() for n in value.split(","))
     if not value.strip() or "" in names:
@@ -298,6 +308,15 @@ SERVE_SETTINGS = (
         parse=_positive,
         default=_snapshot_every,
         kwargs={"metavar": "N"},
+    ),
+    Setting(
+        ("--lease-seconds",),
+        "PostgreSQL store: how long a combat's lease outlives its daemon's last renewal, so "
+        "how soon another daemon serves the combats of one that died "
+        "(env TURNKEEPER_LEASE_SECONDS; default: 3)",
+        env="TURNKEEPER_LEASE_SECONDS",
+        parse=_seconds,
+        kwargs={"metavar": "S"},
     ),
     Setting(
         ("--max-db-mib",),
@@ -580,6 +599,7 @@ def _serve(args: argparse.Namespace) -> int:
         snapshot_every=args.snapshot_every,
         max_db_mib=args.max_db_mib,
         store=args.store,
+        lease_seconds=args.lease_seconds,
         narrator_uid=None if args.no_peer_narrator else os.getuid(),
         plugins=_plugin_choice(args),
         ws_host=ws_host,

@@ -126,7 +126,7 @@ BUSY_TIMEOUT_MS = 5000
 """How long a connection waits for a lock another holds (an operator may run ``sqlite3`` on the
 file; a checkpoint waits for the reader's statement to end): one transaction is far shorter."""
 
-ErrorCode = Literal["store_failed", "store_full", "store_unavailable", "conflict"]
+ErrorCode = Literal["store_failed", "store_full", "store_unavailable", "conflict", "combat_moved"]
 
 log = structlog.get_logger("turnkeeper.store")
 

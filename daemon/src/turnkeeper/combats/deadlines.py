@@ -24,7 +24,10 @@ class Deadlines:
     combat being the one whose ticket it holds (``Combat.clock_ticket``); at most one live
     entry per combat. ``wake`` is set when a deadline comes sooner than the clock sleeps."""
 
-    def __init__(self) -> None:
+    def __init__(self, owned_only: bool = False) -> None:
+        self.owned_only = owned_only
+        """Only combats rebuilt here are due (a store many daemons share: a combat not
+        rebuilt here may be another daemon's, whose clock runs it)."""
         self.entries: list[tuple[float, int, Combat]] = []
         self._tickets = itertools.count(1)
         self._live = 0
@@ -34,15 +37,16 @@ class Deadlines:
         """The due time the clock sleeps until; -inf while it is not asleep (it reads the
         heap before it sleeps again)."""
 
-    @staticmethod
-    def due(combat: Combat) -> float | None:
+    def due(self, combat: Combat) -> float | None:
         """When the clock must next tick ``combat``: its next deadline (from its stored summary
         while it is not rebuilt), not before ``clock_after``; None for no deadline, or when the
-        combat is quarantined."""
+        combat is quarantined, or not rebuilt with ``owned_only``."""
         if combat.quarantined is not None:
             return None
         if combat.loaded:
             deadline = next_deadline(combat.state)
+        elif self.owned_only:
+            return None
         else:
             stored = combat.summary.get("deadline") if combat.summary is not None else None
             deadline = float(stored) if isinstance(stored, int | float) else None

@@ -10,13 +10,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+import structlog
+
 from turnkeeper_engine import BUNDLED_RULES, Actor, DiceSource, RuleBook, SystemDice
 from turnkeeper_engine.pipeline import Pipeline
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.plugins import PluginHost, PluginStats
 
-from ..stores.port import StorePort
+from ..stores.port import SharedStore, StorePort
 from ..tables import Scope
 from .clock import Clock
 from .combat import Combat
@@ -27,6 +30,8 @@ from .queries import Queries
 from .rebuild import SNAPSHOT_EVERY, Rebuilder
 from .registry import Combats
 from .writer import Writer
+
+log = structlog.get_logger("turnkeeper.combats")
 
 _COUNTERS = frozenset(f.name for f in dataclasses.fields(PluginStats))
 """The keys of a loaded plugin's counters in ``list_plugins``."""
@@ -79,7 +84,8 @@ class Hub:
         # no hook plumbing at all when no loaded plugin needs it). What the writer attaches to a
         # command on its way (``Any`` here) is the writer's own business.
         pipeline: Pipeline[Any] = Pipeline(dice or SystemDice(), clock, hooks, rules=self.rules)
-        self.deadlines = Deadlines()
+        # On a store many daemons share, a combat's clock runs on the daemon holding its lease.
+        self.deadlines = Deadlines(owned_only=isinstance(store, SharedStore))
         self.registry = Combats(self.deadlines)
         self.combats = self.registry.by_id
         """Every combat by id (the registry's own mapping: read it, never change it)."""
@@ -108,8 +114,42 @@ class Hub:
         await self.rebuilder.recover()
 
     async def warm(self) -> None:
-        """Rebuild every combat not yet rebuilt, while requests are served."""
-        await self.rebuilder.warm()
+        """Rebuild every combat not yet rebuilt, while requests are served; on a store many
+        daemons share, none: rebuilding one takes its lease, so combats are rebuilt where
+        their commands arrive."""
+        if self.rebuilder.shared is None:
+            await self.rebuilder.warm()
+
+    async def run_releases(self) -> None:
+        """On a store many daemons share, let go of the combats other daemons ask for, until
+        cancelled: each once this daemon has held it ``hold_left``, its commits in flight
+        done (its writer's lock), its clock and views dropped with it."""
+        shared = self.rebuilder.shared
+        if shared is None:
+            return
+        releasing: set[str] = set()
+
+        async def release(combat_id: str) -> None:
+            try:
+                await anyio.sleep(shared.hold_left(combat_id))
+                combat = self.combats.get(combat_id)
+                if combat is None:
+                    await shared.release(combat_id)
+                    return
+                async with combat.lock:
+                    if combat.loaded:
+                        self.rebuilder.forget(combat)
+                    await shared.release(combat_id)
+            except Exception:  # one combat's failed release must not stop the others'
+                log.exception("release_failed", combat=combat_id)
+            finally:
+                releasing.discard(combat_id)
+
+        async with anyio.create_task_group() as tg:
+            async for combat_id in shared.release_requests():
+                if combat_id not in releasing:  # the asker asks again while it waits
+                    releasing.add(combat_id)
+                    tg.start_soon(release, combat_id)
 
     async def run_clock(self) -> None:
         """Tick every combat at its deadlines until cancelled (R13)."""

@@ -17,7 +17,7 @@ import structlog
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
 
-from ..stores.port import Batch, StoreError, StorePort
+from ..stores.port import Batch, SharedStore, StoreError, StorePort
 from ..tables import DEFAULT_TABLE, Scope
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
@@ -85,6 +85,9 @@ class Rebuilder:
         self.deadlines = deadlines
         self.clock = clock
         self.snapshot_every = snapshot_every
+        self.shared = store if isinstance(store, SharedStore) else None
+        """The store, when many daemons share it: a combat another daemon made since this
+        one started is looked for there."""
         self._limiter: anyio.CapacityLimiter | None = None
         """Worker threads for rebuilds (``LOAD_THREADS``)."""
 
@@ -169,6 +172,10 @@ class Rebuilder:
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat, rebuilt first if it was not yet; refused if unknown or quarantined. One
         outside ``scope``'s tables is refused as unknown, before anything of it is told."""
+        if combat_id not in self.combats.by_id and self.shared is not None:
+            table = await anyio.to_thread.run_sync(self.shared.locate, combat_id)
+            if table is not None and combat_id not in self.combats.by_id:
+                self.combats.add(Combat(combat_id, UNBUILT, 0, loaded=False, table=table))
         found = self.combats.known(combat_id)
         if scope is not None and found.table not in scope:
             raise unknown_combat(combat_id)

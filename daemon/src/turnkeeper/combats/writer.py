@@ -141,11 +141,12 @@ class _CombatLog:
         try:
             await writer.store.commit(batch)
         except StoreError as e:
-            if e.code == "store_unavailable":
-                # Whether the batch was kept may be unknown: the combat is read again from
-                # the store before its next command, rather than trusted as it is in memory.
+            if e.code in ("store_unavailable", "combat_moved"):
+                # Whether the batch was kept may be unknown, or another daemon may have
+                # appended since (its lease lost): the combat is read again from the store
+                # before its next command, rather than trusted as it is in memory.
                 writer.rebuilder.forget(combat)
-            raise RefusedError.relay(e, e.code) from e
+            raise RefusedError.relay(e, e.code, e.field) from e
         combat.state = state
         combat.seq = last
         if snapshot:

@@ -23,20 +23,32 @@ def is_postgresql(location: str | None) -> bool:
     return location is not None and location.startswith(POSTGRESQL_SCHEMES)
 
 
-def open_store(location: str | None, data_dir: Path, *, max_mib: int | None = None) -> StorePort:
+def open_store(
+    location: str | None,
+    data_dir: Path,
+    *,
+    max_mib: int | None = None,
+    lease_seconds: float | None = None,
+    address: str | None = None,
+) -> StorePort:
     """The store ``turnkeeper serve`` runs on: PostgreSQL at ``location`` when it is a
     ``postgresql://`` URI (migrated to this daemon's schema first), else SQLite in ``data_dir``.
-    ``max_mib`` is the operator's quota, as each store defines it."""
+    ``max_mib`` is the operator's quota, as each store defines it; ``lease_seconds`` (None: the
+    default) and ``address`` (where clients reach this daemon) are PostgreSQL's alone."""
     if location is not None and is_postgresql(location):
         load_postgresql()  # says how to install the driver if it is missing
-        from .postgresql import PostgresStore
+        from .postgresql import LEASE_SECONDS, PostgresStore
 
         # The data directory still holds the token file: checked and locked as for SQLite, so
         # that no other user may change the tokens and no two daemons share them.
         lock = claim_data_dir(data_dir)
         try:
             store: StorePort = PostgresStore.open(
-                location, max_bytes=None if max_mib is None else max_mib << 20, dir_lock=lock
+                location,
+                max_bytes=None if max_mib is None else max_mib << 20,
+                dir_lock=lock,
+                lease_seconds=LEASE_SECONDS if lease_seconds is None else lease_seconds,
+                address=address,
             )
         except BaseException:
             os.close(lock)

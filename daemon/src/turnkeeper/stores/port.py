@@ -9,9 +9,10 @@ which came first; every store raises the same ``StoreError`` codes for the same 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..store import Batch, LoadedCombat, StoreError
 
@@ -71,4 +72,24 @@ class StorePort(Protocol):
         for longer than a page of a local file takes."""
 
 
-__all__ = ["Batch", "LoadedCombat", "StoreError", "StorePort"]
+@runtime_checkable
+class SharedStore(StorePort, Protocol):
+    """A store many daemons share (the PostgreSQL one): each combat is leased by one daemon at
+    a time. ``load_one`` acquires the combat's lease first (asking its holder to let it go,
+    or waiting for a dead holder's to run out); a commit for a combat whose lease this daemon
+    does not hold is refused with ``combat_moved``, nothing of it kept."""
+
+    def release_requests(self) -> MemoryObjectReceiveStream[str]:
+        """The combats other daemons ask this one to let go of, as they come."""
+
+    def hold_left(self, combat_id: str) -> float:
+        """Seconds before this daemon may let the combat go (a minimum hold)."""
+
+    async def release(self, combat_id: str) -> None:
+        """Give the combat's lease back, after its last commit."""
+
+    def locate(self, combat_id: str) -> str | None:
+        """The table of a combat another daemon made, or None if there is none (any thread)."""
+
+
+__all__ = ["Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]

@@ -12,20 +12,26 @@ Driver: psycopg 3, synchronous, in the committer's thread as the SQLite store ru
 schema, made and upgraded by versioned migrations (``MIGRATIONS``), applied on start or by
 ``turnkeeper migrate``.
 
-Room for many daemons on one database (issue 12, part 3): each combat row holds its last seq
-and an owner epoch, and every append is conditional on the last seq the committer expected
-(``_write_together``), so a fenced append only has to add the epoch to that condition. Until
-then one daemon holds the database, by a session advisory lock (``STORE_LOCK``).
+Many daemons share one database (issue 12, part 3): each combat is owned by one daemon at a
+time through a lease on its row (owner, epoch, expiry by the server's clock), taken before the
+combat is loaded (``acquire``), renewed for all a daemon holds in one statement by a background
+thread (``_Leases``) and given back on a clean stop or when another daemon asks for it
+(``release``, over ``LISTEN``/``NOTIFY``). Every append is fenced: conditional on the last seq
+the committer expected and on the epoch it holds (``_write_together``), so a daemon that lost a
+lease (paused, partitioned, slow) can never append to that combat again; and a daemon that
+cannot renew stops writing for a combat before its lease could expire (``_Lease.until``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -34,8 +40,10 @@ from typing import Any, Literal, TypeVar
 import anyio
 import msgpack  # type: ignore[import-untyped]
 import psycopg
+import psycopg.sql
 import structlog
 from anyio.abc import TaskStatus
+from anyio.lowlevel import EventLoopToken
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from psycopg import conninfo
 
@@ -71,9 +79,9 @@ SCHEMA = "turnkeeper"
 applications keeps them apart."""
 
 STORE_LOCK = 0x746B_5354_4F52_4531
-"""The session advisory lock held by the one daemon writing the database: two daemons would
-each number a combat's events from their own memory (part 3 replaces it with a lease per
-combat)."""
+"""The advisory lock a migration holds for its transaction: two daemons starting at once apply
+each migration once, and a daemon of an older version (which held this lock for as long as it
+ran) is never migrated under."""
 
 MIGRATION_LOCK_TIMEOUT = "10s"
 """How long a migration waits for a lock on a table before failing (``lock_timeout``)."""
@@ -104,18 +112,42 @@ SESSION_BOUNDS: dict[str, Any] = {
 """libpq's settings bounding each session: a peer silent for about 25 s (keepalives), data
 unacknowledged for 30 s (``tcp_user_timeout``) or a statement running 30 s ends it."""
 
-RELOCK_WAIT = 5.0
-"""Seconds a new committer's session waits for the lock after the last one was lost: the
-server ends a lost session (and frees its lock) once it notices, which a terminated or restarted
-one does at once. A session still alive after this is another daemon's, or a partitioned one's."""
+LEASE_SECONDS = 3.0
+"""How long a combat's lease lasts past its last renewal, by the server's clock
+(``--lease-seconds``): a daemon killed with its combats leased lets another serve them within
+this, plus one acquire's poll."""
 
-OPEN_WAIT = 1.0
-"""Seconds ``open`` and ``migrate`` wait for the lock: a daemon that has just closed its session
-frees the lock only once the server has ended that session, a moment later, and a daemon
-restarted right after a stop must not be refused for that moment."""
+RENEWALS_PER_LEASE = 4
+"""Renewals sent in one lease's time: a renewal that fails (a slow server, a blip) leaves the
+next ones time to succeed before the daemon fences itself."""
 
-RELOCK_POLL = 0.05
-"""Seconds between two tries for the lock while waiting for it."""
+FENCE_MARGIN = 0.25
+"""The part of a lease a daemon gives up to be safe: it stops writing for a combat at the time
+its last successful renewal was sent plus ``(1 - FENCE_MARGIN)`` of the lease, so a clock that
+runs slow, or a commit still on its way, never outlives the lease the server counts."""
+
+ACQUIRE_POLL = 0.05
+"""Seconds between two tries for a lease another daemon holds."""
+
+ACQUIRE_LOCK_WAIT = "200ms"
+"""How long one try for a lease waits for a row its owner's transaction holds (a commit, a
+few milliseconds): longer, the owner may be paused in the middle of it (``_try_acquire``)."""
+
+ASK_AGAIN = 0.5
+"""Seconds between two requests to the holder to let a lease go (a request sent while the
+holder's listener was away is lost: ``NOTIFY`` is not queued for a session that is not there)."""
+
+ACQUIRE_SLACK = 2.0
+"""Seconds an acquire waits beyond one lease's time: the holder's minimum hold
+(``MIN_HOLD``), its commits in flight, and a dead holder's lease running out."""
+
+MIN_HOLD = 0.5
+"""Seconds a daemon keeps a lease it acquired before it lets it go on request: commands for
+one combat arriving at two daemons at once move it to and fro at most this often."""
+
+RELEASE_REQUESTS = 1024
+"""Requests to let a lease go waiting for the daemon to act on them; past it they are dropped
+(the asker asks again every ``ASK_AGAIN``)."""
 
 LANDED_WAIT = 30.0
 """Seconds the committer keeps trying to reach the server after losing its session while a
@@ -129,6 +161,10 @@ LANDED_MAX_PAUSE = 2.0
 FILTER_PAGE = 10_000
 """Request ids fetched per round trip while the filter is built (up to 100,000 per principal
 are stored): about a megabyte a page."""
+
+DAEMON_FORGOTTEN = 3600
+"""Seconds after its last heartbeat a daemon's row is deleted (by the next daemon to start):
+one killed leaves its row behind."""
 
 QUOTA_MEASURE_BYTES = 256 * 2**10
 """Bytes written between two measures of the store's size under a quota. Measuring asks the
@@ -203,20 +239,234 @@ CREATE TABLE {SCHEMA}.generation (
 INSERT INTO {SCHEMA}.generation (value) VALUES (0);
 """,
     ),
+    Migration(
+        3,
+        "daemons and combat leases",
+        f"""
+-- Many daemons on one database: the store-wide lock and its generation go, each combat is
+-- leased by one daemon at a time.
+DROP TABLE {SCHEMA}.generation;
+CREATE TABLE {SCHEMA}.daemons (
+    daemon_id text PRIMARY KEY,
+    -- Where its clients reach it, if it said (for an operator's eyes).
+    address text,
+    started timestamptz NOT NULL DEFAULT now(),
+    -- Renewed with its leases: a daemon is alive while heartbeat + lease_seconds is ahead.
+    heartbeat timestamptz NOT NULL DEFAULT now(),
+    lease_seconds double precision NOT NULL,
+    -- The server process of its committer's session: a daemon paused in the middle of a
+    -- transaction holds its combats' rows until that session ends, which the daemon taking
+    -- one over after its lease ran out brings about (``_try_acquire``).
+    committer_pid integer
+);
+-- The lease: the owner and the epoch it acquired (owner_epoch, bumped by every acquire: the
+-- fence of every append). It runs out with its owner's heartbeat, by the server's clock: a
+-- daemon renews all its leases by renewing its own row.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN owner text;
+CREATE INDEX combats_owner ON {SCHEMA}.combats (owner) WHERE owner IS NOT NULL;
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
-
-class StoreTakenError(Exception):
-    """Another daemon held the store while this one's committer was away (its session lost):
-    what this daemon holds in memory may be stale, so it stops rather than write on."""
+DAEMONS_SINCE = 3
+"""The first version whose database lists its daemons (``daemons``)."""
 
 
 class _ConflictError(Exception):
     """A batch (or a group's conditional append) that does not fit the log."""
+
+
+class _FencedError(Exception):
+    """A batch for a combat whose lease this daemon no longer holds."""
+
+
+def _moved(combat_id: str) -> StoreError:
+    """The refusal of a write for a combat this daemon lost the lease of: another daemon
+    serves it now, or may (this one could not renew in time)."""
+    return StoreError(
+        "combat_moved",
+        "combat {id!r} moved to another daemon: retry with the same request_id",
+        "combat",
+        id=combat_id,
+    )
+
+
+@dataclass(slots=True)
+class _Lease:
+    """A combat's lease as this daemon holds it."""
+
+    epoch: int
+    """The ``owner_epoch`` its acquire set: every append is conditional on it."""
+    until: float
+    """Monotonic time past which this daemon writes nothing for the combat: when the last
+    acquire or renewal that reached the server was sent, plus the lease less its margin."""
+    since: float
+    """Monotonic time it was acquired (``MIN_HOLD``)."""
+
+
+class _Leases:
+    """The combats this daemon holds (any thread), and the thread that renews them all, one
+    statement every ``seconds / RENEWALS_PER_LEASE``, and hears other daemons ask for one
+    (``LISTEN`` on its own channel, on the same session between two renewals).
+
+    A lease runs out with its owner's heartbeat (``daemons``), not a time of its own: renewing
+    them all is writing one row, however many combats a daemon holds (a time per combat row
+    would rewrite every held row four times a lease)."""
+
+    def __init__(self, location: str, daemon_id: str, seconds: float, address: str | None) -> None:
+        self.location = location
+        self.daemon_id = daemon_id
+        self.seconds = seconds
+        self.address = address
+        self.channel = f"turnkeeper_release_{daemon_id}"
+        self.committer_pid: int | None = None
+        """The server process of the committer's session (``daemons.committer_pid``)."""
+        self.alone = True
+        """Whether no other daemon has run on the database since this one started, as far
+        as its renewals have seen (once false, never true again)."""
+        self.asked: Callable[[str], None] | None = None
+        """Called (on the renewer's thread) with each combat another daemon asks for."""
+        self._held: dict[str, _Lease] = {}
+        self._lock = threading.Lock()
+        self._db: _Connection | None = None
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, combat_id: str, epoch: int, sent: float) -> None:
+        """Record an acquire (or a creation) that reached the server, sent at ``sent``."""
+        now = time.monotonic()
+        with self._lock:
+            self._held[combat_id] = _Lease(epoch, sent + self.seconds * (1 - FENCE_MARGIN), now)
+
+    def epoch(self, combat_id: str) -> int | None:
+        """The epoch to fence a write for the combat with, or None if this daemon does not
+        hold its lease, or may no longer (fenced itself: dropped)."""
+        with self._lock:
+            lease = self._held.get(combat_id)
+            if lease is None:
+                return None
+            if time.monotonic() < lease.until:
+                return lease.epoch
+            del self._held[combat_id]
+        log.warning("lease_fenced", combat=combat_id, detail="not renewed in time")
+        return None
+
+    def drop(self, combat_id: str, epoch: int | None = None) -> _Lease | None:
+        """Forget the combat's lease (only if still of ``epoch``, when given)."""
+        with self._lock:
+            lease = self._held.get(combat_id)
+            if lease is None or (epoch is not None and lease.epoch != epoch):
+                return None
+            return self._held.pop(combat_id)
+
+    def hold_left(self, combat_id: str) -> float:
+        """Seconds before the combat's lease may be given up (``MIN_HOLD``)."""
+        with self._lock:
+            lease = self._held.get(combat_id)
+        return 0.0 if lease is None else max(0.0, lease.since + MIN_HOLD - time.monotonic())
+
+    def start(self, db: _Connection) -> None:
+        """Listen on ``db`` (this daemon's own session for leases) and renew from now on."""
+        self._db = db
+        self._listen(db)
+        self._thread = threading.Thread(target=self._run, name="turnkeeper-leases", daemon=True)
+        self._thread.start()
+
+    def close(self) -> _Connection | None:
+        """Stop renewing; return the session, for the last statements of the store's close."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+        db, self._db = self._db, None
+        return db
+
+    def look_around(self, db: _Connection) -> None:
+        """Note whether another live daemon is on the database (while alone so far)."""
+        if not self.alone:
+            return
+        row = db.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.daemons WHERE daemon_id <> %s"
+            " AND heartbeat + lease_seconds * interval '1 second' > now())",
+            (self.daemon_id,),
+        ).fetchone()
+        if row is not None and row[0]:
+            self.alone = False
+            log.info("store_shared", detail="another daemon runs on the store")
+
+    def _listen(self, db: _Connection) -> None:
+        db.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel)))
+
+    def _run(self) -> None:
+        every = self.seconds / RENEWALS_PER_LEASE
+        while not self._closed.is_set():
+            sent = time.monotonic()
+            try:
+                db = self._db
+                if db is None or db.broken or db.closed:
+                    if db is not None:
+                        db.close()
+                    db = self._db = _connect(self.location, "leases")
+                    self._listen(db)
+                self._renew(db, sent)
+                self.look_around(db)
+                for notice in db.notifies(timeout=max(0.0, sent + every - time.monotonic())):
+                    if self._closed.is_set():
+                        break
+                    if self.asked is not None and notice.payload:
+                        self.asked(notice.payload)
+            except psycopg.Error as e:
+                # The leases are not renewed meanwhile: this daemon fences itself from each at
+                # its ``until``, before the server could give it to another daemon.
+                log.warning("lease_renewal_failed", reason=_reason(e, self.location))
+                self._closed.wait(max(0.0, sent + every - time.monotonic()))
+
+    def _renew(self, db: _Connection, sent: float) -> None:
+        with self._lock:
+            held = {c: lease.epoch for c, lease in self._held.items()}
+        # One statement: the heartbeat (its row made again if it was deleted as forgotten,
+        # after a pause of an hour) and which of the leases held have another epoch now.
+        rows = db.execute(
+            f"WITH beat AS (INSERT INTO {SCHEMA}.daemons"
+            " (daemon_id, address, lease_seconds, committer_pid)"
+            " VALUES (%(me)s, %(address)s, %(seconds)s, %(pid)s)"
+            " ON CONFLICT (daemon_id) DO UPDATE"
+            " SET heartbeat = now(), committer_pid = excluded.committer_pid)"
+            " SELECT u.combat_id"
+            " FROM unnest(%(ids)s::text[], %(epochs)s::int8[]) AS u (combat_id, epoch)"
+            f" LEFT JOIN {SCHEMA}.combats c ON c.combat_id = u.combat_id"
+            " WHERE c.owner_epoch IS DISTINCT FROM u.epoch",
+            {
+                "me": self.daemon_id,
+                "address": self.address,
+                "seconds": self.seconds,
+                "pid": self.committer_pid,
+                "ids": list(held),
+                "epochs": list(held.values()),
+            },
+        ).fetchall()
+        until = sent + self.seconds * (1 - FENCE_MARGIN)
+        taken = {combat_id for (combat_id,) in rows}
+        lost = []
+        with self._lock:
+            for combat_id, epoch in held.items():
+                lease = self._held.get(combat_id)
+                if lease is None or lease.epoch != epoch:
+                    continue  # dropped or acquired again meanwhile
+                if combat_id in taken:
+                    del self._held[combat_id]  # another daemon acquired it
+                    lost.append(combat_id)
+                else:
+                    lease.until = until
+        for combat_id in lost:
+            log.info("lease_lost", combat=combat_id)
+            if self.asked is not None:
+                # Let go of it as if asked: the daemon drops what it holds of it in memory,
+                # rather than serve reads from a state another daemon has moved on from.
+                self.asked(combat_id)
 
 
 def shown(location: str) -> str:
@@ -255,9 +505,6 @@ def migrate(location: str) -> list[Migration]:
     newer version than this daemon knows (never guessed at)."""
     try:
         with _connect(location, "migrate") as db:
-            # Never under a running daemon: it holds the store lock (taken, or refused naming
-            # the daemon that holds it; ended with the session).
-            _lock(db, location, wait=OPEN_WAIT)
             return _migrate(db, location)
     except psycopg.Error as e:
         raise StoreError(
@@ -279,9 +526,11 @@ def _version(db: psycopg.Connection[Any]) -> int:
 
 
 def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
-    """Migrate on ``db``, whose session holds ``STORE_LOCK``. A database at this daemon's
-    version is only read: a role without the right to create (a least-privilege one) runs
-    an up-to-date store."""
+    """Migrate on ``db``, holding ``STORE_LOCK`` for the transaction. A database at this
+    daemon's version is only read: a role without the right to create (a least-privilege one)
+    runs an up-to-date store. Raises ``StoreError("store_failed")`` naming the lock when it
+    is not had within ``MIGRATION_LOCK_TIMEOUT`` (another daemon migrating, or one of a
+    version before many daemons, which holds it while it runs)."""
     version = _version(db)
     if version > SCHEMA_VERSION:
         raise StoreError(
@@ -298,6 +547,15 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
         # A migration waits this long at most for a table's lock (an operator's open
         # transaction, a backup), then fails whole, rather than queue every session behind it.
         db.execute(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'")
+        try:
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (STORE_LOCK,))
+        except psycopg.errors.LockNotAvailable as e:
+            raise StoreError(
+                "store_failed",
+                "the store at {store} is being migrated, or used by a turnkeeper daemon of an"
+                " older version: stop it, then start again",
+                store=shown(location),
+            ) from e
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_migrations ("
@@ -305,6 +563,20 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
         version = _version(db)  # again, in the transaction
+        if version >= DAEMONS_SINCE:
+            # Never under a running daemon: it would go on with a schema it does not know.
+            alive = db.execute(
+                f"SELECT coalesce(address, daemon_id) FROM {SCHEMA}.daemons"
+                " WHERE heartbeat + lease_seconds * interval '1 second' > now()"
+            ).fetchall()
+            if alive:
+                raise StoreError(
+                    "store_failed",
+                    "the store at {store} is in use by another turnkeeper daemon ({holder}):"
+                    " stop every daemon on it to migrate",
+                    store=shown(location),
+                    holder=", ".join(str(row[0]) for row in alive),
+                )
         for migration in MIGRATIONS:
             if migration.version > version:
                 db.execute(migration.sql.encode())
@@ -369,10 +641,11 @@ class PostgresStore:
         loader: psycopg.Connection[Any],
         max_bytes: int | None,
         dir_lock: int | None,
+        leases: _Leases,
     ) -> None:
         self._location = location
         self._dir_lock = dir_lock  # the data directory's (``claim_data_dir``): held until close
-        self._writer = writer  # the committer's; holds STORE_LOCK
+        self._writer = writer  # the committer's
         self._reader = reader  # the event loop's: autocommit, each statement its own snapshot
         self._loader = loader  # worker threads', one call at a time
         self._loading = threading.Lock()
@@ -396,31 +669,52 @@ class PostgresStore:
         self._packer = msgpack.Packer(use_bin_type=True)
         self._committer = _CommitterThread()
         self._watchdog = _Watchdog()
-        self._generation = 0  # the store lock's, as this daemon last took it (``_bump``)
+        self._leases = leases
+        self.daemon_id = leases.daemon_id
+        """This daemon's id in the database (``daemons``), owner of the leases it holds."""
+        self._token: EventLoopToken | None = None  # the event loop's, while ``run`` runs
+        self._asked_send, self._asked = anyio.create_memory_object_stream[str](RELEASE_REQUESTS)
 
     @classmethod
     def open(
-        cls, location: str, *, max_bytes: int | None = None, dir_lock: int | None = None
+        cls,
+        location: str,
+        *,
+        max_bytes: int | None = None,
+        dir_lock: int | None = None,
+        lease_seconds: float = LEASE_SECONDS,
+        address: str | None = None,
     ) -> PostgresStore:
         """Open the store at ``location`` (a libpq URI or conninfo), migrating it to this
-        daemon's schema first, for this daemon alone. ``dir_lock``, the data directory's lock
-        (``turnkeeper.store.claim_data_dir``), is released by ``close``.
+        daemon's schema first, as one more daemon on it (``daemons``, with the ``address`` its
+        clients reach it at, if given). ``dir_lock``, the data directory's lock
+        (``turnkeeper.store.claim_data_dir``), is released by ``close``; so are the leases,
+        which last ``lease_seconds`` past their last renewal.
 
         ``max_bytes`` is an operator's quota on the store's size in the database: its tables,
         indexes and TOAST as ``pg_total_relation_size`` counts them (not the server's WAL,
         nor other databases). Past it every commit fails with ``store_full``. Raises
         ``StoreError("store_failed")`` if the server cannot be reached, the schema is newer
-        than this daemon, or another daemon holds the store (the message names its session).
+        than this daemon, or a migration could not have its lock.
         """
         connections: list[psycopg.Connection[Any]] = []
+        leases = _Leases(location, uuid.uuid4().hex, lease_seconds, address)
         try:
             writer = _connect(location, "committer")
             connections.append(writer)
-            _lock(writer, location, wait=OPEN_WAIT)  # first: no migration under another daemon
             _migrate(writer, location)
-            generation = _bump(writer)
-            for role in ("reader", "loader"):
+            leases.committer_pid = writer.info.backend_pid
+            for role in ("reader", "loader", "leases"):
                 connections.append(_connect(location, role))
+            connections[-1].execute(
+                f"WITH gone AS (DELETE FROM {SCHEMA}.daemons"
+                " WHERE heartbeat < now() - %s * interval '1 second')"
+                f" INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds, committer_pid)"
+                " VALUES (%s, %s, %s, %s)",
+                (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds, leases.committer_pid),
+            )
+            leases.look_around(connections[-1])
+            leases.start(connections[-1])
         except psycopg.Error as e:
             for c in connections:
                 c.close()
@@ -434,22 +728,123 @@ class PostgresStore:
             for c in connections:
                 c.close()
             raise
-        store = cls(location, writer, connections[1], connections[2], max_bytes, dir_lock)
-        store._generation = generation
-        return store
+        return cls(location, writer, connections[1], connections[2], max_bytes, dir_lock, leases)
 
     def close(self) -> None:
-        """Close the connections (the lock goes with the committer's). Call after ``run``."""
+        """Give the leases back, and close the connections. Call after ``run``."""
         self._committer.close()
         self._committer.join()
         self._watchdog.close()
         self._send.close()
         self._receive.close()
-        for db in (self._reader, self._loader, self._writer):
+        self._asked_send.close()
+        self._asked.close()
+        with contextlib.suppress(psycopg.Error):
+            # Wakes the renewer, which may wait up to a quarter of a lease for a request.
+            self._loader.execute("SELECT pg_notify(%s, '')", (self._leases.channel,))
+        db = self._leases.close()
+        if db is not None:
+            # Given back at once rather than left to run out: another daemon may serve them
+            # now. Best effort: a server that cannot be reached lets them run out.
+            with contextlib.suppress(psycopg.Error), db.transaction():
+                db.execute(
+                    f"UPDATE {SCHEMA}.combats SET owner = NULL WHERE owner = %s",
+                    (self.daemon_id,),
+                )
+                db.execute(f"DELETE FROM {SCHEMA}.daemons WHERE daemon_id = %s", (self.daemon_id,))
             db.close()
+        for c in (self._reader, self._loader, self._writer):
+            c.close()
         if self._dir_lock is not None:
             os.close(self._dir_lock)
             self._dir_lock = None
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def release_requests(self) -> MemoryObjectReceiveStream[str]:
+        """The combats other daemons ask this one to let go of, as they come."""
+        return self._asked
+
+    def _ask(self, combat_id: str) -> None:
+        """A request to let a combat go (the renewer's thread): handed to the event loop, or
+        dropped if its queue is full or the loop is gone (the asker asks again)."""
+        token = self._token
+        if token is None:
+            return
+        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, RuntimeError):
+            anyio.from_thread.run_sync(self._asked_send.send_nowait, combat_id, token=token)
+
+    def hold_left(self, combat_id: str) -> float:
+        """Seconds before this daemon may let the combat go (``MIN_HOLD``)."""
+        return self._leases.hold_left(combat_id)
+
+    async def release(self, combat_id: str) -> None:
+        """Give the combat's lease back (after its last commit): another daemon may acquire
+        it at once. Nothing is written for the combat from now on, until ``load_one`` again."""
+        lease = self._leases.drop(combat_id)
+        if lease is None:
+            return
+        self._last.pop(combat_id, None)
+        await anyio.to_thread.run_sync(self._released, combat_id, lease.epoch)
+
+    def _released(self, combat_id: str, epoch: int) -> None:
+        with self._loading:
+            self._read(
+                "loader",
+                lambda db: db.execute(
+                    f"UPDATE {SCHEMA}.combats SET owner = NULL"
+                    " WHERE combat_id = %s AND owner_epoch = %s",
+                    (combat_id, epoch),
+                ),
+            )
+        log.info("lease_released", combat=combat_id)
+
+    def locate(self, combat_id: str) -> str | None:
+        """The table of a combat this daemon has not heard of (another daemon made it since
+        this one started), or None if the store holds no such combat (any thread)."""
+        with self._loading:
+            row = self._read(
+                "loader",
+                lambda db: db.execute(
+                    f"SELECT table_id FROM {SCHEMA}.combats WHERE combat_id = %s", (combat_id,)
+                ).fetchone(),
+            )
+        return None if row is None else str(row[0])
+
+    def _acquire(self, combat_id: str) -> None:
+        """Take the combat's lease (epoch + 1) when it is free, run out or this daemon's own;
+        else ask its holder to let it go and try again, until it does or its lease runs out
+        (a dead holder's). Nothing happens for a combat the store does not hold (``load_one``
+        says so). Raises ``StoreError("store_unavailable")`` if the holder keeps it."""
+        leases = self._leases
+        deadline = time.monotonic() + leases.seconds + ACQUIRE_SLACK
+        asked = -math.inf
+        while True:
+            sent = time.monotonic()
+            with self._loading:
+                holder, epoch = self._read(
+                    "loader", partial(_try_acquire, combat_id, leases.daemon_id)
+                )
+            if epoch is not None:
+                self._last.pop(combat_id, None)  # another daemon may have appended since
+                leases.hold(combat_id, epoch, sent)
+                log.info("lease_acquired", combat=combat_id, epoch=epoch)
+                return
+            if holder is None:
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                raise StoreError(
+                    "store_unavailable",
+                    "combat {id!r} is held by another daemon that does not let it go: retry later",
+                    "combat",
+                    id=combat_id,
+                )
+            if now - asked >= ASK_AGAIN:
+                asked = now
+                with self._loading:
+                    self._read("loader", partial(_ask_release, holder, combat_id))
+            time.sleep(ACQUIRE_POLL)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -485,6 +880,8 @@ class PostgresStore:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The committer: write queued batches, many per transaction, until ``stop``."""
         self._stopped = stopped = anyio.Event()
+        self._token = anyio.lowlevel.current_token()
+        self._leases.asked = self._ask
         task_status.started()
         try:
             async for first in self._receive:
@@ -498,15 +895,6 @@ class PostgresStore:
                     with anyio.CancelScope(shield=True):
                         await self._committer.run(partial(self._write, group))
                     self._remember(group)
-                except StoreTakenError:
-                    # Whether the group landed before the session was lost is unknown.
-                    for pending in group:
-                        pending.error = StoreError(
-                            "store_unavailable",
-                            "the store could not be reached to learn whether this command was"
-                            " kept: retry it with the same request_id",
-                        )
-                    raise
                 except BaseException:
                     for pending in group:
                         pending.error = StoreError("store_failed", "the committer crashed")
@@ -518,6 +906,7 @@ class PostgresStore:
                     with anyio.CancelScope(shield=True):
                         await self._committer.run(self._prune)
         finally:
+            self._token = None
             self._committer.close()
             self._send.close()
             while True:
@@ -536,32 +925,14 @@ class PostgresStore:
                 self._recent.add(*b.request, b.combat_id, pending.response, b.at)
 
     def _reconnect(self) -> None:
-        """A new committer's connection, with the lock, after the last one broke (the server
-        restarted, the network failed): the last seqs remembered may be wrong now, since
-        whether the failed transaction reached the server is unknown."""
+        """A new committer's connection after the last one broke (the server restarted, the
+        network failed): the last seqs remembered may be wrong now, since whether the failed
+        transaction reached the server is unknown. The leases need nothing: every append is
+        fenced by its epoch, whatever happened meanwhile."""
         self._writer.close()
         self._last.clear()
-        writer = _connect(self._location, "committer")
-        try:
-            # The lost session may still be on its way out, holding the lock a moment more.
-            _lock(writer, self._location, wait=RELOCK_WAIT)
-            found = _generation(writer)
-        except BaseException:
-            writer.close()
-            raise
-        if found != self._generation:
-            writer.close()
-            log.error(
-                "store_taken_over",
-                store=shown(self._location),
-                detail="another daemon held the store while this one's session was lost;"
-                " this daemon stops: restart it",
-            )
-            raise StoreTakenError(
-                f"another daemon held the store at {shown(self._location)} while this one's"
-                " session was lost: stopped, restart the daemon"
-            )
-        self._writer = writer
+        self._writer = _connect(self._location, "committer")
+        self._leases.committer_pid = self._writer.info.backend_pid  # told at the next renewal
         log.info("store_reconnected", store=shown(self._location))
 
     def _write(self, group: Sequence[_Pending]) -> None:
@@ -572,6 +943,7 @@ class PostgresStore:
         self.transactions += 1
         for pending in group:  # first: the quota counts the snapshots' bytes too
             self._encode_snapshot(pending)
+        sent = time.monotonic()  # before the transaction: the leases of combats it creates
         for attempt in (1, 2):
             try:
                 if self._writer.broken or self._writer.closed:
@@ -620,6 +992,8 @@ class PostgresStore:
                                     self._write_batch(pending)
                             except _ConflictError as e:
                                 pending.error = _conflict(str(e))
+                            except _FencedError:
+                                pending.error = _moved(pending.batch.combat_id)
                             except (psycopg.errors.IntegrityError, psycopg.DataError) as e:
                                 pending.error = _error(
                                     e, self._location
@@ -643,8 +1017,13 @@ class PostgresStore:
         stored = self._filter
         assert stored is not None  # built before the transaction
         for pending in group:
+            if pending.error is not None and pending.error.code == "combat_moved":
+                self._leases.drop(pending.batch.combat_id)
+                self._last.pop(pending.batch.combat_id, None)
             if pending.error is None:
                 b = pending.batch
+                if b.ruleset is not None:
+                    self._leases.hold(b.combat_id, 1, sent)
                 self._latest_at = max(self._latest_at, b.at)
                 self._written += _size(pending)
                 if pending.events:
@@ -656,8 +1035,8 @@ class PostgresStore:
     def _after_lost_session(self, group: Sequence[_Pending], committing: bool) -> bool | None:
         """Whether the group's transaction was committed, once its session was lost (the
         server restarted, the network failed), read on a new session: before COMMIT was sent
-        nothing of it was kept; after it, the combat rows tell, since each append moved its
-        combat's last seq in the same transaction. A server restarting refuses sessions for a
+        nothing of it was kept; after it, what it wrote is looked for (``_landed``). A server
+        restarting refuses sessions for a
         moment: after COMMIT, a new one is tried again for up to ``LANDED_WAIT`` seconds, and
         None (unknown) returned if none could be had."""
         deadline = time.monotonic() + (LANDED_WAIT if committing else 0.0)
@@ -666,9 +1045,6 @@ class PostgresStore:
             try:
                 self._reconnect()
                 return self._landed(group) if committing else False
-            except StoreError as e:
-                log.error("store_reconnect_refused", reason=e.message)
-                return None  # another daemon holds the store: waiting would not help
             except psycopg.Error as e:
                 log.warning(
                     "store_unreachable",
@@ -706,18 +1082,28 @@ class PostgresStore:
 
     def _landed(self, group: Sequence[_Pending]) -> bool | None:
         """Whether the group's transaction, whose COMMIT was sent when its session was lost,
-        was committed: read from the combat row of one batch it appended to or created (on
-        the new session). None when no batch of it did either (a snapshot alone)."""
+        was committed: read (on the new session) from the last event of one batch it appended,
+        or the row of a combat it created, compared with what the batch wrote. Not from the
+        combat's last seq alone: another daemon may have acquired the combat meanwhile and
+        appended events of its own at those seqs. None when no batch of it did either (a
+        snapshot alone)."""
         for pending in group:
             b = pending.batch
-            if pending.error is not None or not (pending.events or b.ruleset is not None):
+            if pending.error is not None:
                 continue
-            row = self._writer.execute(
-                f"SELECT last_seq FROM {SCHEMA}.combats WHERE combat_id = %s", (b.combat_id,)
-            ).fetchone()
-            if row is None:
-                return False  # the combat it created is not there
-            return bool(row[0] >= b.first_seq + len(pending.events) - 1)
+            if pending.events:
+                combat_id, seq, body = pending.events[-1]
+                row = self._writer.execute(
+                    f"SELECT body FROM {SCHEMA}.events WHERE combat_id = %s AND seq = %s",
+                    (combat_id, seq),
+                ).fetchone()
+                return row is not None and bytes(row[0]) == body
+            if b.ruleset is not None:
+                row = self._writer.execute(
+                    f"SELECT created_at FROM {SCHEMA}.combats WHERE combat_id = %s",
+                    (b.combat_id,),
+                ).fetchone()
+                return row is not None and row[0] == b.at  # not another daemon's of that id
         if all(pending.error is not None for pending in group):
             return True  # every batch was refused: the transaction wrote nothing
         return None
@@ -785,16 +1171,20 @@ class PostgresStore:
 
     def _write_together(self, group: Sequence[_Pending]) -> None:
         """Check each batch against the log as the batches before it leave it, then write the
-        rest a statement per table, each combat's append conditional on the last seq expected
-        (committer's thread, inside the transaction). Raises ``_ConflictError`` if a combat's
-        last seq is not what was expected."""
+        rest a statement per table, each combat's write fenced: conditional on the last seq
+        expected and on the epoch of this daemon's lease (committer's thread, inside the
+        transaction). A batch for a combat whose lease this daemon does not hold is refused
+        alone (``combat_moved``). Raises ``_ConflictError`` if a combat's row is not what was
+        expected (its log moved, or another daemon acquired it)."""
         starts: dict[str, int] = {}  # each combat's last seq before this group
-        ends: dict[str, int | None] = {}  # and as the group leaves it
+        epochs: dict[str, int] = {}  # and the epoch of this daemon's lease on it
+        ends: dict[str, int] = {}  # and as the group leaves it
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
         snapshots: dict[str, tuple[int, bytes]] = {}
+        last: int | None
         for pending in group:
             b = pending.batch
             if b.combat_id in ends:
@@ -811,6 +1201,13 @@ class PostgresStore:
             elif last is None:
                 pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
                 continue
+            if b.combat_id not in epochs:
+                # A combat made here is this daemon's from its first row (epoch 1).
+                epoch = 1 if b.ruleset is not None else self._leases.epoch(b.combat_id)
+                if epoch is None:
+                    pending.error = _moved(b.combat_id)
+                    continue
+                epochs[b.combat_id] = epoch
             if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
                 pending.error = _conflict(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
@@ -831,22 +1228,38 @@ class PostgresStore:
         if combats:
             ids, rulesets, ats, tables = zip(*combats, strict=True)
             db.execute(
-                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at, table_id)"
-                " SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[])",
-                (list(ids), list(rulesets), list(ats), list(tables)),
+                f"INSERT INTO {SCHEMA}.combats"
+                " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
+                " SELECT u.*, %s, 1"
+                " FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[]) AS u",
+                (
+                    self.daemon_id,
+                    list(ids),
+                    list(rulesets),
+                    list(ats),
+                    list(tables),
+                ),
             )
-        moved = [(c, starts[c], end) for c, end in ends.items() if end != starts[c]]
-        if moved:
-            ids, expected, lasts = zip(*moved, strict=True)
-            # The append's condition: each combat is where this committer left it.
+        if ends:
+            touched = list(ends)
+            # The fence: each combat is where this committer left it, and still leased by
+            # this daemon at the epoch it acquired (every write, events or not, so that a
+            # daemon that lost the lease leaves no snapshot, summary or answer either).
             cursor = db.execute(
                 f"UPDATE {SCHEMA}.combats c SET last_seq = u.last"
-                " FROM unnest(%s::text[], %s::int8[], %s::int8[]) AS u (combat_id, expected, last)"
-                " WHERE c.combat_id = u.combat_id AND c.last_seq = u.expected",
-                (list(ids), list(expected), list(lasts)),
+                " FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::int8[])"
+                " AS u (combat_id, expected, last, epoch)"
+                " WHERE c.combat_id = u.combat_id AND c.last_seq = u.expected"
+                " AND c.owner_epoch = u.epoch",
+                (
+                    touched,
+                    [starts[c] for c in touched],
+                    [ends[c] for c in touched],
+                    [epochs[c] for c in touched],
+                ),
             )
-            if cursor.rowcount != len(moved):
-                raise _ConflictError("a combat's log moved under the committer")
+            if cursor.rowcount != len(touched):
+                raise _ConflictError("a combat's log or lease moved under the committer")
         with db.cursor() as cur:
             if events:
                 with cur.copy(
@@ -883,24 +1296,29 @@ class PostgresStore:
             )
 
     def _write_batch(self, pending: _Pending) -> None:
-        """One batch in its own savepoint, checked against the database itself."""
+        """One batch in its own savepoint, checked against the database itself (its row
+        locked, so its last seq and lease stay as read until the transaction ends). Raises
+        ``_FencedError`` for a combat whose lease this daemon does not hold."""
         db = self._writer
         b = pending.batch
         row = db.execute(
-            f"SELECT last_seq FROM {SCHEMA}.combats WHERE combat_id = %s FOR UPDATE",
+            f"SELECT last_seq, owner_epoch FROM {SCHEMA}.combats WHERE combat_id = %s FOR UPDATE",
             (b.combat_id,),
         ).fetchone()
         if b.ruleset is not None:
             if row is not None:
                 raise _ConflictError(f"combat {b.combat_id!r} exists")
             db.execute(
-                f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at, table_id)"
-                " VALUES (%s, %s, %s, %s)",
-                (b.combat_id, b.ruleset, b.at, b.table),
+                f"INSERT INTO {SCHEMA}.combats"
+                " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
+                " VALUES (%s, %s, %s, %s, %s, 1)",
+                (b.combat_id, b.ruleset, b.at, b.table, self.daemon_id),
             )
             last = 0
         elif row is None:
             raise _ConflictError(f"combat {b.combat_id!r} does not exist")
+        elif row[1] != self._leases.epoch(b.combat_id):
+            raise _FencedError(b.combat_id)
         else:
             last = row[0]
         if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
@@ -1021,7 +1439,11 @@ class PostgresStore:
 
         A gap anywhere in its log quarantines it, and so does a log shorter than the combat's
         own last seq (events lost at the end): found by counting, so no event body is read.
-        Raises ``StoreError("store_failed")`` for a combat the store does not hold."""
+        The combat's lease is acquired first (``_acquire``): what is read then is the whole
+        log, which no other daemon can append to until this one lets it go. Raises
+        ``StoreError("store_failed")`` for a combat the store does not hold, and
+        ``StoreError("store_unavailable")`` if another daemon keeps its lease."""
+        self._acquire(combat_id)
         with self._loading:
             return self._read("loader", partial(self._load_combat, combat_id))
 
@@ -1138,14 +1560,17 @@ class PostgresStore:
 
     async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The combat id and response remembered for a retried request, or None if forgotten:
-        from memory when recent, ruled out by the filter when never stored, else read from
-        the database in a worker thread."""
+        from memory when recent, ruled out by the filter when never stored (only while this
+        daemon is alone on the database: the filter knows no id another daemon stored), else
+        read from the database in a worker thread. An id another daemon stored in the moment
+        before this one heard of it is still never applied twice: its commit would store the
+        id again, which the database refuses (``conflict``)."""
         found = self._recent.get(principal, request_id)
         if found is not None and found[2] < self._latest_at - REQUEST_MEMORY_SECONDS:
             found = None
         if found is None:
             known = self._filter
-            if known is not None and not known.maybe(principal, request_id):
+            if self._leases.alone and known is not None and not known.maybe(principal, request_id):
                 return None
             found = await anyio.to_thread.run_sync(self._stored_request, principal, request_id)
             if found is None:
@@ -1173,33 +1598,6 @@ class PostgresStore:
                 ).fetchone(),
             )
         return None if row is None else (row[0], row[1], row[2])
-
-
-def _lock(db: psycopg.Connection[Any], location: str, wait: float = 0.0) -> None:
-    """Take ``STORE_LOCK`` on the committer's session, waiting up to ``wait`` seconds for it,
-    or raise ``StoreError`` naming the session that holds it (its ``application_name`` says
-    which daemon, pid and host)."""
-    deadline = time.monotonic() + wait
-    while True:
-        row = db.execute("SELECT pg_try_advisory_lock(%s)", (STORE_LOCK,)).fetchone()
-        if row is not None and row[0]:
-            return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(RELOCK_POLL)
-    holder = db.execute(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.granted AND l.database = ("
-        " SELECT oid FROM pg_database WHERE datname = current_database())"
-        " AND l.classid = (%s >> 32)::oid AND l.objid = (%s & 4294967295)::oid",
-        (STORE_LOCK, STORE_LOCK),
-    ).fetchone()
-    raise StoreError(
-        "store_failed",
-        "the store at {store} is in use by another turnkeeper daemon ({holder})",
-        store=shown(location),
-        holder=holder[0] if holder is not None else "gone since",
-    )
 
 
 class _Watchdog:
@@ -1269,16 +1667,51 @@ def _durable(db: _Connection) -> None:
     db.execute("SET LOCAL synchronous_commit = on")
 
 
-def _generation(db: _Connection) -> int:
-    row = db.execute(f"SELECT value FROM {SCHEMA}.generation").fetchone()
-    return 0 if row is None else int(row[0])
+def _try_acquire(combat_id: str, daemon_id: str, db: _Connection) -> tuple[str | None, int | None]:
+    """Take the combat's lease if it is free, run out (its owner's heartbeat is older than the
+    owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (holder, the
+    new epoch), or (the live holder, None), or (None, None) for no such combat (or a holder
+    that let go just now: tried again).
+
+    A row locked by its owner's transaction is waited for ``ACQUIRE_LOCK_WAIT`` at most: an
+    owner whose lease has run out while it holds it (paused in the middle of a commit) has its
+    committer's session ended, which rolls that transaction back, and the next try takes it."""
+    try:
+        with db.transaction():
+            db.execute(f"SET LOCAL lock_timeout = '{ACQUIRE_LOCK_WAIT}'")
+            row = db.execute(
+                f"UPDATE {SCHEMA}.combats c SET owner = %(me)s, owner_epoch = owner_epoch + 1"
+                " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
+                f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
+                " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
+                " RETURNING owner_epoch",
+                {"me": daemon_id, "id": combat_id},
+            ).fetchone()
+    except psycopg.errors.LockNotAvailable:
+        row = None
+        ended: tuple[Any, ...] | None = None
+        # A role that may not end another's session waits for the owner to come back.
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            ended = db.execute(
+                "SELECT pg_terminate_backend(d.committer_pid)"
+                f" FROM {SCHEMA}.combats c JOIN {SCHEMA}.daemons d ON d.daemon_id = c.owner"
+                " WHERE c.combat_id = %s AND d.committer_pid IS NOT NULL"
+                " AND d.heartbeat + d.lease_seconds * interval '1 second' <= now()",
+                (combat_id,),
+            ).fetchone()
+        if ended is not None and ended[0]:
+            log.warning("lease_holder_ended", combat=combat_id, detail="paused mid-commit")
+    if row is not None:
+        return daemon_id, int(row[0])
+    found = db.execute(
+        f"SELECT owner FROM {SCHEMA}.combats WHERE combat_id = %s", (combat_id,)
+    ).fetchone()
+    return (None if found is None else found[0]), None
 
 
-def _bump(db: _Connection) -> int:
-    """A new generation of the store lock, just taken on ``db``'s session."""
-    row = db.execute(f"UPDATE {SCHEMA}.generation SET value = value + 1 RETURNING value").fetchone()
-    assert row is not None
-    return int(row[0])
+def _ask_release(holder: str, combat_id: str, db: _Connection) -> None:
+    """Ask the daemon ``holder`` to let the combat go (heard by its ``_Leases`` thread)."""
+    db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", combat_id))
 
 
 def _page(
@@ -1315,7 +1748,6 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "PostgresStore",
-    "StoreTakenError",
     "migrate",
     "shown",
 ]

@@ -1,0 +1,477 @@
+"""Many daemons on one PostgreSQL (issue 12, part 3): each combat leased by one daemon at a
+time, every append fenced by the lease's epoch in the database itself, a daemon that cannot
+renew fencing itself, and ownership moving to the daemon a combat's commands arrive at. Real
+PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgpack  # type: ignore[import-untyped]
+import psycopg
+import pytest
+
+from daemon import CALL_TIMEOUT, Daemon, add_spidey
+from test_store_port import batch, event, logged, running
+from turnkeeper.combats.combat import UNBUILT, Combat
+from turnkeeper.combats.deadlines import Deadlines
+from turnkeeper.store import Batch, StoreError, _Pending
+from turnkeeper.stores import postgresql
+from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
+from turnkeeper_sdk import wire
+
+FAILOVER_SECONDS = 5.0
+"""Issue 12's bound: a dead owner's combats are served by another daemon within this."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as db:
+        cursor = db.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
+    [row] = _sql(
+        dsn,
+        f"SELECT owner, owner_epoch, last_seq FROM {SCHEMA}.combats WHERE combat_id = %s",
+        combat_id,
+    )
+    return row
+
+
+def _expire(dsn: str, store: PostgresStore) -> None:
+    """Make the server count ``store``'s leases run out (its daemon paused past them): its
+    heartbeat an hour old. Its renewer makes it fresh again within a quarter of its lease."""
+    _sql(
+        dsn,
+        f"UPDATE {SCHEMA}.daemons SET heartbeat = now() - interval '1 hour' WHERE daemon_id = %s",
+        store.daemon_id,
+    )
+
+
+# -- two stores in one process ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_stale_owners_append_is_refused_by_the_fence_in_the_database(
+    postgres_db: str,
+) -> None:
+    """A paused owner (its lease run out by the server's clock, its own clock not yet past its
+    margin) writes a group: the conditional UPDATE finds another epoch, that combat alone is
+    rolled back and refused, the rest of the group lands."""
+    old = PostgresStore.open(postgres_db, lease_seconds=60)
+    new = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(old), running(new):
+            await old.commit(batch("c1", 1, create=True))
+            await old.commit(batch("c2", 1, create=True))
+            assert _lease(postgres_db, "c1") == (old.daemon_id, 1, 1)
+            # The server's clock says the old owner's lease ran out (it was paused past it).
+            _expire(postgres_db, old)
+            loaded = await anyio.to_thread.run_sync(new.load_one, "c1")  # acquires: epoch 2
+            assert (loaded.last, _lease(postgres_db, "c1")) == (1, (new.daemon_id, 2, 1))
+            await new.commit(batch("c1", 2))
+            outcomes: dict[str, BaseException | None] = {}
+
+            async def commit(combat_id: str, seq: int) -> None:
+                try:
+                    await old.commit(batch(combat_id, seq))
+                    outcomes[combat_id] = None
+                except StoreError as e:
+                    outcomes[combat_id] = e
+
+            async with anyio.create_task_group() as tg:  # one group commit, both batches
+                tg.start_soon(commit, "c1", 2)
+                tg.start_soon(commit, "c2", 2)
+            moved = outcomes["c1"]
+            assert isinstance(moved, StoreError)
+            assert (moved.code, moved.field) == ("combat_moved", "combat")
+            assert outcomes["c2"] is None
+            # And it stays refused: the old owner no longer counts itself the holder.
+            with pytest.raises(StoreError) as again:
+                await old.commit(batch("c1", 3))
+            assert again.value.code == "combat_moved"
+        assert _lease(postgres_db, "c1")[1:] == (2, 2)
+        assert logged(new, new.load_one("c1")) == [(1, event(1)), (2, event(2))]
+    finally:
+        old.close()
+        new.close()
+
+
+@pytest.mark.anyio
+async def test_a_store_that_cannot_renew_stops_writing_before_its_lease_runs_out(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore.open(postgres_db, lease_seconds=1.0)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+
+            def unreachable(*_: object) -> None:
+                raise psycopg.OperationalError("the server cannot be reached")
+
+            monkeypatch.setattr(postgresql._Leases, "_renew", unreachable)
+            await anyio.sleep(1.0 * (1 - FENCE_MARGIN))
+            with pytest.raises(StoreError) as fenced:
+                await store.commit(batch("c1", 2))
+            assert fenced.value.code == "combat_moved"
+        # Refused by the daemon itself: the database still has it as the holder, epoch 1,
+        # and nothing of the refused batch.
+        assert _lease(postgres_db, "c1") == (store.daemon_id, 1, 1)
+    finally:
+        monkeypatch.undo()
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_an_acquire_asks_the_holder_which_lets_go_after_its_minimum_hold(
+    postgres_db: str,
+) -> None:
+    holder = PostgresStore.open(postgres_db)
+    asker = PostgresStore.open(postgres_db)
+    try:
+        async with running(holder), running(asker):
+            await holder.commit(batch("c1", 1, 2, create=True))
+            asked: list[str] = []
+
+            async def let_go() -> None:
+                async for combat_id in holder.release_requests():
+                    asked.append(combat_id)
+                    await anyio.sleep(holder.hold_left(combat_id))
+                    await holder.release(combat_id)
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(let_go)
+                with anyio.fail_after(CALL_TIMEOUT):
+                    loaded = await anyio.to_thread.run_sync(asker.load_one, "c1")
+            assert (asked, loaded.last) == (["c1"], 2)
+            assert _lease(postgres_db, "c1") == (asker.daemon_id, 2, 2)
+            await asker.commit(batch("c1", 3))
+            with pytest.raises(StoreError) as refused:
+                await holder.commit(batch("c1", 3))
+            assert refused.value.code == "combat_moved"
+    finally:
+        holder.close()
+        asker.close()
+    # Closed cleanly, each gave its leases back.
+    assert _lease(postgres_db, "c1")[0] is None
+
+
+@pytest.mark.anyio
+async def test_a_commit_whose_answer_was_lost_is_not_taken_for_landed_from_another_daemons_events(
+    postgres_db: str,
+) -> None:
+    """A group whose COMMIT was sent when its session was lost is looked up on a new session.
+    The combat's last seq alone would say "landed" once another daemon has acquired the
+    combat and appended as far: what the batch wrote is compared instead."""
+    old = PostgresStore.open(postgres_db, lease_seconds=60)
+    new = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(old), running(new):
+            await old.commit(batch("c1", 1, create=True))
+            _expire(postgres_db, old)
+            await anyio.to_thread.run_sync(new.load_one, "c1")
+            await new.commit(batch("c1", 2, 2, pad="the new owner's"))
+            pack = msgpack.Packer(use_bin_type=True).pack
+
+            def pending(b: Batch) -> _Pending:  # as the committer had it
+                return _Pending(
+                    b,
+                    [("c1", b.first_seq + i, pack(e)) for i, e in enumerate(b.events)],
+                    None,
+                    None,
+                )
+
+            lost = pending(batch("c1", 2, 2))
+            found = pending(batch("c1", 2, 2, pad="the new owner's"))
+            assert old._landed([lost]) is False
+            assert old._landed([found]) is True  # what is there is found
+    finally:
+        old.close()
+        new.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_id_another_daemon_stored_is_found_once_a_store_is_no_longer_alone(
+    postgres_db: str,
+) -> None:
+    """Alone on its database, a store rules never-stored request ids out by its filter, without
+    a read; once it has seen another daemon, it reads them from the database, where the other
+    may have stored them."""
+    first = PostgresStore.open(postgres_db, lease_seconds=1.0)
+    try:
+        async with running(first):
+            await first.commit(batch("c1", 1, create=True))  # builds its filter
+            assert first._leases.alone
+            second = PostgresStore.open(postgres_db)
+            try:
+                async with running(second):
+                    await second.commit(
+                        batch("c2", 1, create=True, request=("al", "r"), response=1)
+                    )
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        while first._leases.alone:  # its next renewal sees the other
+                            await anyio.sleep(0.05)
+                    assert await first.lookup_request("al", "r") == ("c2", 1)
+            finally:
+                second.close()
+    finally:
+        first.close()
+
+
+def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
+    """On a shared store, a combat known only from its stored summary may be another daemon's:
+    its deadline is not this daemon's to fire until it has loaded it (and so holds it)."""
+    summary = {"ruleset": "marvel", "phase": "turns", "round": 1, "seq": 5, "deadline": 100.0}
+    combat = Combat("bank", UNBUILT, 5, loaded=False, summary=summary)
+    assert Deadlines().due(combat) == 100.0  # a store of its own: due from its summary
+    assert Deadlines(owned_only=True).due(combat) is None
+
+
+# -- daemons ----------------------------------------------------------------------------------
+
+
+def _daemons(tmp_path: Path, dsn: str) -> tuple[Daemon, Daemon]:
+    """Two daemons on one database, each with its own data directory and socket."""
+    started = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        started.append(Daemon(tmp_path / name, None, "--store", dsn).start())
+    return started[0], started[1]
+
+
+def _stop(*daemons: Daemon) -> None:
+    for d in daemons:
+        if d.process is not None:
+            if d.process.poll() is None:
+                d.process.send_signal(signal.SIGCONT)
+                d.process.kill()
+            d.process.wait()
+
+
+def _seqs(dsn: str, combat_id: str) -> list[int]:
+    rows = _sql(
+        dsn, f"SELECT seq FROM {SCHEMA}.events WHERE combat_id = %s ORDER BY seq", combat_id
+    )
+    return [seq for (seq,) in rows]
+
+
+def test_a_command_at_another_daemon_moves_the_combat_there_and_keeps_seqs_gapless(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        add_spidey(at_a, "bank")  # made on A after B started: B hears of it from the database
+        at_a.call("start_combat", request_id="start", combat="bank")
+        seq = at_a.call("get_combat", combat="bank")["seq"]
+        added = at_b.call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert added["seq"] > seq
+        assert _lease(postgres_db, "bank")[1] == 2  # acquired by B: epoch 2
+        # And back, twice: each move goes through the holder letting go.
+        at_a.call("add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor")
+        at_b.call("add_combatant", request_id="cap", combat="bank", id="cap", display_name="Cap")
+        last = at_b.call("get_combat", combat="bank")["seq"]
+        assert _seqs(postgres_db, "bank") == list(range(1, last + 1))
+        assert _lease(postgres_db, "bank")[1] == 4
+        # A retried request id gets its first result, on whichever daemon it lands.
+        assert at_b.call(
+            "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
+        ) == at_a.call(
+            "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
+        )
+        assert _seqs(postgres_db, "bank") == list(range(1, last + 1))
+    finally:
+        _stop(a, b)
+
+
+def test_a_killed_owners_combat_is_served_by_another_daemon_within_five_seconds(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a = a.client()
+        add_spidey(at_a, "bank")
+        acknowledged = at_a.call("start_combat", request_id="start", combat="bank")["seq"]
+        a.kill()
+        killed = time.monotonic()
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert time.monotonic() - killed < FAILOVER_SECONDS
+        assert added["seq"] == acknowledged + len(added["events"])  # nothing acknowledged lost
+        assert _seqs(postgres_db, "bank") == list(range(1, added["seq"] + 1))
+    finally:
+        _stop(a, b)
+
+
+def test_an_owner_stopped_past_its_lease_can_never_append_once_it_runs_again(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a = a.client()
+        add_spidey(at_a, "bank")
+        at_a.call("start_combat", request_id="start", combat="bank")
+        pending = a.client()
+        assert a.process is not None
+        a.process.send_signal(signal.SIGSTOP)
+        # A command for A while it is stopped: it waits, unread, in A's socket.
+        pending.send_raw(
+            wire.pack(
+                wire.Request(
+                    7,
+                    "add_combatant",
+                    {"request_id": "thor", "combat": "bank", "id": "thor", "display_name": "Thor"},
+                )
+            )
+        )
+        # B takes the combat over once A's lease runs out, and appends.
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        logged_before = _seqs(postgres_db, "bank")
+        assert logged_before == list(range(1, added["seq"] + 1))
+        a.process.send_signal(signal.SIGCONT)
+        answer = pending.response(7)
+        # Resumed, A either refuses the command it had pending (its lease gone by its own
+        # clock, or by the fence in the database), or, if its renewer found the lease lost
+        # first and dropped the combat, takes the combat back and applies the command after
+        # B's events. Never on the state it had when it stopped.
+        applied = answer.result
+        if answer.error is not None:
+            assert answer.error.code == "combat_moved"
+            assert _seqs(postgres_db, "bank") == logged_before  # nothing of A's appended
+            applied = at_a.call(
+                "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
+            )
+        assert applied["events"][0]["seq"] == added["seq"] + 1
+        assert _seqs(postgres_db, "bank") == list(range(1, applied["seq"] + 1))
+        assert _lease(postgres_db, "bank")[1] == 3  # A acquired it again
+    finally:
+        _stop(a, b)
+
+
+def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fence(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """The fence is in the append itself: a daemon whose group commit is on its way, its lease
+    valid by its own clock when it began, still appends nothing once another daemon has
+    acquired the combat (here the acquire is the test's, holding the row while the daemon's
+    conditional UPDATE waits for it)."""
+    d = Daemon(tmp_path, None, "--store", postgres_db).start()
+    try:
+        c = d.client()
+        add_spidey(c, "bank")
+        before = _seqs(postgres_db, "bank")
+        with psycopg.connect(postgres_db) as db:
+            db.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'bank' FOR UPDATE")
+            c.send_raw(
+                wire.pack(
+                    wire.Request(
+                        7,
+                        "add_combatant",
+                        {"request_id": "thor", "combat": "bank", "id": "thor", "display_name": "T"},
+                    )
+                )
+            )
+            _wait_for_committer_lock(postgres_db)
+            # Another daemon acquires (one with no heartbeat, its lease run out at once: the
+            # first may take the combat straight back on its retry).
+            db.execute(
+                f"UPDATE {SCHEMA}.combats SET owner = 'another', owner_epoch = owner_epoch + 1"
+                " WHERE combat_id = 'bank'"
+            )
+        answer = c.response(7)
+        assert answer.error is not None
+        assert (answer.error.code, answer.error.field) == ("combat_moved", "combat")
+        assert _seqs(postgres_db, "bank") == before
+        retried = c.call(
+            "add_combatant", request_id="thor", combat="bank", id="thor", display_name="T"
+        )
+        assert _seqs(postgres_db, "bank") == list(range(1, retried["seq"] + 1))
+        assert _lease(postgres_db, "bank")[1] == 3
+    finally:
+        _stop(d)
+
+
+def test_an_owner_paused_in_the_middle_of_a_commit_holds_nothing_up_and_appends_nothing(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """Paused with its transaction open (its conditional UPDATE done, the row locked), the
+    owner would hold the combat's row until it ran again: the daemon taking the combat over
+    once its lease has run out ends that session, and the resumed owner's append, written
+    again on a new session, is refused by the fence."""
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a = a.client()
+        add_spidey(at_a, "bank")
+        with psycopg.connect(postgres_db) as db:
+            db.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'bank' FOR UPDATE")
+            at_a.send_raw(
+                wire.pack(
+                    wire.Request(
+                        7,
+                        "add_combatant",
+                        {"request_id": "thor", "combat": "bank", "id": "thor", "display_name": "T"},
+                    )
+                )
+            )
+            _wait_for_committer_lock(postgres_db)
+            assert a.process is not None
+            a.process.send_signal(signal.SIGSTOP)
+        # The row is A's now, in A's open transaction, A stopped.
+        taken = time.monotonic()
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert time.monotonic() - taken < FAILOVER_SECONDS
+        logged_before = _seqs(postgres_db, "bank")
+        assert logged_before == list(range(1, added["seq"] + 1))
+        a.process.send_signal(signal.SIGCONT)
+        answer = at_a.response(7)
+        assert answer.error is not None
+        assert answer.error.code == "combat_moved"
+        assert _seqs(postgres_db, "bank") == logged_before
+    finally:
+        _stop(a, b)
+
+
+def _wait_for_committer_lock(dsn: str) -> None:
+    """Until a daemon's committer waits for a row lock (the test's)."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while not _sql(
+        dsn,
+        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND application_name LIKE 'turnkeeper committer%%'",
+    ):
+        assert time.monotonic() < deadline, "the daemon's append never reached the row"
+        time.sleep(0.01)
+
+
+def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        add_spidey(a.client(), "bank")
+        assert a.stop() == 0
+        assert _lease(postgres_db, "bank")[0] is None
+        added = b.client().call(
+            "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
+        )
+        assert _lease(postgres_db, "bank")[1:] == (2, added["seq"])
+    finally:
+        _stop(a, b)
