@@ -217,11 +217,14 @@ class SubscriptionRegistry:
         """Send a combat's newly committed events to everyone following it, each shown as its
         audience may see them (R16): filtered and packed once per audience into one batch,
         which each of its subscribers is handed as it is."""
+        by_combat = self._by_combat.get(combat.id)
+        followers_of_table = self._by_table.get(combat.table)
+        if by_combat is None and followers_of_table is None and not self._everywhere:
+            return  # followed by nobody: every command of a combat nobody watches comes here
         batches: dict[Audience, Batch | None] = {}
         failed: list[Subscriber] = []
         lagging: list[Subscriber] = []
-        followers_of_table = self._by_table.get(combat.table, {})
-        for groups in (self._by_combat.get(combat.id, {}), self._everywhere, followers_of_table):
+        for groups in (by_combat or {}, self._everywhere, followers_of_table or {}):
             # Walked over copies: a subscriber that left as it was handed its batch must not
             # cut the walk short (the audiences after it would miss a committed command).
             for key, followers in list(groups.items()):
