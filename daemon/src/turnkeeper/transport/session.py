@@ -184,6 +184,9 @@ class Session:
         self.id = f"c{next(_ids)}"
         self.principal: Principal | None = None
         self.actor = Actor("observer")
+        self.acting: Actor | None = None
+        """Who this session's commands are by when they name no other user (``as``): the
+        principal's actor, made once (it never changes after hello) rather than per command."""
         self.closing: str | None = None
         self.hello_scope: anyio.CancelScope | None = None
         self.locale = "en"
@@ -372,7 +375,7 @@ class Session:
 
     async def answer(self, request: wire.Request) -> wire.Response:
         """The response to ``request``: never a traceback to the client (``_failed``)."""
-        started = time.perf_counter()
+        started = time.perf_counter() if self.sessions.log_requests else 0.0
         try:
             handler = HANDLERS.get(request.method)
             if handler is None:
@@ -590,7 +593,12 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
     assert principal is not None
     request_id = text(params, "request_id")
     assert request_id is not None
-    actor = principal.actor(text(params, "as", required=False))
+    as_user = text(params, "as", required=False)
+    actor = session.acting if as_user is None else None
+    if actor is None:
+        actor = principal.actor(as_user)
+        if as_user is None:
+            session.acting = actor
     combat_id, value = command(method, params)
     if admin.hidden(session, combat_id, value):
         await admin.refuse_hidden(session, combat_id, request_id)
