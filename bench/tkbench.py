@@ -628,12 +628,16 @@ def workdir_root() -> Path:
 
 
 def workdir(name: str) -> Path:
-    """A scratch directory for one benchmark, emptied first."""
+    """A scratch directory for one benchmark, emptied first and removed when the process ends.
+    Its name carries the process id: two benchmarks run at once (an A/B pair, two people on
+    one machine) would otherwise empty each other's directory and reach each other's daemon."""
+    import atexit
     import shutil
 
-    root = workdir_root() / name
+    root = workdir_root() / f"{name}-{os.getpid()}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    atexit.register(shutil.rmtree, root, True)
     return root
 
 
