@@ -24,7 +24,16 @@ from wsclient import WebSocketSocket
 
 CALL_TIMEOUT = 20.0
 
-__all__ = ["CallError", "Client", "Daemon", "create_many", "free_port", "running"]
+__all__ = [
+    "CallError",
+    "Client",
+    "Daemon",
+    "create_many",
+    "free_port",
+    "running",
+    "stop_all",
+    "two_daemons",
+]
 
 
 class Client(SdkClient):
@@ -160,6 +169,27 @@ def running(
         if daemon.process is not None and daemon.process.poll() is None:
             daemon.process.kill()
             daemon.process.wait()
+
+
+def two_daemons(tmp_path: Path, dsn: str, tcp: bool = False) -> tuple[Daemon, Daemon]:
+    """Two daemons on one PostgreSQL database, each with its own data directory and socket
+    (and TCP port, with ``tcp``); stop them with ``stop_all``."""
+    started = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        port = free_port() if tcp else None
+        started.append(Daemon(tmp_path / name, port, "--store", dsn).start())
+    return started[0], started[1]
+
+
+def stop_all(*daemons: Daemon) -> None:
+    """Kill the daemons (resumed first, if stopped) and wait for them."""
+    for d in daemons:
+        if d.process is not None:
+            if d.process.poll() is None:
+                d.process.send_signal(signal.SIGCONT)
+                d.process.kill()
+            d.process.wait()
 
 
 def create_many(gm: Client, ids: list[str]) -> None:

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -165,3 +166,20 @@ def database(server_dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as db:
             db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    """One statement on its own session; its rows, if it returns any."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        cursor = db.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
+    """A combat's ``(owner, owner_epoch, last_seq)`` as the database has it."""
+    [row] = sql(
+        dsn,
+        "SELECT owner, owner_epoch, last_seq FROM turnkeeper.combats WHERE combat_id = %s",
+        combat_id,
+    )
+    return row

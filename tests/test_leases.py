@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import msgpack  # type: ignore[import-untyped]
@@ -16,6 +15,10 @@ import psycopg
 import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, add_spidey
+from daemon import stop_all as _stop
+from daemon import two_daemons as _daemons
+from postgres import lease as _lease
+from postgres import sql as _sql
 from test_store_port import batch, event, logged, running
 from turnkeeper.combats.combat import UNBUILT, Combat
 from turnkeeper.combats.deadlines import Deadlines
@@ -31,21 +34,6 @@ FAILOVER_SECONDS = 5.0
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True) as db:
-        cursor = db.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
-
-
-def _lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
-    [row] = _sql(
-        dsn,
-        f"SELECT owner, owner_epoch, last_seq FROM {SCHEMA}.combats WHERE combat_id = %s",
-        combat_id,
-    )
-    return row
 
 
 def _expire(dsn: str, store: PostgresStore) -> None:
@@ -239,24 +227,6 @@ def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
 
 
 # -- daemons ----------------------------------------------------------------------------------
-
-
-def _daemons(tmp_path: Path, dsn: str) -> tuple[Daemon, Daemon]:
-    """Two daemons on one database, each with its own data directory and socket."""
-    started = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        started.append(Daemon(tmp_path / name, None, "--store", dsn).start())
-    return started[0], started[1]
-
-
-def _stop(*daemons: Daemon) -> None:
-    for d in daemons:
-        if d.process is not None:
-            if d.process.poll() is None:
-                d.process.send_signal(signal.SIGCONT)
-                d.process.kill()
-            d.process.wait()
 
 
 def _seqs(dsn: str, combat_id: str) -> list[int]:

@@ -25,6 +25,7 @@ from .clock import Clock
 from .combat import Combat
 from .deadlines import Deadlines
 from .fanout import Subscriber, SubscriptionRegistry
+from .follow import Follower
 from .hooks import HookWorkers
 from .queries import Queries
 from .rebuild import SNAPSHOT_EVERY, Rebuilder
@@ -90,8 +91,13 @@ class Hub:
         self.combats = self.registry.by_id
         """Every combat by id (the registry's own mapping: read it, never change it)."""
         self.rebuilder = Rebuilder(store, self.registry, self.deadlines, clock, snapshot_every)
-        self.subscriptions = SubscriptionRegistry(store, self.registry, self.rebuilder, self.rules)
-        self.queries = Queries(store, self.registry, self.rebuilder, self.rules)
+        # On a store many daemons share, what this daemon reads but another holds is followed.
+        self.follower = Follower(store, self.registry, self.rebuilder)
+        self.subscriptions = SubscriptionRegistry(store, self.registry, self.follower, self.rules)
+        self.follower.publish = self.subscriptions.publish
+        self.follower.watched = self.subscriptions.watched
+        self.rebuilder.acquired = self.follower.handover
+        self.queries = Queries(store, self.registry, self.follower, self.rules)
         self.hooks = HookWorkers()
         self.writer = Writer(
             store=store,
@@ -140,6 +146,7 @@ class Hub:
                     if combat.loaded:
                         self.rebuilder.forget(combat)
                     await shared.release(combat_id)
+                self.follower.released(combat)
             except Exception:  # one combat's failed release must not stop the others'
                 log.exception("release_failed", combat=combat_id)
             finally:
@@ -150,6 +157,11 @@ class Hub:
                 if combat_id not in releasing:  # the asker asks again while it waits
                     releasing.add(combat_id)
                     tg.start_soon(release, combat_id)
+
+    async def run_follow(self) -> None:
+        """On a store many daemons share, keep the combats read here but held elsewhere at
+        their logs' ends, telling their subscribers, until cancelled (``Follower.run``)."""
+        await self.follower.run()
 
     async def run_clock(self) -> None:
         """Tick every combat at its deadlines until cancelled (R13)."""
