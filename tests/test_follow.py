@@ -151,3 +151,19 @@ def test_a_notification_missed_by_a_daemon_is_caught_up_from_the_log(
         assert time.monotonic() - started < SEEN_WITHIN
     finally:
         stop_all(a, b)
+
+
+def test_subscribe_all_on_another_daemon_sees_combats_made_there_since(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        assert at_b.call("subscribe_all")["seqs"] == {}
+        add_spidey(at_a, "bank")  # made on A after B started
+        last = _add(at_a, "thor")
+        seen = _events(at_b, last)
+        assert [(e["combat"], e["seq"]) for e in seen] == [("bank", s) for s in range(1, last + 1)]
+        assert lease(postgres_db, "bank")[1] == 1
+    finally:
+        stop_all(a, b)

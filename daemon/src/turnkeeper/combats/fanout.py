@@ -103,6 +103,10 @@ class SubscriptionRegistry:
             combat.id in self._by_combat or combat.table in self._by_table or bool(self._everywhere)
         )
 
+    def follows_any_table(self) -> bool:
+        """Whether anyone here follows whole tables (``subscribe_all``)."""
+        return bool(self._everywhere or self._by_table)
+
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
         return set().union(*self._by_combat.get(combat_id, {}).values())

@@ -68,6 +68,9 @@ class Follower:
         self.publish: Publish | None = None
         self.watched: Callable[[Combat], bool] = lambda combat: False
         """Whether a subscriber here would be shown ``combat``'s events."""
+        self.follows_all: Callable[[], bool] = lambda: False
+        """Whether any subscriber here follows whole tables (``subscribe_all``): then a
+        combat another daemon made since this one started is looked for when it is heard of."""
 
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat to read: the one this daemon holds, else (on a shared store) the one it
@@ -126,7 +129,12 @@ class Follower:
             return
         for combat_id, last in changes.items():
             combat = self._combats.by_id.get(combat_id)
-            if combat is None or combat.loaded or combat.seq >= last:
+            if combat is None:
+                if self.follows_all():  # made on another daemon: looked for in the store
+                    self._due[combat_id] = last
+                    self._wake.set()
+                continue
+            if combat.loaded or combat.seq >= last:
                 continue  # one of this daemon's own commits, or of a combat none reads here
             if combat.followed or self.watched(combat):
                 self._due[combat_id] = max(last, self._due.get(combat_id, 0))
@@ -151,6 +159,8 @@ class Follower:
                 due, self._due = self._due, {}
                 for combat_id in due:
                     combat = self._combats.by_id.get(combat_id)
+                    if combat is None:
+                        combat = await self._found(shared, combat_id)
                     if combat is not None:
                         await self._catch_up(combat)
 
@@ -167,6 +177,22 @@ class Follower:
             combat = self._followed.get(combat_id)
             if combat is not None and combat.seq < last:
                 self._due[combat_id] = last
+
+    async def _found(self, shared: SharedStore, combat_id: str) -> Combat | None:
+        """A combat another daemon made since this one started, known from now on if a
+        subscriber here follows its table (``subscribe_all`` includes combats made later)."""
+        try:
+            table = await anyio.to_thread.run_sync(shared.locate, combat_id)
+        except StoreError as e:
+            log.warning("follow_failed", combat=combat_id, reason=e.message)
+            return None
+        if table is None or combat_id in self._combats.by_id:
+            return self._combats.by_id.get(combat_id)
+        found = Combat(combat_id, UNBUILT, 0, loaded=False, table=table)
+        if not self.watched(found):
+            return None
+        self._combats.add(found)
+        return found
 
     async def _catch_up(self, combat: Combat) -> None:
         if combat.loaded or combat.loading is not None:
