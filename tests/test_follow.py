@@ -10,9 +10,24 @@ from typing import Any
 
 from daemon import Client, Daemon, add_spidey, stop_all, two_daemons
 from postgres import lease, sql
+from turnkeeper.stores import changes
 
 SEEN_WITHIN = 10.0
 """Seconds a subscriber on the other daemon may wait for an event (a poll is one second)."""
+
+
+def test_a_group_commits_combats_are_told_in_payloads_postgresql_takes() -> None:
+    """PostgreSQL refuses a payload of 8000 bytes or more: a group of combats with long ids
+    (128 four-byte characters each) is split, and every combat told once."""
+    appended = [(f"{n:03}" + "\U0001f409" * 125, n) for n in range(200)]
+    payloads = changes.payloads(appended)
+    assert len(payloads) > 1
+    assert all(len(p.encode()) < 8000 for p in payloads)
+    told: dict[str, int] = {}
+    for p in payloads:
+        told.update(changes.parse(p))
+    assert told == dict(appended)
+    assert changes.parse("not ours") == {}
 
 
 def _events(c: Client, count: int) -> list[dict[str, Any]]:
