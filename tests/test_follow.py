@@ -182,3 +182,19 @@ def test_subscribe_all_on_another_daemon_sees_combats_made_there_since(
         assert lease(postgres_db, "bank")[1] == 1
     finally:
         stop_all(a, b)
+
+
+def test_a_read_where_a_combat_was_let_go_shows_what_its_new_holder_appended(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        add_spidey(at_b, "bank")  # held by B, nobody subscribed anywhere
+        owner = lease(postgres_db, "bank")[0]
+        last = _add(at_a, "thor")  # B lets it go to A
+        assert lease(postgres_db, "bank")[0] != owner
+        assert at_b.call("get_combat", combat="bank")["seq"] == last
+        assert lease(postgres_db, "bank")[0] != owner
+    finally:
+        stop_all(a, b)

@@ -106,6 +106,8 @@ class Follower:
         """``combat`` was acquired here, its log read to ``seq`` (``state``): what its last
         holder appended since this daemon's subscribers were told is told to them now, before
         any command of this daemon's own on it, and it is no longer followed."""
+        if self._shared is None:
+            return  # every combat is this daemon's own: nobody else appends
         async with combat.lock:
             if combat.followed:
                 await self._advance(combat)  # to the log's end: nobody appends now
@@ -225,7 +227,11 @@ class Follower:
                 combat.state, combat.seq = state, seq
                 if told < seq and self.watched(combat):
                     await self._tell(combat, told, seq)
-            self._start(combat)
+                self._start(combat)
+            else:
+                # Held here before: its log may have grown since it was let go.
+                self._start(combat)
+                await self._advance(combat)
 
     def _start(self, combat: Combat) -> None:
         combat.followed = True
