@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon import Client, Daemon, add_spidey, stop_all, two_daemons
+from daemon import CallError, Client, Daemon, add_spidey, stop_all, two_daemons
 from postgres import lease, sql
 from turnkeeper.stores import changes
 
@@ -41,9 +41,16 @@ def _events(c: Client, count: int) -> list[dict[str, Any]]:
 
 
 def _add(c: Client, name: str, **extra: Any) -> int:
-    done = c.call(
-        "add_combatant", request_id=name, combat="bank", id=name, display_name=name, **extra
-    )
+    """Add a combatant to ``bank``, retried with its request id if refused with
+    ``combat_moved``, as protocol.md tells clients to (a holder letting go as the command
+    arrives: a late request to let go may meet the lease just taken back)."""
+    params = {"request_id": name, "combat": "bank", "id": name, "display_name": name, **extra}
+    try:
+        done = c.call("add_combatant", **params)
+    except CallError as e:
+        if e.code != "combat_moved":
+            raise
+        done = c.call("add_combatant", **params)
     return int(done["seq"])
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import anyio
 import structlog
+from anyio.abc import TaskStatus
 
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine import events as ev
@@ -142,13 +143,16 @@ class Follower:
                 self._due[combat_id] = max(last, self._due.get(combat_id, 0))
                 self._wake.set()
 
-    async def run(self) -> None:
-        """Listen for the store's notifications and catch the combats up, until cancelled."""
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen for the store's notifications and catch the combats up, until cancelled;
+        started once listening, so that a daemon serving misses no other daemon's commit."""
         shared = self._shared
         if shared is None:
+            task_status.started()
             return
         async with anyio.create_task_group() as tg:
-            tg.start_soon(shared.follow_changes, self.woken)
+            await tg.start(shared.follow_changes, self.woken)
+            task_status.started()
             polled = time.monotonic()
             while True:
                 with anyio.move_on_after(max(0.0, polled + POLL_SECONDS - time.monotonic())):

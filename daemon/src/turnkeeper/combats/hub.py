@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import structlog
+from anyio.abc import TaskStatus
 
 from turnkeeper_engine import BUNDLED_RULES, Actor, DiceSource, RuleBook, SystemDice
 from turnkeeper_engine.pipeline import Pipeline
@@ -159,10 +160,13 @@ class Hub:
                     releasing.add(combat_id)
                     tg.start_soon(release, combat_id)
 
-    async def run_follow(self) -> None:
+    async def run_follow(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """On a store many daemons share, keep the combats read here but held elsewhere at
-        their logs' ends, telling their subscribers, until cancelled (``Follower.run``)."""
-        await self.follower.run()
+        their logs' ends, telling their subscribers, until cancelled (``Follower.run``);
+        started once it listens."""
+        await self.follower.run(task_status=task_status)
 
     async def run_clock(self) -> None:
         """Tick every combat at its deadlines until cancelled (R13)."""

@@ -19,6 +19,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import psycopg
 import structlog
+from anyio.abc import TaskStatus
 
 log = structlog.get_logger("turnkeeper.store")
 
@@ -92,20 +93,28 @@ class Listener:
         self._reason = reason
         self._closed = threading.Event()
 
-    async def run(self, woken: Callable[[Changes | None], None]) -> None:
-        """Listen until cancelled."""
+    async def run(
+        self,
+        woken: Callable[[Changes | None], None],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen until cancelled; started once the first session listens (or failed to)."""
         send, receive = anyio.create_memory_object_stream[Changes | None](WAKE_QUEUE)
         token = anyio.lowlevel.current_token()
+        first = threading.Event()
 
         def hand(changes: Changes | None) -> None:
             with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, RuntimeError):
                 anyio.from_thread.run_sync(send.send_nowait, changes, token=token)
 
         thread = threading.Thread(
-            target=self._listen, args=(hand,), name="turnkeeper-changes", daemon=True
+            target=self._listen, args=(hand, first), name="turnkeeper-changes", daemon=True
         )
         thread.start()
         try:
+            await anyio.to_thread.run_sync(first.wait, abandon_on_cancel=True)
+            task_status.started()
             async with receive:
                 async for changes in receive:
                     woken(changes)
@@ -113,18 +122,20 @@ class Listener:
             self._closed.set()
             send.close()
 
-    def _listen(self, hand: Callable[[Changes | None], None]) -> None:
+    def _listen(self, hand: Callable[[Changes | None], None], first: threading.Event) -> None:
         while not self._closed.is_set():
             db: psycopg.Connection[Any] | None = None
             try:
                 db = self._connect()
                 db.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(CHANNEL)))
+                first.set()
                 hand(None)  # what was appended while nobody listened: read from the log
                 while not self._closed.is_set():
                     for notice in db.notifies(timeout=LISTEN_WAIT):
                         hand(parse(notice.payload))
             except psycopg.Error as e:
                 log.warning("store_listener_lost", reason=self._reason(e))
+                first.set()  # serve meanwhile: the follower's poll reads the log
                 self._closed.wait(RECONNECT_PAUSE)
             finally:
                 if db is not None:

@@ -97,10 +97,15 @@ class SharedStore(StorePort, Protocol):
     def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
         """The last seq of each of these combats the store holds (any thread)."""
 
-    async def follow_changes(self, woken: Callable[[dict[str, int] | None], None]) -> None:
+    async def follow_changes(
+        self,
+        woken: Callable[[dict[str, int] | None], None],
+        *,
+        task_status: TaskStatus[None] = ...,
+    ) -> None:
         """Call ``woken`` with the last seq of each combat whose log grew, as any daemon's
         commits tell it (a wake-up, not the record: some may go untold; None says that some
-        may have), until cancelled."""
+        may have), until cancelled; start it with ``task_group.start`` (then it listens)."""
 
 
 __all__ = ["Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]

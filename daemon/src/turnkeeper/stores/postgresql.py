@@ -1469,13 +1469,19 @@ class PostgresStore:
             )
         return {str(c): int(s) for c, s in rows}
 
-    async def follow_changes(self, woken: Callable[[changes.Changes | None], None]) -> None:
+    async def follow_changes(
+        self,
+        woken: Callable[[changes.Changes | None], None],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Hand ``woken`` the combats whose logs grew, as any daemon's commits tell them (None
-        after the listener's session was lost: some may have gone untold), until cancelled."""
+        after the listener's session was lost: some may have gone untold), until cancelled;
+        started once it listens."""
         listener = changes.Listener(
             partial(_connect, self._location, "listener"), partial(_reason, location=self._location)
         )
-        await listener.run(woken)
+        await listener.run(woken, task_status=task_status)
 
     @staticmethod
     def _load_combat(combat_id: str, db: _Connection) -> LoadedCombat:
