@@ -451,7 +451,10 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
     readies with the form's defaults (accepted), holds or delays to act after the boss, answers
     the window the narrator opens; the narrator defeats, revives, reveals, adds a reinforcement,
     removes the condition and ends the combat. Every step shows on both pages; each size checked
-    at 360 px has no sideways scrolling and no control under 44 px."""
+    at 360 px has no sideways scrolling and no control under 44 px, with people's words at their
+    longest (a 38-character name without a space, a long group name, a 120-character condition
+    note). The condition's clock counts the hidden spy's turns: the player's page shows the
+    condition without rounds left."""
     with running(tmp_path, http=True) as d:
         seen = scenario(
             d,

@@ -265,6 +265,13 @@ async function bothSizes(table, step) {
   return { step, document: seen.document, viewport: seen.viewport };
 }
 
+/** People's words at their longest, so the 360 px checks see whether they wrap: a name with no
+ * space in it, a group's long name, a condition's long note. */
+const LONG_NAME = "Mysteriousshadowyinfiltratoroftheguild";
+const LONG_GROUP = "henchmenofthenorthernwarehousedistrict";
+const LONG_NOTE = ("Webbed to the wall above the vault door by a thick sheet of webbing, "
+  + "unable to move an arm or a leg until it dissolves").padEnd(120, ".");
+
 /** The totals each row shows, by id, in the order shown. */
 async function totals(table) {
   return (await table.observe()).totals;
@@ -308,9 +315,9 @@ const scenarios = {
     };
     await add("hero", "Hero", { mod: 2, controller: "peter", pc: true, tags: "brave, quick" });
     await add("boss", "Boss", { mod: 1 });
-    await add("goon1", "Goon A", { group: "goons" });
-    await add("goon2", "Goon B", { group: "goons" });
-    await add("spy", "Spy", { hidden: true });
+    await add("goon1", "Goon A", { group: LONG_GROUP });
+    await add("goon2", "Goon B", { group: LONG_GROUP });
+    await add("spy", LONG_NAME, { hidden: true });
     await add("extra", "Extra");
     steps.push(`added: ${(await narrator.observe()).combatants.join(", ")}`);
 
@@ -369,7 +376,7 @@ const scenarios = {
       // roll-off (R4).
       await narrator.untilShown("ties");
       await narrator.choose("ties-1", "#spy");
-      await narrator.choose("ties-2", "group:goons");
+      await narrator.choose("ties-2", "group:" + LONG_GROUP);
       await narrator.click("ties-set");
       await narrator.untilText("log-lines", "Spy");
     }
@@ -387,20 +394,28 @@ const scenarios = {
     steps.push(`extra rolled by Turnkeeper (${/^-?\d+$/.test(extra) ? "a number" : extra}), then removed`);
 
     // The group acts in the order the narrator sets (R4).
-    await narrator.unfold("group-goons");
-    await narrator.choose("group-goons-1", "goon2");
-    await narrator.choose("group-goons-2", "goon1");
-    await narrator.click("group-goons-set");
+    await narrator.unfold("group-" + LONG_GROUP);
+    await narrator.choose(`group-${LONG_GROUP}-1`, "goon2");
+    await narrator.choose(`group-${LONG_GROUP}-2`, "goon1");
+    await narrator.click(`group-${LONG_GROUP}-set`);
     await narrator.until("Goon B before Goon A", () => {
       const rows = [...document.querySelectorAll('[data-testid^="combatant-"]')].map((r) => r.dataset.testid);
       return rows.indexOf("combatant-goon2") >= 0 && rows.indexOf("combatant-goon2") < rows.indexOf("combatant-goon1");
     });
     await narrator.unfold("condition-form");
     await narrator.choose("condition-target", "boss");
-    await narrator.fill("condition-note", "Webbed");
+    await narrator.fill("condition-note", LONG_NOTE);
     await narrator.fill("condition-rounds", "2");
+    // Counted on the hidden spy's turns: the player sees the condition but not its clock, so
+    // no rounds left are shown rather than none.
+    await narrator.choose("condition-anchor", "spy");
     await narrator.click("apply-condition");
     await narrator.untilText("combatant-boss", "Webbed");
+    await player.untilText("combatant-boss", "Webbed");
+    same(await narrator.locator("combatant-boss").locator('[data-testid="row-condition"]').innerText(),
+      `Condition ${LONG_NOTE} Rounds left: 2`, "the narrator's condition");
+    same(await player.locator("combatant-boss").locator('[data-testid="row-condition"]').innerText(),
+      `Condition ${LONG_NOTE}`, "the player's condition, its clock hidden");
     steps.push(`totals: ${JSON.stringify(await totals(narrator))}`);
     sizes.push(await bothSizes(narrator, "setup"));
 

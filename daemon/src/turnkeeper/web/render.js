@@ -196,10 +196,14 @@ function rowNotes(scene, c, hold) {
       h("q", null, r.trigger.text)));
   }
   for (const k of scene.view.conditions.filter((k) => k.target === c.id)) {
-    const kind = k.type === "surprised" ? t("Surprised") : k.note || (k.type === "custom" ? t("Condition") : k.type);
-    const left = Math.max(0, ...k.clocks.map((clock) => clock.remaining));
-    notes.push(h("li", { "data-testid": "row-condition" }, badge(kind, "condition"), " ",
-      h("span", { class: "muted" }, t("Rounds left: {n}", { n: left }))));
+    // The note is people's words, of any length: plain text that wraps, after the badge.
+    const kind = k.type === "surprised" ? t("Surprised") : k.type === "custom" ? t("Condition") : k.type;
+    // A clock counted on a combatant hidden from this session is left out of its view: no
+    // rounds to show then, rather than a made-up 0.
+    const left = k.clocks.length ? Math.max(...k.clocks.map((clock) => clock.remaining)) : null;
+    notes.push(h("li", { "data-testid": "row-condition" }, badge(kind, "condition"),
+      k.note ? [" ", h("span", { class: "note" }, k.note)] : null,
+      left === null ? null : [" ", h("span", { class: "muted" }, t("Rounds left: {n}", { n: left }))]));
   }
   return notes.length ? h("ul", { class: "row-notes" }, notes) : null;
 }
@@ -214,7 +218,7 @@ export function order(scene) {
     const marks = [
       // TRANSLATORS: short for player character.
       c.player_character ? badge(t("PC"), "pc") : null,
-      c.group ? badge(t("Group {group}", { group: c.group }), "group") : null,
+      c.group ? badge(t("Group {group}", { group: c.group }), "group badge-text") : null,
       c.hidden ? badge(t("Hidden"), "hidden", "hidden") : null,
       c.surprised ? badge(t("Surprised"), "surprised") : null,
       hold ? badge(scene.marvel ? t("Holding") : t("Delaying"), "holding", "holding") : null,
