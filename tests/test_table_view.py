@@ -308,7 +308,9 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
     daemon out of reach) is told in Portuguese too, its English kept in the title; the labels,
     the round (Rodada Bônus), the Fantastic marks, the narrated log and the daemon's refusals
     are in pt-BR; a double click on Show combat opens it once, with no error; changing combat
-    and signing out keep the language."""
+    and signing out keep the language. An End turn whose answer never comes (call_timeout,
+    though the daemon ended the turn) offers Retry, which sends the same request_id: the daemon
+    answers it as the command it applied, not as a second end of a turn already over."""
     with running(tmp_path, http=True) as d:
         bank(d)
         seen = scenario(d, "pt-BR", tmp_path, token=d.token("narrator"), combat="bank")
@@ -326,6 +328,9 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
         "A conexão com o Turnkeeper caiu ou não pôde ser feita."
     ), seen["unreachable"]
     assert seen["unreachable"]["detail"], "the client's own message stays in the title"
+    assert seen["interrupted"] == "call_timeout"
+    first, retried = seen["retried"]
+    assert first == retried, "a retry carries the interrupted command's request_id"
 
 
 def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) -> None:

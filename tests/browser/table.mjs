@@ -186,11 +186,12 @@ class TablePage {
  * Stands between a page and the daemon: the page's WebSockets go through the test, which passes
  * every message on unless told otherwise. `gate.close = true` closes the next connection at once
  * (the daemon out of reach); `gate.refuse.set(method, error)` answers that method's next request
- * with the error instead of the daemon.
+ * with the error instead of the daemon; `gate.withhold.add(method)` passes that method's next
+ * request on but never its answer. `gate.requestIds` lists every [method, request_id] sent.
  */
 async function interpose(page) {
   const { decode, encode } = await import(MSGPACK);
-  const gate = { close: false, refuse: new Map() };
+  const gate = { close: false, refuse: new Map(), withhold: new Set(), requestIds: [] };
   await page.routeWebSocket(/\/ws$/, (ws) => {
     if (gate.close) {
       gate.close = false;
@@ -198,8 +199,16 @@ async function interpose(page) {
       return;
     }
     const daemon = ws.connectToServer();
+    const unanswered = new Set();
+    daemon.onMessage((message) => {
+      const [kind, msgid] = decode(message);
+      if (kind === 1 && unanswered.delete(msgid)) return;
+      ws.send(message);
+    });
     ws.onMessage((message) => {
-      const [kind, msgid, method] = decode(message);
+      const [kind, msgid, method, args] = decode(message);
+      if (kind === 0 && typeof args?.[0]?.request_id === "string") gate.requestIds.push([method, args[0].request_id]);
+      if (kind === 0 && gate.withhold.delete(method)) unanswered.add(msgid);
       const error = kind === 0 ? gate.refuse.get(method) : undefined;
       if (error === undefined) {
         daemon.send(message);
@@ -808,6 +817,8 @@ const scenarios = {
     let gate;
     const table = await TablePage.open(context, "pt-BR", null, async (page) => {
       gate = await interpose(page);
+      // The page's own clock, to run past the client's call timeout at once.
+      await page.clock.install();
     });
     await table.untilShown("sign-in");
     check((await table.text("sign-in")) === "Sign in", "the browser's English comes first");
@@ -868,6 +879,21 @@ const scenarios = {
     await table.untilShown("open");
     await table.click("open");
     await table.untilTurn("spidey");
+
+    // End turn's answer never comes (call_timeout): the daemon did end the turn. Retried, the
+    // command carries the request_id it was first sent with, and the daemon, which knows it,
+    // answers as before instead of refusing the turn as over.
+    gate.withhold.add("end_turn");
+    await table.click("end-turn");
+    await table.untilTurn("docock");
+    const { CALL_TIMEOUT_MS } = await import(settings.client);
+    await table.page.clock.fastForward(CALL_TIMEOUT_MS + 1000);
+    shown.interrupted = (await table.error()).code;
+    await table.shot("call-timeout");
+    await table.click("retry");
+    await table.until("the retry answered", () => document.body.dataset.busy === undefined);
+    same(await table.locator("error").count(), 0, "errors after the retry");
+    shown.retried = gate.requestIds.filter(([method]) => method === "end_turn").map(([, id]) => id);
     await table.click("sign-out");
     await table.untilShown("sign-in");
     same(await table.locator("token").inputValue(), "", "the token is forgotten on signing out");
