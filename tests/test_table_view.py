@@ -410,7 +410,8 @@ def test_every_page_text_is_a_literal_babel_extracts() -> None:
 def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> None:
     """A narrator of a table signs in: the picker offers that table's combats only, each named
     without the table's prefix, the header names the table, and its combat opens; a combat it
-    creates from the picker, named without the prefix, is the table's."""
+    creates from the picker, named without the prefix, is the table's, and a double click on
+    Create combat sends one create_combat and shows no error."""
     with running(tmp_path, http=True) as d:
         argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
         made = subprocess.run(

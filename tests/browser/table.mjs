@@ -307,16 +307,17 @@ const scenarios = {
     await narrator.untilShown("add-form");
     steps.push(`created: ${await narrator.text("round")}`);
 
+    // The form starts blank after each one added (checked below): only what differs is filled.
     const add = async (id, name, fields = {}) => {
       await narrator.unfold("add-form");
       await narrator.fill("add-id", id);
       await narrator.fill("add-name", name);
-      await narrator.fill("add-mod", String(fields.mod ?? 0));
-      await narrator.fill("add-controller", fields.controller ?? "");
-      await narrator.fill("add-group", fields.group ?? "");
-      await narrator.fill("add-tags", fields.tags ?? "");
-      await narrator.locator("add-pc").setChecked(Boolean(fields.pc));
-      await narrator.locator("add-hidden").setChecked(Boolean(fields.hidden));
+      if (fields.mod) await narrator.fill("add-mod", String(fields.mod));
+      if (fields.controller) await narrator.fill("add-controller", fields.controller);
+      if (fields.group) await narrator.fill("add-group", fields.group);
+      if (fields.tags) await narrator.fill("add-tags", fields.tags);
+      if (fields.pc) await narrator.locator("add-pc").check();
+      if (fields.hidden) await narrator.locator("add-hidden").check();
       await narrator.click("add");
       await narrator.untilShown("combatant-" + id);
       // Added: the form starts blank for the next one.
@@ -381,13 +382,25 @@ const scenarios = {
     await enter(narrator, "spy", marvel ? [2, 3, 4] : [3], { rerolls: marvel ? [6] : [] });
     if (marvel) steps.push(`surprised spy: ${await narrator.locator("combatant-spy").locator(".badge-trouble").innerText()}`);
     if (marvel) {
-      // The spy ties with the goons at 9: the narrator says who goes first rather than a
-      // roll-off (R4).
-      await narrator.untilShown("ties");
-      await narrator.choose("ties-1", "#spy");
-      await narrator.choose("ties-2", "group:" + LONG_GROUP);
-      await narrator.click("ties-set");
-      await narrator.untilText("log-lines", "Spy");
+      // The spy ties with the goons at 9, and a twin of the boss with the boss at 15: the
+      // narrator says who goes first in each tie rather than a roll-off (R4).
+      await add("twin", "Twin", { mod: 1 });
+      await enter(narrator, "twin", [4, 4, 3], { edges: 1, rerolls: [6] });
+      await narrator.untilShown("ties-2");
+      same(await narrator.locator("ties-1-1").locator("option").evaluateAll((o) => o.map((x) => x.value)),
+        ["#boss", "#twin"], "the tie at 15");
+      await narrator.choose("ties-2-1", "#spy");
+      await narrator.choose("ties-2-2", "group:" + LONG_GROUP);
+      await narrator.click("ties-2-set");
+      await narrator.untilText("log-lines", "Ties ordered: " + LONG_NAME);
+      await narrator.choose("ties-1-1", "#twin");
+      await narrator.choose("ties-1-2", "#boss");
+      await narrator.click("ties-1-set");
+      await narrator.untilText("log-lines", "Ties ordered: Twin");
+      await narrator.unfold("manage");
+      await narrator.choose("manage-who", "twin");
+      await narrator.click("remove");
+      await narrator.untilGone("combatant-twin");
     }
     // Turnkeeper rolls for the extra, who then leaves before the combat starts.
     await narrator.choose("roll-who", "extra");
@@ -547,7 +560,10 @@ const scenarios = {
   // A table's narrator: the picker offers its table's combats only, named without the table's
   // prefix, the header names the table, and the combat opens.
   async tables(context) {
-    const picker = await TablePage.open(context, "picker", { token: settings.token });
+    let gate;
+    const picker = await TablePage.open(context, "picker", { token: settings.token }, async (page) => {
+      gate = await interpose(page);
+    });
     await picker.untilShown("open");
     const options = await picker.locator("combat").locator("option").allInnerTexts();
     const values = await picker.locator("combat").locator("option").evaluateAll(
@@ -561,8 +577,11 @@ const scenarios = {
     await picker.click("change-combat");
     await picker.untilShown("create");
     await picker.fill("new-combat-id", "raid");
-    await picker.click("create-combat");
+    // A double click creates the combat once: the second create_combat would be refused.
+    await picker.locator("create-combat").dblclick();
     await picker.untilShown("add-form");
+    same(await picker.locator("error").count(), 0, "errors after a double click on Create combat");
+    same(gate.requestIds.filter(([method]) => method === "create_combat").length, 1, "create_combat requests");
     await picker.shot("created");
     const created = await picker.page.evaluate(() => new URLSearchParams(location.hash.slice(1)).get("combat"));
     return { options, values, table: await picker.text("table"), created };

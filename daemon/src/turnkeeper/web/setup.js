@@ -87,8 +87,19 @@ export function createCombatForm(create, refuse) {
   };
   ruleset.addEventListener("change", showOptions);
   showOptions();
-  const submit = (event) => {
+  const send = h("button", { type: "submit", class: "button primary", "data-testid": "create-combat" }, t("Create combat"));
+  const submit = async (event) => {
     event.preventDefault();
+    // One combat per click: a second click while the first is being created would be refused.
+    if (send.disabled) return;
+    send.disabled = true;
+    try {
+      await ask();
+    } finally {
+      send.disabled = false;
+    }
+  };
+  const ask = () => {
     const name = id.value.trim();
     if (!name) return refuse(t("Give the combat a name."));
     const turnLimit = secondsIn(limit, MIN_TURN_LIMIT, MAX_SECONDS);
@@ -113,8 +124,7 @@ export function createCombatForm(create, refuse) {
       field(t("When the timer runs out"), expiry),
       field(t("Reactions wait (seconds)"), windowWait, t("0: only for the answers.")),
       marvelOnly, dndOnly),
-    h("div", { class: "row end" },
-      h("button", { type: "submit", class: "button primary", "data-testid": "create-combat" }, t("Create combat"))));
+    h("div", { class: "row end" }, send));
 }
 
 // The roster ---------------------------------------------------------------------------------------
@@ -302,23 +312,32 @@ function orderingForm(title, testid, choices, send, refuse) {
 }
 
 /** Exact ties among the checks rolled (marvel's tie-breakers all equal: total, Fantastic,
- * modifier, player character; R4): the table may say their order rather than roll off. A
- * group is one unit: all its members are sent, so whichever acts first stands for it. */
-function tiesForm(scene, run, refuse) {
+ * modifier, player character; R4): the table may say their order rather than roll off, one
+ * form per tied set, highest first. A group is one unit: all its members are sent, so whichever
+ * acts first stands for it. */
+function tiesForms(scene, run, refuse) {
   const units = new Map();
   for (const c of scene.lineup) {
     if (!c.check || c.status !== "active") continue;
     const unit = c.group === null ? "#" + c.id : "group:" + c.group;
-    if (!units.has(unit)) units.set(unit, { key: JSON.stringify([c.check.total, c.check.fantastic, c.init_mod, c.player_character]), members: [], label: c.group === null ? c.name : t("Group {group}", { group: c.group }) });
+    if (!units.has(unit)) {
+      units.set(unit, {
+        total: c.check.total,
+        key: JSON.stringify([c.check.total, c.check.fantastic, c.init_mod, c.player_character]),
+        members: [],
+        label: c.group === null ? c.name : t("Group {group}", { group: c.group }),
+      });
+    }
     units.get(unit).members.push(c.id);
   }
   const byKey = new Map();
   for (const [id, unit] of units) byKey.set(unit.key, [...(byKey.get(unit.key) || []), [id, unit]]);
-  const tied = [...byKey.values()].find((list) => list.length > 1 && list.every(([, unit]) => unit.members.every((m) => scene.may(m))));
-  if (!tied) return null;
-  const total = JSON.parse(tied[0][1].key)[0];
-  return orderingForm(t("Order the tie at {n}", { n: total }), "ties", tied.map(([id, unit]) => [id, unit.label]),
-    (wanted) => run("orderTies", { combatants: wanted.flatMap((id) => units.get(id).members) }), refuse);
+  const tied = [...byKey.values()]
+    .filter((list) => list.length > 1 && list.every(([, unit]) => unit.members.every((m) => scene.may(m))))
+    .sort((a, b) => b[0][1].total - a[0][1].total);
+  return tied.map((list, i) => orderingForm(t("Order the tie at {n}", { n: list[0][1].total }), "ties-" + (i + 1),
+    list.map(([id, unit]) => [id, unit.label]),
+    (wanted) => run("orderTies", { combatants: wanted.flatMap((id) => units.get(id).members) }), refuse));
 }
 
 function groupForms(scene, run, refuse) {
@@ -404,7 +423,7 @@ export function setupControls(scene, run, refuse) {
   const beforeOrder = phase === "setup" || phase === "initiative";
   const parts = [];
   if (beforeOrder) parts.push(initiativeForm(scene, run, refuse));
-  if (beforeOrder && scene.marvel) parts.push(tiesForm(scene, run, refuse));
+  if (beforeOrder && scene.marvel) parts.push(...tiesForms(scene, run, refuse));
   if (!narrator) return parts;
   // What a narrator does now and then folds away, so a phone shows the turn's controls first:
   // adding combatants is open while the table is setting up.
