@@ -370,7 +370,15 @@ const scenarios = {
     await narrator.choose("roll-how", "physical");
     await narrator.click("roll");
     steps.push(`no faces: ${(await narrator.error()).text}`);
-    await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8]);
+    if (marvel) {
+      // Goon B is Surprised: the group's check, rolled for Goon A, has one more trouble (R3, R8),
+      // so the dice entered ask for a reroll's face too (a 6 is never lower: the check stays 9).
+      await narrator.unfold("manage");
+      await narrator.choose("manage-who", "goon2");
+      await narrator.click("mark-surprised");
+      await narrator.untilText("combatant-goon2", "Surprised");
+    }
+    await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8], { rerolls: marvel ? [6] : [] });
     if (marvel) {
       // Surprised before its check: one more trouble, so the dice entered ask for a reroll's
       // face too (a 6 is never lower: the check stays 9, R8).

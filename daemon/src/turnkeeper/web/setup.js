@@ -249,15 +249,24 @@ function initiativeForm(scene, run, refuse) {
   const dice = h("div", { class: "row dice-entry", "data-testid": "roll-dice" });
   const rerolls = h("div", { class: "row dice-entry", "data-testid": "roll-rerolls" });
   dice.append(...(marvel ? d616Selects("face-").fields : [field(t("d20"), dieSelect("face-1", D20))]));
+  // R3, R8: the check has one more trouble if any member of the roller's group is Surprised
+  // (as the engine counts it). A player's view leaves hidden members out: for a group the page
+  // says that they may change how many rerolls there are.
+  const surprised = (c) => (c.group === null ? c.surprised
+    : scene.view.combatants.some((m) => m.group === c.group && m.status !== "removed" && m.surprised));
   const netRerolls = () => {
     if (!marvel) return 0;
     const e = wholeIn(edges, 0, MAX_EDGES) ?? 0;
-    const tr = (wholeIn(troubles, 0, MAX_EDGES) ?? 0) + (scene.byId.get(who.value)?.surprised ? 1 : 0);
+    const c = scene.byId.get(who.value);
+    const tr = (wholeIn(troubles, 0, MAX_EDGES) ?? 0) + (c && surprised(c) ? 1 : 0);
     return Math.abs(e - tr);
   };
+  const unseen = h("p", { class: "muted", "data-testid": "roll-unseen" },
+    t("Members of the group hidden from you may be Surprised: Turnkeeper then asks for one reroll more or one fewer."));
   const show = () => {
     const physical = how.value === "physical";
     dice.hidden = !physical;
+    unseen.hidden = !(marvel && physical && scene.session.role !== "narrator" && scene.byId.get(who.value)?.group);
     const wanted = physical ? netRerolls() : 0;
     while (rerolls.children.length > wanted) rerolls.lastChild.remove();
     while (rerolls.children.length < wanted) {
@@ -291,7 +300,7 @@ function initiativeForm(scene, run, refuse) {
       field(t("How"), how),
       marvel ? field(t("Edges"), edges) : null,
       marvel ? field(t("Troubles"), troubles) : null),
-    dice, rerolls,
+    dice, rerolls, unseen,
     // Start combat rolls every check still missing: no button to roll them all.
     h("div", { class: "row" }, button(t("Roll initiative"), "roll", roll, "primary")));
 }
