@@ -306,8 +306,8 @@ def test_page_follows_the_combat_across_a_daemon_restart(tmp_path: Path) -> None
 def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> None:
     """Signing in through the form in Portuguese: the JavaScript client's own failure (the
     daemon out of reach) is told in Portuguese too, its English kept in the title; the labels,
-    the round (Rodada Bônus), the Fantastic marks, the narrated log and the daemon's refusals
-    are in pt-BR; a double click on Show combat opens it once, with no error; changing combat
+    the round (Rodada Bônus), the Fantastic marks, the kinds of action, the narrated log and
+    the daemon's refusals are in pt-BR; a double click on Show combat opens it once, with no error; changing combat
     and signing out keep the language. An End turn whose answer never comes (call_timeout,
     though the daemon ended the turn) offers Retry, which sends the same request_id: the daemon
     answers it as the command it applied, not as a second end of a turn already over."""
@@ -319,6 +319,7 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
     assert seen["fantastic"] == "★ Fantástico"
     assert any("Rodada Bônus" in line for line in seen["log"]), seen["log"]
     assert seen["html_lang"] == "pt-BR"
+    assert seen["attack"] == "ataque", "an action's kind in the daemon's own word"
     assert seen["error"]["code"] == "action_type_mismatch"
     assert "'attack'" in seen["error"]["text"]
     assert seen["error"]["text"] != seen["error_en"]

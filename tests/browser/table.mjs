@@ -265,11 +265,17 @@ async function bothSizes(table, step) {
       .filter((e) => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden")
       .filter((e) => e.getBoundingClientRect().height < px)
       .map((e) => e.dataset.testid || e.textContent.trim().slice(0, 20));
-    return { document: document.documentElement.scrollWidth, viewport: window.innerWidth, small };
+    // What sticks out, innermost last, for the message when the page is too wide.
+    const wide = [...document.querySelectorAll("body *")]
+      .filter((e) => e.getClientRects().length && e.getBoundingClientRect().right > window.innerWidth + 0.5)
+      .slice(-4)
+      .map((e) => `${e.tagName.toLowerCase()}.${e.className}[${e.dataset.testid ?? ""}] ${Math.round(e.getBoundingClientRect().right)} px`);
+    return { document: document.documentElement.scrollWidth, viewport: window.innerWidth, small, wide };
   }, TOUCH_PX);
   await table.shot(step + "-phone");
   await table.page.setViewportSize(DESKTOP);
-  check(seen.document <= seen.viewport, `${step}: the page is ${seen.document} px wide at ${seen.viewport} px`);
+  check(seen.document <= seen.viewport,
+    `${step}: the page is ${seen.document} px wide at ${seen.viewport} px: ${seen.wide.join(", ")}`);
   same(seen.small, [], `${step}: controls under ${TOUCH_PX} px at 360 px`);
   return { step, document: seen.document, viewport: seen.viewport };
 }
@@ -871,6 +877,8 @@ const scenarios = {
     await table.until("the narrated log", () => document.querySelectorAll('[data-testid="log-lines"] li').length > 3);
     same(await table.locator("error").count(), 0, "errors after a double click on Show combat");
 
+    // The kinds of action in the daemon's Portuguese words.
+    const attack = await table.locator("reserve-kind").locator('option[value="attack"]').innerText();
     await table.choose("reserve-kind", "");
     await table.fill("reserve-custom", "attack");
     await table.choose("reserve-action-type", "movement");
@@ -896,6 +904,7 @@ const scenarios = {
       fantastic: await table.text("fantastic"),
       log: (await table.observe()).log,
       html_lang: await table.page.evaluate(() => document.documentElement.lang),
+      attack,
       error,
       error_en: refused.message,
       unreachable: { ...unreachable, detail: unreachableDetail },

@@ -9,7 +9,7 @@
 
 import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
-import { actionType } from "./render.js";
+import { actionKind, actionType } from "./render.js";
 import { d616Selects, setupControls } from "./setup.js";
 
 /** The action kinds each ruleset's catalogue knows, with the action type each is (protocol.md,
@@ -83,7 +83,7 @@ function actionFields(scene, prefix, types) {
     // Drawn the first time, nothing was chosen yet: the first kind is the default.
     const was = kind.options.length ? kind.value : null;
     const kinds = Object.keys(catalogue).filter((k) => allowed.includes(catalogue[k]));
-    kind.replaceChildren(...[...kinds.map((k) => [k, k]), [OTHER, t("another action…")]]
+    kind.replaceChildren(...[...kinds.map((k) => [k, actionKind(k)]), [OTHER, t("another action…")]]
       .map(([value, text]) => h("option", { value }, text)));
     kind.value = kinds.includes(was) || was === OTHER ? was : kinds[0] ?? OTHER;
     const typeWas = type.value;
@@ -245,7 +245,7 @@ function answerRow(scene, w, id, run, refuse) {
   if (scene.marvel) options.push(["", t("A stated action")]);
   const choice = options.length ? select({ name: "reservation", "data-testid": "claim-with-" + id }, options, options[0][0]) : null;
   const kinds = Object.keys(KINDS.marvel);
-  const kind = scene.marvel ? select({ name: "kind", "data-testid": "claim-kind-" + id }, kinds.map((k) => [k, k]), kinds[0]) : null;
+  const kind = scene.marvel ? select({ name: "kind", "data-testid": "claim-kind-" + id }, kinds.map((k) => [k, actionKind(k)]), kinds[0]) : null;
   const stated = kind ? field(t("Stated action"), kind) : null;
   // The action is asked for only when it is stated rather than reserved.
   const showStated = () => {

@@ -3,7 +3,7 @@
 // hidden combatants and the reservations of narrator-run ones (R16).
 
 import { clock, h } from "./dom.js";
-import { t } from "./i18n.js";
+import { t, term } from "./i18n.js";
 
 /** What every panel needs: the view, who is looking, and a few lookups. */
 export class Scene {
@@ -57,22 +57,20 @@ function empty(text) {
   return h("p", { class: "empty" }, text);
 }
 
-/** The engine's action types in people's words. */
+/** An action type (standard, movement…) in people's words. */
 export function actionType(type) {
-  const words = {
-    standard: t("standard"),
-    movement: t("movement"),
-    move: t("move"),
-    full: t("full-round"),
-    free: t("free"),
-    reaction: t("reaction"),
-  };
-  return words[type] || type;
+  return term("action_type", type);
+}
+
+/** An action's kind (attack, use_item…) in people's words. */
+export function actionKind(kind) {
+  return term("action_kind", kind);
 }
 
 function action(scene, spec) {
   const targets = spec.targets.length ? " → " + scene.names(spec.targets) : "";
-  const what = spec.description ? spec.kind + ": " + spec.description : spec.kind;
+  const kind = actionKind(spec.kind);
+  const what = spec.description ? kind + ": " + spec.description : kind;
   return h("span", { class: "action" }, what + targets + " ",
     h("span", { class: "action-type" }, "[" + actionType(spec.type) + "]"));
 }
