@@ -307,10 +307,11 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
     """Signing in through the form in Portuguese: the JavaScript client's own failure (the
     daemon out of reach) is told in Portuguese too, its English kept in the title; the labels,
     the round (Rodada Bônus), the Fantastic marks, the kinds of action, the narrated log and
-    the daemon's refusals are in pt-BR; a double click on Show combat opens it once, with no error; changing combat
-    and signing out keep the language. An End turn whose answer never comes (call_timeout,
-    though the daemon ended the turn) offers Retry, which sends the same request_id: the daemon
-    answers it as the command it applied, not as a second end of a turn already over."""
+    the daemon's refusals are in pt-BR; a double click on Show combat opens it once, with no
+    error; changing combat and signing out keep the language. An End turn whose answer never
+    comes (call_timeout, though the daemon ended the turn) offers Retry, which sends the same
+    request_id: the daemon answers it as the command it applied, not as a second end of a turn
+    already over."""
     with running(tmp_path, http=True) as d:
         bank(d)
         seen = scenario(d, "pt-BR", tmp_path, token=d.token("narrator"), combat="bank")
@@ -412,7 +413,8 @@ def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> No
     """A narrator of a table signs in: the picker offers that table's combats only, each named
     without the table's prefix, the header names the table, and its combat opens; a combat it
     creates from the picker, named without the prefix, is the table's, and a double click on
-    Create combat sends one create_combat and shows no error."""
+    Create combat sends one create_combat and shows no error; a name that the table's prefix
+    makes longer than 128 characters is refused by the page."""
     with running(tmp_path, http=True) as d:
         argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
         made = subprocess.run(
@@ -457,7 +459,8 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
     removes it, orders the group, applies a condition and starts. The player acts, reserves or
     readies with the form's defaults (accepted), holds or delays to act after the boss, answers
     the window the narrator opens; the narrator defeats, revives, reveals, adds a reinforcement,
-    removes the condition and ends the combat. Every step shows on both pages; each size checked
+    removes the condition and ends the combat. More tags than the daemon takes are refused by
+    the page. Every step shows on both pages; each size checked
     at 360 px has no sideways scrolling and no control under 44 px, with people's words at their
     longest (a 38-character name without a space, a long group name, a 120-character condition
     note). The condition's clock counts the hidden spy's turns: the player's page shows the

@@ -329,6 +329,13 @@ const scenarios = {
       // Added: the form starts blank for the next one.
       await narrator.until("a blank add form", () => document.querySelector('[data-testid="add-id"]').value === "");
     };
+    // More tags than the daemon takes (decide.MAX_ITEMS): the page says so, sending nothing.
+    await narrator.unfold("add-form");
+    await narrator.fill("add-id", "crowd");
+    await narrator.fill("add-name", "Crowd");
+    await narrator.fill("add-tags", Array.from({ length: 33 }, (_, i) => "tag" + i).join(", "));
+    await narrator.click("add");
+    same(await narrator.error(), { code: "", text: "At most 32 tags, each at most 128 characters." }, "33 tags");
     await add("hero", "Hero", { mod: 2, controller: "peter", pc: true, tags: "brave, quick" });
     await add("boss", "Boss", { mod: 1 });
     await add("goon1", "Goon A", { group: LONG_GROUP });
@@ -590,6 +597,11 @@ const scenarios = {
     // A combat created here is the table's: its name is given without the table's prefix.
     await picker.click("change-combat");
     await picker.untilShown("create");
+    // The table's prefix and the name together are the combat's id: at most 128 characters.
+    await picker.fill("new-combat-id", "r".repeat(128));
+    await picker.click("create-combat");
+    const tooLong = await picker.error();
+    same(tooLong.code, "", "no create_combat for a name too long with the table's prefix");
     await picker.fill("new-combat-id", "raid");
     // A double click creates the combat once: the second create_combat would be refused.
     await picker.locator("create-combat").dblclick();

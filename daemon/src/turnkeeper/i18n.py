@@ -297,7 +297,7 @@ def catalogue(locale: str) -> dict[str, str]:
     no messages to translate (a page shows each msgid as it is), only the rule words, whose
     English labels are ``TERMS``' own: every locale's catalogue has them all."""
     locale = negotiate(locale)
-    words = {f"{kind}\x04{word}": term(locale, kind, word) for kind in TERMS for word in TERMS[kind]}
+    words = {f"{kind}\x04{w}": term(locale, kind, w) for kind, ws in TERMS.items() for w in ws}
     if locale == DEFAULT:
         return words
     # The .mo holds only translated, non-fuzzy messages, keyed as gettext looks them up (a

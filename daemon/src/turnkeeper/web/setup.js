@@ -20,14 +20,17 @@ const MAX_CONDITION_ROUNDS = 1000;
 /** Rule options' bounds in seconds (protocol.md, Rule options). */
 const MAX_SECONDS = 86400;
 const MIN_TURN_LIMIT = 1;
-/** Ids and names the daemon takes: 1 to 128 characters. */
-const MAX_ID = 128;
+/** Ids and names the daemon takes: 1 to 128 characters (protocol.md, Common fields). */
+export const MAX_ID = 128;
 /** Free text the daemon takes: at most 2000 characters. */
-const MAX_TEXT = 2000;
+export const MAX_TEXT = 2000;
+/** The most tags, targets or combatants offered a window in one list (decide.MAX_ITEMS). */
+export const MAX_ITEMS = 32;
 /** The largest number the engine takes for a modifier or a score (MAX_NUMBER, ±1,000,000). */
 const MAX_NUMBER = 1000000;
 
-function form(title, testid, scope, onsubmit, ...body) {
+/** A titled form; `scope` names what it is about (see rebuildKeepingInput). */
+export function form(title, testid, scope, onsubmit, ...body) {
   return h("form", { class: "control-group", "data-testid": testid, "data-scope": scope, "aria-label": title, onsubmit },
     h("h3", null, title), body);
 }
@@ -157,6 +160,9 @@ function addCombatantForm(scene, run, refuse) {
       hidden: hidden.checked,
     };
     if (!params.id || !params.display_name) return refuse(t("A combatant needs an id and a name."));
+    if (params.tags.length > MAX_ITEMS || params.tags.some((tag) => tag.length > MAX_ID)) {
+      return refuse(t("At most {n} tags, each at most {length} characters.", { n: MAX_ITEMS, length: MAX_ID }));
+    }
     if (!marvel) params.dexterity = dex;
     return clearWhenDone(run("addCombatant", params), "add-form");
   };
@@ -415,6 +421,7 @@ function announceForm(scene, run, refuse) {
     if (!said) return refuse(t("Say what happens."));
     const offer = boxes.filter(([, box]) => box.checked).map(([id]) => id);
     if (!offer.length) return refuse(t("Offer it to someone."));
+    if (offer.length > MAX_ITEMS) return refuse(t("Offer it to at most {n} combatants.", { n: MAX_ITEMS }));
     return clearWhenDone(run("announceTrigger", { facts: { event: "narrated", text: said }, offer }), "announce-form");
   };
   return form(t("Open a reaction window"), "announce-form", "announce", submit,

@@ -8,7 +8,7 @@ import { controls } from "./controls.js";
 import { clock, field, h, rebuildKeepingInput, select } from "./dom.js";
 import { LOCALES, locale, t, useLocale } from "./i18n.js";
 import { Scene, conditions, holds, order, reactionWindow, reservations, summary } from "./render.js";
-import { createCombatForm } from "./setup.js";
+import { MAX_ID, createCombatForm } from "./setup.js";
 
 /** Events of the past the log shows when a combat is opened: a few rounds, one history page. */
 const LOG_BACKLOG = 200;
@@ -279,6 +279,9 @@ async function createCombat(params) {
   const table = app.session?.table;
   const prefix = table && table !== "default" ? table + "/" : "";
   const combat = prefix && !params.combat_id.startsWith(prefix) ? prefix + params.combat_id : params.combat_id;
+  if (combat.length > MAX_ID) {
+    return refuse(t("A combat's name here is at most {n} characters.", { n: MAX_ID - prefix.length }));
+  }
   try {
     await client.createCombat({ ...params, combat_id: combat });
   } catch (error) {
