@@ -3,9 +3,13 @@ driven headless by playwright-core (tests/browser/table.mjs), and the combat set
 Python client over the Unix socket, as a narrator's other tools would.
 
 Each test runs one scenario of tests/browser/table.mjs, which opens the page, clicks through it,
-checks what it shows, and prints what it saw as JSON; the test asserts on that too. Screenshots
-of every step are kept as test artifacts in ``test-artifacts/table-view/<scenario>/`` at the
-repository root (one PNG per step, numbered; a failing step leaves ``failed.png``).
+checks what it shows, and prints what it saw as JSON; the test asserts on that too.
+
+Screenshots take time, so they are taken only when asked for: with ``TURNKEEPER_SCREENSHOTS=1``
+in the environment, each scenario keeps its steps' screenshots (the console scenarios one at
+desktop and one at phone size per ruleset) as test artifacts in
+``test-artifacts/table-view/<scenario>/`` at the repository root, one PNG per step, numbered. A
+failing scenario always leaves ``failed.png`` there.
 
 The browser tests need node, ``npm ci`` in tests/browser and in sdk/js, and ``/usr/bin/chromium``
 (``apt-get install chromium``): without them these tests fail, saying what is missing.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import filecmp
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,6 +43,8 @@ VENDORED = WEB / "vendor" / "msgpack"
 SDK_JS = REPO / "sdk" / "js"
 ARTIFACTS = REPO / "test-artifacts" / "table-view"
 CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = bool(os.environ.get("TURNKEEPER_SCREENSHOTS"))
+"""Whether the scenarios keep their steps' screenshots (see the module's docstring)."""
 SCENARIO_TIMEOUT = 180.0
 """Seconds one scenario may take: a few page loads and a few dozen clicks, on a busy machine."""
 
@@ -135,6 +142,7 @@ def scenario(
         "chromium": str(CHROMIUM),
         "client": str(SDK_JS / "src" / "index.js"),
         "artifacts": str(shots),
+        "screenshots": SCREENSHOTS,
         "profile": str(tmp_path / "chromium-profile"),
         **config,
     }
@@ -172,7 +180,7 @@ def scenario(
     assert not timed_out.is_set(), f"scenario {name} ran past {SCENARIO_TIMEOUT} s"
     assert code == 0, f"scenario {name} failed (screenshots in {shots}):\n{errors.read_text()}"
     assert said.get("scenario") == name, said
-    assert said["screenshots"], "every scenario keeps screenshots"
+    assert bool(said["screenshots"]) == SCREENSHOTS, "screenshots kept when, and only when, asked"
     return said
 
 

@@ -3,8 +3,9 @@
 //   node --experimental-websocket table.mjs <scenario> <settings.json>
 //
 // The settings name the page (`base`), the WebSocket (`ws`), the browser, the JavaScript client
-// (for the commands another tool at the table sends), the screenshot folder, a profile folder
-// and the scenario's tokens and combat. The scenario checks what the page shows as it goes;
+// (for the commands another tool at the table sends), the screenshot folder and whether to take
+// the steps' screenshots (`screenshots`: they take time), a profile folder and the scenario's
+// tokens and combat. The scenario checks what the page shows as it goes;
 // on success it prints one JSON line of what it saw (the test asserts on it too), on failure it
 // saves failed.png, says why on stderr and exits 1.
 
@@ -105,7 +106,9 @@ class TablePage {
     }
   }
 
+  /** A screenshot of the step, when the settings ask for them. */
   async shot(step) {
+    if (!settings.screenshots) return;
     const file = join(settings.artifacts, `${String(screenshots.length + 1).padStart(2, "0")}-${this.label}-${step}.png`);
     await this.page.screenshot({ path: file, fullPage: true });
     screenshots.push(file);
@@ -252,27 +255,35 @@ const DESKTOP = { width: 1280, height: 800 };
 const TOUCH_PX = 44;
 
 /**
- * Shoots the page at desktop and phone sizes and, at the phone's, checks that the document is
- * no wider than the viewport and that every visible control is tall enough to touch. Returns
- * the widths seen at 360 px.
+ * Checks the page at the phone's size: the document no wider than the viewport, and every
+ * visible control tall enough to touch. With `shoot`, screenshots it at desktop and phone sizes
+ * too (one step of a scenario is enough to look at). Returns the widths seen at 360 px.
  */
-async function bothSizes(table, step) {
+async function bothSizes(table, step, shoot = false) {
   await table.page.setViewportSize(DESKTOP);
-  await table.shot(step + "-desktop");
+  if (shoot) await table.shot(step + "-desktop");
   await table.page.setViewportSize(PHONE);
   const seen = await table.page.evaluate((px) => {
     const small = [...document.querySelectorAll("button, select, input:not([type=checkbox]), .check-field, summary")]
       .filter((e) => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden")
       .filter((e) => e.getBoundingClientRect().height < px)
       .map((e) => e.dataset.testid || e.textContent.trim().slice(0, 20));
-    // What sticks out, innermost last, for the message when the page is too wide.
-    const wide = [...document.querySelectorAll("body *")]
-      .filter((e) => e.getClientRects().length && e.getBoundingClientRect().right > window.innerWidth + 0.5)
-      .slice(-4)
+    // What sticks out (elements, and text past its element's edge), for the message when the
+    // page is too wide.
+    const past = (rect) => rect.right > window.innerWidth + 0.5;
+    const texts = [];
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(walker.currentNode);
+      if (past(range.getBoundingClientRect())) texts.push(walker.currentNode.parentElement);
+    }
+    const wide = [...[...document.querySelectorAll("body *")].filter((e) => e.getClientRects().length
+      && past(e.getBoundingClientRect())).slice(-3), ...texts.slice(0, 3)]
       .map((e) => `${e.tagName.toLowerCase()}.${e.className}[${e.dataset.testid ?? ""}] ${Math.round(e.getBoundingClientRect().right)} px`);
     return { document: document.documentElement.scrollWidth, viewport: window.innerWidth, small, wide };
   }, TOUCH_PX);
-  await table.shot(step + "-phone");
+  if (shoot) await table.shot(step + "-phone");
   await table.page.setViewportSize(DESKTOP);
   check(seen.document <= seen.viewport,
     `${step}: the page is ${seen.document} px wide at ${seen.viewport} px: ${seen.wide.join(", ")}`);
@@ -460,7 +471,7 @@ const scenarios = {
     same(await player.locator("combatant-boss").locator('[data-testid="row-condition"]').innerText(),
       `Condition ${LONG_NOTE}`, "the player's condition, its clock hidden");
     steps.push(`totals: ${JSON.stringify(await totals(narrator))}`);
-    sizes.push(await bothSizes(narrator, "setup"));
+    sizes.push(await bothSizes(narrator, "setup", true));
 
     await narrator.click("start-combat");
     await narrator.untilShown("turn-name");
@@ -575,7 +586,6 @@ const scenarios = {
     check(await narrator.locator("end-turn").count() === 0, "no turn controls once over");
     steps.push(`ended: ${await player.text("round")}`);
     sizes.push(await bothSizes(narrator, "ended"));
-    await player.shot("ended");
     return { steps, sizes };
   },
   // A table's narrator: the picker offers its table's combats only, named without the table's
