@@ -5,9 +5,9 @@ Python client over the Unix socket, as a narrator's other tools would.
 Each test runs one scenario of tests/browser/table.mjs, which opens the page, clicks through it,
 checks what it shows, and prints what it saw as JSON; the test asserts on that too.
 
-Screenshots take time, so they are taken only when asked for: with ``TURNKEEPER_SCREENSHOTS=1``
-in the environment, each scenario keeps its steps' screenshots (the console scenarios one at
-desktop and one at phone size per ruleset) as test artifacts in
+Each scenario keeps its steps' screenshots (the console scenarios one at desktop and one at
+phone size per ruleset; ``TURNKEEPER_SCREENSHOTS=0`` in the environment turns them off) as test
+artifacts in
 ``test-artifacts/table-view/<scenario>/`` at the repository root, one PNG per step, numbered. A
 failing scenario always leaves ``failed.png`` there.
 
@@ -43,7 +43,7 @@ VENDORED = WEB / "vendor" / "msgpack"
 SDK_JS = REPO / "sdk" / "js"
 ARTIFACTS = REPO / "test-artifacts" / "table-view"
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = bool(os.environ.get("TURNKEEPER_SCREENSHOTS"))
+SCREENSHOTS = os.environ.get("TURNKEEPER_SCREENSHOTS", "1") != "0"
 """Whether the scenarios keep their steps' screenshots (see the module's docstring)."""
 SCENARIO_TIMEOUT = 180.0
 """Seconds one scenario may take: a few page loads and a few dozen clicks, on a busy machine."""
@@ -180,7 +180,7 @@ def scenario(
     assert not timed_out.is_set(), f"scenario {name} ran past {SCENARIO_TIMEOUT} s"
     assert code == 0, f"scenario {name} failed (screenshots in {shots}):\n{errors.read_text()}"
     assert said.get("scenario") == name, said
-    assert bool(said["screenshots"]) == SCREENSHOTS, "screenshots kept when, and only when, asked"
+    assert bool(said["screenshots"]) == SCREENSHOTS, "screenshots kept unless turned off"
     return said
 
 
