@@ -54,6 +54,8 @@ MOVE_PAIRS = 2
 """Stay and move rounds per repetition, each pair alternating."""
 RETRIED = frozenset({"combat_moved", "store_unavailable"})
 """Errors a client answers by sending the same request again (protocol.md: both are transient)."""
+HOLD_CONNECTIONS = 50
+"""Connections making the combats a daemon holds while idle (``--held``)."""
 MAX_RETRIES = 20
 """Retries of one command before the benchmark gives up on it: more means a stuck cluster."""
 
@@ -240,6 +242,59 @@ async def _failover(
     return min(answered), max(answered)
 
 
+# ------------------------------------------------------------------------------------ leases
+
+
+async def _make_many(server: tk.Server, combats: int, tag: str) -> None:
+    """``combats`` empty combats on ``server``, made over ``HOLD_CONNECTIONS`` connections."""
+    conns = await tk.open_many(server.socket_path, HOLD_CONNECTIONS)
+
+    async def make(conn: tk.Conn, names: range) -> None:
+        for i in names:
+            combat = f"{tag}-{i}"
+            await conn.call(
+                "create_combat",
+                {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"},
+            )
+
+    async with anyio.create_task_group() as tg:
+        for j, conn in enumerate(conns):
+            tg.start_soon(make, conn, range(j, combats, HOLD_CONNECTIONS))
+    for conn in conns:
+        await conn.aclose()
+
+
+def _idle(server: tk.Server, database: tk.PostgresDatabase, seconds: float) -> tuple[float, float]:
+    """Cores the idle daemon and the database's sessions use over ``seconds``."""
+    cpu, store = server.cpu_seconds(), database.cpu_seconds()
+    time.sleep(seconds)
+    return (server.cpu_seconds() - cpu) / seconds, (database.cpu_seconds() - store) / seconds
+
+
+def _holding(args: Any, lease_args: list[str]) -> list[tuple[float, float]]:
+    """Idle CPU of a daemon (and the database) holding no combat, then ``--held`` combats: what
+    a held lease costs while nothing happens (its renewals). A second daemon runs on the
+    database, as in a cluster."""
+    root = tk.workdir("cluster-held")
+    database = tk.PostgresDatabase(args.pg_server)
+    servers: list[tk.Server] = []
+    try:
+        for i in range(2):
+            servers.append(tk.daemon(root / f"d{i}", "--store", database.dsn, *lease_args).start())
+        time.sleep(1)
+        empty = _idle(servers[0], database, args.idle_seconds)
+        anyio.run(_make_many, servers[0], args.held, "held")
+        time.sleep(1)
+        held = _idle(servers[0], database, args.idle_seconds)
+    finally:
+        for server in servers:
+            server.stop()
+        database.drop()
+    for label, (cpu, store) in (("none", empty), (f"{args.held:,}", held)):
+        print(f"idle, holding {label}: daemon {cpu:.3f} cores, PostgreSQL {store:.3f}", flush=True)
+    return [empty, held]
+
+
 # ------------------------------------------------------------------------------------- main
 
 
@@ -253,6 +308,8 @@ def main() -> None:
     parser.add_argument("--move-combats", type=int, default=50, help="combats moved per round")
     parser.add_argument("--failovers", type=int, default=5, help="kill -9 trials (after the reps)")
     parser.add_argument("--failover-combats", type=int, default=20, help="combats the victim holds")
+    parser.add_argument("--held", type=int, default=5000, help="combats an idle daemon holds")
+    parser.add_argument("--idle-seconds", type=float, default=4.0, help="idle CPU window")
     parser.add_argument(
         "--lease-seconds",
         type=float,
@@ -311,7 +368,8 @@ def main() -> None:
                     server.stop()
                 database.drop()
     failovers = _failovers(args, lease_args)
-    _report(args, names, runs, moves, failovers)
+    holding = _holding(args, lease_args) if args.held > 0 else []
+    _report(args, names, runs, moves, failovers, holding)
 
 
 def _failovers(args: Any, lease_args: list[str]) -> list[tuple[float, float]]:
@@ -368,6 +426,7 @@ def _report(
     runs: dict[str, list[tk.LoopFigures]],
     moves: list[dict[str, tuple[list[float], float, float, int]]],
     failovers: list[tuple[float, float]],
+    holding: list[tuple[float, float]],
 ) -> None:
     print(
         f"\n{args.connections} connections, {args.seconds:g} s windows;"
@@ -444,6 +503,16 @@ def _report(
             f" lease {args.lease_seconds or 'default'}): first answer median"
             f" {tk.median(firsts):.2f} s (min {min(firsts):.2f}, max {max(firsts):.2f}),"
             f" last answer median {tk.median(lasts):.2f} s (max {max(lasts):.2f})"
+        )
+
+    if holding:
+        (cpu0, pg0), (cpu1, pg1) = holding
+        print(
+            f"\nIdle, a daemon holding {args.held:,} combats ({args.idle_seconds:g} s, one run):"
+            f" daemon {cpu1:.3f} cores (holding none: {cpu0:.3f}), its database's sessions"
+            f" {pg1:.3f} (none: {pg0:.3f}); per held combat"
+            f" {(cpu1 - cpu0) / args.held * 1e6:.2f} µs/s daemon,"
+            f" {(pg1 - pg0) / args.held * 1e6:.2f} µs/s PostgreSQL"
         )
 
 

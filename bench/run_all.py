@@ -45,6 +45,21 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--combats", "300", "--busy", "10", "--tracemalloc", "--traced-busy", "4", "--reps", "1"],
     ),
     "decode": (["--reps", "3"], ["--reps", "1", "--attackers", "1"]),
+    "cluster": (
+        ["--seconds", "3", "--reps", "3", "--failovers", "5"],
+        [
+            "--seconds",
+            "1",
+            "--reps",
+            "1",
+            "--failovers",
+            "1",
+            "--move-combats",
+            "10",
+            "--failover-combats",
+            "5",
+        ],
+    ),
     "recovery": (
         ["--events", "1000000", "--combats", "1000", "--reps", "3"],
         ["--events", "20000", "--combats", "20", "--reps", "1"],
