@@ -33,6 +33,10 @@ and at once sends a command for every one of them to the other: the time from th
 first and to the last answer. The killed daemon is started again before the next trial, whose
 combats are on the other one.
 
+**Idle leases.** A daemon (a second one beside it on the database, as in a cluster) idle for
+``--idle-seconds``, holding no combat, then ``--held`` combats it made: what holding a lease
+costs while nothing happens (each renewal names every combat held).
+
 Needs a PostgreSQL server on this machine (``--pg-server``, by default ``postgres@127.0.0.1:5432``
 without a password); each database made is dropped after its use.
 """
@@ -325,7 +329,9 @@ def main() -> None:
     print(tk.machine(), flush=True)
     lease_args = ["--lease-seconds", f"{args.lease_seconds:g}"] if args.lease_seconds else []
     biggest = max(args.daemons)
-    names = ["sqlite", *(f"postgresql x{k}" for k in args.daemons), f"postgresql x{biggest} random"]
+    names = ["sqlite", *(f"postgresql x{k}" for k in args.daemons)]
+    if biggest >= 2:
+        names.append(f"postgresql x{biggest} random")
     runs: dict[str, list[tk.LoopFigures]] = {name: [] for name in names}
     moves: list[dict[str, tuple[list[float], float, float, int]]] = []
     for rep in range(args.reps):
@@ -346,23 +352,17 @@ def main() -> None:
                 name = f"postgresql x{k}"
                 runs[name].append(_commands(servers, database, f"r{rep}-x{k}", args))
                 _show(rep, name, runs[name][-1])
-                if k == biggest:
+                if k == biggest >= 2:
                     name = f"postgresql x{k} random"
                     figures = _commands(servers, database, f"r{rep}-rnd", args, spread=True)
                     runs[name].append(figures)
                     _show(rep, name, figures)
-                    if k >= 2:
-                        moves.append(
-                            anyio.run(
-                                _moves,
-                                servers[0],
-                                servers[1],
-                                database,
-                                args.move_combats,
-                                f"r{rep}",
-                            )
+                    moves.append(
+                        anyio.run(
+                            _moves, servers[0], servers[1], database, args.move_combats, f"r{rep}"
                         )
-                        _show_moves(rep, moves[-1])
+                    )
+                    _show_moves(rep, moves[-1])
             finally:
                 for server in servers:
                     server.stop()
