@@ -58,6 +58,10 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             "10",
             "--failover-combats",
             "5",
+            "--held",
+            "500",
+            "--idle-seconds",
+            "1",
         ],
     ),
     "recovery": (
