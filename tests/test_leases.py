@@ -6,6 +6,7 @@ PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,14 @@ from postgres import logged_seqs, sql
 from test_store_port import batch, event, logged, running
 from turnkeeper.combats.combat import UNBUILT, Combat
 from turnkeeper.combats.deadlines import Deadlines
-from turnkeeper.store import Batch, StoreError, _Pending
+from turnkeeper.combats.rebuild import Rebuilder
+from turnkeeper.combats.registry import Combats
+from turnkeeper.store import Batch, LoadedCombat, StoreError, _Pending
 from turnkeeper.stores import postgresql
 from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
+from turnkeeper_engine import NARRATOR
+from turnkeeper_engine.events import CombatCreated, CommandRecorded
+from turnkeeper_engine.plain import event_to_plain
 from turnkeeper_sdk import wire
 
 FAILOVER_SECONDS = 5.0
@@ -231,6 +237,43 @@ def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
     combat = Combat("bank", UNBUILT, 5, loaded=False, summary=summary)
     assert Deadlines().due(combat) == 100.0  # a store of its own: due from its summary
     assert Deadlines(owned_only=True).due(combat) is None
+
+
+@pytest.mark.anyio
+async def test_a_load_stops_where_it_counted_the_log_when_another_daemon_appends_meanwhile(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load counts the log as it acquires, then replays it: when the lease is lost in between
+    (the daemon let the combat go, or was paused past its lease) and another daemon appends,
+    the replay reads the combat as counted. Found by the cluster test: it quarantined the
+    combat for a log longer than counted ("seq 481 is missing (the log reached 474)")."""
+    recorded = event_to_plain(CommandRecorded("create_combat", NARRATOR, 1000.0))
+    created = event_to_plain(CombatCreated("c1", "marvel", ()))
+    old = PostgresStore.open(postgres_db, lease_seconds=60)
+    new = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(old), running(new):
+            await old.commit(Batch("c1", 1, (recorded, created), "marvel", None, None, 1000.0))
+            deadlines = Deadlines(owned_only=True)
+            rebuilder = Rebuilder(old, Combats(deadlines), deadlines, time.time, 1000)
+            count = old.load_one
+
+            def then_taken_over(combat_id: str) -> LoadedCombat:
+                counted = count(combat_id)
+                _expire(postgres_db, old)
+                new.load_one(combat_id)
+                anyio.from_thread.run(
+                    new.commit, Batch("c1", 3, (recorded,), None, None, None, 1000.0)
+                )
+                return counted
+
+            monkeypatch.setattr(old, "load_one", then_taken_over)
+            rebuilt = await anyio.to_thread.run_sync(rebuilder._rebuild, "c1", threading.Event())
+            assert (rebuilt.quarantined, rebuilt.seq) == (None, 2)
+            assert logged_seqs(postgres_db, "c1") == [1, 2, 3]
+    finally:
+        old.close()
+        new.close()
 
 
 # -- daemons ----------------------------------------------------------------------------------

@@ -335,6 +335,12 @@ class Rebuilder:
         snapshot_seq = seq
         try:
             for n, body in self.store.replay(combat_id, seq):
+                if n > loaded.last:
+                    # Appended since the load counted the log: on a shared store, by a daemon
+                    # that took the combat over meanwhile (this one paused past its lease, or
+                    # let it go). The combat is read as it was when acquired; this daemon's
+                    # next append for it is fenced, and it is read again after.
+                    break
                 if stop.is_set():
                     raise _AbandonedError
                 if n % REBUILD_YIELD_EVENTS == 0:
