@@ -137,6 +137,11 @@ class Hub:
                     await shared.release(combat_id)
                     return
                 async with combat.lock:
+                    # A load in flight read the log as it stood at its acquire: let go before
+                    # it is done, and another daemon would append behind it, and this one
+                    # answer from what it read (a command refused by a stale state).
+                    while combat.loading is not None:
+                        await combat.loading.wait()
                     if combat.loaded:
                         self.rebuilder.forget(combat)
                     await shared.release(combat_id)
