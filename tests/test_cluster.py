@@ -125,17 +125,19 @@ def _subscriber(cluster: Cluster, home: int, combats: list[str]) -> None:
     same daemon, once it is back) after the last seq received, as protocol.md says to."""
     d = cluster.daemons[home]
     last = dict.fromkeys(combats, 0)
-    while not cluster.done.is_set():
+    for connection in range(1_000_000):
+        if cluster.done.is_set():
+            return
         try:
             with cluster.connect(d) as c:
-                c.sock.settimeout(LEASE_SECONDS)
                 following: dict[str, Seen] = {}
                 for combat in combats:
-                    seen = Seen(f"{cluster.name(d)}/{id(c)}", combat, last[combat])
+                    seen = Seen(f"{cluster.name(d)}#{connection}", combat, last[combat])
                     with cluster.lock:
                         cluster.seen.append(seen)
                     following[combat] = seen
                     _subscribe(c, combat, last[combat], cluster.done)
+                c.sock.settimeout(LEASE_SECONDS)  # to look at ``done`` now and then
                 while not cluster.done.is_set():
                     try:
                         note = c.notification()
