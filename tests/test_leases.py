@@ -240,13 +240,14 @@ def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_load_stops_where_it_counted_the_log_when_another_daemon_appends_meanwhile(
+async def test_a_load_another_daemon_appends_behind_is_refused_as_moved_not_quarantined(
     postgres_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A load counts the log as it acquires, then replays it: when the lease is lost in between
     (the daemon let the combat go, or was paused past its lease) and another daemon appends,
-    the replay reads the combat as counted. Found by the cluster test: it quarantined the
-    combat for a log longer than counted ("seq 481 is missing (the log reached 474)")."""
+    the combat is left unloaded (``combat_moved``), to be read again. Found by the cluster
+    test: it quarantined the combat for a log longer than counted ("seq 481 is missing (the
+    log reached 474)")."""
     recorded = event_to_plain(CommandRecorded("create_combat", NARRATOR, 1000.0))
     created = event_to_plain(CombatCreated("c1", "marvel", ()))
     old = PostgresStore.open(postgres_db, lease_seconds=60)
@@ -269,7 +270,9 @@ async def test_a_load_stops_where_it_counted_the_log_when_another_daemon_appends
 
             monkeypatch.setattr(old, "load_one", then_taken_over)
             rebuilt = await anyio.to_thread.run_sync(rebuilder._rebuild, "c1", threading.Event())
-            assert (rebuilt.quarantined, rebuilt.seq) == (None, 2)
+            assert rebuilt.quarantined is None
+            assert rebuilt.unavailable is not None
+            assert rebuilt.unavailable.code == "combat_moved"
             assert logged_seqs(postgres_db, "c1") == [1, 2, 3]
     finally:
         old.close()
