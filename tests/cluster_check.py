@@ -75,7 +75,7 @@ def check_answers(sent: list[Sent], retryable: set[str]) -> list[str]:
     lost connection): a retried request id is answered its first result, not refused."""
     problems = []
     for s in sent:
-        told = [(a.daemon, a.error or "result") for a in s.answers]
+        told = [f"{a.daemon} {a.error or 'result'} at {a.at:.1f}" for a in s.answers]
         refused = [a.error for a in s.answers if a.error not in (None, LOST, *retryable)]
         if refused:
             problems.append(f"combat {s.combat}, request {s.request_id}: refused {refused}: {told}")

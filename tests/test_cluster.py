@@ -194,7 +194,7 @@ class Move:
 
     def __str__(self) -> str:
         taken = f", {self.taken} taken meanwhile" if self.kind == "stop" else ""
-        return f"{self.kind} {self.daemon} holding {self.held}{taken}"
+        return f"at {self.at:.1f} {self.kind} {self.daemon} holding {self.held}{taken}"
 
 
 def _chaos(dsn: str, cluster: Cluster, rng: random.Random) -> list[Move]:
