@@ -56,9 +56,8 @@ REPEAT = 0.25
 class Cluster:
     """The daemons, and what every client and subscriber was told."""
 
-    def __init__(self, daemons: list[Daemon], seed: int) -> None:
+    def __init__(self, daemons: list[Daemon]) -> None:
         self.daemons = daemons
-        self.rng = random.Random(seed)
         self.sent: list[Sent] = []
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
@@ -281,7 +280,7 @@ def test_three_daemons_under_kills_and_stops_lose_nothing_and_repeat_nothing(
     try:
         for d in daemons:
             d.start()
-        cluster = Cluster(daemons, SEED)
+        cluster = Cluster(daemons)
         combats = [f"combat-{i}" for i in range(COMBATS)]
         for i, combat in enumerate(combats):
             sent = Sent(f"make-{combat}", combat)
