@@ -24,7 +24,16 @@ from wsclient import WebSocketSocket
 
 CALL_TIMEOUT = 20.0
 
-__all__ = ["CallError", "Client", "Daemon", "create_many", "free_port", "running"]
+__all__ = [
+    "CallError",
+    "Client",
+    "Daemon",
+    "create_many",
+    "free_port",
+    "on_store",
+    "running",
+    "stop_all",
+]
 
 
 class Client(SdkClient):
@@ -124,6 +133,26 @@ class Daemon:
             timeout=CALL_TIMEOUT,
         )
         return done.stdout.splitlines()[1]
+
+
+def on_store(root: Path, dsn: str, names: tuple[str, ...], *extra: str) -> list[Daemon]:
+    """Daemons sharing the PostgreSQL database ``dsn``, started, each with its own data
+    directory and socket under ``root / name``; ``extra`` flags for every one."""
+    started = []
+    for name in names:
+        (root / name).mkdir()
+        started.append(Daemon(root / name, None, "--store", dsn, *extra).start())
+    return started
+
+
+def stop_all(*daemons: Daemon) -> None:
+    """Kill what still runs, a stopped (SIGSTOP) daemon too, and reap every process."""
+    for d in daemons:
+        if d.process is not None:
+            if d.process.poll() is None:
+                d.process.send_signal(signal.SIGCONT)
+                d.process.kill()
+            d.process.wait()
 
 
 def _wait_for_port(port: int) -> None:

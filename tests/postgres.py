@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -165,3 +166,18 @@ def database(server_dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as db:
             db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Run one statement on its own session; its rows, if it returns any."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        cursor = db.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def logged_seqs(dsn: str, combat_id: str) -> list[int]:
+    """The seqs of a combat's log in the PostgreSQL store, in order."""
+    from turnkeeper.stores.postgresql import SCHEMA
+
+    rows = sql(dsn, f"SELECT seq FROM {SCHEMA}.events WHERE combat_id = %s ORDER BY seq", combat_id)
+    return [seq for (seq,) in rows]

@@ -60,8 +60,9 @@ class _Rebuilt:
     snapshot_seq: int
     quarantined: str | None = None
     unavailable: StoreError | None = None
-    """The store could not be reached (``store_unavailable``): the combat is left unbuilt,
-    for the next request to rebuild, and not quarantined."""
+    """The store could not be reached (``store_unavailable``), or another daemon took the
+    combat over while it was read (``combat_moved``): the combat is left unbuilt, for the next
+    request to rebuild, and not quarantined."""
     fresh: bool = False
     passed_over: tuple[str, ...] = ()
     """Why a stored snapshot was passed over: logged by ``_settle`` when this rebuild is the
@@ -335,6 +336,18 @@ class Rebuilder:
         snapshot_seq = seq
         try:
             for n, body in self.store.replay(combat_id, seq):
+                if n > loaded.last:
+                    # Appended since the load counted the log: on a shared store, by a daemon
+                    # that took the combat over meanwhile (this one paused past its lease, or
+                    # let it go). Served as read, it would be refused (``conflict``) or decide
+                    # on a stale state: left unloaded instead, for the next request to read.
+                    moved = StoreError(
+                        "combat_moved",
+                        "combat {id!r} moved to another daemon: retry with the same request_id",
+                        "combat",
+                        id=combat_id,
+                    )
+                    return _Rebuilt(State(), 0, 0, unavailable=moved, passed_over=tuple(notes))
                 if stop.is_set():
                     raise _AbandonedError
                 if n % REBUILD_YIELD_EVENTS == 0:
