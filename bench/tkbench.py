@@ -21,7 +21,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -661,6 +661,8 @@ class LoopFigures:
     """Share of one core the client processes used together during the window."""
     store_cpu: float = 0.0
     """Share of one core the server's database sessions used (0 for SQLite, inside the server)."""
+    extra: list[list[Any]] = field(default_factory=list)
+    """What each worker returned beyond its latencies and CPU (``bench_cluster.py``: retries)."""
 
     @property
     def store_cpu_us_per_call(self) -> float:
@@ -736,32 +738,38 @@ async def closed_loop(
 
 
 def measure_loop(
-    server: Server,
+    server: Server | Sequence[Server],
     worker: Callable[..., Any],
     specs: Sequence[dict[str, Any]],
     warmup: float,
     seconds: float,
     store_cpu: Callable[[], float] | None = None,
 ) -> LoopFigures:
-    """Run closed-loop ``worker`` processes against ``server``; each returns
-    ``(latencies_ms, cpu_seconds)`` for the window ``warmup .. warmup + seconds``.
-    ``store_cpu`` reads the CPU seconds of the server's database processes, if it has any
-    (a PostgreSQL store's sessions: ``PostgresDatabase.cpu_seconds``)."""
+    """Run closed-loop ``worker`` processes against ``server`` (or several daemons at once,
+    their CPU summed); each returns ``(latencies_ms, cpu_seconds, *extra)`` for the window
+    ``warmup .. warmup + seconds``. ``store_cpu`` reads the CPU seconds of the server's
+    database processes, if it has any (a PostgreSQL store's sessions:
+    ``PostgresDatabase.cpu_seconds``)."""
+    servers = [server] if isinstance(server, Server) else list(server)
+
+    def server_seconds() -> float:
+        return sum(s.cpu_seconds() for s in servers)
+
     workers = Workers.spawn(worker, specs)
     try:
         workers.wait_ready()
         workers.start()
         time.sleep(warmup)
-        cpu_before = server.cpu_seconds()
+        cpu_before = server_seconds()
         store_before = store_cpu() if store_cpu else 0.0
         time.sleep(seconds)
-        server_cpu = (server.cpu_seconds() - cpu_before) / seconds
+        server_cpu = (server_seconds() - cpu_before) / seconds
         store_used = (store_cpu() - store_before) / seconds if store_cpu else 0.0
         results = workers.results()
     finally:
         workers.terminate()
-    latencies = [x for lat, _ in results for x in lat]
-    client_cpu = sum(cpu for _, cpu in results) / seconds
+    latencies = [x for lat, *_ in results for x in lat]
+    client_cpu = sum(cpu for _, cpu, *_ in results) / seconds
     return LoopFigures(
         len(latencies) / seconds,
         percentile(latencies, 50),
@@ -769,6 +777,7 @@ def measure_loop(
         server_cpu,
         client_cpu,
         store_used,
+        [extra for _, _, *extra in results],
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Daemon",
     "create_many",
     "free_port",
+    "on_store",
     "running",
     "stop_all",
     "two_daemons",
@@ -135,6 +136,26 @@ class Daemon:
         return done.stdout.splitlines()[1]
 
 
+def on_store(root: Path, dsn: str, names: tuple[str, ...], *extra: str) -> list[Daemon]:
+    """Daemons sharing the PostgreSQL database ``dsn``, started, each with its own data
+    directory and socket under ``root / name``; ``extra`` flags for every one."""
+    started = []
+    for name in names:
+        (root / name).mkdir()
+        started.append(Daemon(root / name, None, "--store", dsn, *extra).start())
+    return started
+
+
+def stop_all(*daemons: Daemon) -> None:
+    """Kill what still runs, a stopped (SIGSTOP) daemon too, and reap every process."""
+    for d in daemons:
+        if d.process is not None:
+            if d.process.poll() is None:
+                d.process.send_signal(signal.SIGCONT)
+                d.process.kill()
+            d.process.wait()
+
+
 def _wait_for_port(port: int) -> None:
     """The Unix socket answers once the daemon listens everywhere; this is a cheap safeguard."""
     deadline = time.monotonic() + CALL_TIMEOUT
@@ -180,16 +201,6 @@ def two_daemons(tmp_path: Path, dsn: str, tcp: bool = False) -> tuple[Daemon, Da
         port = free_port() if tcp else None
         started.append(Daemon(tmp_path / name, port, "--store", dsn).start())
     return started[0], started[1]
-
-
-def stop_all(*daemons: Daemon) -> None:
-    """Kill the daemons (resumed first, if stopped) and wait for them."""
-    for d in daemons:
-        if d.process is not None:
-            if d.process.poll() is None:
-                d.process.send_signal(signal.SIGCONT)
-                d.process.kill()
-            d.process.wait()
 
 
 def create_many(gm: Client, ids: list[str]) -> None:

@@ -169,7 +169,7 @@ def database(server_dsn: str) -> Iterator[str]:
 
 
 def sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    """One statement on its own session; its rows, if it returns any."""
+    """Run one statement on its own session; its rows, if it returns any."""
     with psycopg.connect(dsn, autocommit=True) as db:
         cursor = db.execute(statement, params)
         return cursor.fetchall() if cursor.description else []
@@ -183,3 +183,11 @@ def lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
         combat_id,
     )
     return row
+
+
+def logged_seqs(dsn: str, combat_id: str) -> list[int]:
+    """The seqs of a combat's log in the PostgreSQL store, in order."""
+    from turnkeeper.stores.postgresql import SCHEMA
+
+    rows = sql(dsn, f"SELECT seq FROM {SCHEMA}.events WHERE combat_id = %s ORDER BY seq", combat_id)
+    return [seq for (seq,) in rows]

@@ -260,7 +260,10 @@ def test_the_page_catalogue_holds_translations_and_rule_words_by_kind() -> None:
     page = i18n.catalogue("pt")
     assert page["Bonus round"] == "Rodada Bônus"
     assert page["action_type\x04standard"] == "padrão"
-    assert i18n.catalogue("en") == {}
+    english = i18n.catalogue("en")
+    assert english["action_kind\x04use_item"] == "use an item"
+    assert english["action_type\x04full"] == "full-round"
+    assert all("\x04" in key for key in english), "English has only rule words' labels"
 
 
 # (e) Narration in pt-BR speaks with the seed's rule words ---------------------------------------

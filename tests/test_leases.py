@@ -6,6 +6,7 @@ PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -14,17 +15,20 @@ import msgpack  # type: ignore[import-untyped]
 import psycopg
 import pytest
 
-from daemon import CALL_TIMEOUT, Daemon, add_spidey
-from daemon import stop_all as _stop
-from daemon import two_daemons as _daemons
+from daemon import CALL_TIMEOUT, Daemon, add_spidey, on_store, stop_all
 from postgres import lease as _lease
-from postgres import sql as _sql
+from postgres import logged_seqs, sql
 from test_store_port import batch, event, logged, running
 from turnkeeper.combats.combat import UNBUILT, Combat
 from turnkeeper.combats.deadlines import Deadlines
-from turnkeeper.store import Batch, StoreError, _Pending
+from turnkeeper.combats.rebuild import Rebuilder
+from turnkeeper.combats.registry import Combats
+from turnkeeper.store import Batch, LoadedCombat, StoreError, _Pending
 from turnkeeper.stores import postgresql
 from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
+from turnkeeper_engine import NARRATOR
+from turnkeeper_engine.events import CombatCreated, CommandRecorded
+from turnkeeper_engine.plain import event_to_plain
 from turnkeeper_sdk import wire
 
 FAILOVER_SECONDS = 5.0
@@ -39,7 +43,7 @@ def anyio_backend() -> str:
 def _expire(dsn: str, store: PostgresStore) -> None:
     """Make the server count ``store``'s leases run out (its daemon paused past them): its
     heartbeat an hour old. Its renewer makes it fresh again within a quarter of its lease."""
-    _sql(
+    sql(
         dsn,
         f"UPDATE {SCHEMA}.daemons SET heartbeat = now() - interval '1 hour' WHERE daemon_id = %s",
         store.daemon_id,
@@ -226,14 +230,53 @@ def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
     assert Deadlines(owned_only=True).due(combat) is None
 
 
+@pytest.mark.anyio
+async def test_a_load_another_daemon_appends_behind_is_refused_as_moved_not_quarantined(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load counts the log as it acquires, then replays it: when the lease is lost in between
+    (the daemon let the combat go, or was paused past its lease) and another daemon appends,
+    the combat is left unloaded (``combat_moved``), to be read again. Found by the cluster
+    test: it quarantined the combat for a log longer than counted ("seq 481 is missing (the
+    log reached 474)")."""
+    recorded = event_to_plain(CommandRecorded("create_combat", NARRATOR, 1000.0))
+    created = event_to_plain(CombatCreated("c1", "marvel", ()))
+    old = PostgresStore.open(postgres_db, lease_seconds=60)
+    new = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(old), running(new):
+            await old.commit(Batch("c1", 1, (recorded, created), "marvel", None, None, 1000.0))
+            deadlines = Deadlines(owned_only=True)
+            rebuilder = Rebuilder(old, Combats(deadlines), deadlines, time.time, 1000)
+            count = old.load_one
+
+            def then_taken_over(combat_id: str) -> LoadedCombat:
+                counted = count(combat_id)
+                _expire(postgres_db, old)
+                new.load_one(combat_id)
+                anyio.from_thread.run(
+                    new.commit, Batch("c1", 3, (recorded,), None, None, None, 1000.0)
+                )
+                return counted
+
+            monkeypatch.setattr(old, "load_one", then_taken_over)
+            rebuilt = await anyio.to_thread.run_sync(rebuilder._rebuild, "c1", threading.Event())
+            assert rebuilt.quarantined is None
+            assert rebuilt.unavailable is not None
+            assert rebuilt.unavailable.code == "combat_moved"
+            assert logged_seqs(postgres_db, "c1") == [1, 2, 3]
+    finally:
+        old.close()
+        new.close()
+
+
 # -- daemons ----------------------------------------------------------------------------------
 
 
-def _seqs(dsn: str, combat_id: str) -> list[int]:
-    rows = _sql(
-        dsn, f"SELECT seq FROM {SCHEMA}.events WHERE combat_id = %s ORDER BY seq", combat_id
-    )
-    return [seq for (seq,) in rows]
+def _daemons(tmp_path: Path, dsn: str) -> tuple[Daemon, Daemon]:
+    """Two daemons on one database, each with its own data directory and socket."""
+    a, b = on_store(tmp_path, dsn, ("a", "b"))
+    return a, b
 
 
 def test_a_command_at_another_daemon_moves_the_combat_there_and_keeps_seqs_gapless(
@@ -254,7 +297,7 @@ def test_a_command_at_another_daemon_moves_the_combat_there_and_keeps_seqs_gaple
         at_a.call("add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor")
         at_b.call("add_combatant", request_id="cap", combat="bank", id="cap", display_name="Cap")
         last = at_b.call("get_combat", combat="bank")["seq"]
-        assert _seqs(postgres_db, "bank") == list(range(1, last + 1))
+        assert logged_seqs(postgres_db, "bank") == list(range(1, last + 1))
         assert _lease(postgres_db, "bank")[1] == 4
         # A retried request id gets its first result, on whichever daemon it lands.
         assert at_b.call(
@@ -262,9 +305,9 @@ def test_a_command_at_another_daemon_moves_the_combat_there_and_keeps_seqs_gaple
         ) == at_a.call(
             "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
         )
-        assert _seqs(postgres_db, "bank") == list(range(1, last + 1))
+        assert logged_seqs(postgres_db, "bank") == list(range(1, last + 1))
     finally:
-        _stop(a, b)
+        stop_all(a, b)
 
 
 def test_a_killed_owners_combat_is_served_by_another_daemon_within_five_seconds(
@@ -282,9 +325,9 @@ def test_a_killed_owners_combat_is_served_by_another_daemon_within_five_seconds(
         )
         assert time.monotonic() - killed < FAILOVER_SECONDS
         assert added["seq"] == acknowledged + len(added["events"])  # nothing acknowledged lost
-        assert _seqs(postgres_db, "bank") == list(range(1, added["seq"] + 1))
+        assert logged_seqs(postgres_db, "bank") == list(range(1, added["seq"] + 1))
     finally:
-        _stop(a, b)
+        stop_all(a, b)
 
 
 def test_an_owner_stopped_past_its_lease_can_never_append_once_it_runs_again(
@@ -312,7 +355,7 @@ def test_an_owner_stopped_past_its_lease_can_never_append_once_it_runs_again(
         added = b.client().call(
             "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
         )
-        logged_before = _seqs(postgres_db, "bank")
+        logged_before = logged_seqs(postgres_db, "bank")
         assert logged_before == list(range(1, added["seq"] + 1))
         a.process.send_signal(signal.SIGCONT)
         answer = pending.response(7)
@@ -323,15 +366,15 @@ def test_an_owner_stopped_past_its_lease_can_never_append_once_it_runs_again(
         applied = answer.result
         if answer.error is not None:
             assert answer.error.code == "combat_moved"
-            assert _seqs(postgres_db, "bank") == logged_before  # nothing of A's appended
+            assert logged_seqs(postgres_db, "bank") == logged_before  # nothing of A's appended
             applied = at_a.call(
                 "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
             )
         assert applied["events"][0]["seq"] == added["seq"] + 1
-        assert _seqs(postgres_db, "bank") == list(range(1, applied["seq"] + 1))
+        assert logged_seqs(postgres_db, "bank") == list(range(1, applied["seq"] + 1))
         assert _lease(postgres_db, "bank")[1] == 3  # A acquired it again
     finally:
-        _stop(a, b)
+        stop_all(a, b)
 
 
 def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fence(
@@ -345,7 +388,7 @@ def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fenc
     try:
         c = d.client()
         add_spidey(c, "bank")
-        before = _seqs(postgres_db, "bank")
+        before = logged_seqs(postgres_db, "bank")
         with psycopg.connect(postgres_db) as db:
             db.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'bank' FOR UPDATE")
             c.send_raw(
@@ -367,14 +410,14 @@ def test_an_append_in_flight_when_another_daemon_acquires_is_refused_by_the_fenc
         answer = c.response(7)
         assert answer.error is not None
         assert (answer.error.code, answer.error.field) == ("combat_moved", "combat")
-        assert _seqs(postgres_db, "bank") == before
+        assert logged_seqs(postgres_db, "bank") == before
         retried = c.call(
             "add_combatant", request_id="thor", combat="bank", id="thor", display_name="T"
         )
-        assert _seqs(postgres_db, "bank") == list(range(1, retried["seq"] + 1))
+        assert logged_seqs(postgres_db, "bank") == list(range(1, retried["seq"] + 1))
         assert _lease(postgres_db, "bank")[1] == 3
     finally:
-        _stop(d)
+        stop_all(d)
 
 
 def test_an_owner_paused_in_the_middle_of_a_commit_holds_nothing_up_and_appends_nothing(
@@ -408,21 +451,21 @@ def test_an_owner_paused_in_the_middle_of_a_commit_holds_nothing_up_and_appends_
             "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
         )
         assert time.monotonic() - taken < FAILOVER_SECONDS
-        logged_before = _seqs(postgres_db, "bank")
+        logged_before = logged_seqs(postgres_db, "bank")
         assert logged_before == list(range(1, added["seq"] + 1))
         a.process.send_signal(signal.SIGCONT)
         answer = at_a.response(7)
         assert answer.error is not None
         assert answer.error.code == "combat_moved"
-        assert _seqs(postgres_db, "bank") == logged_before
+        assert logged_seqs(postgres_db, "bank") == logged_before
     finally:
-        _stop(a, b)
+        stop_all(a, b)
 
 
 def _wait_for_committer_lock(dsn: str) -> None:
     """Until a daemon's committer waits for a row lock (the test's)."""
     deadline = time.monotonic() + CALL_TIMEOUT
-    while not _sql(
+    while not sql(
         dsn,
         "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         " AND application_name LIKE 'turnkeeper committer%%'",
@@ -444,4 +487,4 @@ def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
         )
         assert _lease(postgres_db, "bank")[1:] == (2, added["seq"])
     finally:
-        _stop(a, b)
+        stop_all(a, b)

@@ -3,9 +3,13 @@ driven headless by playwright-core (tests/browser/table.mjs), and the combat set
 Python client over the Unix socket, as a narrator's other tools would.
 
 Each test runs one scenario of tests/browser/table.mjs, which opens the page, clicks through it,
-checks what it shows, and prints what it saw as JSON; the test asserts on that too. Screenshots
-of every step are kept as test artifacts in ``test-artifacts/table-view/<scenario>/`` at the
-repository root (one PNG per step, numbered; a failing step leaves ``failed.png``).
+checks what it shows, and prints what it saw as JSON; the test asserts on that too.
+
+Each scenario keeps its steps' screenshots (the console scenarios one at desktop and one at
+phone size per ruleset; ``TURNKEEPER_SCREENSHOTS=0`` in the environment turns them off) as test
+artifacts in
+``test-artifacts/table-view/<scenario>/`` at the repository root, one PNG per step, numbered. A
+failing scenario always leaves ``failed.png`` there.
 
 The browser tests need node, ``npm ci`` in tests/browser and in sdk/js, and ``/usr/bin/chromium``
 (``apt-get install chromium``): without them these tests fail, saying what is missing.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import filecmp
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,6 +43,8 @@ VENDORED = WEB / "vendor" / "msgpack"
 SDK_JS = REPO / "sdk" / "js"
 ARTIFACTS = REPO / "test-artifacts" / "table-view"
 CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = os.environ.get("TURNKEEPER_SCREENSHOTS", "1") != "0"
+"""Whether the scenarios keep their steps' screenshots (see the module's docstring)."""
 SCENARIO_TIMEOUT = 180.0
 """Seconds one scenario may take: a few page loads and a few dozen clicks, on a busy machine."""
 
@@ -135,6 +142,7 @@ def scenario(
         "chromium": str(CHROMIUM),
         "client": str(SDK_JS / "src" / "index.js"),
         "artifacts": str(shots),
+        "screenshots": SCREENSHOTS,
         "profile": str(tmp_path / "chromium-profile"),
         **config,
     }
@@ -172,7 +180,7 @@ def scenario(
     assert not timed_out.is_set(), f"scenario {name} ran past {SCENARIO_TIMEOUT} s"
     assert code == 0, f"scenario {name} failed (screenshots in {shots}):\n{errors.read_text()}"
     assert said.get("scenario") == name, said
-    assert said["screenshots"], "every scenario keeps screenshots"
+    assert bool(said["screenshots"]) == SCREENSHOTS, "screenshots kept unless turned off"
     return said
 
 
@@ -306,9 +314,12 @@ def test_page_follows_the_combat_across_a_daemon_restart(tmp_path: Path) -> None
 def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> None:
     """Signing in through the form in Portuguese: the JavaScript client's own failure (the
     daemon out of reach) is told in Portuguese too, its English kept in the title; the labels,
-    the round (Rodada Bônus), the Fantastic marks, the narrated log and the daemon's refusals
-    are in pt-BR; a double click on Show combat opens it once, with no error; changing combat
-    and signing out keep the language."""
+    the round (Rodada Bônus), the Fantastic marks, the kinds of action, the narrated log and
+    the daemon's refusals are in pt-BR; a double click on Show combat opens it once, with no
+    error; changing combat and signing out keep the language. An End turn whose answer never
+    comes (call_timeout, though the daemon ended the turn) offers Retry, which sends the same
+    request_id: the daemon answers it as the command it applied, not as a second end of a turn
+    already over."""
     with running(tmp_path, http=True) as d:
         bank(d)
         seen = scenario(d, "pt-BR", tmp_path, token=d.token("narrator"), combat="bank")
@@ -317,6 +328,7 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
     assert seen["fantastic"] == "★ Fantástico"
     assert any("Rodada Bônus" in line for line in seen["log"]), seen["log"]
     assert seen["html_lang"] == "pt-BR"
+    assert seen["attack"] == "ataque", "an action's kind in the daemon's own word"
     assert seen["error"]["code"] == "action_type_mismatch"
     assert "'attack'" in seen["error"]["text"]
     assert seen["error"]["text"] != seen["error_en"]
@@ -326,6 +338,9 @@ def test_pt_br_page_shows_portuguese_labels_and_narration(tmp_path: Path) -> Non
         "A conexão com o Turnkeeper caiu ou não pôde ser feita."
     ), seen["unreachable"]
     assert seen["unreachable"]["detail"], "the client's own message stays in the title"
+    assert seen["interrupted"] == "call_timeout"
+    first, retried = seen["retried"]
+    assert first == retried, "a retry carries the interrupted command's request_id"
 
 
 def test_dnd3e_page_shows_d20_checks_delays_and_readied_actions(tmp_path: Path) -> None:
@@ -405,7 +420,9 @@ def test_every_page_text_is_a_literal_babel_extracts() -> None:
 def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> None:
     """A narrator of a table signs in: the picker offers that table's combats only, each named
     without the table's prefix, the header names the table, and its combat opens; a combat it
-    creates from the picker, named without the prefix, is the table's."""
+    creates from the picker, named without the prefix, is the table's, and a double click on
+    Create combat sends one create_combat and shows no error; a name that the table's prefix
+    makes longer than 128 characters is refused by the page."""
     with running(tmp_path, http=True) as d:
         argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
         made = subprocess.run(
@@ -450,8 +467,12 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
     removes it, orders the group, applies a condition and starts. The player acts, reserves or
     readies with the form's defaults (accepted), holds or delays to act after the boss, answers
     the window the narrator opens; the narrator defeats, revives, reveals, adds a reinforcement,
-    removes the condition and ends the combat. Every step shows on both pages; each size checked
-    at 360 px has no sideways scrolling and no control under 44 px."""
+    removes the condition and ends the combat. More tags than the daemon takes are refused by
+    the page. Every step shows on both pages; each size checked
+    at 360 px has no sideways scrolling and no control under 44 px, with people's words at their
+    longest (a 38-character name without a space, a long group name, a 120-character condition
+    note). The condition's clock counts the hidden spy's turns: the player's page shows the
+    condition without rounds left."""
     with running(tmp_path, http=True) as d:
         seen = scenario(
             d,

@@ -3,8 +3,9 @@
 //   node --experimental-websocket table.mjs <scenario> <settings.json>
 //
 // The settings name the page (`base`), the WebSocket (`ws`), the browser, the JavaScript client
-// (for the commands another tool at the table sends), the screenshot folder, a profile folder
-// and the scenario's tokens and combat. The scenario checks what the page shows as it goes;
+// (for the commands another tool at the table sends), the screenshot folder and whether to take
+// the steps' screenshots (`screenshots`: they take time), a profile folder and the scenario's
+// tokens and combat. The scenario checks what the page shows as it goes;
 // on success it prints one JSON line of what it saw (the test asserts on it too), on failure it
 // saves failed.png, says why on stderr and exits 1.
 
@@ -105,7 +106,9 @@ class TablePage {
     }
   }
 
+  /** A screenshot of the step, when the settings ask for them. */
   async shot(step) {
+    if (!settings.screenshots) return;
     const file = join(settings.artifacts, `${String(screenshots.length + 1).padStart(2, "0")}-${this.label}-${step}.png`);
     await this.page.screenshot({ path: file, fullPage: true });
     screenshots.push(file);
@@ -186,11 +189,12 @@ class TablePage {
  * Stands between a page and the daemon: the page's WebSockets go through the test, which passes
  * every message on unless told otherwise. `gate.close = true` closes the next connection at once
  * (the daemon out of reach); `gate.refuse.set(method, error)` answers that method's next request
- * with the error instead of the daemon.
+ * with the error instead of the daemon; `gate.withhold.add(method)` passes that method's next
+ * request on but never its answer. `gate.requestIds` lists every [method, request_id] sent.
  */
 async function interpose(page) {
   const { decode, encode } = await import(MSGPACK);
-  const gate = { close: false, refuse: new Map() };
+  const gate = { close: false, refuse: new Map(), withhold: new Set(), requestIds: [] };
   await page.routeWebSocket(/\/ws$/, (ws) => {
     if (gate.close) {
       gate.close = false;
@@ -198,8 +202,16 @@ async function interpose(page) {
       return;
     }
     const daemon = ws.connectToServer();
+    const unanswered = new Set();
+    daemon.onMessage((message) => {
+      const [kind, msgid] = decode(message);
+      if (kind === 1 && unanswered.delete(msgid)) return;
+      ws.send(message);
+    });
     ws.onMessage((message) => {
-      const [kind, msgid, method] = decode(message);
+      const [kind, msgid, method, args] = decode(message);
+      if (kind === 0 && typeof args?.[0]?.request_id === "string") gate.requestIds.push([method, args[0].request_id]);
+      if (kind === 0 && gate.withhold.delete(method)) unanswered.add(msgid);
       const error = kind === 0 ? gate.refuse.get(method) : undefined;
       if (error === undefined) {
         daemon.send(message);
@@ -243,27 +255,48 @@ const DESKTOP = { width: 1280, height: 800 };
 const TOUCH_PX = 44;
 
 /**
- * Shoots the page at desktop and phone sizes and, at the phone's, checks that the document is
- * no wider than the viewport and that every visible control is tall enough to touch. Returns
- * the widths seen at 360 px.
+ * Checks the page at the phone's size: the document no wider than the viewport, and every
+ * visible control tall enough to touch. With `shoot`, screenshots it at desktop and phone sizes
+ * too (one step of a scenario is enough to look at). Returns the widths seen at 360 px.
  */
-async function bothSizes(table, step) {
+async function bothSizes(table, step, shoot = false) {
   await table.page.setViewportSize(DESKTOP);
-  await table.shot(step + "-desktop");
+  if (shoot) await table.shot(step + "-desktop");
   await table.page.setViewportSize(PHONE);
   const seen = await table.page.evaluate((px) => {
     const small = [...document.querySelectorAll("button, select, input:not([type=checkbox]), .check-field, summary")]
       .filter((e) => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden")
       .filter((e) => e.getBoundingClientRect().height < px)
       .map((e) => e.dataset.testid || e.textContent.trim().slice(0, 20));
-    return { document: document.documentElement.scrollWidth, viewport: window.innerWidth, small };
+    // What sticks out (elements, and text past its element's edge), for the message when the
+    // page is too wide.
+    const past = (rect) => rect.right > window.innerWidth + 0.5;
+    const texts = [];
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(walker.currentNode);
+      if (past(range.getBoundingClientRect())) texts.push(walker.currentNode.parentElement);
+    }
+    const wide = [...[...document.querySelectorAll("body *")].filter((e) => e.getClientRects().length
+      && past(e.getBoundingClientRect())).slice(-3), ...texts.slice(0, 3)]
+      .map((e) => `${e.tagName.toLowerCase()}.${e.className}[${e.dataset.testid ?? ""}] ${Math.round(e.getBoundingClientRect().right)} px`);
+    return { document: document.documentElement.scrollWidth, viewport: window.innerWidth, small, wide };
   }, TOUCH_PX);
-  await table.shot(step + "-phone");
+  if (shoot) await table.shot(step + "-phone");
   await table.page.setViewportSize(DESKTOP);
-  check(seen.document <= seen.viewport, `${step}: the page is ${seen.document} px wide at ${seen.viewport} px`);
+  check(seen.document <= seen.viewport,
+    `${step}: the page is ${seen.document} px wide at ${seen.viewport} px: ${seen.wide.join(", ")}`);
   same(seen.small, [], `${step}: controls under ${TOUCH_PX} px at 360 px`);
   return { step, document: seen.document, viewport: seen.viewport };
 }
+
+/** People's words at their longest, so the 360 px checks see whether they wrap: a name with no
+ * space in it, a group's long name, a condition's long note. */
+const LONG_NAME = "Mysteriousshadowyinfiltratoroftheguild";
+const LONG_GROUP = "henchmenofthenorthernwarehousedistrict";
+const LONG_NOTE = ("Webbed to the wall above the vault door by a thick sheet of webbing, "
+  + "unable to move an arm or a leg until it dissolves").padEnd(120, ".");
 
 /** The totals each row shows, by id, in the order shown. */
 async function totals(table) {
@@ -291,26 +324,34 @@ const scenarios = {
     await narrator.untilShown("add-form");
     steps.push(`created: ${await narrator.text("round")}`);
 
+    // The form starts blank after each one added (checked below): only what differs is filled.
     const add = async (id, name, fields = {}) => {
       await narrator.unfold("add-form");
       await narrator.fill("add-id", id);
       await narrator.fill("add-name", name);
-      await narrator.fill("add-mod", String(fields.mod ?? 0));
-      await narrator.fill("add-controller", fields.controller ?? "");
-      await narrator.fill("add-group", fields.group ?? "");
-      await narrator.fill("add-tags", fields.tags ?? "");
-      await narrator.locator("add-pc").setChecked(Boolean(fields.pc));
-      await narrator.locator("add-hidden").setChecked(Boolean(fields.hidden));
+      if (fields.mod) await narrator.fill("add-mod", String(fields.mod));
+      if (fields.controller) await narrator.fill("add-controller", fields.controller);
+      if (fields.group) await narrator.fill("add-group", fields.group);
+      if (fields.tags) await narrator.fill("add-tags", fields.tags);
+      if (fields.pc) await narrator.locator("add-pc").check();
+      if (fields.hidden) await narrator.locator("add-hidden").check();
       await narrator.click("add");
       await narrator.untilShown("combatant-" + id);
       // Added: the form starts blank for the next one.
       await narrator.until("a blank add form", () => document.querySelector('[data-testid="add-id"]').value === "");
     };
+    // More tags than the daemon takes (decide.MAX_ITEMS): the page says so, sending nothing.
+    await narrator.unfold("add-form");
+    await narrator.fill("add-id", "crowd");
+    await narrator.fill("add-name", "Crowd");
+    await narrator.fill("add-tags", Array.from({ length: 33 }, (_, i) => "tag" + i).join(", "));
+    await narrator.click("add");
+    same(await narrator.error(), { code: "", text: "At most 32 tags, each at most 128 characters." }, "33 tags");
     await add("hero", "Hero", { mod: 2, controller: "peter", pc: true, tags: "brave, quick" });
     await add("boss", "Boss", { mod: 1 });
-    await add("goon1", "Goon A", { group: "goons" });
-    await add("goon2", "Goon B", { group: "goons" });
-    await add("spy", "Spy", { hidden: true });
+    await add("goon1", "Goon A", { group: LONG_GROUP });
+    await add("goon2", "Goon B", { group: LONG_GROUP });
+    await add("spy", LONG_NAME, { hidden: true });
     await add("extra", "Extra");
     steps.push(`added: ${(await narrator.observe()).combatants.join(", ")}`);
 
@@ -353,7 +394,15 @@ const scenarios = {
     await narrator.choose("roll-how", "physical");
     await narrator.click("roll");
     steps.push(`no faces: ${(await narrator.error()).text}`);
-    await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8]);
+    if (marvel) {
+      // Goon B is Surprised: the group's check, rolled for Goon A, has one more trouble (R3, R8),
+      // so the dice entered ask for a reroll's face too (a 6 is never lower: the check stays 9).
+      await narrator.unfold("manage");
+      await narrator.choose("manage-who", "goon2");
+      await narrator.click("mark-surprised");
+      await narrator.untilText("combatant-goon2", "Surprised");
+    }
+    await enter(narrator, "goon1", marvel ? [2, 3, 4] : [8], { rerolls: marvel ? [6] : [] });
     if (marvel) {
       // Surprised before its check: one more trouble, so the dice entered ask for a reroll's
       // face too (a 6 is never lower: the check stays 9, R8).
@@ -365,13 +414,25 @@ const scenarios = {
     await enter(narrator, "spy", marvel ? [2, 3, 4] : [3], { rerolls: marvel ? [6] : [] });
     if (marvel) steps.push(`surprised spy: ${await narrator.locator("combatant-spy").locator(".badge-trouble").innerText()}`);
     if (marvel) {
-      // The spy ties with the goons at 9: the narrator says who goes first rather than a
-      // roll-off (R4).
-      await narrator.untilShown("ties");
-      await narrator.choose("ties-1", "#spy");
-      await narrator.choose("ties-2", "group:goons");
-      await narrator.click("ties-set");
-      await narrator.untilText("log-lines", "Spy");
+      // The spy ties with the goons at 9, and a twin of the boss with the boss at 15: the
+      // narrator says who goes first in each tie rather than a roll-off (R4).
+      await add("twin", "Twin", { mod: 1 });
+      await enter(narrator, "twin", [4, 4, 3], { edges: 1, rerolls: [6] });
+      await narrator.untilShown("ties-2");
+      same(await narrator.locator("ties-1-1").locator("option").evaluateAll((o) => o.map((x) => x.value)),
+        ["#boss", "#twin"], "the tie at 15");
+      await narrator.choose("ties-2-1", "#spy");
+      await narrator.choose("ties-2-2", "group:" + LONG_GROUP);
+      await narrator.click("ties-2-set");
+      await narrator.untilText("log-lines", "Ties ordered: " + LONG_NAME);
+      await narrator.choose("ties-1-1", "#twin");
+      await narrator.choose("ties-1-2", "#boss");
+      await narrator.click("ties-1-set");
+      await narrator.untilText("log-lines", "Ties ordered: Twin");
+      await narrator.unfold("manage");
+      await narrator.choose("manage-who", "twin");
+      await narrator.click("remove");
+      await narrator.untilGone("combatant-twin");
     }
     // Turnkeeper rolls for the extra, who then leaves before the combat starts.
     await narrator.choose("roll-who", "extra");
@@ -387,22 +448,30 @@ const scenarios = {
     steps.push(`extra rolled by Turnkeeper (${/^-?\d+$/.test(extra) ? "a number" : extra}), then removed`);
 
     // The group acts in the order the narrator sets (R4).
-    await narrator.unfold("group-goons");
-    await narrator.choose("group-goons-1", "goon2");
-    await narrator.choose("group-goons-2", "goon1");
-    await narrator.click("group-goons-set");
+    await narrator.unfold("group-" + LONG_GROUP);
+    await narrator.choose(`group-${LONG_GROUP}-1`, "goon2");
+    await narrator.choose(`group-${LONG_GROUP}-2`, "goon1");
+    await narrator.click(`group-${LONG_GROUP}-set`);
     await narrator.until("Goon B before Goon A", () => {
       const rows = [...document.querySelectorAll('[data-testid^="combatant-"]')].map((r) => r.dataset.testid);
       return rows.indexOf("combatant-goon2") >= 0 && rows.indexOf("combatant-goon2") < rows.indexOf("combatant-goon1");
     });
     await narrator.unfold("condition-form");
     await narrator.choose("condition-target", "boss");
-    await narrator.fill("condition-note", "Webbed");
+    await narrator.fill("condition-note", LONG_NOTE);
     await narrator.fill("condition-rounds", "2");
+    // Counted on the hidden spy's turns: the player sees the condition but not its clock, so
+    // no rounds left are shown rather than none.
+    await narrator.choose("condition-anchor", "spy");
     await narrator.click("apply-condition");
     await narrator.untilText("combatant-boss", "Webbed");
+    await player.untilText("combatant-boss", "Webbed");
+    same(await narrator.locator("combatant-boss").locator('[data-testid="row-condition"]').innerText(),
+      `Condition ${LONG_NOTE} Rounds left: 2`, "the narrator's condition");
+    same(await player.locator("combatant-boss").locator('[data-testid="row-condition"]').innerText(),
+      `Condition ${LONG_NOTE}`, "the player's condition, its clock hidden");
     steps.push(`totals: ${JSON.stringify(await totals(narrator))}`);
-    sizes.push(await bothSizes(narrator, "setup"));
+    sizes.push(await bothSizes(narrator, "setup", true));
 
     await narrator.click("start-combat");
     await narrator.untilShown("turn-name");
@@ -517,13 +586,15 @@ const scenarios = {
     check(await narrator.locator("end-turn").count() === 0, "no turn controls once over");
     steps.push(`ended: ${await player.text("round")}`);
     sizes.push(await bothSizes(narrator, "ended"));
-    await player.shot("ended");
     return { steps, sizes };
   },
   // A table's narrator: the picker offers its table's combats only, named without the table's
   // prefix, the header names the table, and the combat opens.
   async tables(context) {
-    const picker = await TablePage.open(context, "picker", { token: settings.token });
+    let gate;
+    const picker = await TablePage.open(context, "picker", { token: settings.token }, async (page) => {
+      gate = await interpose(page);
+    });
     await picker.untilShown("open");
     const options = await picker.locator("combat").locator("option").allInnerTexts();
     const values = await picker.locator("combat").locator("option").evaluateAll(
@@ -536,9 +607,17 @@ const scenarios = {
     // A combat created here is the table's: its name is given without the table's prefix.
     await picker.click("change-combat");
     await picker.untilShown("create");
-    await picker.fill("new-combat-id", "raid");
+    // The table's prefix and the name together are the combat's id: at most 128 characters.
+    await picker.fill("new-combat-id", "r".repeat(128));
     await picker.click("create-combat");
+    const tooLong = await picker.error();
+    same(tooLong.code, "", "no create_combat for a name too long with the table's prefix");
+    await picker.fill("new-combat-id", "raid");
+    // A double click creates the combat once: the second create_combat would be refused.
+    await picker.locator("create-combat").dblclick();
     await picker.untilShown("add-form");
+    same(await picker.locator("error").count(), 0, "errors after a double click on Create combat");
+    same(gate.requestIds.filter(([method]) => method === "create_combat").length, 1, "create_combat requests");
     await picker.shot("created");
     const created = await picker.page.evaluate(() => new URLSearchParams(location.hash.slice(1)).get("combat"));
     return { options, values, table: await picker.text("table"), created };
@@ -793,6 +872,8 @@ const scenarios = {
     let gate;
     const table = await TablePage.open(context, "pt-BR", null, async (page) => {
       gate = await interpose(page);
+      // The page's own clock, to run past the client's call timeout at once.
+      await page.clock.install();
     });
     await table.untilShown("sign-in");
     check((await table.text("sign-in")) === "Sign in", "the browser's English comes first");
@@ -818,6 +899,8 @@ const scenarios = {
     await table.until("the narrated log", () => document.querySelectorAll('[data-testid="log-lines"] li').length > 3);
     same(await table.locator("error").count(), 0, "errors after a double click on Show combat");
 
+    // The kinds of action in the daemon's Portuguese words.
+    const attack = await table.locator("reserve-kind").locator('option[value="attack"]').innerText();
     await table.choose("reserve-kind", "");
     await table.fill("reserve-custom", "attack");
     await table.choose("reserve-action-type", "movement");
@@ -843,6 +926,7 @@ const scenarios = {
       fantastic: await table.text("fantastic"),
       log: (await table.observe()).log,
       html_lang: await table.page.evaluate(() => document.documentElement.lang),
+      attack,
       error,
       error_en: refused.message,
       unreachable: { ...unreachable, detail: unreachableDetail },
@@ -853,6 +937,21 @@ const scenarios = {
     await table.untilShown("open");
     await table.click("open");
     await table.untilTurn("spidey");
+
+    // End turn's answer never comes (call_timeout): the daemon did end the turn. Retried, the
+    // command carries the request_id it was first sent with, and the daemon, which knows it,
+    // answers as before instead of refusing the turn as over.
+    gate.withhold.add("end_turn");
+    await table.click("end-turn");
+    await table.untilTurn("docock");
+    const { CALL_TIMEOUT_MS } = await import(settings.client);
+    await table.page.clock.fastForward(CALL_TIMEOUT_MS + 1000);
+    shown.interrupted = (await table.error()).code;
+    await table.shot("call-timeout");
+    await table.click("retry");
+    await table.until("the retry answered", () => document.body.dataset.busy === undefined);
+    same(await table.locator("error").count(), 0, "errors after the retry");
+    shown.retried = gate.requestIds.filter(([method]) => method === "end_turn").map(([, id]) => id);
     await table.click("sign-out");
     await table.untilShown("sign-in");
     same(await table.locator("token").inputValue(), "", "the token is forgotten on signing out");

@@ -294,15 +294,17 @@ def localize(error: RuleError | TemplatedError, locale: str) -> str:
 def catalogue(locale: str) -> dict[str, str]:
     """Every translated message of ``locale`` as ``{msgid: translation}``, for the table view;
     a rule word is keyed ``kind + "\\x04" + word`` (gettext's context separator). English has
-    nothing to translate: its catalogue is empty, and a page shows each msgid as it is."""
+    no messages to translate (a page shows each msgid as it is), only the rule words, whose
+    English labels are ``TERMS``' own: every locale's catalogue has them all."""
     locale = negotiate(locale)
+    words = {f"{kind}\x04{w}": term(locale, kind, w) for kind, ws in TERMS.items() for w in ws}
     if locale == DEFAULT:
-        return {}
+        return words
     # The .mo holds only translated, non-fuzzy messages, keyed as gettext looks them up (a
     # context and its separator first); a plural's forms are keyed (msgid, n) and left out.
     # `_catalog` is GNUTranslations' own table, there since Python 2, though not in typeshed.
     messages: dict[object, str] = vars(_translations(locale))["_catalog"]
-    return {key: text for key, text in messages.items() if isinstance(key, str) and key}
+    return words | {key: text for key, text in messages.items() if isinstance(key, str) and key}
 
 
 # Maintenance: extraction and catalogue updates (Babel's messages tools) ----------------------

@@ -111,13 +111,23 @@ class Follower:
             return  # every combat is this daemon's own: nobody else appends
         async with combat.lock:
             if combat.followed:
-                await self._advance(combat)  # to the log's end: nobody appends now
-                self._followed.pop(combat.id, None)
-                combat.followed = False
-                if combat.seq < seq:  # the log grew as it was read: read again at the next use
+                if combat.seq > seq:
+                    # Its subscribers were told of events past the log this load read: another
+                    # daemon appended since the acquire, so it holds the combat now (this one
+                    # was paused past its lease). Not loaded: the next request reads it again.
+                    raise StoreError(
+                        "combat_moved",
+                        "combat {id!r} moved to another daemon: retry with the same request_id",
+                        "combat",
+                        id=combat.id,
+                    )
+                await self._advance(combat, seq)
+                if combat.seq < seq:  # not read to the load's end: read again at the next use
                     raise StoreError(
                         "store_unavailable", "the database server could not be reached: retry later"
                     )
+                self._followed.pop(combat.id, None)
+                combat.followed = False
             elif combat.seq < seq and self.watched(combat):
                 told = combat.seq
                 combat.state, combat.seq = state, seq
@@ -256,11 +266,18 @@ class Follower:
                 if len(self._followed) <= MAX_FOLLOWED:
                     return
 
-    async def _advance(self, combat: Combat) -> None:
+    async def _advance(self, combat: Combat, until: int | None = None) -> None:
         """Read and publish the events after ``combat``'s seq, page by page, to the log's end
-        (its lock held). Raises ``StoreError`` if the store could not be read."""
+        (or to ``until``), its lock held. Raises ``StoreError`` if the store could not be
+        read."""
         while combat.followed and not combat.loaded:
-            stored = await self._read(combat, combat.seq)
+            if until is not None and combat.seq >= until:
+                return
+            stored = [
+                (s, b)
+                for s, b in await self._read(combat, combat.seq)
+                if until is None or s <= until
+            ]
             if not stored:
                 return
             state = combat.state

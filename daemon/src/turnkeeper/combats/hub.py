@@ -139,16 +139,26 @@ class Hub:
 
         async def release(combat_id: str) -> None:
             try:
-                await anyio.sleep(shared.hold_left(combat_id))
-                combat = self.combats.get(combat_id)
-                if combat is None:
-                    await shared.release(combat_id)
-                    return
-                async with combat.lock:
-                    if combat.loaded:
-                        self.rebuilder.forget(combat)
-                    await shared.release(combat_id)
-                self.follower.released(combat)
+                while True:
+                    await anyio.sleep(shared.hold_left(combat_id))
+                    combat = self.combats.get(combat_id)
+                    if combat is None:
+                        await shared.release(combat_id)
+                        return
+                    async with combat.lock:
+                        loading = combat.loading
+                        if loading is None:
+                            if combat.loaded:
+                                self.rebuilder.forget(combat)
+                            await shared.release(combat_id)
+                    if loading is None:
+                        self.follower.released(combat)
+                        return
+                    # A load in flight read the log as it stood at its acquire: let go before
+                    # it is done, and another daemon would append behind it, and this one
+                    # answer from what it read (a command refused by a stale state). Once it
+                    # is done, the combat is held its minimum hold from that acquire.
+                    await loading.wait()
             except Exception:  # one combat's failed release must not stop the others'
                 log.exception("release_failed", combat=combat_id)
             finally:

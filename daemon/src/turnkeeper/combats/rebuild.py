@@ -59,8 +59,9 @@ class _Rebuilt:
     snapshot_seq: int
     quarantined: str | None = None
     unavailable: StoreError | None = None
-    """The store could not be reached (``store_unavailable``): the combat is left unbuilt,
-    for the next request to rebuild, and not quarantined."""
+    """The store could not be reached (``store_unavailable``), or another daemon took the
+    combat over while it was read (``combat_moved``): the combat is left unbuilt, for the next
+    request to rebuild, and not quarantined."""
     fresh: bool = False
     passed_over: tuple[str, ...] = ()
     """Why a stored snapshot was passed over: logged by ``_settle`` when this rebuild is the
@@ -222,7 +223,7 @@ class Rebuilder:
         quarantined (reported and readable as an error), the others are unaffected. A
         rebuild that replayed a long log stores a snapshot at its end before the combat
         serves, so the next start does not replay it again."""
-        rebuilt = await self._rebuilt(combat.id, self.store.load_one)
+        rebuilt = await self._rebuilt(combat.id)
         if self.acquired is not None and rebuilt.quarantined is None:
             await self.acquired(combat, rebuilt.state, rebuilt.seq)
         await self._settle(combat, rebuilt)
@@ -231,17 +232,25 @@ class Rebuilder:
         """The combat as its log stands, read without its lease (a combat another daemon
         holds, followed here): its state, its seq and why it is quarantined (None if not)."""
         assert self.shared is not None
-        rebuilt = await self._rebuilt(combat_id, self.shared.read_one)
+        rebuilt = await self._rebuilt(combat_id, self.shared.read_one, leased=False)
         for note in rebuilt.passed_over:
             log.warning("snapshot_unreadable", combat=combat_id, detail=note)
         return rebuilt.state, rebuilt.seq, rebuilt.quarantined
 
-    async def _rebuilt(self, combat_id: str, load: Callable[[str], LoadedCombat]) -> _Rebuilt:
+    async def _rebuilt(
+        self, combat_id: str, load: Callable[[str], LoadedCombat] | None = None, leased: bool = True
+    ) -> _Rebuilt:
         """``_rebuild`` in a worker thread; raises ``store_unavailable`` if it says so."""
         stop = threading.Event()
         try:
             rebuilt = await anyio.to_thread.run_sync(
-                self._rebuild, combat_id, stop, load, abandon_on_cancel=True, limiter=self._loads()
+                self._rebuild,
+                combat_id,
+                stop,
+                load,
+                leased,
+                abandon_on_cancel=True,
+                limiter=self._loads(),
             )
         except BaseException:
             stop.set()  # an abandoned thread stops at its next event
@@ -307,12 +316,16 @@ class Rebuilder:
         for combat_id in combat_ids:
             if stop.is_set():
                 raise _AbandonedError
-            rebuilt.append(self._rebuild(combat_id, stop, self.store.load_one))
+            rebuilt.append(self._rebuild(combat_id, stop))
             time.sleep(0)
         return rebuilt
 
     def _rebuild(
-        self, combat_id: str, stop: threading.Event, load: Callable[[str], LoadedCombat]
+        self,
+        combat_id: str,
+        stop: threading.Event,
+        load: Callable[[str], LoadedCombat] | None = None,
+        leased: bool = True,
     ) -> _Rebuilt:
         """``_load``'s work, in a worker thread: the stored snapshot (passed over if it does
         not decode or miscounts its log), then the events after it, streamed from the store.
@@ -322,7 +335,8 @@ class Rebuilder:
         # only rescan them.
         gc.disable()
         try:
-            loaded = load(combat_id)
+            # The store's own load (its lease taken), unless told otherwise (``read_unleased``).
+            loaded = (load or self.store.load_one)(combat_id)
         except StoreError as e:
             if e.code == "store_unavailable":
                 return _Rebuilt(State(), 0, 0, unavailable=e)
@@ -358,6 +372,20 @@ class Rebuilder:
         snapshot_seq = seq
         try:
             for n, body in self.store.replay(combat_id, seq):
+                if n > loaded.last and not leased:
+                    break  # its holder appends as it is read: a follower reads on from here
+                if n > loaded.last:
+                    # Appended since the load counted the log: on a shared store, by a daemon
+                    # that took the combat over meanwhile (this one paused past its lease, or
+                    # let it go). Served as read, it would be refused (``conflict``) or decide
+                    # on a stale state: left unloaded instead, for the next request to read.
+                    moved = StoreError(
+                        "combat_moved",
+                        "combat {id!r} moved to another daemon: retry with the same request_id",
+                        "combat",
+                        id=combat_id,
+                    )
+                    return _Rebuilt(State(), 0, 0, unavailable=moved, passed_over=tuple(notes))
                 if stop.is_set():
                     raise _AbandonedError
                 if n % REBUILD_YIELD_EVENTS == 0:

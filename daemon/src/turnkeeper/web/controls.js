@@ -9,8 +9,8 @@
 
 import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
-import { actionType } from "./render.js";
-import { d616Selects, setupControls } from "./setup.js";
+import { actionKind, actionType } from "./render.js";
+import { MAX_ID, MAX_TEXT, d616Selects, form, setupControls } from "./setup.js";
 
 /** The action kinds each ruleset's catalogue knows, with the action type each is (protocol.md,
  * ActionSpec). dnd3e's `refocus` has its own button (the refocus method). */
@@ -37,8 +37,6 @@ const CARRIES = {
 };
 /** The kind select's value for an action the catalogue does not have. */
 const OTHER = "";
-/** Free text the daemon takes: at most 2000 characters. */
-const MAX_TEXT = 2000;
 
 /** Whether a turn that has spent `used` can still take an action of `type`: the engine's
  * budget (R6, the rulesets' `can_spend`), so the page offers no action the daemon would refuse
@@ -66,7 +64,7 @@ function actionFields(scene, prefix, types) {
   const ruleset = scene.view.ruleset;
   const catalogue = KINDS[ruleset] || {};
   const kind = select({ name: "kind", "data-testid": prefix + "-kind" }, [], null);
-  const custom = h("input", { name: "custom", maxlength: 128, autocomplete: "off", "data-testid": prefix + "-custom" });
+  const custom = h("input", { name: "custom", maxlength: MAX_ID, autocomplete: "off", "data-testid": prefix + "-custom" });
   const type = select({ name: "type", "data-testid": prefix + "-action-type" }, [], null);
   const description = h("input", { name: "description", maxlength: MAX_TEXT, autocomplete: "off", "data-testid": prefix + "-description" });
   const targets = scene.lineup.filter((c) => c.status === "active");
@@ -83,7 +81,7 @@ function actionFields(scene, prefix, types) {
     // Drawn the first time, nothing was chosen yet: the first kind is the default.
     const was = kind.options.length ? kind.value : null;
     const kinds = Object.keys(catalogue).filter((k) => allowed.includes(catalogue[k]));
-    kind.replaceChildren(...[...kinds.map((k) => [k, k]), [OTHER, t("another action…")]]
+    kind.replaceChildren(...[...kinds.map((k) => [k, actionKind(k)]), [OTHER, t("another action…")]]
       .map(([value, text]) => h("option", { value }, text)));
     kind.value = kinds.includes(was) || was === OTHER ? was : kinds[0] ?? OTHER;
     const typeWas = type.value;
@@ -176,11 +174,7 @@ function reserveForm(scene, run, refuse, types) {
   };
   const title = scene.marvel ? t("Reserve an action for {name}", { name: scene.name(turn.combatant) })
     : t("Ready an action for {name}", { name: scene.name(turn.combatant) });
-  return h("form", {
-    class: "control-group reserve", "data-testid": "reserve-form", "data-scope": "turn:" + turn.number,
-    onsubmit: submit, "aria-label": title,
-  },
-    h("h3", null, title),
+  return form(title, "reserve-form", "turn:" + turn.number, submit,
     h("div", { class: "grid" },
       // TRANSLATORS: the action type spent on reserving (marvel standard/movement).
       field(t("Spend"), reservedType),
@@ -211,11 +205,7 @@ function declareForm(scene, run, refuse, types) {
   const refocus = scene.view.ruleset === "dnd3e" && types.includes("full")
     ? button(t("Refocus"), "refocus", () => run("refocus", { turn: turnRef(turn) })) : null;
   const title = t("An action for {name}", { name: scene.name(turn.combatant) });
-  return h("form", {
-    class: "control-group", "data-testid": "declare-form", "data-scope": "turn:" + turn.number,
-    onsubmit: submit, "aria-label": title,
-  },
-    h("h3", null, title),
+  return form(title, "declare-form", "turn:" + turn.number, submit,
     h("div", { class: "grid" }, action.fields),
     h("div", { class: "row" },
       h("button", { type: "submit", class: "button primary", "data-testid": "declare" }, t("Take the action")),
@@ -245,7 +235,7 @@ function answerRow(scene, w, id, run, refuse) {
   if (scene.marvel) options.push(["", t("A stated action")]);
   const choice = options.length ? select({ name: "reservation", "data-testid": "claim-with-" + id }, options, options[0][0]) : null;
   const kinds = Object.keys(KINDS.marvel);
-  const kind = scene.marvel ? select({ name: "kind", "data-testid": "claim-kind-" + id }, kinds.map((k) => [k, k]), kinds[0]) : null;
+  const kind = scene.marvel ? select({ name: "kind", "data-testid": "claim-kind-" + id }, kinds.map((k) => [k, actionKind(k)]), kinds[0]) : null;
   const stated = kind ? field(t("Stated action"), kind) : null;
   // The action is asked for only when it is stated rather than reserved.
   const showStated = () => {

@@ -23,14 +23,18 @@ export function locale() {
   return current;
 }
 
-/** Loads the catalogue of a locale and makes it the page's; English needs none. */
+/** Loads the catalogue of a locale and makes it the page's. English's holds the labels of the
+ * rule words (term()); without it the page still speaks English, rule words as their codes. */
 export async function useLocale(tag) {
   const wanted = negotiate(tag);
-  let loaded = {};
-  if (wanted !== "en") {
+  let loaded;
+  try {
     const response = await fetch("/i18n/" + encodeURIComponent(wanted) + ".json");
     if (!response.ok) throw new Error("/i18n/" + wanted + ".json: HTTP " + response.status);
     loaded = (await response.json()).messages || {};
+  } catch (error) {
+    if (wanted !== "en") throw error;
+    loaded = {};
   }
   messages = loaded;
   current = wanted;
@@ -42,4 +46,11 @@ export function t(text, args) {
   const template = messages[text] || text;
   if (!args) return template;
   return template.replace(/\{(\w+)\}/g, (whole, key) => (key in args ? String(args[key]) : whole));
+}
+
+/** A rule word (an action's kind or type, as the engine names it) in the page's language: the
+ * daemon's own label of it (i18n.py's TERMS, gettext context `kind`), or the word as it is when
+ * it is none of the rulesets' (a kind a narrator typed in). */
+export function term(kind, word) {
+  return messages[kind + "\x04" + word] ?? word;
 }

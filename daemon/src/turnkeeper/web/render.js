@@ -3,7 +3,7 @@
 // hidden combatants and the reservations of narrator-run ones (R16).
 
 import { clock, h } from "./dom.js";
-import { t } from "./i18n.js";
+import { t, term } from "./i18n.js";
 
 /** What every panel needs: the view, who is looking, and a few lookups. */
 export class Scene {
@@ -57,22 +57,20 @@ function empty(text) {
   return h("p", { class: "empty" }, text);
 }
 
-/** The engine's action types in people's words. */
+/** An action type (standard, movement…) in people's words. */
 export function actionType(type) {
-  const words = {
-    standard: t("standard"),
-    movement: t("movement"),
-    move: t("move"),
-    full: t("full-round"),
-    free: t("free"),
-    reaction: t("reaction"),
-  };
-  return words[type] || type;
+  return term("action_type", type);
+}
+
+/** An action's kind (attack, use_item…) in people's words. */
+export function actionKind(kind) {
+  return term("action_kind", kind);
 }
 
 function action(scene, spec) {
   const targets = spec.targets.length ? " → " + scene.names(spec.targets) : "";
-  const what = spec.description ? spec.kind + ": " + spec.description : spec.kind;
+  const kind = actionKind(spec.kind);
+  const what = spec.description ? kind + ": " + spec.description : kind;
   return h("span", { class: "action" }, what + targets + " ",
     h("span", { class: "action-type" }, "[" + actionType(spec.type) + "]"));
 }
@@ -196,10 +194,14 @@ function rowNotes(scene, c, hold) {
       h("q", null, r.trigger.text)));
   }
   for (const k of scene.view.conditions.filter((k) => k.target === c.id)) {
-    const kind = k.type === "surprised" ? t("Surprised") : k.note || (k.type === "custom" ? t("Condition") : k.type);
-    const left = Math.max(0, ...k.clocks.map((clock) => clock.remaining));
-    notes.push(h("li", { "data-testid": "row-condition" }, badge(kind, "condition"), " ",
-      h("span", { class: "muted" }, t("Rounds left: {n}", { n: left }))));
+    // The note is people's words, of any length: plain text that wraps, after the badge.
+    const kind = k.type === "surprised" ? t("Surprised") : k.type === "custom" ? t("Condition") : k.type;
+    // A clock counted on a combatant hidden from this session is left out of its view: no
+    // rounds to show then, rather than a made-up 0.
+    const left = k.clocks.length ? Math.max(...k.clocks.map((clock) => clock.remaining)) : null;
+    notes.push(h("li", { "data-testid": "row-condition" }, badge(kind, "condition"),
+      k.note ? [" ", h("span", { class: "note" }, k.note)] : null,
+      left === null ? null : [" ", h("span", { class: "muted" }, t("Rounds left: {n}", { n: left }))]));
   }
   return notes.length ? h("ul", { class: "row-notes" }, notes) : null;
 }
@@ -214,7 +216,7 @@ export function order(scene) {
     const marks = [
       // TRANSLATORS: short for player character.
       c.player_character ? badge(t("PC"), "pc") : null,
-      c.group ? badge(t("Group {group}", { group: c.group }), "group") : null,
+      c.group ? badge(t("Group {group}", { group: c.group }), "group badge-text") : null,
       c.hidden ? badge(t("Hidden"), "hidden", "hidden") : null,
       c.surprised ? badge(t("Surprised"), "surprised") : null,
       hold ? badge(scene.marvel ? t("Holding") : t("Delaying"), "holding", "holding") : null,

@@ -20,14 +20,17 @@ const MAX_CONDITION_ROUNDS = 1000;
 /** Rule options' bounds in seconds (protocol.md, Rule options). */
 const MAX_SECONDS = 86400;
 const MIN_TURN_LIMIT = 1;
-/** Ids and names the daemon takes: 1 to 128 characters. */
-const MAX_ID = 128;
+/** Ids and names the daemon takes: 1 to 128 characters (protocol.md, Common fields). */
+export const MAX_ID = 128;
 /** Free text the daemon takes: at most 2000 characters. */
-const MAX_TEXT = 2000;
+export const MAX_TEXT = 2000;
+/** The most tags, targets or combatants offered a window in one list (decide.MAX_ITEMS). */
+export const MAX_ITEMS = 32;
 /** The largest number the engine takes for a modifier or a score (MAX_NUMBER, ±1,000,000). */
 const MAX_NUMBER = 1000000;
 
-function form(title, testid, scope, onsubmit, ...body) {
+/** A titled form; `scope` names what it is about (see rebuildKeepingInput). */
+export function form(title, testid, scope, onsubmit, ...body) {
   return h("form", { class: "control-group", "data-testid": testid, "data-scope": scope, "aria-label": title, onsubmit },
     h("h3", null, title), body);
 }
@@ -87,8 +90,19 @@ export function createCombatForm(create, refuse) {
   };
   ruleset.addEventListener("change", showOptions);
   showOptions();
-  const submit = (event) => {
+  const send = h("button", { type: "submit", class: "button primary", "data-testid": "create-combat" }, t("Create combat"));
+  const submit = async (event) => {
     event.preventDefault();
+    // One combat per click: a second click while the first is being created would be refused.
+    if (send.disabled) return;
+    send.disabled = true;
+    try {
+      await ask();
+    } finally {
+      send.disabled = false;
+    }
+  };
+  const ask = () => {
     const name = id.value.trim();
     if (!name) return refuse(t("Give the combat a name."));
     const turnLimit = secondsIn(limit, MIN_TURN_LIMIT, MAX_SECONDS);
@@ -113,8 +127,7 @@ export function createCombatForm(create, refuse) {
       field(t("When the timer runs out"), expiry),
       field(t("Reactions wait (seconds)"), windowWait, t("0: only for the answers.")),
       marvelOnly, dndOnly),
-    h("div", { class: "row end" },
-      h("button", { type: "submit", class: "button primary", "data-testid": "create-combat" }, t("Create combat"))));
+    h("div", { class: "row end" }, send));
 }
 
 // The roster ---------------------------------------------------------------------------------------
@@ -147,6 +160,9 @@ function addCombatantForm(scene, run, refuse) {
       hidden: hidden.checked,
     };
     if (!params.id || !params.display_name) return refuse(t("A combatant needs an id and a name."));
+    if (params.tags.length > MAX_ITEMS || params.tags.some((tag) => tag.length > MAX_ID)) {
+      return refuse(t("At most {n} tags, each at most {length} characters.", { n: MAX_ITEMS, length: MAX_ID }));
+    }
     if (!marvel) params.dexterity = dex;
     return clearWhenDone(run("addCombatant", params), "add-form");
   };
@@ -239,15 +255,24 @@ function initiativeForm(scene, run, refuse) {
   const dice = h("div", { class: "row dice-entry", "data-testid": "roll-dice" });
   const rerolls = h("div", { class: "row dice-entry", "data-testid": "roll-rerolls" });
   dice.append(...(marvel ? d616Selects("face-").fields : [field(t("d20"), dieSelect("face-1", D20))]));
+  // R3, R8: the check has one more trouble if any member of the roller's group is Surprised
+  // (as the engine counts it). A player's view leaves hidden members out: for a group the page
+  // says that they may change how many rerolls there are.
+  const surprised = (c) => (c.group === null ? c.surprised
+    : scene.view.combatants.some((m) => m.group === c.group && m.status !== "removed" && m.surprised));
   const netRerolls = () => {
     if (!marvel) return 0;
     const e = wholeIn(edges, 0, MAX_EDGES) ?? 0;
-    const tr = (wholeIn(troubles, 0, MAX_EDGES) ?? 0) + (scene.byId.get(who.value)?.surprised ? 1 : 0);
+    const c = scene.byId.get(who.value);
+    const tr = (wholeIn(troubles, 0, MAX_EDGES) ?? 0) + (c && surprised(c) ? 1 : 0);
     return Math.abs(e - tr);
   };
+  const unseen = h("p", { class: "muted", "data-testid": "roll-unseen" },
+    t("Members of the group hidden from you may be Surprised: Turnkeeper then asks for one reroll more or one fewer."));
   const show = () => {
     const physical = how.value === "physical";
     dice.hidden = !physical;
+    unseen.hidden = !(marvel && physical && scene.session.role !== "narrator" && scene.byId.get(who.value)?.group);
     const wanted = physical ? netRerolls() : 0;
     while (rerolls.children.length > wanted) rerolls.lastChild.remove();
     while (rerolls.children.length < wanted) {
@@ -281,7 +306,7 @@ function initiativeForm(scene, run, refuse) {
       field(t("How"), how),
       marvel ? field(t("Edges"), edges) : null,
       marvel ? field(t("Troubles"), troubles) : null),
-    dice, rerolls,
+    dice, rerolls, unseen,
     // Start combat rolls every check still missing: no button to roll them all.
     h("div", { class: "row" }, button(t("Roll initiative"), "roll", roll, "primary")));
 }
@@ -302,23 +327,32 @@ function orderingForm(title, testid, choices, send, refuse) {
 }
 
 /** Exact ties among the checks rolled (marvel's tie-breakers all equal: total, Fantastic,
- * modifier, player character; R4): the table may say their order rather than roll off. A
- * group is one unit: all its members are sent, so whichever acts first stands for it. */
-function tiesForm(scene, run, refuse) {
+ * modifier, player character; R4): the table may say their order rather than roll off, one
+ * form per tied set, highest first. A group is one unit: all its members are sent, so whichever
+ * acts first stands for it. */
+function tiesForms(scene, run, refuse) {
   const units = new Map();
   for (const c of scene.lineup) {
     if (!c.check || c.status !== "active") continue;
     const unit = c.group === null ? "#" + c.id : "group:" + c.group;
-    if (!units.has(unit)) units.set(unit, { key: JSON.stringify([c.check.total, c.check.fantastic, c.init_mod, c.player_character]), members: [], label: c.group === null ? c.name : t("Group {group}", { group: c.group }) });
+    if (!units.has(unit)) {
+      units.set(unit, {
+        total: c.check.total,
+        key: JSON.stringify([c.check.total, c.check.fantastic, c.init_mod, c.player_character]),
+        members: [],
+        label: c.group === null ? c.name : t("Group {group}", { group: c.group }),
+      });
+    }
     units.get(unit).members.push(c.id);
   }
   const byKey = new Map();
   for (const [id, unit] of units) byKey.set(unit.key, [...(byKey.get(unit.key) || []), [id, unit]]);
-  const tied = [...byKey.values()].find((list) => list.length > 1 && list.every(([, unit]) => unit.members.every((m) => scene.may(m))));
-  if (!tied) return null;
-  const total = JSON.parse(tied[0][1].key)[0];
-  return orderingForm(t("Order the tie at {n}", { n: total }), "ties", tied.map(([id, unit]) => [id, unit.label]),
-    (wanted) => run("orderTies", { combatants: wanted.flatMap((id) => units.get(id).members) }), refuse);
+  const tied = [...byKey.values()]
+    .filter((list) => list.length > 1 && list.every(([, unit]) => unit.members.every((m) => scene.may(m))))
+    .sort((a, b) => b[0][1].total - a[0][1].total);
+  return tied.map((list, i) => orderingForm(t("Order the tie at {n}", { n: list[0][1].total }), "ties-" + (i + 1),
+    list.map(([id, unit]) => [id, unit.label]),
+    (wanted) => run("orderTies", { combatants: wanted.flatMap((id) => units.get(id).members) }), refuse));
 }
 
 function groupForms(scene, run, refuse) {
@@ -387,6 +421,7 @@ function announceForm(scene, run, refuse) {
     if (!said) return refuse(t("Say what happens."));
     const offer = boxes.filter(([, box]) => box.checked).map(([id]) => id);
     if (!offer.length) return refuse(t("Offer it to someone."));
+    if (offer.length > MAX_ITEMS) return refuse(t("Offer it to at most {n} combatants.", { n: MAX_ITEMS }));
     return clearWhenDone(run("announceTrigger", { facts: { event: "narrated", text: said }, offer }), "announce-form");
   };
   return form(t("Open a reaction window"), "announce-form", "announce", submit,
@@ -404,7 +439,7 @@ export function setupControls(scene, run, refuse) {
   const beforeOrder = phase === "setup" || phase === "initiative";
   const parts = [];
   if (beforeOrder) parts.push(initiativeForm(scene, run, refuse));
-  if (beforeOrder && scene.marvel) parts.push(tiesForm(scene, run, refuse));
+  if (beforeOrder && scene.marvel) parts.push(...tiesForms(scene, run, refuse));
   if (!narrator) return parts;
   // What a narrator does now and then folds away, so a phone shows the turn's controls first:
   // adding combatants is open while the table is setting up.

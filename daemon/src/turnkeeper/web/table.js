@@ -8,7 +8,7 @@ import { controls } from "./controls.js";
 import { clock, field, h, rebuildKeepingInput, select } from "./dom.js";
 import { LOCALES, locale, t, useLocale } from "./i18n.js";
 import { Scene, conditions, holds, order, reactionWindow, reservations, summary } from "./render.js";
-import { createCombatForm } from "./setup.js";
+import { MAX_ID, createCombatForm } from "./setup.js";
 
 /** Events of the past the log shows when a combat is opened: a few rounds, one history page. */
 const LOG_BACKLOG = 200;
@@ -27,6 +27,10 @@ const RECONNECT_TIMEOUT_MS = Infinity;
 /** The codes the JavaScript client gives failures it raises itself (errors.js): their messages
  * are the client's English, so the page says them in its own words. */
 const OWN_CODES = new Set([...Object.values(LOCAL_CODES), "already_subscribed", "message_too_large"]);
+/** Failures after which a command may or may not have been applied: the same command sent again
+ * with the request_id it first had is applied at most once (the daemon answers a repeat from
+ * its memory), so a retried Undo undoes one command, not two. */
+const INTERRUPTED = new Set([LOCAL_CODES.CALL_TIMEOUT, LOCAL_CODES.CONNECTION_LOST]);
 
 const root = document.getElementById("app");
 
@@ -46,6 +50,8 @@ const app = {
   controlsKey: null,
   busy: false,
   opening: false,
+  // The command last interrupted (INTERRUPTED): its method and parameters as a key, its request_id.
+  interrupted: null,
   // The daemon's clock minus the page's, in seconds, learnt from live events' times: the turn
   // timer and window deadlines are the daemon's epoch seconds (protocol.md, Time).
   offset: null,
@@ -273,6 +279,9 @@ async function createCombat(params) {
   const table = app.session?.table;
   const prefix = table && table !== "default" ? table + "/" : "";
   const combat = prefix && !params.combat_id.startsWith(prefix) ? prefix + params.combat_id : params.combat_id;
+  if (combat.length > MAX_ID) {
+    return refuse(t("A combat's name here is at most {n} characters.", { n: MAX_ID - prefix.length }));
+  }
   try {
     await client.createCombat({ ...params, combat_id: combat });
   } catch (error) {
@@ -537,14 +546,24 @@ function logEvent(event) {
  * whether the command was accepted. */
 async function run(method, params) {
   clearError();
+  const sent = { combat: app.combat, ...params };
+  const key = JSON.stringify([method, sent]);
+  // The interrupted command again (its Retry, or its button once more): the same request_id.
+  if (app.interrupted?.key === key) sent.request_id = app.interrupted.requestId;
+  app.interrupted = null;
   app.busy = true;
   app.parts.controls.disabled = true;
   document.body.dataset.busy = "1";
   try {
-    await app.client[method]({ combat: app.combat, ...params });
+    await app.client[method](sent);
     return true;
   } catch (error) {
-    showError(error);
+    let retry = null;
+    if (INTERRUPTED.has(error.code) && error.requestId) {
+      app.interrupted = { key, requestId: error.requestId };
+      retry = () => run(method, params);
+    }
+    showError(error, retry);
     return false;
   } finally {
     app.busy = false;
@@ -576,13 +595,19 @@ function errorText(error) {
   return OWN_CODES.has(error.code) ? own[error.code] : error.message;
 }
 
-function showError(error) {
+/** Shows an error; `retry`, if given, sends the interrupted command again (see run). */
+function showError(error, retry) {
   const slot = app.parts.error;
   if (!slot) return;
   const code = (error && error.code) || "";
+  const again = () => {
+    if (mayCommand()) retry();
+  };
   const box = h("div", { class: "error", role: "alert", "data-testid": "error", "data-code": code },
     h("span", { "data-testid": "error-message", title: OWN_CODES.has(code) ? error.message : null }, errorText(error)),
-    h("button", { type: "button", class: "button small", onclick: clearError }, t("Dismiss")));
+    h("div", { class: "row" },
+      retry ? h("button", { type: "button", class: "button small primary", "data-testid": "retry", onclick: again }, t("Retry")) : null,
+      h("button", { type: "button", class: "button small", onclick: clearError }, t("Dismiss"))));
   slot.replaceChildren(box);
 }
 
