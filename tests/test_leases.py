@@ -461,6 +461,36 @@ def _wait_for_committer_lock(dsn: str) -> None:
         time.sleep(0.01)
 
 
+def test_a_retry_racing_its_original_across_a_move_gets_the_first_result(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A request in flight at the holder (its append held up), retried at another daemon: the
+    retry finds nothing stored yet, waits for the lease, and once it has it finds the first
+    result, rather than apply the command again (which the database would refuse)."""
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        add_spidey(at_a, "bank")
+        params = {"request_id": "thor", "combat": "bank", "id": "thor", "display_name": "T"}
+        holder = _lease(postgres_db, "bank")[0]
+        with psycopg.connect(postgres_db, autocommit=True) as heard:
+            heard.execute(f'LISTEN "turnkeeper_release_{holder}"')
+            with psycopg.connect(postgres_db) as db:
+                db.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'bank' FOR UPDATE")
+                at_a.send_raw(wire.pack(wire.Request(7, "add_combatant", params)))
+                _wait_for_committer_lock(postgres_db)
+                at_b.send_raw(wire.pack(wire.Request(8, "add_combatant", params)))
+                # B asks A for the lease: past its lookup, which found nothing.
+                asked = heard.notifies(timeout=CALL_TIMEOUT, stop_after=1)
+                assert [n.payload for n in asked] == ["bank"]
+        first, retried = at_a.response(7), at_b.response(8)
+        assert (first.error, retried.error) == (None, None)
+        assert retried.result == first.result
+        assert _seqs(postgres_db, "bank") == list(range(1, first.result["seq"] + 1))
+    finally:
+        _stop(a, b)
+
+
 def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
     tmp_path: Path, postgres_db: str
 ) -> None:
