@@ -6,6 +6,7 @@ PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,32 @@ async def test_a_store_that_cannot_renew_stops_writing_before_its_lease_runs_out
         assert _lease(postgres_db, "c1") == (store.daemon_id, 1, 1)
     finally:
         monkeypatch.undo()
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_to_let_go_heard_while_the_event_loop_stalls_leaves_renewals_going(
+    postgres_db: str,
+) -> None:
+    """The renewer hands a request to let a combat go to the event loop without waiting for
+    it: an event loop stalled past most of a lease (a long rebuild, the GIL) does not stop the
+    renewals, so the daemon does not fence itself from every combat it holds."""
+    store = PostgresStore.open(postgres_db, lease_seconds=1.0)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+
+            def ask() -> None:
+                time.sleep(0.1)  # once the event loop stalls
+                _sql(postgres_db, "SELECT pg_notify(%s, 'c1')", store._leases.channel)
+
+            threading.Thread(target=ask).start()
+            time.sleep(1.0)  # the event loop stalls for a whole lease
+            await store.commit(batch("c1", 2))  # still its holder: renewed meanwhile
+            with anyio.fail_after(CALL_TIMEOUT):
+                assert await store.release_requests().receive() == "c1"
+        assert _lease(postgres_db, "c1") == (store.daemon_id, 1, 2)
+    finally:
         store.close()
 
 

@@ -24,6 +24,7 @@ cannot renew stops writing for a combat before its lease could expire (``_Lease.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -43,7 +44,6 @@ import psycopg
 import psycopg.sql
 import structlog
 from anyio.abc import TaskStatus
-from anyio.lowlevel import EventLoopToken
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from psycopg import conninfo
 
@@ -672,7 +672,9 @@ class PostgresStore:
         self._leases = leases
         self.daemon_id = leases.daemon_id
         """This daemon's id in the database (``daemons``), owner of the leases it holds."""
-        self._token: EventLoopToken | None = None  # the event loop's, while ``run`` runs
+        self._loop: asyncio.AbstractEventLoop | None = None  # the event loop's, while ``run`` runs
+        self._asking = threading.Lock()
+        self._asking_ids: list[str] = []  # asked for, not yet handed to the event loop
         self._asked_send, self._asked = anyio.create_memory_object_stream[str](RELEASE_REQUESTS)
 
     @classmethod
@@ -766,13 +768,29 @@ class PostgresStore:
         return self._asked
 
     def _ask(self, combat_id: str) -> None:
-        """A request to let a combat go (the renewer's thread): handed to the event loop, or
-        dropped if its queue is full or the loop is gone (the asker asks again)."""
-        token = self._token
-        if token is None:
+        """A request to let a combat go (the renewer's thread): handed to the event loop
+        without waiting for it, a renewal being due whatever the loop does (stalled past a
+        lease, it would fence every combat), or dropped if the loop's queue is full or the
+        loop is gone (the asker asks again)."""
+        loop = self._loop
+        if loop is None:
             return
-        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, RuntimeError):
-            anyio.from_thread.run_sync(self._asked_send.send_nowait, combat_id, token=token)
+        with self._asking:
+            if len(self._asking_ids) >= RELEASE_REQUESTS:
+                return
+            self._asking_ids.append(combat_id)
+            if len(self._asking_ids) > 1:
+                return  # a hand-over is on its way already
+        with contextlib.suppress(RuntimeError):  # the loop closed
+            loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """The requests ``_ask`` queued, into ``release_requests`` (the event loop's thread)."""
+        with self._asking:
+            asked, self._asking_ids = self._asking_ids, []
+        for combat_id in asked:
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                self._asked_send.send_nowait(combat_id)
 
     def hold_left(self, combat_id: str) -> float:
         """Seconds before this daemon may let the combat go (``MIN_HOLD``)."""
@@ -880,7 +898,7 @@ class PostgresStore:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The committer: write queued batches, many per transaction, until ``stop``."""
         self._stopped = stopped = anyio.Event()
-        self._token = anyio.lowlevel.current_token()
+        self._loop = asyncio.get_running_loop()
         self._leases.asked = self._ask
         task_status.started()
         try:
@@ -906,7 +924,7 @@ class PostgresStore:
                     with anyio.CancelScope(shield=True):
                         await self._committer.run(self._prune)
         finally:
-            self._token = None
+            self._loop = None
             self._committer.close()
             self._send.close()
             while True:
