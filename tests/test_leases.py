@@ -195,6 +195,42 @@ async def test_an_acquire_asks_the_holder_which_lets_go_after_its_minimum_hold(
 
 
 @pytest.mark.anyio
+async def test_a_holder_letting_go_in_the_middle_of_an_acquire_is_no_reason_to_load_without_it(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder lets go just as an acquire finds it holding the combat: the acquire tries
+    again (and takes it), never taking the row without an owner for no such combat."""
+    maker = PostgresStore.open(postgres_db, lease_seconds=60)
+    asker = PostgresStore.open(postgres_db)
+    try:
+        async with running(maker), running(asker):
+            await maker.commit(batch("c1", 1, create=True))
+            loader = asker._loader
+            execute = loader.execute
+            statements = 0
+
+            def let_go_after_the_first(query: Any, params: Any = None) -> Any:
+                nonlocal statements
+                found = execute(query, params)
+                if params is not None and statements == 0:
+                    statements += 1  # the acquire's first try: the holder lets go now
+                    _sql(postgres_db, f"UPDATE {SCHEMA}.combats SET owner = NULL")
+                return found
+
+            monkeypatch.setattr(loader, "execute", let_go_after_the_first)
+            with anyio.fail_after(CALL_TIMEOUT):
+                loaded = await anyio.to_thread.run_sync(asker.load_one, "c1")
+            monkeypatch.undo()
+            assert loaded.last == 1
+            assert _lease(postgres_db, "c1") == (asker.daemon_id, 2, 1)
+            await asker.commit(batch("c1", 2))
+    finally:
+        monkeypatch.undo()
+        maker.close()
+        asker.close()
+
+
+@pytest.mark.anyio
 async def test_a_commit_whose_answer_was_lost_is_not_taken_for_landed_from_another_daemons_events(
     postgres_db: str,
 ) -> None:

@@ -840,15 +840,15 @@ class PostgresStore:
         while True:
             sent = time.monotonic()
             with self._loading:
-                holder, epoch = self._read(
+                exists, holder, epoch = self._read(
                     "loader", partial(_try_acquire, combat_id, leases.daemon_id)
                 )
+            if not exists:
+                return
             if epoch is not None:
                 self._last.pop(combat_id, None)  # another daemon may have appended since
                 leases.hold(combat_id, epoch, sent)
                 log.info("lease_acquired", combat=combat_id, epoch=epoch)
-                return
-            if holder is None:
                 return
             now = time.monotonic()
             if now >= deadline:
@@ -858,7 +858,7 @@ class PostgresStore:
                     "combat",
                     id=combat_id,
                 )
-            if now - asked >= ASK_AGAIN:
+            if holder is not None and now - asked >= ASK_AGAIN:
                 asked = now
                 with self._loading:
                     self._read("loader", partial(_ask_release, holder, combat_id))
@@ -1685,28 +1685,32 @@ def _durable(db: _Connection) -> None:
     db.execute("SET LOCAL synchronous_commit = on")
 
 
-def _try_acquire(combat_id: str, daemon_id: str, db: _Connection) -> tuple[str | None, int | None]:
+def _try_acquire(
+    combat_id: str, daemon_id: str, db: _Connection
+) -> tuple[bool, str | None, int | None]:
     """Take the combat's lease if it is free, run out (its owner's heartbeat is older than the
-    owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (holder, the
-    new epoch), or (the live holder, None), or (None, None) for no such combat (or a holder
-    that let go just now: tried again).
+    owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (whether the
+    combat exists, its holder as the statement began, the new epoch if taken). Not taken, a
+    holder of None means one that let go meanwhile: tried again.
 
-    A row locked by its owner's transaction is waited for ``ACQUIRE_LOCK_WAIT`` at most: an
-    owner whose lease has run out while it holds it (paused in the middle of a commit) has its
-    committer's session ended, which rolls that transaction back, and the next try takes it."""
+    One statement in autocommit, so no transaction of the acquire's stays open across a
+    round trip. A row locked by another session is waited for ``ACQUIRE_LOCK_WAIT`` at most:
+    a daemon whose lease has run out while it holds it (paused in the middle of a commit) has
+    its sessions ended, which rolls that transaction back, and the next try takes it."""
+    db.execute(f"SET lock_timeout = '{ACQUIRE_LOCK_WAIT}'")
     try:
-        with db.transaction():
-            db.execute(f"SET LOCAL lock_timeout = '{ACQUIRE_LOCK_WAIT}'")
-            row = db.execute(
-                f"UPDATE {SCHEMA}.combats c SET owner = %(me)s, owner_epoch = owner_epoch + 1"
-                " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
-                f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
-                " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
-                " RETURNING owner_epoch",
-                {"me": daemon_id, "id": combat_id},
-            ).fetchone()
+        row = db.execute(
+            f"WITH took AS (UPDATE {SCHEMA}.combats c"
+            " SET owner = %(me)s, owner_epoch = owner_epoch + 1"
+            " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
+            f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
+            " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
+            " RETURNING owner_epoch)"
+            f" SELECT (SELECT owner_epoch FROM took), owner FROM {SCHEMA}.combats"
+            " WHERE combat_id = %(id)s",
+            {"me": daemon_id, "id": combat_id},
+        ).fetchone()
     except psycopg.errors.LockNotAvailable:
-        row = None
         ended: tuple[Any, ...] | None = None
         # A role that may not end another's session waits for the owner to come back.
         with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
@@ -1719,12 +1723,13 @@ def _try_acquire(combat_id: str, daemon_id: str, db: _Connection) -> tuple[str |
             ).fetchone()
         if ended is not None and ended[0]:
             log.warning("lease_holder_ended", combat=combat_id, detail="paused mid-commit")
-    if row is not None:
-        return daemon_id, int(row[0])
-    found = db.execute(
-        f"SELECT owner FROM {SCHEMA}.combats WHERE combat_id = %s", (combat_id,)
-    ).fetchone()
-    return (None if found is None else found[0]), None
+        return True, None, None
+    finally:
+        db.execute("RESET lock_timeout")
+    if row is None:
+        return False, None, None
+    epoch, holder = row
+    return True, holder, None if epoch is None else int(epoch)
 
 
 def _ask_release(holder: str, combat_id: str, db: _Connection) -> None:
