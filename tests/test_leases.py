@@ -231,6 +231,38 @@ async def test_a_holder_letting_go_in_the_middle_of_an_acquire_is_no_reason_to_l
 
 
 @pytest.mark.anyio
+async def test_a_daemon_whose_lease_ran_out_holding_a_combats_row_has_its_sessions_ended(
+    postgres_db: str,
+) -> None:
+    """Not only the owner: any daemon paused with a combat's row locked (here one that was
+    in the middle of taking it) holds up nobody once its lease has run out: every session
+    naming it is ended, which rolls its transaction back."""
+    store = PostgresStore.open(postgres_db)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+            await store.release("c1")
+            _sql(
+                postgres_db,
+                f"INSERT INTO {SCHEMA}.daemons (daemon_id, lease_seconds, heartbeat)"
+                " VALUES ('paused', 3, now() - interval '10 minutes')",
+            )
+            paused = psycopg.connect(postgres_db, application_name="turnkeeper loader paused pid 1")
+            try:
+                paused.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'c1' FOR UPDATE")
+                with anyio.fail_after(CALL_TIMEOUT):
+                    loaded = await anyio.to_thread.run_sync(store.load_one, "c1")
+                with pytest.raises(psycopg.OperationalError):  # its session was ended
+                    paused.execute("SELECT 1")
+            finally:
+                paused.close()
+            assert loaded.last == 1
+            assert _lease(postgres_db, "c1") == (store.daemon_id, 2, 1)
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
 async def test_a_commit_whose_answer_was_lost_is_not_taken_for_landed_from_another_daemons_events(
     postgres_db: str,
 ) -> None:

@@ -266,6 +266,15 @@ ALTER TABLE {SCHEMA}.combats ADD COLUMN owner text;
 CREATE INDEX combats_owner ON {SCHEMA}.combats (owner) WHERE owner IS NOT NULL;
 """,
     ),
+    Migration(
+        4,
+        "daemons' sessions known by name",
+        f"""
+-- A daemon whose lease has run out has every session of its own ended (each names the daemon
+-- in its application_name), not the one its row named, which may be stale or reused.
+ALTER TABLE {SCHEMA}.daemons DROP COLUMN committer_pid;
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 
@@ -323,8 +332,6 @@ class _Leases:
         self.seconds = seconds
         self.address = address
         self.channel = f"turnkeeper_release_{daemon_id}"
-        self.committer_pid: int | None = None
-        """The server process of the committer's session (``daemons.committer_pid``)."""
         self.alone = True
         """Whether no other daemon has run on the database since this one started, as far
         as its renewals have seen (once false, never true again)."""
@@ -409,7 +416,7 @@ class _Leases:
                 if db is None or db.broken or db.closed:
                     if db is not None:
                         db.close()
-                    db = self._db = _connect(self.location, "leases")
+                    db = self._db = _connect(self.location, "leases", self)
                     self._listen(db)
                 self._renew(db, sent)
                 self.look_around(db)
@@ -431,10 +438,9 @@ class _Leases:
         # after a pause of an hour) and which of the leases held have another epoch now.
         rows = db.execute(
             f"WITH beat AS (INSERT INTO {SCHEMA}.daemons"
-            " (daemon_id, address, lease_seconds, committer_pid)"
-            " VALUES (%(me)s, %(address)s, %(seconds)s, %(pid)s)"
-            " ON CONFLICT (daemon_id) DO UPDATE"
-            " SET heartbeat = now(), committer_pid = excluded.committer_pid)"
+            " (daemon_id, address, lease_seconds)"
+            " VALUES (%(me)s, %(address)s, %(seconds)s)"
+            " ON CONFLICT (daemon_id) DO UPDATE SET heartbeat = now())"
             " SELECT u.combat_id"
             " FROM unnest(%(ids)s::text[], %(epochs)s::int8[]) AS u (combat_id, epoch)"
             f" LEFT JOIN {SCHEMA}.combats c ON c.combat_id = u.combat_id"
@@ -443,7 +449,6 @@ class _Leases:
                 "me": self.daemon_id,
                 "address": self.address,
                 "seconds": self.seconds,
-                "pid": self.committer_pid,
                 "ids": list(held),
                 "epochs": list(held.values()),
             },
@@ -481,19 +486,30 @@ def shown(location: str) -> str:
     return f"postgresql://{user}{host}:{port}/{parts.get('dbname') or ''}"
 
 
-def _connect(location: str, role: str) -> psycopg.Connection[Any]:
+def _connect(location: str, role: str, leases: _Leases | None = None) -> psycopg.Connection[Any]:
     """A connection in autocommit mode (transactions are explicit), named for
-    ``pg_stat_activity`` so that an operator, and a refused second daemon, can tell whose it is.
+    ``pg_stat_activity`` so that an operator can tell whose it is, and a daemon taking over
+    from one whose lease ran out can end its sessions (``_end_sessions``): a daemon's session
+    (given its ``leases``) names its daemon id.
 
     Bounded every way a session can hang: keepalives and ``tcp_user_timeout`` find a server
-    or network gone silent, ``statement_timeout`` a statement the server never finishes (the
-    location's own settings win where it gives them)."""
+    or network gone silent, ``statement_timeout`` a statement the server never finishes, and a
+    daemon's ``idle_in_transaction_session_timeout`` a transaction left open (the daemon
+    paused in the middle of it) for longer than its leases' margin: its row locks never
+    outlive its leases (the location's own settings win where it gives them)."""
+    bounds = dict(SESSION_BOUNDS)
+    name = f"turnkeeper {role} pid {os.getpid()} on {socket.gethostname()}"
+    if leases is not None:
+        idle = max(1, int(leases.seconds * (1 - FENCE_MARGIN) * 1000))
+        bounds["options"] += f" -c idle_in_transaction_session_timeout={idle}"
+        # Truncated by the server at 63 bytes: the daemon id, in full, comes first.
+        name = f"turnkeeper {role} {leases.daemon_id} pid {os.getpid()}"
     return psycopg.connect(
         location,
         autocommit=True,
         connect_timeout=CONNECT_TIMEOUT,
-        application_name=f"turnkeeper {role} pid {os.getpid()} on {socket.gethostname()}",
-        **{**SESSION_BOUNDS, **conninfo.conninfo_to_dict(location)},
+        application_name=name,
+        **{**bounds, **conninfo.conninfo_to_dict(location)},
     )
 
 
@@ -702,18 +718,17 @@ class PostgresStore:
         connections: list[psycopg.Connection[Any]] = []
         leases = _Leases(location, uuid.uuid4().hex, lease_seconds, address)
         try:
-            writer = _connect(location, "committer")
+            writer = _connect(location, "committer", leases)
             connections.append(writer)
             _migrate(writer, location)
-            leases.committer_pid = writer.info.backend_pid
             for role in ("reader", "loader", "leases"):
-                connections.append(_connect(location, role))
+                connections.append(_connect(location, role, leases))
             connections[-1].execute(
                 f"WITH gone AS (DELETE FROM {SCHEMA}.daemons"
                 " WHERE heartbeat < now() - %s * interval '1 second')"
-                f" INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds, committer_pid)"
-                " VALUES (%s, %s, %s, %s)",
-                (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds, leases.committer_pid),
+                f" INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds)"
+                " VALUES (%s, %s, %s)",
+                (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds),
             )
             leases.look_around(connections[-1])
             leases.start(connections[-1])
@@ -949,8 +964,7 @@ class PostgresStore:
         fenced by its epoch, whatever happened meanwhile."""
         self._writer.close()
         self._last.clear()
-        self._writer = _connect(self._location, "committer")
-        self._leases.committer_pid = self._writer.info.backend_pid  # told at the next renewal
+        self._writer = _connect(self._location, "committer", self._leases)
         log.info("store_reconnected", store=shown(self._location))
 
     def _write(self, group: Sequence[_Pending]) -> None:
@@ -1407,7 +1421,7 @@ class PostgresStore:
             try:
                 if db.broken or db.closed:
                     db.close()
-                    db = _connect(self._location, role)
+                    db = _connect(self._location, role, self._leases)
                     setattr(self, f"_{role}", db)
                 return query(db)
             except psycopg.OperationalError as e:
@@ -1711,18 +1725,7 @@ def _try_acquire(
             {"me": daemon_id, "id": combat_id},
         ).fetchone()
     except psycopg.errors.LockNotAvailable:
-        ended: tuple[Any, ...] | None = None
-        # A role that may not end another's session waits for the owner to come back.
-        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-            ended = db.execute(
-                "SELECT pg_terminate_backend(d.committer_pid)"
-                f" FROM {SCHEMA}.combats c JOIN {SCHEMA}.daemons d ON d.daemon_id = c.owner"
-                " WHERE c.combat_id = %s AND d.committer_pid IS NOT NULL"
-                " AND d.heartbeat + d.lease_seconds * interval '1 second' <= now()",
-                (combat_id,),
-            ).fetchone()
-        if ended is not None and ended[0]:
-            log.warning("lease_holder_ended", combat=combat_id, detail="paused mid-commit")
+        _end_sessions(combat_id, db)
         return True, None, None
     finally:
         db.execute("RESET lock_timeout")
@@ -1730,6 +1733,24 @@ def _try_acquire(
         return False, None, None
     epoch, holder = row
     return True, holder, None if epoch is None else int(epoch)
+
+
+def _end_sessions(combat_id: str, db: _Connection) -> None:
+    """End every session of every daemon whose lease has run out (its heartbeat older than
+    its lease): one of them holds the combat's row in a transaction it cannot finish (paused,
+    partitioned), the owner in the middle of a commit or any other daemon, and ending the
+    session rolls that back. A role that may not end another's session waits for the
+    holder to come back instead."""
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        ended = db.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid))"
+            f" FROM pg_stat_activity a JOIN {SCHEMA}.daemons d"
+            " ON a.application_name LIKE 'turnkeeper % ' || d.daemon_id || ' %'"
+            " WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()"
+            " AND d.heartbeat + d.lease_seconds * interval '1 second' <= now()",
+        ).fetchone()
+        if ended is not None and ended[0]:
+            log.warning("lease_holder_ended", combat=combat_id, sessions=ended[0])
 
 
 def _ask_release(holder: str, combat_id: str, db: _Connection) -> None:
