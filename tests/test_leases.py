@@ -17,7 +17,9 @@ import psycopg
 import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, add_spidey
+from test_hub import _Now, _started, _until_changed
 from test_store_port import batch, event, logged, running
+from turnkeeper.combats import Hub, clock
 from turnkeeper.combats.combat import UNBUILT, Combat
 from turnkeeper.combats.deadlines import Deadlines
 from turnkeeper.store import Batch, StoreError, _Pending
@@ -322,6 +324,35 @@ async def test_a_request_id_another_daemon_stored_is_found_once_a_store_is_no_lo
                 second.close()
     finally:
         first.close()
+
+
+@pytest.mark.anyio
+async def test_a_tick_refused_as_moved_holds_up_no_other_combats_deadline(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A combat taken over by another daemon has its tick refused (``combat_moved``): the
+    clock goes on to the next combat due at once, no failure's pause for it."""
+    monkeypatch.setattr(clock, "CLOCK_RETRY_SECONDS", 3600.0)  # a pause would outlast the test
+    now = _Now(1000.0)
+    store = PostgresStore.open(postgres_db, lease_seconds=60)
+    hub = Hub(store, clock=now)
+    try:
+        async with running(store), anyio.create_task_group() as tg:
+            for combat in ("moved", "due"):  # each turn's deadline: 1001.0, "moved" first
+                await _started(hub, combat, turn_time_limit=1.0, turn_warning=0.0)
+            _sql(
+                postgres_db,
+                f"UPDATE {SCHEMA}.combats SET owner = 'another', owner_epoch = owner_epoch + 1"
+                " WHERE combat_id = 'moved'",
+            )
+            seqs = {combat: hub.combats[combat].seq for combat in hub.combats}
+            tg.start_soon(hub.run_clock)
+            now.t = 1001.5
+            await _until_changed(hub, "due", seqs["due"])
+            assert _seqs(postgres_db, "moved")[-1] == seqs["moved"]  # nothing of its tick
+            tg.cancel_scope.cancel()
+    finally:
+        store.close()
 
 
 def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
