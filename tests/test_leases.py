@@ -5,6 +5,7 @@ PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -19,7 +20,7 @@ import pytest
 from daemon import CALL_TIMEOUT, Daemon, add_spidey
 from test_hub import _Now, _started, _until_changed
 from test_store_port import batch, event, logged, running
-from turnkeeper.combats import Hub, clock
+from turnkeeper.combats import Hub, RequestError, clock, rebuild
 from turnkeeper.combats.combat import UNBUILT, Combat
 from turnkeeper.combats.deadlines import Deadlines
 from turnkeeper.store import Batch, StoreError, _Pending
@@ -353,6 +354,41 @@ async def test_a_tick_refused_as_moved_holds_up_no_other_combats_deadline(
             tg.cancel_scope.cancel()
     finally:
         store.close()
+
+
+@pytest.mark.anyio
+async def test_waiting_for_a_lease_takes_no_rebuild_slot_from_a_combat_that_is_free(
+    postgres_db: str,
+) -> None:
+    """Combats whose holder keeps them (more of them than rebuilds run at once) leave a free
+    combat's first use to load at once, not after their acquires give up."""
+    holder = PostgresStore.open(postgres_db, lease_seconds=60)
+    asker = PostgresStore.open(postgres_db, lease_seconds=1.0)  # gives up after 3 s
+    hub = Hub(asker)
+    held = [f"held{i}" for i in range(rebuild.LOAD_THREADS)]
+    try:
+        async with running(holder), running(asker), anyio.create_task_group() as tg:
+            for combat_id in [*held, "free"]:
+                await holder.commit(batch(combat_id, 1, create=True))
+            await holder.release("free")
+            waited: list[str] = []
+
+            async def use(combat_id: str) -> None:
+                with contextlib.suppress(StoreError):  # the holder never lets go
+                    await hub.rebuilder.ready(combat_id)
+                waited.append(combat_id)
+
+            for combat_id in held:
+                tg.start_soon(use, combat_id)
+            await anyio.sleep(0.3)  # their acquires are waiting for the holder
+            # Its log (a store test's events, not the engine's) is quarantined once read.
+            with anyio.fail_after(CALL_TIMEOUT), pytest.raises(RequestError):
+                await hub.rebuilder.ready("free")
+            assert hub.combats["free"].loaded
+            assert waited == []  # loaded while the others still wait
+    finally:
+        holder.close()
+        asker.close()
 
 
 def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:

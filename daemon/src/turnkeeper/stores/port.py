@@ -79,6 +79,10 @@ class SharedStore(StorePort, Protocol):
     or waiting for a dead holder's to run out); a commit for a combat whose lease this daemon
     does not hold is refused with ``combat_moved``, nothing of it kept."""
 
+    def acquire(self, combat_id: str) -> None:
+        """Take the combat's lease, as ``load_one`` does first unless it is held (any thread;
+        may wait for the holder to let it go)."""
+
     def release_requests(self) -> MemoryObjectReceiveStream[str]:
         """The combats other daemons ask this one to let go of, as they come."""
 

@@ -844,7 +844,7 @@ class PostgresStore:
             )
         return None if row is None else str(row[0])
 
-    def _acquire(self, combat_id: str) -> None:
+    def acquire(self, combat_id: str) -> None:
         """Take the combat's lease (epoch + 1) when it is free, run out or this daemon's own;
         else ask its holder to let it go and try again, until it does or its lease runs out
         (a dead holder's). Nothing happens for a combat the store does not hold (``load_one``
@@ -1471,11 +1471,12 @@ class PostgresStore:
 
         A gap anywhere in its log quarantines it, and so does a log shorter than the combat's
         own last seq (events lost at the end): found by counting, so no event body is read.
-        The combat's lease is acquired first (``_acquire``): what is read then is the whole
-        log, which no other daemon can append to until this one lets it go. Raises
+        The combat's lease is acquired first (``acquire``) unless held: what is read then is
+        the whole log, which no other daemon can append to until this one lets it go. Raises
         ``StoreError("store_failed")`` for a combat the store does not hold, and
         ``StoreError("store_unavailable")`` if another daemon keeps its lease."""
-        self._acquire(combat_id)
+        if self._leases.epoch(combat_id) is None:  # not acquired just before (``acquire``)
+            self.acquire(combat_id)
         with self._loading:
             return self._read("loader", partial(self._load_combat, combat_id))
 
