@@ -9,6 +9,7 @@ import contextlib
 import signal
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ async def test_a_request_to_let_go_heard_while_the_event_loop_stalls_leaves_rene
 
             def ask() -> None:
                 time.sleep(0.1)  # once the event loop stalls
-                _sql(postgres_db, "SELECT pg_notify(%s, 'c1')", store._leases.channel)
+                _sql(postgres_db, "SELECT pg_notify(%s, 'another:c1')", store._leases.channel)
 
             threading.Thread(target=ask).start()
             time.sleep(1.0)  # the event loop stalls for a whole lease
@@ -263,6 +264,39 @@ async def test_a_daemon_whose_lease_ran_out_holding_a_combats_row_has_its_sessio
             assert _lease(postgres_db, "c1") == (store.daemon_id, 2, 1)
     finally:
         store.close()
+
+
+@pytest.mark.anyio
+async def test_a_lease_let_go_on_request_goes_to_the_asker_not_the_holders_next_command(
+    postgres_db: str,
+) -> None:
+    """The holder lets go with a command of its own queued behind the release: that command's
+    acquire finds the lease kept for the asker, which takes it at its next poll."""
+    holder = PostgresStore.open(postgres_db)
+    asker = PostgresStore.open(postgres_db)
+    try:
+        async with running(holder), running(asker):
+            await holder.commit(batch("c1", 1, create=True))
+            took: list[int | None] = []
+
+            async def let_go() -> None:
+                async for combat_id in holder.release_requests():
+                    await anyio.sleep(holder.hold_left(combat_id))
+                    await holder.release(combat_id)
+                    # The holder's own next command for it, at once.
+                    tried = partial(postgresql._try_acquire, combat_id, holder.daemon_id)
+                    took.append(holder._read("loader", tried)[2])
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(let_go)
+                with anyio.fail_after(CALL_TIMEOUT):
+                    await anyio.to_thread.run_sync(asker.load_one, "c1")
+            assert took == [None]
+            assert _lease(postgres_db, "c1") == (asker.daemon_id, 2, 1)
+    finally:
+        holder.close()
+        asker.close()
 
 
 @pytest.mark.anyio
@@ -644,7 +678,7 @@ def test_a_retry_racing_its_original_across_a_move_gets_the_first_result(
                 at_b.send_raw(wire.pack(wire.Request(8, "add_combatant", params)))
                 # B asks A for the lease: past its lookup, which found nothing.
                 asked = heard.notifies(timeout=CALL_TIMEOUT, stop_after=1)
-                assert [n.payload for n in asked] == ["bank"]
+                assert [n.payload.partition(":")[2] for n in asked] == ["bank"]
         first, retried = at_a.response(7), at_b.response(8)
         assert (first.error, retried.error) == (None, None)
         assert retried.result == first.result

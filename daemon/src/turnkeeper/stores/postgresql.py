@@ -133,6 +133,11 @@ ACQUIRE_LOCK_WAIT = "200ms"
 """How long one try for a lease waits for a row its owner's transaction holds (a commit, a
 few milliseconds): longer, the owner may be paused in the middle of it (``_try_acquire``)."""
 
+WANTED_FOR = 0.5
+"""Seconds a lease given back on request is kept for the daemon that asked (``wanted_by``):
+the holder's own commands queued behind the release would otherwise take it straight back
+before the asker's next poll."""
+
 ASK_AGAIN = 0.5
 """Seconds between two requests to the holder to let a lease go (a request sent while the
 holder's listener was away is lost: ``NOTIFY`` is not queued for a session that is not there)."""
@@ -275,6 +280,15 @@ CREATE INDEX combats_owner ON {SCHEMA}.combats (owner) WHERE owner IS NOT NULL;
 ALTER TABLE {SCHEMA}.daemons DROP COLUMN committer_pid;
 """,
     ),
+    Migration(
+        5,
+        "a released lease kept for its asker",
+        f"""
+-- The daemon a lease was given back to on its request, and since when (by the server's
+-- clock): only it may take the free lease for ``WANTED_FOR`` seconds.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN wanted_by text, ADD COLUMN wanted_at timestamptz;
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 
@@ -335,8 +349,9 @@ class _Leases:
         self.alone = True
         """Whether no other daemon has run on the database since this one started, as far
         as its renewals have seen (once false, never true again)."""
-        self.asked: Callable[[str], None] | None = None
-        """Called (on the renewer's thread) with each combat another daemon asks for."""
+        self.asked: Callable[[str, str | None], None] | None = None
+        """Called (on the renewer's thread) with each combat another daemon asks for, and
+        the daemon that asks (None: the lease was found lost)."""
         self._held: dict[str, _Lease] = {}
         self._lock = threading.Lock()
         self._db: _Connection | None = None
@@ -423,8 +438,9 @@ class _Leases:
                 for notice in db.notifies(timeout=max(0.0, sent + every - time.monotonic())):
                     if self._closed.is_set():
                         break
-                    if self.asked is not None and notice.payload:
-                        self.asked(notice.payload)
+                    asker, _, combat_id = notice.payload.partition(":")
+                    if self.asked is not None and combat_id:
+                        self.asked(combat_id, asker)
             except psycopg.Error as e:
                 # The leases are not renewed meanwhile: this daemon fences itself from each at
                 # its ``until``, before the server could give it to another daemon.
@@ -471,7 +487,7 @@ class _Leases:
             if self.asked is not None:
                 # Let go of it as if asked: the daemon drops what it holds of it in memory,
                 # rather than serve reads from a state another daemon has moved on from.
-                self.asked(combat_id)
+                self.asked(combat_id, None)
 
 
 def shown(location: str) -> str:
@@ -691,6 +707,7 @@ class PostgresStore:
         self._loop: asyncio.AbstractEventLoop | None = None  # the event loop's, while ``run`` runs
         self._asking = threading.Lock()
         self._asking_ids: list[str] = []  # asked for, not yet handed to the event loop
+        self._wanted: dict[str, str] = {}  # the daemon that last asked for each combat
         self._asked_send, self._asked = anyio.create_memory_object_stream[str](RELEASE_REQUESTS)
 
     @classmethod
@@ -782,7 +799,7 @@ class PostgresStore:
         """The combats other daemons ask this one to let go of, as they come."""
         return self._asked
 
-    def _ask(self, combat_id: str) -> None:
+    def _ask(self, combat_id: str, asker: str | None) -> None:
         """A request to let a combat go (the renewer's thread): handed to the event loop
         without waiting for it, a renewal being due whatever the loop does (stalled past a
         lease, it would fence every combat), or dropped if the loop's queue is full or the
@@ -793,6 +810,10 @@ class PostgresStore:
         with self._asking:
             if len(self._asking_ids) >= RELEASE_REQUESTS:
                 return
+            if asker is not None and (
+                combat_id in self._wanted or len(self._wanted) < RELEASE_REQUESTS
+            ):
+                self._wanted[combat_id] = asker
             self._asking_ids.append(combat_id)
             if len(self._asking_ids) > 1:
                 return  # a hand-over is on its way already
@@ -818,16 +839,18 @@ class PostgresStore:
         if lease is None:
             return
         self._last.pop(combat_id, None)
-        await anyio.to_thread.run_sync(self._released, combat_id, lease.epoch)
+        with self._asking:
+            wanted = self._wanted.pop(combat_id, None)
+        await anyio.to_thread.run_sync(self._released, combat_id, lease.epoch, wanted)
 
-    def _released(self, combat_id: str, epoch: int) -> None:
+    def _released(self, combat_id: str, epoch: int, wanted: str | None) -> None:
         with self._loading:
             self._read(
                 "loader",
                 lambda db: db.execute(
-                    f"UPDATE {SCHEMA}.combats SET owner = NULL"
+                    f"UPDATE {SCHEMA}.combats SET owner = NULL, wanted_by = %s, wanted_at = now()"
                     " WHERE combat_id = %s AND owner_epoch = %s",
-                    (combat_id, epoch),
+                    (wanted, combat_id, epoch),
                 ),
             )
         log.info("lease_released", combat=combat_id)
@@ -876,7 +899,7 @@ class PostgresStore:
             if holder is not None and now - asked >= ASK_AGAIN:
                 asked = now
                 with self._loading:
-                    self._read("loader", partial(_ask_release, holder, combat_id))
+                    self._read("loader", partial(_ask_release, holder, combat_id, leases.daemon_id))
             time.sleep(ACQUIRE_POLL)
 
     # -- writing ---------------------------------------------------------------------------------
@@ -1716,14 +1739,16 @@ def _try_acquire(
     try:
         row = db.execute(
             f"WITH took AS (UPDATE {SCHEMA}.combats c"
-            " SET owner = %(me)s, owner_epoch = owner_epoch + 1"
-            " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
-            f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
-            " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
+            " SET owner = %(me)s, owner_epoch = owner_epoch + 1, wanted_by = NULL"
+            " WHERE combat_id = %(id)s AND (owner = %(me)s OR CASE WHEN owner IS NULL"
+            " THEN wanted_by IS NULL OR wanted_by = %(me)s"
+            " OR wanted_at + %(wanted)s * interval '1 second' <= now()"
+            f" ELSE NOT EXISTS (SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
+            " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()) END)"
             " RETURNING owner_epoch)"
             f" SELECT (SELECT owner_epoch FROM took), owner FROM {SCHEMA}.combats"
             " WHERE combat_id = %(id)s",
-            {"me": daemon_id, "id": combat_id},
+            {"me": daemon_id, "id": combat_id, "wanted": WANTED_FOR},
         ).fetchone()
     except psycopg.errors.LockNotAvailable:
         _end_sessions(combat_id, db)
@@ -1754,9 +1779,10 @@ def _end_sessions(combat_id: str, db: _Connection) -> None:
             log.warning("lease_holder_ended", combat=combat_id, sessions=ended[0])
 
 
-def _ask_release(holder: str, combat_id: str, db: _Connection) -> None:
-    """Ask the daemon ``holder`` to let the combat go (heard by its ``_Leases`` thread)."""
-    db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", combat_id))
+def _ask_release(holder: str, combat_id: str, asker: str, db: _Connection) -> None:
+    """Ask the daemon ``holder`` to let the combat go to ``asker`` (heard by its ``_Leases``
+    thread): ``asker:combat_id``, a daemon id having no colon."""
+    db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", f"{asker}:{combat_id}"))
 
 
 def _page(
