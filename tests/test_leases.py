@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, add_spidey
+from test_daemon_clock import _setup
 from test_hub import _Now, _started, _until_changed
 from test_store_port import batch, event, logged, running
 from turnkeeper.combats import Hub, RequestError, clock, rebuild
@@ -685,6 +686,37 @@ def test_a_retry_racing_its_original_across_a_move_gets_the_first_result(
         assert _seqs(postgres_db, "bank") == list(range(1, first.result["seq"] + 1))
     finally:
         _stop(a, b)
+
+
+@pytest.mark.parametrize("stop", ["kill", "clean"])
+def test_r13_a_deadline_nobody_holds_fires_on_its_own_after_a_restart(
+    tmp_path: Path, postgres_db: str, stop: str
+) -> None:
+    """One daemon on PostgreSQL, stopped (killed, its lease left to run out, or cleanly, its
+    lease given back) past a turn's deadline and started again: the deadline fires with no
+    command or read for the combat, once."""
+    d = Daemon(tmp_path, None, "--store", postgres_db).start()
+    try:
+        with d.client() as gm:
+            _setup(gm, "overdue", turn_time_limit=1.0, turn_warning=0.0)
+            started = gm.call("start_combat", request_id="start", combat="overdue")
+        (turn,) = [e for e in started["events"] if e["event"] == "turn_started"]
+        if stop == "kill":
+            d.kill()
+        else:
+            assert d.stop() == 0
+        time.sleep(max(0.0, turn["deadline"] + 0.5 - time.time()))
+        d.start()
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while _seqs(postgres_db, "overdue")[-1] == started["seq"]:
+            assert time.monotonic() < deadline, "the overdue deadline never fired"
+            time.sleep(0.05)
+        with d.client() as gm:
+            history = gm.call("history", combat="overdue", after=started["seq"])
+        expired = [e for e in history["events"] if e["event"] == "turn_timer_expired"]
+        assert [e["combatant"] for e in expired] == ["ann"]
+    finally:
+        _stop(d)
 
 
 def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(

@@ -150,6 +150,10 @@ MIN_HOLD = 0.5
 """Seconds a daemon keeps a lease it acquired before it lets it go on request: commands for
 one combat arriving at two daemons at once move it to and fro at most this often."""
 
+ADOPT_BATCH = 100
+"""Combats due that nobody holds taken over by one scan (``adopt_due``): the next scan takes
+the rest."""
+
 RELEASE_REQUESTS = 1024
 """Requests to let a lease go waiting for the daemon to act on them; past it they are dropped
 (the asker asks again every ``ASK_AGAIN``)."""
@@ -287,6 +291,16 @@ ALTER TABLE {SCHEMA}.daemons DROP COLUMN committer_pid;
 -- The daemon a lease was given back to on its request, and since when (by the server's
 -- clock): only it may take the free lease for ``WANTED_FOR`` seconds.
 ALTER TABLE {SCHEMA}.combats ADD COLUMN wanted_by text, ADD COLUMN wanted_at timestamptz;
+""",
+    ),
+    Migration(
+        6,
+        "each combat's next deadline",
+        f"""
+-- The next deadline of the combat's clock (its summary's, written with it), so that a daemon
+-- finds the combats due that nobody holds (``adopt_due``). Null: none, or not written since.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN deadline double precision;
+CREATE INDEX combats_deadline ON {SCHEMA}.combats (deadline) WHERE deadline IS NOT NULL;
 """,
     ),
 )
@@ -868,11 +882,14 @@ class PostgresStore:
         return None if row is None else str(row[0])
 
     def acquire(self, combat_id: str) -> None:
-        """Take the combat's lease (epoch + 1) when it is free, run out or this daemon's own;
+        """Take the combat's lease (epoch + 1) unless this daemon holds it, when it is free or
+        run out;
         else ask its holder to let it go and try again, until it does or its lease runs out
         (a dead holder's). Nothing happens for a combat the store does not hold (``load_one``
         says so). Raises ``StoreError("store_unavailable")`` if the holder keeps it."""
         leases = self._leases
+        if leases.epoch(combat_id) is not None:
+            return
         deadline = time.monotonic() + leases.seconds + ACQUIRE_SLACK
         asked = -math.inf
         while True:
@@ -901,6 +918,31 @@ class PostgresStore:
                 with self._loading:
                     self._read("loader", partial(_ask_release, holder, combat_id, leases.daemon_id))
             time.sleep(ACQUIRE_POLL)
+
+    def adopt_due(self, now: float) -> list[str]:
+        """Take the leases of up to ``ADOPT_BATCH`` combats whose deadline is due at ``now``
+        that no live daemon holds (free, or their holder dead): their clocks are this
+        daemon's to run now (any thread). Rows another session has locked are passed over."""
+        leases = self._leases
+        sent = time.monotonic()
+        with self._loading:
+            rows = self._read(
+                "loader",
+                lambda db: db.execute(
+                    f"UPDATE {SCHEMA}.combats SET owner = %(me)s,"
+                    " owner_epoch = owner_epoch + 1, wanted_by = NULL"
+                    f" WHERE combat_id IN (SELECT combat_id FROM {SCHEMA}.combats"
+                    f" WHERE deadline <= %(now)s AND owner IS DISTINCT FROM %(me)s"
+                    f" AND {_TAKEABLE} ORDER BY deadline LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
+                    f" AND {_TAKEABLE} RETURNING combat_id, owner_epoch",
+                    {"me": leases.daemon_id, "now": now, "n": ADOPT_BATCH, "wanted": WANTED_FOR},
+                ).fetchall(),
+            )
+        for combat_id, epoch in rows:
+            self._last.pop(combat_id, None)
+            leases.hold(combat_id, epoch, sent)
+            log.info("lease_acquired", combat=combat_id, epoch=epoch, detail="deadline due")
+        return [combat_id for combat_id, _ in rows]
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -1238,6 +1280,7 @@ class PostgresStore:
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
+        deadlines: dict[str, float | None] = {}  # and the deadline its summary gives
         snapshots: dict[str, tuple[int, bytes]] = {}
         last: int | None
         for pending in group:
@@ -1277,6 +1320,7 @@ class PostgresStore:
                 requests.append((*b.request, b.combat_id, pending.response, b.at))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
+                deadlines[b.combat_id] = _deadline(b.summary)
             if pending.snapshot is not None:
                 snapshots[b.combat_id] = (last + len(pending.events), pending.snapshot)
         db = self._writer
@@ -1301,9 +1345,10 @@ class PostgresStore:
             # this daemon at the epoch it acquired (every write, events or not, so that a
             # daemon that lost the lease leaves no snapshot, summary or answer either).
             cursor = db.execute(
-                f"UPDATE {SCHEMA}.combats c SET last_seq = u.last"
-                " FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::int8[])"
-                " AS u (combat_id, expected, last, epoch)"
+                f"UPDATE {SCHEMA}.combats c SET last_seq = u.last,"
+                " deadline = CASE WHEN u.summed THEN u.deadline ELSE c.deadline END"
+                " FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::int8[], %s::bool[],"
+                " %s::float8[]) AS u (combat_id, expected, last, epoch, summed, deadline)"
                 " WHERE c.combat_id = u.combat_id AND c.last_seq = u.expected"
                 " AND c.owner_epoch = u.epoch",
                 (
@@ -1311,6 +1356,8 @@ class PostgresStore:
                     [starts[c] for c in touched],
                     [ends[c] for c in touched],
                     [epochs[c] for c in touched],
+                    [c in deadlines for c in touched],
+                    [deadlines.get(c) for c in touched],
                 ),
             )
             if cursor.rowcount != len(touched):
@@ -1402,6 +1449,10 @@ class PostgresStore:
                     f"INSERT INTO {SCHEMA}.summaries (combat_id, body) VALUES (%s, %s)"
                     " ON CONFLICT (combat_id) DO UPDATE SET body = excluded.body",
                     (b.combat_id, pending.summary),
+                )
+                cur.execute(
+                    f"UPDATE {SCHEMA}.combats SET deadline = %s WHERE combat_id = %s",
+                    (_deadline(b.summary), b.combat_id),
                 )
             if pending.snapshot is not None:
                 cur.execute(
@@ -1498,8 +1549,7 @@ class PostgresStore:
         the whole log, which no other daemon can append to until this one lets it go. Raises
         ``StoreError("store_failed")`` for a combat the store does not hold, and
         ``StoreError("store_unavailable")`` if another daemon keeps its lease."""
-        if self._leases.epoch(combat_id) is None:  # not acquired just before (``acquire``)
-            self.acquire(combat_id)
+        self.acquire(combat_id)
         with self._loading:
             return self._read("loader", partial(self._load_combat, combat_id))
 
@@ -1723,6 +1773,18 @@ def _durable(db: _Connection) -> None:
     db.execute("SET LOCAL synchronous_commit = on")
 
 
+_TAKEABLE = (
+    "(owner = %(me)s OR CASE WHEN owner IS NULL"
+    " THEN wanted_by IS NULL OR wanted_by = %(me)s"
+    " OR wanted_at + %(wanted)s * interval '1 second' <= now()"
+    f" ELSE NOT EXISTS (SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = owner"
+    " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()) END)"
+)
+"""Whether daemon ``me`` may take a combat's lease: its own, free (and not kept for another
+daemon that asked for it), or run out (its owner's heartbeat older than the owner's lease, or
+the owner gone from ``daemons``), by the server's clock."""
+
+
 def _try_acquire(
     combat_id: str, daemon_id: str, db: _Connection
 ) -> tuple[bool, str | None, int | None]:
@@ -1740,12 +1802,7 @@ def _try_acquire(
         row = db.execute(
             f"WITH took AS (UPDATE {SCHEMA}.combats c"
             " SET owner = %(me)s, owner_epoch = owner_epoch + 1, wanted_by = NULL"
-            " WHERE combat_id = %(id)s AND (owner = %(me)s OR CASE WHEN owner IS NULL"
-            " THEN wanted_by IS NULL OR wanted_by = %(me)s"
-            " OR wanted_at + %(wanted)s * interval '1 second' <= now()"
-            f" ELSE NOT EXISTS (SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
-            " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()) END)"
-            " RETURNING owner_epoch)"
+            f" WHERE combat_id = %(id)s AND {_TAKEABLE} RETURNING owner_epoch)"
             f" SELECT (SELECT owner_epoch FROM took), owner FROM {SCHEMA}.combats"
             " WHERE combat_id = %(id)s",
             {"me": daemon_id, "id": combat_id, "wanted": WANTED_FOR},
@@ -1783,6 +1840,12 @@ def _ask_release(holder: str, combat_id: str, asker: str, db: _Connection) -> No
     """Ask the daemon ``holder`` to let the combat go to ``asker`` (heard by its ``_Leases``
     thread): ``asker:combat_id``, a daemon id having no colon."""
     db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", f"{asker}:{combat_id}"))
+
+
+def _deadline(summary: Any) -> float | None:
+    """The next deadline a combat's summary gives (``turnkeeper.combats.combat.summary``)."""
+    found = summary.get("deadline") if isinstance(summary, dict) else None
+    return float(found) if isinstance(found, int | float) else None
 
 
 def _page(
