@@ -426,6 +426,37 @@ async def test_waiting_for_a_lease_takes_no_rebuild_slot_from_a_combat_that_is_f
         asker.close()
 
 
+@pytest.mark.anyio
+async def test_a_request_id_stored_again_tells_a_store_it_is_not_alone(postgres_db: str) -> None:
+    """A daemon that came and went between two renewals (its row deleted on its clean stop)
+    is never seen by them: the database refusing an id it stored tells the store instead, and
+    from then on such ids are read from the database, not ruled out by the filter."""
+    first = PostgresStore.open(postgres_db, lease_seconds=600)  # no renewal during the test
+    try:
+        async with running(first):
+            await first.commit(batch("c1", 1, create=True))  # builds its filter
+            with anyio.fail_after(CALL_TIMEOUT):  # its renewer's first look is done
+                while not _sql(
+                    postgres_db,
+                    f"SELECT 1 FROM {SCHEMA}.daemons WHERE daemon_id = %s AND heartbeat > started",
+                    first.daemon_id,
+                ):
+                    await anyio.sleep(0.01)
+            second = PostgresStore.open(postgres_db, lease_seconds=60)
+            try:
+                async with running(second):
+                    request = ("al", "r")
+                    await second.commit(batch("c2", 1, create=True, request=request, response=1))
+            finally:
+                second.close()
+            with pytest.raises(StoreError) as refused:
+                await first.commit(batch("c1", 2, request=("al", "r"), response=2))
+            assert refused.value.code == "conflict"
+            assert await first.lookup_request("al", "r") == ("c2", 1)
+    finally:
+        first.close()
+
+
 def test_only_the_daemon_holding_a_combat_runs_its_clock() -> None:
     """On a shared store, a combat known only from its stored summary may be another daemon's:
     its deadline is not this daemon's to fire until it has loaded it (and so holds it)."""

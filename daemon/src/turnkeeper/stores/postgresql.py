@@ -362,7 +362,8 @@ class _Leases:
         self.channel = f"turnkeeper_release_{daemon_id}"
         self.alone = True
         """Whether no other daemon has run on the database since this one started, as far
-        as its renewals have seen (once false, never true again)."""
+        as its renewals have seen, and none stored a request id this one then stored again
+        (once false, never true again)."""
         self.asked: Callable[[str, str | None], None] | None = None
         """Called (on the renewer's thread) with each combat another daemon asks for, and
         the daemon that asks (None: the lease was found lost)."""
@@ -421,17 +422,26 @@ class _Leases:
         return db
 
     def look_around(self, db: _Connection) -> None:
-        """Note whether another live daemon is on the database (while alone so far)."""
+        """Note whether another daemon has been on the database since this one started
+        (while alone so far): its row is live, or has a heartbeat since then (one killed
+        since, or that ran between two renewals)."""
         if not self.alone:
             return
         row = db.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.daemons WHERE daemon_id <> %s"
-            " AND heartbeat + lease_seconds * interval '1 second' > now())",
+            f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.daemons o JOIN {SCHEMA}.daemons me"
+            " ON me.daemon_id = %s WHERE o.daemon_id <> me.daemon_id"
+            " AND (o.heartbeat >= me.started"
+            " OR o.heartbeat + o.lease_seconds * interval '1 second' > now()))",
             (self.daemon_id,),
         ).fetchone()
         if row is not None and row[0]:
+            self.shared("another daemon runs on the store")
+
+    def shared(self, detail: str) -> None:
+        """No longer alone on the database (any thread)."""
+        if self.alone:
             self.alone = False
-            log.info("store_shared", detail="another daemon runs on the store")
+            log.info("store_shared", detail=detail)
 
     def _listen(self, db: _Connection) -> None:
         db.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel)))
@@ -1092,6 +1102,13 @@ class PostgresStore:
                             except _FencedError:
                                 pending.error = _moved(pending.batch.combat_id)
                             except (psycopg.errors.IntegrityError, psycopg.DataError) as e:
+                                if (
+                                    isinstance(e, psycopg.errors.UniqueViolation)
+                                    and e.diag.constraint_name == "requests_pkey"
+                                ):
+                                    # Another daemon stored the id, unseen by the renewals:
+                                    # the filter no longer rules ids out.
+                                    self._leases.shared("a request id stored by another daemon")
                                 pending.error = _error(
                                     e, self._location
                                 )  # the server's words to the log
