@@ -28,6 +28,8 @@ from turnkeeper.combats.deadlines import Deadlines
 from turnkeeper.store import Batch, StoreError, _Pending
 from turnkeeper.stores import postgresql
 from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
+from turnkeeper_engine import NARRATOR
+from turnkeeper_engine import commands as cmd
 from turnkeeper_sdk import wire
 
 FAILOVER_SECONDS = 5.0
@@ -426,6 +428,42 @@ async def test_waiting_for_a_lease_takes_no_rebuild_slot_from_a_combat_that_is_f
         asker.close()
 
 
+async def _renewed(dsn: str, store: PostgresStore) -> None:
+    """Until the store's renewer has made its first renewal (and look around)."""
+    with anyio.fail_after(CALL_TIMEOUT):
+        while not _sql(
+            dsn,
+            f"SELECT 1 FROM {SCHEMA}.daemons WHERE daemon_id = %s AND heartbeat > started",
+            store.daemon_id,
+        ):
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_a_retry_of_a_request_another_daemon_stored_unseen_gets_the_first_result(
+    postgres_db: str,
+) -> None:
+    """A daemon that came and went between two renewals stored a request id: its retry at a
+    daemon that still counts itself alone passes the filter, and the database refuses it
+    again; the first result is then read and given, never ``conflict``."""
+    first = PostgresStore.open(postgres_db, lease_seconds=600)  # no renewal during the test
+    try:
+        async with running(first):
+            hub = Hub(first)
+            await hub.execute("p", NARRATOR, "k1", cmd.CreateCombat("k1", "marvel"), "k1-create")
+            await _renewed(postgres_db, first)
+            second = PostgresStore.open(postgres_db, lease_seconds=600)
+            create = cmd.CreateCombat("k2", "marvel")
+            try:
+                async with running(second):
+                    made = await Hub(second).execute("p", NARRATOR, "k2", create, "r")
+            finally:
+                second.close()
+            assert await hub.execute("p", NARRATOR, "k2", create, "r") == made
+    finally:
+        first.close()
+
+
 @pytest.mark.anyio
 async def test_a_request_id_stored_again_tells_a_store_it_is_not_alone(postgres_db: str) -> None:
     """A daemon that came and went between two renewals (its row deleted on its clean stop)
@@ -435,13 +473,7 @@ async def test_a_request_id_stored_again_tells_a_store_it_is_not_alone(postgres_
     try:
         async with running(first):
             await first.commit(batch("c1", 1, create=True))  # builds its filter
-            with anyio.fail_after(CALL_TIMEOUT):  # its renewer's first look is done
-                while not _sql(
-                    postgres_db,
-                    f"SELECT 1 FROM {SCHEMA}.daemons WHERE daemon_id = %s AND heartbeat > started",
-                    first.daemon_id,
-                ):
-                    await anyio.sleep(0.01)
+            await _renewed(postgres_db, first)
             second = PostgresStore.open(postgres_db, lease_seconds=60)
             try:
                 async with running(second):

@@ -251,6 +251,15 @@ class Writer:
                     if first is not None:
                         return first
             return await self.run(found, ticket, actor, command)
+        except RefusedError as e:
+            if e.code != "conflict" or self.rebuilder.shared is None:
+                raise
+            # The database refused to store the id again: another daemon stored it (or made
+            # the combat) unseen by this one's filter, and its result is the one to give.
+            first = await self._first_result(key, combat_id, actor, command)
+            if first is None:
+                raise
+            return first
         finally:
             done = in_flight.pop(key)
             if done is not None:

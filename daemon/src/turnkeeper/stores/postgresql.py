@@ -413,9 +413,12 @@ class _Leases:
         self._thread = threading.Thread(target=self._run, name="turnkeeper-leases", daemon=True)
         self._thread.start()
 
-    def close(self) -> _Connection | None:
-        """Stop renewing; return the session, for the last statements of the store's close."""
+    def close(self, wake: Callable[[], None]) -> _Connection | None:
+        """Stop renewing; return the session, for the last statements of the store's close.
+        ``wake`` (a ``NOTIFY`` on this daemon's channel) ends the renewer's wait for requests,
+        once it is told to stop: woken before, it would wait again."""
         self._closed.set()
+        wake()
         if self._thread is not None:
             self._thread.join()
         db, self._db = self._db, None
@@ -797,10 +800,7 @@ class PostgresStore:
         self._receive.close()
         self._asked_send.close()
         self._asked.close()
-        with contextlib.suppress(psycopg.Error):
-            # Wakes the renewer, which may wait up to a quarter of a lease for a request.
-            self._loader.execute("SELECT pg_notify(%s, '')", (self._leases.channel,))
-        db = self._leases.close()
+        db = self._leases.close(self._wake_renewer)
         if db is not None:
             # Given back at once rather than left to run out: another daemon may serve them
             # now. Best effort: a server that cannot be reached lets them run out.
@@ -816,6 +816,11 @@ class PostgresStore:
         if self._dir_lock is not None:
             os.close(self._dir_lock)
             self._dir_lock = None
+
+    def _wake_renewer(self) -> None:
+        """Wake the renewer, which may wait up to a quarter of a lease for a request."""
+        with contextlib.suppress(psycopg.Error):
+            self._loader.execute("SELECT pg_notify(%s, '')", (self._leases.channel,))
 
     # -- leases ----------------------------------------------------------------------------------
 
@@ -1310,6 +1315,8 @@ class PostgresStore:
                 last = self._stored_last(b.combat_id)
             if b.ruleset is not None:
                 if last is not None:
+                    # Made by another daemon unseen (this one's registry refuses its own).
+                    self._leases.shared("a combat made by another daemon")
                     pending.error = _conflict(f"combat {b.combat_id!r} exists")
                     continue
                 last = 0
@@ -1426,6 +1433,7 @@ class PostgresStore:
         ).fetchone()
         if b.ruleset is not None:
             if row is not None:
+                self._leases.shared("a combat made by another daemon")
                 raise _ConflictError(f"combat {b.combat_id!r} exists")
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
