@@ -562,15 +562,16 @@ def test_a_killed_owners_combat_is_served_by_another_daemon_within_five_seconds(
 ) -> None:
     a, b = _daemons(tmp_path, postgres_db)
     try:
-        at_a = a.client()
+        at_a, at_b = a.client(), b.client()  # connected first: no set-up inside the measure
         add_spidey(at_a, "bank")
         acknowledged = at_a.call("start_combat", request_id="start", combat="bank")["seq"]
+        killed = time.monotonic()  # the clock starts as the kill is sent
         a.kill()
-        killed = time.monotonic()
-        added = b.client().call(
+        added = at_b.call(
             "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
         )
-        assert time.monotonic() - killed < FAILOVER_SECONDS
+        taken = time.monotonic() - killed
+        assert taken < FAILOVER_SECONDS, f"served {taken:.2f} s after the kill"
         assert added["seq"] == acknowledged + len(added["events"])  # nothing acknowledged lost
         assert _seqs(postgres_db, "bank") == list(range(1, added["seq"] + 1))
     finally:
@@ -676,7 +677,7 @@ def test_an_owner_paused_in_the_middle_of_a_commit_holds_nothing_up_and_appends_
     again on a new session, is refused by the fence."""
     a, b = _daemons(tmp_path, postgres_db)
     try:
-        at_a = a.client()
+        at_a, at_b = a.client(), b.client()  # connected first: no set-up inside the measure
         add_spidey(at_a, "bank")
         with psycopg.connect(postgres_db) as db:
             db.execute(f"SELECT 1 FROM {SCHEMA}.combats WHERE combat_id = 'bank' FOR UPDATE")
@@ -691,13 +692,14 @@ def test_an_owner_paused_in_the_middle_of_a_commit_holds_nothing_up_and_appends_
             )
             _wait_for_committer_lock(postgres_db)
             assert a.process is not None
+            stopped = time.monotonic()
             a.process.send_signal(signal.SIGSTOP)
         # The row is A's now, in A's open transaction, A stopped.
-        taken = time.monotonic()
-        added = b.client().call(
+        added = at_b.call(
             "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
         )
-        assert time.monotonic() - taken < FAILOVER_SECONDS
+        taken = time.monotonic() - stopped
+        assert taken < FAILOVER_SECONDS, f"served {taken:.2f} s after the stop"
         logged_before = _seqs(postgres_db, "bank")
         assert logged_before == list(range(1, added["seq"] + 1))
         a.process.send_signal(signal.SIGCONT)
