@@ -110,6 +110,7 @@ async def serve(
                 tg.start_soon(hub.run_clock)
                 tg.start_soon(hub.run_hooks)
                 tg.start_soon(hub.run_releases)
+                tg.start_soon(hub.run_adoption)
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
                 tg.start_soon(sessions.watch_tokens)

@@ -218,6 +218,10 @@ class Rebuilder:
         quarantined (reported and readable as an error), the others are unaffected. A
         rebuild that replayed a long log stores a snapshot at its end before the combat
         serves, so the next start does not replay it again."""
+        if self.shared is not None:
+            # Waiting for another daemon to let the combat go is no rebuild: it takes no slot
+            # of the rebuilds', which other combats' first uses need meanwhile.
+            await anyio.to_thread.run_sync(self.shared.acquire, combat.id, abandon_on_cancel=True)
         stop = threading.Event()
         try:
             rebuilt = await anyio.to_thread.run_sync(
