@@ -10,6 +10,7 @@ import structlog
 
 from turnkeeper_engine import Actor
 from turnkeeper_engine import commands as cmd
+from turnkeeper_engine.pipeline import RefusedError
 
 from .deadlines import Deadlines
 from .rebuild import Rebuilder
@@ -79,11 +80,17 @@ class Clock:
                             # engine's rules and ``next_deadline`` disagree): the heap would
                             # hand it straight back, so it is tried again later, not spun on.
                             c.clock_after = now() + CLOCK_RETRY_SECONDS
-                    except Exception:
-                        # One combat's failed tick must not stop the clock, let alone the
-                        # daemon; a store that fails now may recover, so no spinning meanwhile.
-                        log.exception("tick_failed", combat=c.id)
-                        await anyio.sleep(CLOCK_RETRY_SECONDS)
+                    except Exception as e:
+                        if isinstance(e, RefusedError) and e.code == "combat_moved":
+                            # Another daemon holds the combat now and runs its clock: nothing
+                            # failed here, and the other combats due are not held up.
+                            log.info("tick_moved", combat=c.id)
+                        else:
+                            # One combat's failed tick must not stop the clock, let alone the
+                            # daemon; a store that fails now may recover, so no spinning
+                            # meanwhile.
+                            log.exception("tick_failed", combat=c.id)
+                            await anyio.sleep(CLOCK_RETRY_SECONDS)
                     deadlines.moved(c)
                 soonest = deadlines.soonest()
                 deadlines.sleeps_until = soonest

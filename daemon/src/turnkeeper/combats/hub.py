@@ -20,7 +20,7 @@ from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.plugins import PluginHost, PluginStats
 
-from ..stores.port import SharedStore, StorePort
+from ..stores.port import SharedStore, StoreError, StorePort
 from ..tables import Scope
 from .clock import Clock
 from .combat import Combat
@@ -46,6 +46,12 @@ few commands, and each run promotes whatever is alive at that instant towards th
 whose collections walk every resident combat. At 20,000 it runs about 25 times less often
 (measured in process: 0.6 µs of collection per command instead of 6.5), for a few megabytes
 of cyclic garbage kept a little longer."""
+
+
+ADOPT_EVERY = 1.0
+"""Seconds between two scans of a store many daemons share for combats whose deadline is due
+that no live daemon holds (free, or their holder dead): a deadline nobody's clock runs fires
+this late at most, past its holder's lease running out."""
 
 
 def tune_collector() -> None:
@@ -127,6 +133,38 @@ class Hub:
         their commands arrive."""
         if self.rebuilder.shared is None:
             await self.rebuilder.warm()
+
+    async def run_adoption(self) -> None:
+        """On a store many daemons share, until cancelled: take over the combats whose
+        deadline is due that no live daemon holds (at the start, and after a daemon died), and
+        rebuild them, so that this daemon's clock fires their deadlines. Exactly once, however
+        many daemons scan: each combat's lease is taken by one of them, and a tick's append is
+        fenced by it."""
+        shared = self.rebuilder.shared
+        if shared is None:
+            return
+
+        async def adopt(combat_id: str) -> None:
+            try:
+                combat = self.combats.get(combat_id)
+                if combat is not None and combat.loaded:
+                    # Held by another daemon until now: what is in memory may be behind.
+                    async with combat.lock:
+                        self.rebuilder.forget(combat)
+                await self.rebuilder.ready(combat_id)
+            except Exception:  # one combat's failed rebuild must not stop the others'
+                log.exception("adopt_failed", combat=combat_id)
+
+        while True:
+            try:
+                due = await anyio.to_thread.run_sync(shared.adopt_due, self.rebuilder.clock())
+            except StoreError as e:  # the server may be back at the next scan
+                log.warning("adopt_scan_failed", reason=str(e))
+                due = []
+            async with anyio.create_task_group() as tg:
+                for combat_id in due:
+                    tg.start_soon(adopt, combat_id)
+            await anyio.sleep(ADOPT_EVERY)
 
     async def run_releases(self) -> None:
         """On a store many daemons share, let go of the combats other daemons ask for, until

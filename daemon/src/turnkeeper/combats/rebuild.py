@@ -223,6 +223,10 @@ class Rebuilder:
         quarantined (reported and readable as an error), the others are unaffected. A
         rebuild that replayed a long log stores a snapshot at its end before the combat
         serves, so the next start does not replay it again."""
+        if self.shared is not None:
+            # Waiting for another daemon to let the combat go is no rebuild: it takes no slot
+            # of the rebuilds', which other combats' first uses need meanwhile.
+            await anyio.to_thread.run_sync(self.shared.acquire, combat.id, abandon_on_cancel=True)
         rebuilt = await self._rebuilt(combat.id)
         if self.acquired is not None and rebuilt.quarantined is None:
             await self.acquired(combat, rebuilt.state, rebuilt.seq)

@@ -223,16 +223,9 @@ class Writer:
         # meanwhile must wait for this one's answer, not run beside it.
         in_flight[key] = None
         try:
-            remembered = await self.store.lookup_request(principal, request_id)
-            if remembered is not None:
-                stored = remembered[1]
-                if not _same_request(stored.get("fingerprint"), combat_id, actor, command):
-                    raise RequestError(
-                        "request_id_reused",
-                        "this request_id was used for a different command",
-                        "request_id",
-                    )
-                return stored["result"]  # type: ignore[no-any-return]
+            first = await self._first_result(key, combat_id, actor, command)
+            if first is not None:
+                return first
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
             if isinstance(command, cmd.CreateCombat):
                 async with self.combats.creating(combat_id):
@@ -251,11 +244,43 @@ class Writer:
                 # Not known, not rebuilt yet, quarantined or another table's: ``ready`` knows
                 # what to do.
                 found = await self.rebuilder.ready(combat_id, scope)
+                if self.rebuilder.shared is not None:
+                    # Its lease held now: the same request in flight at the daemon that held
+                    # it (a client's retry racing its original) was committed before it let go.
+                    first = await self._first_result(key, combat_id, actor, command)
+                    if first is not None:
+                        return first
             return await self.run(found, ticket, actor, command)
+        except RefusedError as e:
+            if e.code != "conflict" or self.rebuilder.shared is None:
+                raise
+            # The database refused to store the id again: another daemon stored it (or made
+            # the combat) unseen by this one's filter, and its result is the one to give.
+            first = await self._first_result(key, combat_id, actor, command)
+            if first is None:
+                raise
+            return first
         finally:
             done = in_flight.pop(key)
             if done is not None:
                 done.set()
+
+    async def _first_result(
+        self, key: tuple[str, str], combat_id: str, actor: Actor, command: cmd.Command
+    ) -> Plain:
+        """The result remembered for the request id ``key``, or None if none is; refused
+        if the id was used for another command."""
+        remembered = await self.store.lookup_request(*key)
+        if remembered is None:
+            return None
+        stored = remembered[1]
+        if not _same_request(stored.get("fingerprint"), combat_id, actor, command):
+            raise RequestError(
+                "request_id_reused",
+                "this request_id was used for a different command",
+                "request_id",
+            )
+        return stored["result"]  # type: ignore[no-any-return]
 
     async def run(
         self, combat: Combat, ticket: _Ticket | None, actor: Actor, command: cmd.Command

@@ -79,6 +79,14 @@ class SharedStore(StorePort, Protocol):
     or waiting for a dead holder's to run out); a commit for a combat whose lease this daemon
     does not hold is refused with ``combat_moved``, nothing of it kept."""
 
+    def acquire(self, combat_id: str) -> None:
+        """Take the combat's lease unless it is held, as ``load_one`` does first (any thread;
+        may wait for the holder to let it go)."""
+
+    def adopt_due(self, now: float) -> list[str]:
+        """Take the leases of combats due at ``now`` that no live daemon holds; their ids
+        (any thread)."""
+
     def release_requests(self) -> MemoryObjectReceiveStream[str]:
         """The combats other daemons ask this one to let go of, as they come."""
 

@@ -24,6 +24,7 @@ cannot renew stops writing for a combat before its lease could expire (``_Lease.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -43,7 +44,6 @@ import psycopg
 import psycopg.sql
 import structlog
 from anyio.abc import TaskStatus
-from anyio.lowlevel import EventLoopToken
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from psycopg import conninfo
 
@@ -134,6 +134,11 @@ ACQUIRE_LOCK_WAIT = "200ms"
 """How long one try for a lease waits for a row its owner's transaction holds (a commit, a
 few milliseconds): longer, the owner may be paused in the middle of it (``_try_acquire``)."""
 
+WANTED_FOR = 0.5
+"""Seconds a lease given back on request is kept for the daemon that asked (``wanted_by``):
+the holder's own commands queued behind the release would otherwise take it straight back
+before the asker's next poll."""
+
 ASK_AGAIN = 0.5
 """Seconds between two requests to the holder to let a lease go (a request sent while the
 holder's listener was away is lost: ``NOTIFY`` is not queued for a session that is not there)."""
@@ -145,6 +150,10 @@ ACQUIRE_SLACK = 2.0
 MIN_HOLD = 0.5
 """Seconds a daemon keeps a lease it acquired before it lets it go on request: commands for
 one combat arriving at two daemons at once move it to and fro at most this often."""
+
+ADOPT_BATCH = 100
+"""Combats due that nobody holds taken over by one scan (``adopt_due``): the next scan takes
+the rest."""
 
 RELEASE_REQUESTS = 1024
 """Requests to let a lease go waiting for the daemon to act on them; past it they are dropped
@@ -267,6 +276,34 @@ ALTER TABLE {SCHEMA}.combats ADD COLUMN owner text;
 CREATE INDEX combats_owner ON {SCHEMA}.combats (owner) WHERE owner IS NOT NULL;
 """,
     ),
+    Migration(
+        4,
+        "daemons' sessions known by name",
+        f"""
+-- A daemon whose lease has run out has every session of its own ended (each names the daemon
+-- in its application_name), not the one its row named, which may be stale or reused.
+ALTER TABLE {SCHEMA}.daemons DROP COLUMN committer_pid;
+""",
+    ),
+    Migration(
+        5,
+        "a released lease kept for its asker",
+        f"""
+-- The daemon a lease was given back to on its request, and since when (by the server's
+-- clock): only it may take the free lease for ``WANTED_FOR`` seconds.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN wanted_by text, ADD COLUMN wanted_at timestamptz;
+""",
+    ),
+    Migration(
+        6,
+        "each combat's next deadline",
+        f"""
+-- The next deadline of the combat's clock (its summary's, written with it), so that a daemon
+-- finds the combats due that nobody holds (``adopt_due``). Null: none, or not written since.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN deadline double precision;
+CREATE INDEX combats_deadline ON {SCHEMA}.combats (deadline) WHERE deadline IS NOT NULL;
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 
@@ -324,13 +361,13 @@ class _Leases:
         self.seconds = seconds
         self.address = address
         self.channel = f"turnkeeper_release_{daemon_id}"
-        self.committer_pid: int | None = None
-        """The server process of the committer's session (``daemons.committer_pid``)."""
         self.alone = True
         """Whether no other daemon has run on the database since this one started, as far
-        as its renewals have seen (once false, never true again)."""
-        self.asked: Callable[[str], None] | None = None
-        """Called (on the renewer's thread) with each combat another daemon asks for."""
+        as its renewals have seen, and none stored a request id this one then stored again
+        (once false, never true again)."""
+        self.asked: Callable[[str, str | None], None] | None = None
+        """Called (on the renewer's thread) with each combat another daemon asks for, and
+        the daemon that asks (None: the lease was found lost)."""
         self._held: dict[str, _Lease] = {}
         self._lock = threading.Lock()
         self._db: _Connection | None = None
@@ -377,26 +414,38 @@ class _Leases:
         self._thread = threading.Thread(target=self._run, name="turnkeeper-leases", daemon=True)
         self._thread.start()
 
-    def close(self) -> _Connection | None:
-        """Stop renewing; return the session, for the last statements of the store's close."""
+    def close(self, wake: Callable[[], None]) -> _Connection | None:
+        """Stop renewing; return the session, for the last statements of the store's close.
+        ``wake`` (a ``NOTIFY`` on this daemon's channel) ends the renewer's wait for requests,
+        once it is told to stop: woken before, it would wait again."""
         self._closed.set()
+        wake()
         if self._thread is not None:
             self._thread.join()
         db, self._db = self._db, None
         return db
 
     def look_around(self, db: _Connection) -> None:
-        """Note whether another live daemon is on the database (while alone so far)."""
+        """Note whether another daemon has been on the database since this one started
+        (while alone so far): its row is live, or has a heartbeat since then (one killed
+        since, or that ran between two renewals)."""
         if not self.alone:
             return
         row = db.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.daemons WHERE daemon_id <> %s"
-            " AND heartbeat + lease_seconds * interval '1 second' > now())",
+            f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.daemons o JOIN {SCHEMA}.daemons me"
+            " ON me.daemon_id = %s WHERE o.daemon_id <> me.daemon_id"
+            " AND (o.heartbeat >= me.started"
+            " OR o.heartbeat + o.lease_seconds * interval '1 second' > now()))",
             (self.daemon_id,),
         ).fetchone()
         if row is not None and row[0]:
+            self.shared("another daemon runs on the store")
+
+    def shared(self, detail: str) -> None:
+        """No longer alone on the database (any thread)."""
+        if self.alone:
             self.alone = False
-            log.info("store_shared", detail="another daemon runs on the store")
+            log.info("store_shared", detail=detail)
 
     def _listen(self, db: _Connection) -> None:
         db.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel)))
@@ -410,15 +459,16 @@ class _Leases:
                 if db is None or db.broken or db.closed:
                     if db is not None:
                         db.close()
-                    db = self._db = _connect(self.location, "leases")
+                    db = self._db = _connect(self.location, "leases", self)
                     self._listen(db)
                 self._renew(db, sent)
                 self.look_around(db)
                 for notice in db.notifies(timeout=max(0.0, sent + every - time.monotonic())):
                     if self._closed.is_set():
                         break
-                    if self.asked is not None and notice.payload:
-                        self.asked(notice.payload)
+                    asker, _, combat_id = notice.payload.partition(":")
+                    if self.asked is not None and combat_id:
+                        self.asked(combat_id, asker)
             except psycopg.Error as e:
                 # The leases are not renewed meanwhile: this daemon fences itself from each at
                 # its ``until``, before the server could give it to another daemon.
@@ -432,10 +482,9 @@ class _Leases:
         # after a pause of an hour) and which of the leases held have another epoch now.
         rows = db.execute(
             f"WITH beat AS (INSERT INTO {SCHEMA}.daemons"
-            " (daemon_id, address, lease_seconds, committer_pid)"
-            " VALUES (%(me)s, %(address)s, %(seconds)s, %(pid)s)"
-            " ON CONFLICT (daemon_id) DO UPDATE"
-            " SET heartbeat = now(), committer_pid = excluded.committer_pid)"
+            " (daemon_id, address, lease_seconds)"
+            " VALUES (%(me)s, %(address)s, %(seconds)s)"
+            " ON CONFLICT (daemon_id) DO UPDATE SET heartbeat = now())"
             " SELECT u.combat_id"
             " FROM unnest(%(ids)s::text[], %(epochs)s::int8[]) AS u (combat_id, epoch)"
             f" LEFT JOIN {SCHEMA}.combats c ON c.combat_id = u.combat_id"
@@ -444,7 +493,6 @@ class _Leases:
                 "me": self.daemon_id,
                 "address": self.address,
                 "seconds": self.seconds,
-                "pid": self.committer_pid,
                 "ids": list(held),
                 "epochs": list(held.values()),
             },
@@ -467,7 +515,7 @@ class _Leases:
             if self.asked is not None:
                 # Let go of it as if asked: the daemon drops what it holds of it in memory,
                 # rather than serve reads from a state another daemon has moved on from.
-                self.asked(combat_id)
+                self.asked(combat_id, None)
 
 
 def shown(location: str) -> str:
@@ -482,19 +530,30 @@ def shown(location: str) -> str:
     return f"postgresql://{user}{host}:{port}/{parts.get('dbname') or ''}"
 
 
-def _connect(location: str, role: str) -> psycopg.Connection[Any]:
+def _connect(location: str, role: str, leases: _Leases | None = None) -> psycopg.Connection[Any]:
     """A connection in autocommit mode (transactions are explicit), named for
-    ``pg_stat_activity`` so that an operator, and a refused second daemon, can tell whose it is.
+    ``pg_stat_activity`` so that an operator can tell whose it is, and a daemon taking over
+    from one whose lease ran out can end its sessions (``_end_sessions``): a daemon's session
+    (given its ``leases``) names its daemon id.
 
     Bounded every way a session can hang: keepalives and ``tcp_user_timeout`` find a server
-    or network gone silent, ``statement_timeout`` a statement the server never finishes (the
-    location's own settings win where it gives them)."""
+    or network gone silent, ``statement_timeout`` a statement the server never finishes, and a
+    daemon's ``idle_in_transaction_session_timeout`` a transaction left open (the daemon
+    paused in the middle of it) for longer than its leases' margin: its row locks never
+    outlive its leases (the location's own settings win where it gives them)."""
+    bounds = dict(SESSION_BOUNDS)
+    name = f"turnkeeper {role} pid {os.getpid()} on {socket.gethostname()}"
+    if leases is not None:
+        idle = max(1, int(leases.seconds * (1 - FENCE_MARGIN) * 1000))
+        bounds["options"] += f" -c idle_in_transaction_session_timeout={idle}"
+        # Truncated by the server at 63 bytes: the daemon id, in full, comes first.
+        name = f"turnkeeper {role} {leases.daemon_id} pid {os.getpid()}"
     return psycopg.connect(
         location,
         autocommit=True,
         connect_timeout=CONNECT_TIMEOUT,
-        application_name=f"turnkeeper {role} pid {os.getpid()} on {socket.gethostname()}",
-        **{**SESSION_BOUNDS, **conninfo.conninfo_to_dict(location)},
+        application_name=name,
+        **{**bounds, **conninfo.conninfo_to_dict(location)},
     )
 
 
@@ -673,7 +732,10 @@ class PostgresStore:
         self._leases = leases
         self.daemon_id = leases.daemon_id
         """This daemon's id in the database (``daemons``), owner of the leases it holds."""
-        self._token: EventLoopToken | None = None  # the event loop's, while ``run`` runs
+        self._loop: asyncio.AbstractEventLoop | None = None  # the event loop's, while ``run`` runs
+        self._asking = threading.Lock()
+        self._asking_ids: list[str] = []  # asked for, not yet handed to the event loop
+        self._wanted: dict[str, str] = {}  # the daemon that last asked for each combat
         self._asked_send, self._asked = anyio.create_memory_object_stream[str](RELEASE_REQUESTS)
 
     @classmethod
@@ -701,18 +763,17 @@ class PostgresStore:
         connections: list[psycopg.Connection[Any]] = []
         leases = _Leases(location, uuid.uuid4().hex, lease_seconds, address)
         try:
-            writer = _connect(location, "committer")
+            writer = _connect(location, "committer", leases)
             connections.append(writer)
             _migrate(writer, location)
-            leases.committer_pid = writer.info.backend_pid
             for role in ("reader", "loader", "leases"):
-                connections.append(_connect(location, role))
+                connections.append(_connect(location, role, leases))
             connections[-1].execute(
                 f"WITH gone AS (DELETE FROM {SCHEMA}.daemons"
                 " WHERE heartbeat < now() - %s * interval '1 second')"
-                f" INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds, committer_pid)"
-                " VALUES (%s, %s, %s, %s)",
-                (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds, leases.committer_pid),
+                f" INSERT INTO {SCHEMA}.daemons (daemon_id, address, lease_seconds)"
+                " VALUES (%s, %s, %s)",
+                (DAEMON_FORGOTTEN, leases.daemon_id, address, lease_seconds),
             )
             leases.look_around(connections[-1])
             leases.start(connections[-1])
@@ -740,10 +801,7 @@ class PostgresStore:
         self._receive.close()
         self._asked_send.close()
         self._asked.close()
-        with contextlib.suppress(psycopg.Error):
-            # Wakes the renewer, which may wait up to a quarter of a lease for a request.
-            self._loader.execute("SELECT pg_notify(%s, '')", (self._leases.channel,))
-        db = self._leases.close()
+        db = self._leases.close(self._wake_renewer)
         if db is not None:
             # Given back at once rather than left to run out: another daemon may serve them
             # now. Best effort: a server that cannot be reached lets them run out.
@@ -760,20 +818,45 @@ class PostgresStore:
             os.close(self._dir_lock)
             self._dir_lock = None
 
+    def _wake_renewer(self) -> None:
+        """Wake the renewer, which may wait up to a quarter of a lease for a request."""
+        with contextlib.suppress(psycopg.Error):
+            self._loader.execute("SELECT pg_notify(%s, '')", (self._leases.channel,))
+
     # -- leases ----------------------------------------------------------------------------------
 
     def release_requests(self) -> MemoryObjectReceiveStream[str]:
         """The combats other daemons ask this one to let go of, as they come."""
         return self._asked
 
-    def _ask(self, combat_id: str) -> None:
-        """A request to let a combat go (the renewer's thread): handed to the event loop, or
-        dropped if its queue is full or the loop is gone (the asker asks again)."""
-        token = self._token
-        if token is None:
+    def _ask(self, combat_id: str, asker: str | None) -> None:
+        """A request to let a combat go (the renewer's thread): handed to the event loop
+        without waiting for it, a renewal being due whatever the loop does (stalled past a
+        lease, it would fence every combat), or dropped if the loop's queue is full or the
+        loop is gone (the asker asks again)."""
+        loop = self._loop
+        if loop is None:
             return
-        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, RuntimeError):
-            anyio.from_thread.run_sync(self._asked_send.send_nowait, combat_id, token=token)
+        with self._asking:
+            if len(self._asking_ids) >= RELEASE_REQUESTS:
+                return
+            if asker is not None and (
+                combat_id in self._wanted or len(self._wanted) < RELEASE_REQUESTS
+            ):
+                self._wanted[combat_id] = asker
+            self._asking_ids.append(combat_id)
+            if len(self._asking_ids) > 1:
+                return  # a hand-over is on its way already
+        with contextlib.suppress(RuntimeError):  # the loop closed
+            loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """The requests ``_ask`` queued, into ``release_requests`` (the event loop's thread)."""
+        with self._asking:
+            asked, self._asking_ids = self._asking_ids, []
+        for combat_id in asked:
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                self._asked_send.send_nowait(combat_id)
 
     def hold_left(self, combat_id: str) -> float:
         """Seconds before this daemon may let the combat go (``MIN_HOLD``)."""
@@ -786,16 +869,18 @@ class PostgresStore:
         if lease is None:
             return
         self._last.pop(combat_id, None)
-        await anyio.to_thread.run_sync(self._released, combat_id, lease.epoch)
+        with self._asking:
+            wanted = self._wanted.pop(combat_id, None)
+        await anyio.to_thread.run_sync(self._released, combat_id, lease.epoch, wanted)
 
-    def _released(self, combat_id: str, epoch: int) -> None:
+    def _released(self, combat_id: str, epoch: int, wanted: str | None) -> None:
         with self._loading:
             self._read(
                 "loader",
                 lambda db: db.execute(
-                    f"UPDATE {SCHEMA}.combats SET owner = NULL"
+                    f"UPDATE {SCHEMA}.combats SET owner = NULL, wanted_by = %s, wanted_at = now()"
                     " WHERE combat_id = %s AND owner_epoch = %s",
-                    (combat_id, epoch),
+                    (wanted, combat_id, epoch),
                 ),
             )
         log.info("lease_released", combat=combat_id)
@@ -812,26 +897,29 @@ class PostgresStore:
             )
         return None if row is None else str(row[0])
 
-    def _acquire(self, combat_id: str) -> None:
-        """Take the combat's lease (epoch + 1) when it is free, run out or this daemon's own;
+    def acquire(self, combat_id: str) -> None:
+        """Take the combat's lease (epoch + 1) unless this daemon holds it, when it is free or
+        run out;
         else ask its holder to let it go and try again, until it does or its lease runs out
         (a dead holder's). Nothing happens for a combat the store does not hold (``load_one``
         says so). Raises ``StoreError("store_unavailable")`` if the holder keeps it."""
         leases = self._leases
+        if leases.epoch(combat_id) is not None:
+            return
         deadline = time.monotonic() + leases.seconds + ACQUIRE_SLACK
         asked = -math.inf
         while True:
             sent = time.monotonic()
             with self._loading:
-                holder, epoch = self._read(
+                exists, holder, epoch = self._read(
                     "loader", partial(_try_acquire, combat_id, leases.daemon_id)
                 )
+            if not exists:
+                return
             if epoch is not None:
                 self._last.pop(combat_id, None)  # another daemon may have appended since
                 leases.hold(combat_id, epoch, sent)
                 log.info("lease_acquired", combat=combat_id, epoch=epoch)
-                return
-            if holder is None:
                 return
             now = time.monotonic()
             if now >= deadline:
@@ -841,11 +929,36 @@ class PostgresStore:
                     "combat",
                     id=combat_id,
                 )
-            if now - asked >= ASK_AGAIN:
+            if holder is not None and now - asked >= ASK_AGAIN:
                 asked = now
                 with self._loading:
-                    self._read("loader", partial(_ask_release, holder, combat_id))
+                    self._read("loader", partial(_ask_release, holder, combat_id, leases.daemon_id))
             time.sleep(ACQUIRE_POLL)
+
+    def adopt_due(self, now: float) -> list[str]:
+        """Take the leases of up to ``ADOPT_BATCH`` combats whose deadline is due at ``now``
+        that no live daemon holds (free, or their holder dead): their clocks are this
+        daemon's to run now (any thread). Rows another session has locked are passed over."""
+        leases = self._leases
+        sent = time.monotonic()
+        with self._loading:
+            rows = self._read(
+                "loader",
+                lambda db: db.execute(
+                    f"UPDATE {SCHEMA}.combats SET owner = %(me)s,"
+                    " owner_epoch = owner_epoch + 1, wanted_by = NULL"
+                    f" WHERE combat_id IN (SELECT combat_id FROM {SCHEMA}.combats"
+                    f" WHERE deadline <= %(now)s AND owner IS DISTINCT FROM %(me)s"
+                    f" AND {_TAKEABLE} ORDER BY deadline LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
+                    f" AND {_TAKEABLE} RETURNING combat_id, owner_epoch",
+                    {"me": leases.daemon_id, "now": now, "n": ADOPT_BATCH, "wanted": WANTED_FOR},
+                ).fetchall(),
+            )
+        for combat_id, epoch in rows:
+            self._last.pop(combat_id, None)
+            leases.hold(combat_id, epoch, sent)
+            log.info("lease_acquired", combat=combat_id, epoch=epoch, detail="deadline due")
+        return [combat_id for combat_id, _ in rows]
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -881,7 +994,7 @@ class PostgresStore:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The committer: write queued batches, many per transaction, until ``stop``."""
         self._stopped = stopped = anyio.Event()
-        self._token = anyio.lowlevel.current_token()
+        self._loop = asyncio.get_running_loop()
         self._leases.asked = self._ask
         task_status.started()
         try:
@@ -907,7 +1020,7 @@ class PostgresStore:
                     with anyio.CancelScope(shield=True):
                         await self._committer.run(self._prune)
         finally:
-            self._token = None
+            self._loop = None
             self._committer.close()
             self._send.close()
             while True:
@@ -932,8 +1045,7 @@ class PostgresStore:
         fenced by its epoch, whatever happened meanwhile."""
         self._writer.close()
         self._last.clear()
-        self._writer = _connect(self._location, "committer")
-        self._leases.committer_pid = self._writer.info.backend_pid  # told at the next renewal
+        self._writer = _connect(self._location, "committer", self._leases)
         log.info("store_reconnected", store=shown(self._location))
 
     def _write(self, group: Sequence[_Pending]) -> None:
@@ -997,6 +1109,13 @@ class PostgresStore:
                             except _FencedError:
                                 pending.error = _moved(pending.batch.combat_id)
                             except (psycopg.errors.IntegrityError, psycopg.DataError) as e:
+                                if (
+                                    isinstance(e, psycopg.errors.UniqueViolation)
+                                    and e.diag.constraint_name == "requests_pkey"
+                                ):
+                                    # Another daemon stored the id, unseen by the renewals:
+                                    # the filter no longer rules ids out.
+                                    self._leases.shared("a request id stored by another daemon")
                                 pending.error = _error(
                                     e, self._location
                                 )  # the server's words to the log
@@ -1186,6 +1305,7 @@ class PostgresStore:
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
+        deadlines: dict[str, float | None] = {}  # and the deadline its summary gives
         snapshots: dict[str, tuple[int, bytes]] = {}
         last: int | None
         for pending in group:
@@ -1198,6 +1318,8 @@ class PostgresStore:
                 last = self._stored_last(b.combat_id)
             if b.ruleset is not None:
                 if last is not None:
+                    # Made by another daemon unseen (this one's registry refuses its own).
+                    self._leases.shared("a combat made by another daemon")
                     pending.error = _conflict(f"combat {b.combat_id!r} exists")
                     continue
                 last = 0
@@ -1225,6 +1347,7 @@ class PostgresStore:
                 requests.append((*b.request, b.combat_id, pending.response, b.at))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
+                deadlines[b.combat_id] = _deadline(b.summary)
             if pending.snapshot is not None:
                 snapshots[b.combat_id] = (last + len(pending.events), pending.snapshot)
         db = self._writer
@@ -1249,9 +1372,10 @@ class PostgresStore:
             # this daemon at the epoch it acquired (every write, events or not, so that a
             # daemon that lost the lease leaves no snapshot, summary or answer either).
             cursor = db.execute(
-                f"UPDATE {SCHEMA}.combats c SET last_seq = u.last"
-                " FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::int8[])"
-                " AS u (combat_id, expected, last, epoch)"
+                f"UPDATE {SCHEMA}.combats c SET last_seq = u.last,"
+                " deadline = CASE WHEN u.summed THEN u.deadline ELSE c.deadline END"
+                " FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::int8[], %s::bool[],"
+                " %s::float8[]) AS u (combat_id, expected, last, epoch, summed, deadline)"
                 " WHERE c.combat_id = u.combat_id AND c.last_seq = u.expected"
                 " AND c.owner_epoch = u.epoch",
                 (
@@ -1259,6 +1383,8 @@ class PostgresStore:
                     [starts[c] for c in touched],
                     [ends[c] for c in touched],
                     [epochs[c] for c in touched],
+                    [c in deadlines for c in touched],
+                    [deadlines.get(c) for c in touched],
                 ),
             )
             if cursor.rowcount != len(touched):
@@ -1310,6 +1436,7 @@ class PostgresStore:
         ).fetchone()
         if b.ruleset is not None:
             if row is not None:
+                self._leases.shared("a combat made by another daemon")
                 raise _ConflictError(f"combat {b.combat_id!r} exists")
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
@@ -1350,6 +1477,10 @@ class PostgresStore:
                     f"INSERT INTO {SCHEMA}.summaries (combat_id, body) VALUES (%s, %s)"
                     " ON CONFLICT (combat_id) DO UPDATE SET body = excluded.body",
                     (b.combat_id, pending.summary),
+                )
+                cur.execute(
+                    f"UPDATE {SCHEMA}.combats SET deadline = %s WHERE combat_id = %s",
+                    (_deadline(b.summary), b.combat_id),
                 )
             if pending.snapshot is not None:
                 cur.execute(
@@ -1392,7 +1523,7 @@ class PostgresStore:
             try:
                 if db.broken or db.closed:
                     db.close()
-                    db = _connect(self._location, role)
+                    db = _connect(self._location, role, self._leases)
                     setattr(self, f"_{role}", db)
                 return query(db)
             except psycopg.OperationalError as e:
@@ -1442,11 +1573,11 @@ class PostgresStore:
 
         A gap anywhere in its log quarantines it, and so does a log shorter than the combat's
         own last seq (events lost at the end): found by counting, so no event body is read.
-        The combat's lease is acquired first (``_acquire``): what is read then is the whole
-        log, which no other daemon can append to until this one lets it go. Raises
+        The combat's lease is acquired first (``acquire``) unless held: what is read then is
+        the whole log, which no other daemon can append to until this one lets it go. Raises
         ``StoreError("store_failed")`` for a combat the store does not hold, and
         ``StoreError("store_unavailable")`` if another daemon keeps its lease."""
-        self._acquire(combat_id)
+        self.acquire(combat_id)
         with self._loading:
             return self._read("loader", partial(self._load_combat, combat_id))
 
@@ -1703,51 +1834,79 @@ def _durable(db: _Connection) -> None:
     db.execute("SET LOCAL synchronous_commit = on")
 
 
-def _try_acquire(combat_id: str, daemon_id: str, db: _Connection) -> tuple[str | None, int | None]:
+_TAKEABLE = (
+    "(owner = %(me)s OR CASE WHEN owner IS NULL"
+    " THEN wanted_by IS NULL OR wanted_by = %(me)s"
+    " OR wanted_at + %(wanted)s * interval '1 second' <= now()"
+    f" ELSE NOT EXISTS (SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = owner"
+    " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()) END)"
+)
+"""Whether daemon ``me`` may take a combat's lease: its own, free (and not kept for another
+daemon that asked for it), or run out (its owner's heartbeat older than the owner's lease, or
+the owner gone from ``daemons``), by the server's clock."""
+
+
+def _try_acquire(
+    combat_id: str, daemon_id: str, db: _Connection
+) -> tuple[bool, str | None, int | None]:
     """Take the combat's lease if it is free, run out (its owner's heartbeat is older than the
-    owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (holder, the
-    new epoch), or (the live holder, None), or (None, None) for no such combat (or a holder
-    that let go just now: tried again).
+    owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (whether the
+    combat exists, its holder as the statement began, the new epoch if taken). Not taken, a
+    holder of None means one that let go meanwhile: tried again.
 
-    A row locked by its owner's transaction is waited for ``ACQUIRE_LOCK_WAIT`` at most: an
-    owner whose lease has run out while it holds it (paused in the middle of a commit) has its
-    committer's session ended, which rolls that transaction back, and the next try takes it."""
+    One statement in autocommit, so no transaction of the acquire's stays open across a
+    round trip. A row locked by another session is waited for ``ACQUIRE_LOCK_WAIT`` at most:
+    a daemon whose lease has run out while it holds it (paused in the middle of a commit) has
+    its sessions ended, which rolls that transaction back, and the next try takes it."""
+    db.execute(f"SET lock_timeout = '{ACQUIRE_LOCK_WAIT}'")
     try:
-        with db.transaction():
-            db.execute(f"SET LOCAL lock_timeout = '{ACQUIRE_LOCK_WAIT}'")
-            row = db.execute(
-                f"UPDATE {SCHEMA}.combats c SET owner = %(me)s, owner_epoch = owner_epoch + 1"
-                " WHERE combat_id = %(id)s AND (owner IS NULL OR owner = %(me)s OR NOT EXISTS ("
-                f" SELECT 1 FROM {SCHEMA}.daemons d WHERE d.daemon_id = c.owner"
-                " AND d.heartbeat + d.lease_seconds * interval '1 second' > now()))"
-                " RETURNING owner_epoch",
-                {"me": daemon_id, "id": combat_id},
-            ).fetchone()
+        row = db.execute(
+            f"WITH took AS (UPDATE {SCHEMA}.combats c"
+            " SET owner = %(me)s, owner_epoch = owner_epoch + 1, wanted_by = NULL"
+            f" WHERE combat_id = %(id)s AND {_TAKEABLE} RETURNING owner_epoch)"
+            f" SELECT (SELECT owner_epoch FROM took), owner FROM {SCHEMA}.combats"
+            " WHERE combat_id = %(id)s",
+            {"me": daemon_id, "id": combat_id, "wanted": WANTED_FOR},
+        ).fetchone()
     except psycopg.errors.LockNotAvailable:
-        row = None
-        ended: tuple[Any, ...] | None = None
-        # A role that may not end another's session waits for the owner to come back.
-        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-            ended = db.execute(
-                "SELECT pg_terminate_backend(d.committer_pid)"
-                f" FROM {SCHEMA}.combats c JOIN {SCHEMA}.daemons d ON d.daemon_id = c.owner"
-                " WHERE c.combat_id = %s AND d.committer_pid IS NOT NULL"
-                " AND d.heartbeat + d.lease_seconds * interval '1 second' <= now()",
-                (combat_id,),
-            ).fetchone()
+        _end_sessions(combat_id, db)
+        return True, None, None
+    finally:
+        db.execute("RESET lock_timeout")
+    if row is None:
+        return False, None, None
+    epoch, holder = row
+    return True, holder, None if epoch is None else int(epoch)
+
+
+def _end_sessions(combat_id: str, db: _Connection) -> None:
+    """End every session of every daemon whose lease has run out (its heartbeat older than
+    its lease): one of them holds the combat's row in a transaction it cannot finish (paused,
+    partitioned), the owner in the middle of a commit or any other daemon, and ending the
+    session rolls that back. A role that may not end another's session waits for the
+    holder to come back instead."""
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        ended = db.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid))"
+            f" FROM pg_stat_activity a JOIN {SCHEMA}.daemons d"
+            " ON a.application_name LIKE 'turnkeeper % ' || d.daemon_id || ' %'"
+            " WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()"
+            " AND d.heartbeat + d.lease_seconds * interval '1 second' <= now()",
+        ).fetchone()
         if ended is not None and ended[0]:
-            log.warning("lease_holder_ended", combat=combat_id, detail="paused mid-commit")
-    if row is not None:
-        return daemon_id, int(row[0])
-    found = db.execute(
-        f"SELECT owner FROM {SCHEMA}.combats WHERE combat_id = %s", (combat_id,)
-    ).fetchone()
-    return (None if found is None else found[0]), None
+            log.warning("lease_holder_ended", combat=combat_id, sessions=ended[0])
 
 
-def _ask_release(holder: str, combat_id: str, db: _Connection) -> None:
-    """Ask the daemon ``holder`` to let the combat go (heard by its ``_Leases`` thread)."""
-    db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", combat_id))
+def _ask_release(holder: str, combat_id: str, asker: str, db: _Connection) -> None:
+    """Ask the daemon ``holder`` to let the combat go to ``asker`` (heard by its ``_Leases``
+    thread): ``asker:combat_id``, a daemon id having no colon."""
+    db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", f"{asker}:{combat_id}"))
+
+
+def _deadline(summary: Any) -> float | None:
+    """The next deadline a combat's summary gives (``turnkeeper.combats.combat.summary``)."""
+    found = summary.get("deadline") if isinstance(summary, dict) else None
+    return float(found) if isinstance(found, int | float) else None
 
 
 def _page(
