@@ -33,6 +33,7 @@ __all__ = [
     "on_store",
     "running",
     "stop_all",
+    "two_daemons",
 ]
 
 
@@ -189,6 +190,17 @@ def running(
         if daemon.process is not None and daemon.process.poll() is None:
             daemon.process.kill()
             daemon.process.wait()
+
+
+def two_daemons(tmp_path: Path, dsn: str, tcp: bool = False) -> tuple[Daemon, Daemon]:
+    """Two daemons on one PostgreSQL database, each with its own data directory and socket
+    (and TCP port, with ``tcp``); stop them with ``stop_all``."""
+    started = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        port = free_port() if tcp else None
+        started.append(Daemon(tmp_path / name, port, "--store", dsn).start())
+    return started[0], started[1]
 
 
 def create_many(gm: Client, ids: list[str]) -> None:

@@ -175,6 +175,16 @@ def sql(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
         return cursor.fetchall() if cursor.description else []
 
 
+def lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
+    """A combat's ``(owner, owner_epoch, last_seq)`` as the database has it."""
+    [row] = sql(
+        dsn,
+        "SELECT owner, owner_epoch, last_seq FROM turnkeeper.combats WHERE combat_id = %s",
+        combat_id,
+    )
+    return row
+
+
 def logged_seqs(dsn: str, combat_id: str) -> list[int]:
     """The seqs of a combat's log in the PostgreSQL store, in order."""
     from turnkeeper.stores.postgresql import SCHEMA

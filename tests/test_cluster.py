@@ -319,7 +319,7 @@ def test_three_daemons_under_kills_and_stops_lose_nothing_and_repeat_nothing(
             cluster_check.check_answers(cluster.sent, RETRYABLE)
             + cluster_check.check_log(log)
             + cluster_check.check_requests(log, cluster.sent)
-            + cluster_check.check_subscriptions(log, cluster.seen, contiguous=False)
+            + cluster_check.check_subscriptions(log, cluster.seen, contiguous=True)
         )
         acknowledged = _report(moves, cluster, log)
         assert not problems, "\n".join(problems[:50])
@@ -328,24 +328,18 @@ def test_three_daemons_under_kills_and_stops_lose_nothing_and_repeat_nothing(
         stop_all(*daemons)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 12 part 3, not built (docs/scale-out.md): a subscription sees only the "
-    "events its own daemon writes",
-)
 def test_a_subscriber_sees_the_events_another_daemon_writes(
     tmp_path: Path, postgres_db: str
 ) -> None:
-    """Today a subscriber on a daemon that loses the combat stays subscribed, is told nothing
-    while another daemon writes, and gets its own daemon's events again once the combat
-    comes back: with a gap, which protocol.md's ``subscribe`` rules out."""
+    """A subscriber on a daemon that loses the combat is told what the other daemon writes
+    (it follows the combat), with no gap, as protocol.md's ``subscribe`` promises."""
     a, b = on_store(tmp_path, postgres_db, ("a", "b"))
     try:
         at_a = a.client()
         add_spidey(at_a, "bank")
         watcher = a.client()
-        seq = watcher.call("subscribe", combat="bank")["seq"]
+        seq = at_a.call("get_combat", combat="bank")["seq"]
+        watcher.call("subscribe", combat="bank", after=seq)
         b.client().call(
             "add_combatant", request_id="hulk", combat="bank", id="hulk", display_name="Hulk"
         )

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, add_spidey, on_store, stop_all
+from postgres import lease as _lease
 from postgres import logged_seqs, sql
 from test_daemon_clock import _setup
 from test_hub import _Now, _started, _until_changed
@@ -44,15 +45,6 @@ FAILOVER_SECONDS = 5.0
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _lease(dsn: str, combat_id: str) -> tuple[Any, ...]:
-    [row] = sql(
-        dsn,
-        f"SELECT owner, owner_epoch, last_seq FROM {SCHEMA}.combats WHERE combat_id = %s",
-        combat_id,
-    )
-    return row
 
 
 def _expire(dsn: str, store: PostgresStore) -> None:

@@ -602,7 +602,7 @@ def test_a_daemon_whose_sessions_are_lost_serves_on_with_the_leases_it_held(
     try:
         c = d.client()
         add_spidey(c, "bank")
-        assert _end_sessions(postgres_db) == 4
+        assert _end_sessions(postgres_db) == 5  # with the listener for followed combats
         started = c.call("start_combat", request_id="bank-start", combat="bank")
         assert started["seq"] > 2
         assert _sql(postgres_db, f"SELECT owner_epoch FROM {SCHEMA}.combats") == [(1,)]

@@ -111,6 +111,7 @@ async def serve(
                 tg.start_soon(hub.run_hooks)
                 tg.start_soon(hub.run_releases)
                 tg.start_soon(hub.run_adoption)
+                await tg.start(hub.run_follow)  # listening before serving: no commit unheard
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
                 tg.start_soon(sessions.watch_tokens)

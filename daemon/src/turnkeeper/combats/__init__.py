@@ -7,7 +7,8 @@ command is committed nothing waits on a plugin before its reply.
 
 The package's rooms, each importing only those below it (an import-linter contract keeps it
 so): ``hub`` (the facade) → ``clock`` → ``writer`` (idempotency and the pipeline's ports) →
-``hooks``, ``fanout`` (the one subscription registry) and ``queries`` → ``rebuild`` →
+``hooks``, ``fanout`` (the one subscription registry) and ``queries`` → ``follow`` (reading combats
+another daemon holds) → ``rebuild`` →
 ``registry`` → ``deadlines`` → ``telling`` and ``combat`` → ``errors``.
 """
 

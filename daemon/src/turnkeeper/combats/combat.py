@@ -55,6 +55,9 @@ class Combat:
     places: int = 0
     """Places this combat's commands hold in its worker's ``HOOK_QUEUE``
     (``HOOK_QUEUE_PER_COMBAT``)."""
+    followed: bool = False
+    """Not held here (another daemon writes it) but read here: ``state`` is kept at ``seq``
+    from the log (``turnkeeper.combats.follow``)."""
     table: str = DEFAULT_TABLE
     """The table the combat belongs to (``turnkeeper.tables``): set when it is made, never
     changed."""

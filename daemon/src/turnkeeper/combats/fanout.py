@@ -22,7 +22,7 @@ from ..stores.port import StoreError, StorePort
 from ..tables import Scope
 from .combat import Combat
 from .errors import RequestError
-from .rebuild import Rebuilder
+from .follow import Follower
 from .registry import Combats
 from .telling import Batch, audience, numbered, packed
 
@@ -65,10 +65,10 @@ class Subscriber(Protocol):
 class SubscriptionRegistry:
     """Who follows which combat, and who follows all of them (``subscribe_all``)."""
 
-    def __init__(self, store: StorePort, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
+    def __init__(self, store: StorePort, combats: Combats, reader: Follower, rules: RuleBook):
         self._store = store
         self._combats = combats
-        self._rebuilder = rebuilder
+        self._reader = reader
         self._rules = rules
         self._by_combat: dict[str, dict[Audience, set[Subscriber]]] = {}
         """The subscribers of each combat by audience, so that a command's events are shown
@@ -96,6 +96,17 @@ class SubscriptionRegistry:
             _audience(subscriber), ()
         )
 
+    def watched(self, combat: Combat) -> bool:
+        """Whether anyone here would be shown ``combat``'s events (by ``subscribe`` or
+        ``subscribe_all``)."""
+        return (
+            combat.id in self._by_combat or combat.table in self._by_table or bool(self._everywhere)
+        )
+
+    def follows_any_table(self) -> bool:
+        """Whether anyone here follows whole tables (``subscribe_all``)."""
+        return bool(self._everywhere or self._by_table)
+
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
         return set().union(*self._by_combat.get(combat_id, {}).values())
@@ -105,7 +116,10 @@ class SubscriptionRegistry:
         and the subscriber registered while the combat's writer is held."""
         if self.follows(subscriber, combat_id):
             raise RequestError("already_subscribed", "subscribed to it already", "combat")
-        combat = await self._rebuilder.ready(combat_id)
+        combat = await self._reader.ready(combat_id)
+        if after > combat.seq:
+            # Seen on another daemon further on than this one has read (a followed combat).
+            await self._reader.refresh(combat)
         async with combat.lock:
             if after < 0 or after > combat.seq:
                 raise RequestError(
@@ -122,6 +136,9 @@ class SubscriptionRegistry:
                 stored = await self._store.events_after(combat.id, after, MAX_CATCH_UP)
             except StoreError as e:
                 raise self._combats.quarantine(combat, e) from e
+            # A followed combat's log may have grown past what this daemon read of it: those
+            # events come live, with the rest of their read (``Follower``).
+            stored = [(seq, body) for seq, body in stored if seq <= combat.seq]
             events = [(seq, event_from_plain(body)) for seq, body in stored]
             shown = numbered(
                 events,

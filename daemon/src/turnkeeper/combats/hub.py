@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import structlog
+from anyio.abc import TaskStatus
 
 from turnkeeper_engine import BUNDLED_RULES, Actor, DiceSource, RuleBook, SystemDice
 from turnkeeper_engine.pipeline import Pipeline
@@ -25,6 +26,7 @@ from .clock import Clock
 from .combat import Combat
 from .deadlines import Deadlines
 from .fanout import Subscriber, SubscriptionRegistry
+from .follow import Follower
 from .hooks import HookWorkers
 from .queries import Queries
 from .rebuild import SNAPSHOT_EVERY, Rebuilder
@@ -96,8 +98,14 @@ class Hub:
         self.combats = self.registry.by_id
         """Every combat by id (the registry's own mapping: read it, never change it)."""
         self.rebuilder = Rebuilder(store, self.registry, self.deadlines, clock, snapshot_every)
-        self.subscriptions = SubscriptionRegistry(store, self.registry, self.rebuilder, self.rules)
-        self.queries = Queries(store, self.registry, self.rebuilder, self.rules)
+        # On a store many daemons share, what this daemon reads but another holds is followed.
+        self.follower = Follower(store, self.registry, self.rebuilder)
+        self.subscriptions = SubscriptionRegistry(store, self.registry, self.follower, self.rules)
+        self.follower.publish = self.subscriptions.publish
+        self.follower.watched = self.subscriptions.watched
+        self.follower.follows_all = self.subscriptions.follows_any_table
+        self.rebuilder.acquired = self.follower.handover
+        self.queries = Queries(store, self.registry, self.follower, self.rules)
         self.hooks = HookWorkers()
         self.writer = Writer(
             store=store,
@@ -181,7 +189,9 @@ class Hub:
                             if combat.loaded:
                                 self.rebuilder.forget(combat)
                             await shared.release(combat_id)
-                            return
+                    if loading is None:
+                        self.follower.released(combat)
+                        return
                     # A load in flight read the log as it stood at its acquire: let go before
                     # it is done, and another daemon would append behind it, and this one
                     # answer from what it read (a command refused by a stale state). Once it
@@ -197,6 +207,14 @@ class Hub:
                 if combat_id not in releasing:  # the asker asks again while it waits
                     releasing.add(combat_id)
                     tg.start_soon(release, combat_id)
+
+    async def run_follow(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """On a store many daemons share, keep the combats read here but held elsewhere at
+        their logs' ends, telling their subscribers, until cancelled (``Follower.run``);
+        started once it listens."""
+        await self.follower.run(task_status=task_status)
 
     async def run_clock(self) -> None:
         """Tick every combat at its deadlines until cancelled (R13)."""

@@ -10,7 +10,7 @@ from turnkeeper_sdk import wire
 from ..stores.port import StoreError, StorePort
 from ..tables import Scope
 from .combat import Combat
-from .rebuild import Rebuilder
+from .follow import Follower
 from .registry import Combats
 from .telling import audience, numbered, told
 
@@ -21,21 +21,25 @@ MAX_REASON_CHARS = 200
 class Queries:
     """What clients read of the combats (``Combats``, rebuilt on first use by ``Rebuilder``)."""
 
-    def __init__(self, store: StorePort, combats: Combats, rebuilder: Rebuilder, rules: RuleBook):
+    def __init__(self, store: StorePort, combats: Combats, reader: Follower, rules: RuleBook):
         self._store = store
         self._combats = combats
-        self._rebuilder = rebuilder
+        self._reader = reader
         self._rules = rules
 
     async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
         """The combat as ``actor`` may see it (R16), encoded once per audience and seq."""
-        return self._view(await self._rebuilder.ready(combat_id), actor)
+        return self._view(await self._reader.ready(combat_id), actor)
 
     def view_now(self, combat_id: str, actor: Actor) -> wire.Packed | None:
         """``view`` without waiting: None when it would wait or refuse (the combat is unknown,
-        not rebuilt yet, or quarantined), for ``view`` to do so."""
+        not rebuilt yet nor followed, or quarantined), for ``view`` to do so."""
         combat = self._combats.by_id.get(combat_id)
-        if combat is None or not combat.loaded or combat.quarantined is not None:
+        if (
+            combat is None
+            or not (combat.loaded or combat.followed)
+            or combat.quarantined is not None
+        ):
             return None
         return self._view(combat, actor)
 
@@ -55,11 +59,13 @@ class Queries:
         self, combat_id: str, actor: Actor, after: int, limit: int, locale: str | None = None
     ) -> Plain:
         """A page of the events after ``after``, as ``actor`` may see them."""
-        combat = await self._rebuilder.ready(combat_id)
+        combat = await self._reader.ready(combat_id)
         try:
             stored = await self._store.events_after(combat.id, after, limit)
         except StoreError as e:
             raise self._combats.quarantine(combat, e) from e
+        # Of a followed combat, no event past the state it is judged by (R16) is shown.
+        stored = [(seq, body) for seq, body in stored if seq <= combat.seq]
         events = [(seq, event_from_plain(body)) for seq, body in stored]
         return {
             "combat": combat.id,

@@ -17,12 +17,11 @@ import structlog
 from turnkeeper_engine import State, evolve
 from turnkeeper_engine.plain import event_from_plain, from_shared, to_shared
 
-from ..stores.port import Batch, SharedStore, StoreError, StorePort
+from ..stores.port import Batch, LoadedCombat, SharedStore, StoreError, StorePort
 from ..tables import DEFAULT_TABLE, Scope
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
-from .errors import RequestError
-from .registry import Combats, unknown_combat
+from .registry import Combats, unknown_combat, usable
 
 log = structlog.get_logger("turnkeeper.combats")
 
@@ -91,6 +90,9 @@ class Rebuilder:
         one started is looked for there."""
         self._limiter: anyio.CapacityLimiter | None = None
         """Worker threads for rebuilds (``LOAD_THREADS``)."""
+        self.acquired: Callable[[Combat, State, int], Awaitable[None]] | None = None
+        """Called with a combat rebuilt for this daemon to write (its lease taken, on a shared
+        store), its state and seq, before anything else sees it (``Follower.handover``)."""
 
     async def recover(self) -> None:
         """Know every combat at once from its stored summary, so the daemon serves right away;
@@ -173,6 +175,13 @@ class Rebuilder:
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat, rebuilt first if it was not yet; refused if unknown or quarantined. One
         outside ``scope``'s tables is refused as unknown, before anything of it is told."""
+        found = await self.find(combat_id, scope)
+        await self.load_once(found)
+        return usable(found)
+
+    async def find(self, combat_id: str, scope: Scope = None) -> Combat:
+        """The combat, rebuilt or not (one another daemon made since this one started is
+        looked for in the store); refused as unknown if there is none in ``scope``."""
         if combat_id not in self.combats.by_id and self.shared is not None:
             table = await anyio.to_thread.run_sync(self.shared.locate, combat_id)
             if table is not None and combat_id not in self.combats.by_id:
@@ -180,10 +189,6 @@ class Rebuilder:
         found = self.combats.known(combat_id)
         if scope is not None and found.table not in scope:
             raise unknown_combat(combat_id)
-        await self.load_once(found)
-        if found.quarantined is not None:
-            # The reason is a diagnostic (what failed to decode, and how): told as it is.
-            raise RequestError("combat_quarantined", "{reason}", "combat", reason=found.quarantined)
         return found
 
     async def load_once(self, combat: Combat) -> None:
@@ -222,17 +227,41 @@ class Rebuilder:
             # Waiting for another daemon to let the combat go is no rebuild: it takes no slot
             # of the rebuilds', which other combats' first uses need meanwhile.
             await anyio.to_thread.run_sync(self.shared.acquire, combat.id, abandon_on_cancel=True)
+        rebuilt = await self._rebuilt(combat.id)
+        if self.acquired is not None and rebuilt.quarantined is None:
+            await self.acquired(combat, rebuilt.state, rebuilt.seq)
+        await self._settle(combat, rebuilt)
+
+    async def read_unleased(self, combat_id: str) -> tuple[State, int, str | None]:
+        """The combat as its log stands, read without its lease (a combat another daemon
+        holds, followed here): its state, its seq and why it is quarantined (None if not)."""
+        assert self.shared is not None
+        rebuilt = await self._rebuilt(combat_id, self.shared.read_one, leased=False)
+        for note in rebuilt.passed_over:
+            log.warning("snapshot_unreadable", combat=combat_id, detail=note)
+        return rebuilt.state, rebuilt.seq, rebuilt.quarantined
+
+    async def _rebuilt(
+        self, combat_id: str, load: Callable[[str], LoadedCombat] | None = None, leased: bool = True
+    ) -> _Rebuilt:
+        """``_rebuild`` in a worker thread; raises ``store_unavailable`` if it says so."""
         stop = threading.Event()
         try:
             rebuilt = await anyio.to_thread.run_sync(
-                self._rebuild, combat.id, stop, abandon_on_cancel=True, limiter=self._loads()
+                self._rebuild,
+                combat_id,
+                stop,
+                load,
+                leased,
+                abandon_on_cancel=True,
+                limiter=self._loads(),
             )
         except BaseException:
             stop.set()  # an abandoned thread stops at its next event
             raise
         if rebuilt.unavailable is not None:
             raise rebuilt.unavailable
-        await self._settle(combat, rebuilt)
+        return rebuilt
 
     def forget(self, combat: Combat) -> None:
         """Have ``combat`` rebuilt from the store before its next use: what it holds in
@@ -295,7 +324,13 @@ class Rebuilder:
             time.sleep(0)
         return rebuilt
 
-    def _rebuild(self, combat_id: str, stop: threading.Event) -> _Rebuilt:
+    def _rebuild(
+        self,
+        combat_id: str,
+        stop: threading.Event,
+        load: Callable[[str], LoadedCombat] | None = None,
+        leased: bool = True,
+    ) -> _Rebuilt:
         """``_load``'s work, in a worker thread: the stored snapshot (passed over if it does
         not decode or miscounts its log), then the events after it, streamed from the store.
         ``fresh`` is set when the stored snapshot was passed over or the replay was as long as
@@ -304,7 +339,8 @@ class Rebuilder:
         # only rescan them.
         gc.disable()
         try:
-            loaded = self.store.load_one(combat_id)
+            # The store's own load (its lease taken), unless told otherwise (``read_unleased``).
+            loaded = (load or self.store.load_one)(combat_id)
         except StoreError as e:
             if e.code == "store_unavailable":
                 return _Rebuilt(State(), 0, 0, unavailable=e)
@@ -340,6 +376,8 @@ class Rebuilder:
         snapshot_seq = seq
         try:
             for n, body in self.store.replay(combat_id, seq):
+                if n > loaded.last and not leased:
+                    break  # its holder appends as it is read: a follower reads on from here
                 if n > loaded.last:
                     # Appended since the load counted the log: on a shared store, by a daemon
                     # that took the combat over meanwhile (this one paused past its lease, or

@@ -36,6 +36,14 @@ def unknown_combat(combat_id: str) -> RequestError:
     return RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
 
 
+def usable(combat: Combat) -> Combat:
+    """``combat``, refused if quarantined."""
+    if combat.quarantined is not None:
+        # The reason is a diagnostic (what failed to decode, and how): told as it is.
+        raise RequestError("combat_quarantined", "{reason}", "combat", reason=combat.quarantined)
+    return combat
+
+
 class Combats:
     """Every combat of the daemon by id, and their ids sorted for paging. A combat's deadline
     is the clock's to know (``deadlines``): quarantining one takes it off."""

@@ -8,7 +8,7 @@ which came first; every store raises the same ``StoreError`` codes for the same 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from anyio.abc import TaskStatus
@@ -98,6 +98,22 @@ class SharedStore(StorePort, Protocol):
 
     def locate(self, combat_id: str) -> str | None:
         """The table of a combat another daemon made, or None if there is none (any thread)."""
+
+    def read_one(self, combat_id: str) -> LoadedCombat:
+        """``load_one`` without the lease: the log as it stands (a followed combat)."""
+
+    def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
+        """The last seq of each of these combats the store holds (any thread)."""
+
+    async def follow_changes(
+        self,
+        woken: Callable[[dict[str, int] | None], None],
+        *,
+        task_status: TaskStatus[None] = ...,
+    ) -> None:
+        """Call ``woken`` with the last seq of each combat whose log grew, as any daemon's
+        commits tell it (a wake-up, not the record: some may go untold; None says that some
+        may have), until cancelled; start it with ``task_group.start`` (then it listens)."""
 
 
 __all__ = ["Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]

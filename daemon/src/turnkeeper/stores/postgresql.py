@@ -68,6 +68,7 @@ from ..store import (
     _unpack,
     _unpack_event,
 )
+from . import changes
 
 log = structlog.get_logger("turnkeeper.store")
 
@@ -1088,6 +1089,7 @@ class PostgresStore:
                     with self._watchdog.bounding(db), db.transaction():
                         _durable(db)
                         self._write_together(group)
+                        changes.notify(db, _appended(group))
                         committing = True
                 except (_ConflictError, psycopg.errors.IntegrityError, psycopg.DataError):
                     # A batch does not fit the log, or holds what the database cannot store:
@@ -1117,6 +1119,7 @@ class PostgresStore:
                                 pending.error = _error(
                                     e, self._location
                                 )  # the server's words to the log
+                        changes.notify(db, _appended(group))
                         committing = True
                 break
             except psycopg.Error as e:
@@ -1578,6 +1581,39 @@ class PostgresStore:
         with self._loading:
             return self._read("loader", partial(self._load_combat, combat_id))
 
+    def read_one(self, combat_id: str) -> LoadedCombat:
+        """``load_one`` without acquiring the combat's lease: the log as it stands, which
+        its holder may append to meanwhile (a combat followed here; any thread)."""
+        with self._loading:
+            return self._read("loader", partial(self._load_combat, combat_id))
+
+    def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
+        """The last seq of each combat of ``combat_ids`` the store holds (any thread)."""
+        with self._loading:
+            rows = self._read(
+                "loader",
+                lambda db: db.execute(
+                    f"SELECT combat_id, last_seq FROM {SCHEMA}.combats"
+                    " WHERE combat_id = ANY(%s::text[])",
+                    (combat_ids,),
+                ).fetchall(),
+            )
+        return {str(c): int(s) for c, s in rows}
+
+    async def follow_changes(
+        self,
+        woken: Callable[[changes.Changes | None], None],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Hand ``woken`` the combats whose logs grew, as any daemon's commits tell them (None
+        after the listener's session was lost: some may have gone untold), until cancelled;
+        started once it listens."""
+        listener = changes.Listener(
+            partial(_connect, self._location, "listener"), partial(_reason, location=self._location)
+        )
+        await listener.run(woken, task_status=task_status)
+
     @staticmethod
     def _load_combat(combat_id: str, db: _Connection) -> LoadedCombat:
         with db.transaction():
@@ -1882,6 +1918,15 @@ def _page(
         " ORDER BY seq LIMIT %s",
         (combat_id, after, limit),
     ).fetchall()
+
+
+def _appended(group: Sequence[_Pending]) -> list[tuple[str, int]]:
+    """Each combat the group appended to with its new last seq (``changes.notify``)."""
+    return [
+        (p.batch.combat_id, p.batch.first_seq + len(p.events) - 1)
+        for p in group
+        if p.error is None and p.events
+    ]
 
 
 def _size(pending: _Pending) -> int:

@@ -1,0 +1,142 @@
+"""Telling other daemons that a combat's log grew: one ``NOTIFY`` channel every daemon on a
+database writes to in its commit transactions and listens on, on one session of its own.
+
+A notification is only a wake-up: it says which combats reached which last seq, and the log
+says what happened. One that is lost (the listener's session was away, its queue full) is
+caught up by the next for that combat, or by the follower's periodic poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import psycopg
+import structlog
+from anyio.abc import TaskStatus
+
+log = structlog.get_logger("turnkeeper.store")
+
+CHANNEL = "turnkeeper_events"
+"""The one channel every daemon's commits notify and every daemon listens on."""
+
+MAX_PAYLOAD_BYTES = 7000
+"""Bytes of one notification's payload: PostgreSQL refuses 8000 or more. A group commit's
+combats are split over as many notifications as they need (a combat id of 128 four-byte
+characters takes under 600 bytes)."""
+
+WAKE_QUEUE = 64
+"""Notifications waiting for the event loop; past it they are dropped (the follower's poll
+reads what they would have said from the log)."""
+
+LISTEN_WAIT = 1.0
+"""Seconds the listener's thread waits for a notification before it looks whether to stop."""
+
+RECONNECT_PAUSE = 1.0
+"""Seconds between two tries to open the listener's session again, once lost."""
+
+Changes = dict[str, int]
+"""The last seq of each combat whose log grew."""
+
+
+def payloads(appended: Sequence[tuple[str, int]]) -> list[str]:
+    """The payloads telling ``appended`` (combat id, last seq), each under
+    ``MAX_PAYLOAD_BYTES``: JSON pairs, since a combat id may hold any character."""
+    chunks: list[str] = []
+    pairs: list[str] = []
+    size = 2
+    for combat_id, last in appended:
+        pair = json.dumps([combat_id, last], ensure_ascii=False)
+        if pairs and size + len(pair.encode()) + 1 > MAX_PAYLOAD_BYTES:
+            chunks.append(f"[{','.join(pairs)}]")
+            pairs, size = [], 2
+        pairs.append(pair)
+        size += len(pair.encode()) + 1
+    if pairs:
+        chunks.append(f"[{','.join(pairs)}]")
+    return chunks
+
+
+def notify(db: psycopg.Connection[Any], appended: Sequence[tuple[str, int]]) -> None:
+    """Notify ``appended`` in ``db``'s open transaction: delivered when (and only if) it
+    commits. One statement however many payloads."""
+    chunks = payloads(appended)
+    if chunks:
+        db.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (CHANNEL, chunks))
+
+
+def parse(payload: str) -> Changes:
+    """A notification's combats and last seqs; nothing from a payload not of this module's
+    making (another program on the channel)."""
+    try:
+        pairs = json.loads(payload)
+        return {str(c): int(s) for c, s in pairs}
+    except (ValueError, TypeError):
+        return {}
+
+
+class Listener:
+    """``LISTEN`` on ``CHANNEL`` on a session of its own (``connect``), in a thread; what it
+    hears is handed to ``woken`` on the event loop: each notification's changes, and None
+    whenever its session was (re)opened, since notifications were lost meanwhile."""
+
+    def __init__(
+        self, connect: Callable[[], psycopg.Connection[Any]], reason: Callable[[Exception], str]
+    ):
+        self._connect = connect
+        self._reason = reason
+        self._closed = threading.Event()
+
+    async def run(
+        self,
+        woken: Callable[[Changes | None], None],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen until cancelled; started once the first session listens (or failed to)."""
+        send, receive = anyio.create_memory_object_stream[Changes | None](WAKE_QUEUE)
+        token = anyio.lowlevel.current_token()
+        first = threading.Event()
+
+        def hand(changes: Changes | None) -> None:
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, RuntimeError):
+                anyio.from_thread.run_sync(send.send_nowait, changes, token=token)
+
+        thread = threading.Thread(
+            target=self._listen, args=(hand, first), name="turnkeeper-changes", daemon=True
+        )
+        thread.start()
+        try:
+            await anyio.to_thread.run_sync(first.wait, abandon_on_cancel=True)
+            task_status.started()
+            async with receive:
+                async for changes in receive:
+                    woken(changes)
+        finally:
+            self._closed.set()
+            send.close()
+
+    def _listen(self, hand: Callable[[Changes | None], None], first: threading.Event) -> None:
+        while not self._closed.is_set():
+            db: psycopg.Connection[Any] | None = None
+            try:
+                db = self._connect()
+                db.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(CHANNEL)))
+                first.set()
+                hand(None)  # what was appended while nobody listened: read from the log
+                while not self._closed.is_set():
+                    for notice in db.notifies(timeout=LISTEN_WAIT):
+                        hand(parse(notice.payload))
+            except psycopg.Error as e:
+                log.warning("store_listener_lost", reason=self._reason(e))
+                first.set()  # serve meanwhile: the follower's poll reads the log
+                self._closed.wait(RECONNECT_PAUSE)
+            finally:
+                if db is not None:
+                    db.close()
