@@ -673,3 +673,19 @@ async def test_a_session_lost_before_the_quota_is_measured_is_replaced(
     [combat] = loaded(store)
     assert logged(store, combat) == [(1, event(1)), (2, event(2))]
     store.close()
+
+
+def test_a_session_ended_idle_in_its_transaction_is_lost_not_a_refusal(postgres_db: str) -> None:
+    """A daemon paused mid-transaction past ``idle_in_transaction_session_timeout`` finds its
+    session ended with an error psycopg files as InternalError: the store must treat it as a lost
+    session (retryable ``store_unavailable``), not as a statement the database refused
+    (``store_failed``), which a client is told not to retry."""
+    with psycopg.connect(postgres_db) as db:
+        db.execute("SET idle_in_transaction_session_timeout = '50ms'")
+        db.execute("SELECT 1")  # the transaction begins
+        time.sleep(0.5)
+        with pytest.raises(psycopg.Error) as ended:
+            db.execute("SELECT 1")
+    assert isinstance(ended.value, psycopg.errors.IdleInTransactionSessionTimeout)
+    assert isinstance(ended.value, postgresql.LOST)
+    assert postgresql._error(ended.value, postgres_db).code == "store_unavailable"

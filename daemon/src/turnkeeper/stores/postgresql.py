@@ -318,6 +318,12 @@ class _ConflictError(Exception):
     """A batch (or a group's conditional append) that does not fit the log."""
 
 
+LOST = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
+"""Errors after which the session is gone. The server ends a session idle in its transaction
+past ``idle_in_transaction_session_timeout`` (a daemon paused, SIGSTOP, mid-transaction) with an
+error psycopg files under InternalError: it is as lost as one ended by an outage."""
+
+
 class _FencedError(Exception):
     """A batch for a combat whose lease this daemon no longer holds."""
 
@@ -675,7 +681,7 @@ def _error(e: psycopg.Error, location: str) -> StoreError:
         return StoreError("conflict", "the batch does not fit the stored log")
     if isinstance(e, psycopg.errors.DiskFull | psycopg.errors.OutOfMemory):
         return StoreError("store_full", "the database server is out of space")
-    if isinstance(e, psycopg.OperationalError):
+    if isinstance(e, LOST):
         return StoreError(
             "store_unavailable", "the database server could not be reached: retry later"
         )
@@ -1065,7 +1071,7 @@ class PostgresStore:
                     self._filter = self._build_filter()
                 over = self._over_quota(group)
                 break
-            except psycopg.OperationalError as e:
+            except LOST as e:
                 # The session was lost since the last transaction (nothing of this group was
                 # sent): once on a new one.
                 if attempt == 1:
@@ -1124,7 +1130,7 @@ class PostgresStore:
                 break
             except psycopg.Error as e:
                 landed: bool | None = None  # unknown
-                lost = isinstance(e, psycopg.OperationalError)
+                lost = isinstance(e, LOST)
                 if lost and attempt == 1:
                     landed = self._after_lost_session(group, committing)
                 if landed is False:
@@ -1526,7 +1532,7 @@ class PostgresStore:
                     db = _connect(self._location, role, self._leases)
                     setattr(self, f"_{role}", db)
                 return query(db)
-            except psycopg.OperationalError as e:
+            except LOST as e:
                 # The server ended the session (57P01 on a restart) or it was lost: a new one
                 # runs the query again.
                 if attempt == 1:
