@@ -4,11 +4,25 @@ lease. Real PostgreSQL, two real ``turnkeeper serve`` subprocesses."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from daemon import CallError, Client, Daemon, add_spidey, stop_all, two_daemons
+import pytest
+
+from daemon import (
+    CALL_TIMEOUT,
+    CallError,
+    Client,
+    Daemon,
+    add_spidey,
+    free_port,
+    stop_all,
+    two_daemons,
+)
 from postgres import lease, sql
 from turnkeeper.stores import changes
 
@@ -205,3 +219,48 @@ def test_a_read_where_a_combat_was_let_go_shows_what_its_new_holder_appended(
         assert lease(postgres_db, "bank")[0] != owner
     finally:
         stop_all(a, b)
+
+
+def test_r16_a_combat_another_daemon_made_stays_unknown_to_another_tables_token(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A combat made on A after B started is first known to B when read: the read itself
+    must judge its table, or a token of table one on B would read table two's combat."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = Daemon(tmp_path / "a", None, "--store", postgres_db)
+    b = Daemon(tmp_path / "b", free_port(), "--store", postgres_db)
+    one = _cli(a, "table", "add", "One").strip()
+    two = _cli(a, "table", "add", "Two").strip()
+    secret = a.token("narrator", "--table", one)
+    # Tokens and tables are each daemon's own file: B gets A's (docs/scale-out.md).
+    b.data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(a.data_dir / "tokens.json", b.data_dir / "tokens.json")
+    a.start()
+    b.start()
+    try:
+        other = f"{two}/secret"
+        add_spidey(a.client(), other)
+        assert b.tcp_port is not None
+        at_b = Client.tcp(b.tcp_port)
+        at_b.hello(secret)
+        for method, params in (
+            ("get_combat", {}),
+            ("history", {"after": 0}),
+            ("subscribe", {"after": 0}),
+        ):
+            with pytest.raises(CallError) as refused:
+                at_b.call(method, combat=other, **params)
+            assert (refused.value.code, refused.value.field) == ("unknown_combat", "combat")
+    finally:
+        stop_all(a, b)
+
+
+def _cli(d: Daemon, *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "turnkeeper.cli", *args, "--data-dir", str(d.data_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=CALL_TIMEOUT,
+    ).stdout

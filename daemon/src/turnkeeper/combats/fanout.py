@@ -111,12 +111,15 @@ class SubscriptionRegistry:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
         return set().union(*self._by_combat.get(combat_id, {}).values())
 
-    async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
+    async def subscribe(
+        self, combat_id: str, subscriber: Subscriber, after: int, scope: Scope = None
+    ) -> int:
         """Missed events first, then live, with no gap and no duplicate: the catch-up is read
-        and the subscriber registered while the combat's writer is held."""
+        and the subscriber registered while the combat's writer is held. A combat of a table
+        outside ``scope`` is unknown."""
         if self.follows(subscriber, combat_id):
             raise RequestError("already_subscribed", "subscribed to it already", "combat")
-        combat = await self._reader.ready(combat_id)
+        combat = await self._reader.ready(combat_id, scope)
         if after > combat.seq:
             # Seen on another daemon further on than this one has read (a followed combat).
             await self._reader.refresh(combat)

@@ -228,15 +228,21 @@ class Hub:
         """The combat, rebuilt first if it was not yet; refused if unknown or quarantined."""
         return await self.rebuilder.ready(combat_id)
 
-    async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
-        """The combat as ``actor`` may see it, encoded for the wire."""
-        return await self.queries.view(combat_id, actor)
+    async def view(self, combat_id: str, actor: Actor, scope: Scope = None) -> wire.Packed:
+        """The combat as ``actor`` may see it, encoded for the wire; unknown outside ``scope``."""
+        return await self.queries.view(combat_id, actor, scope)
 
     async def history(
-        self, combat_id: str, actor: Actor, after: int, limit: int, locale: str | None = None
+        self,
+        combat_id: str,
+        actor: Actor,
+        after: int,
+        limit: int,
+        locale: str | None = None,
+        scope: Scope = None,
     ) -> Plain:
-        """A page of the combat's events as ``actor`` may see them."""
-        return await self.queries.history(combat_id, actor, after, limit, locale)
+        """A page of the combat's events as ``actor`` may see them; unknown outside ``scope``."""
+        return await self.queries.history(combat_id, actor, after, limit, locale, scope)
 
     def told(self, combat_id: str, events: Plain, actor: Actor, locale: str) -> list[Plain]:
         """A command result's events with their narrated lines."""
@@ -261,9 +267,11 @@ class Hub:
             ]
         return listing
 
-    async def subscribe(self, combat_id: str, subscriber: Subscriber, after: int) -> int:
+    async def subscribe(
+        self, combat_id: str, subscriber: Subscriber, after: int, scope: Scope = None
+    ) -> int:
         """Missed events, then live ones (see ``SubscriptionRegistry.subscribe``)."""
-        return await self.subscriptions.subscribe(combat_id, subscriber, after)
+        return await self.subscriptions.subscribe(combat_id, subscriber, after, scope)
 
     def subscribe_all(
         self, subscriber: Subscriber, limit: int | None = None, scope: Scope = None

@@ -27,9 +27,11 @@ class Queries:
         self._reader = reader
         self._rules = rules
 
-    async def view(self, combat_id: str, actor: Actor) -> wire.Packed:
-        """The combat as ``actor`` may see it (R16), encoded once per audience and seq."""
-        return self._view(await self._reader.ready(combat_id), actor)
+    async def view(self, combat_id: str, actor: Actor, scope: Scope = None) -> wire.Packed:
+        """The combat as ``actor`` may see it (R16), encoded once per audience and seq. One of
+        a table outside ``scope`` is unknown: on a shared store a combat another daemon made
+        is first known here when read, so only the read can tell its table."""
+        return self._view(await self._reader.ready(combat_id, scope), actor)
 
     def view_now(self, combat_id: str, actor: Actor) -> wire.Packed | None:
         """``view`` without waiting: None when it would wait or refuse (the combat is unknown,
@@ -56,10 +58,17 @@ class Queries:
         return encoded
 
     async def history(
-        self, combat_id: str, actor: Actor, after: int, limit: int, locale: str | None = None
+        self,
+        combat_id: str,
+        actor: Actor,
+        after: int,
+        limit: int,
+        locale: str | None = None,
+        scope: Scope = None,
     ) -> Plain:
-        """A page of the events after ``after``, as ``actor`` may see them."""
-        combat = await self._reader.ready(combat_id)
+        """A page of the events after ``after``, as ``actor`` may see them (unknown outside
+        ``scope``, as ``view``)."""
+        combat = await self._reader.ready(combat_id, scope)
         try:
             stored = await self._store.events_after(combat.id, after, limit)
         except StoreError as e:

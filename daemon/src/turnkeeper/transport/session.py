@@ -644,7 +644,8 @@ async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _get_combat(session: Session, params: Mapping[str, Any]) -> Result:
-    return await session.hub.view(_seen(session, _combat(params)), session.actor)
+    combat_id = _seen(session, _combat(params))
+    return await session.hub.view(combat_id, session.actor, session.scope)
 
 
 def _get_combat_now(session: Session, params: Mapping[str, Any]) -> Result | None:
@@ -656,7 +657,7 @@ async def _history(session: Session, params: Mapping[str, Any]) -> Plain:
     after = number(params, "after", 0, 0, 2**53)
     limit = number(params, "limit", 100, 1, MAX_HISTORY_PAGE)
     return await session.hub.history(
-        _seen(session, combat_id), session.actor, after, limit, session.narration
+        _seen(session, combat_id), session.actor, after, limit, session.narration, session.scope
     )
 
 
@@ -664,7 +665,7 @@ async def _subscribe(session: Session, params: Mapping[str, Any]) -> Plain:
     combat_id = _combat(params)
     after = number(params, "after", 0, 0, 2**53)
     _seen(session, combat_id)
-    seq = await session.hub.subscribe(combat_id, session, after)
+    seq = await session.hub.subscribe(combat_id, session, after, session.scope)
     return {"combat": combat_id, "seq": seq}
 
 
