@@ -5,8 +5,6 @@ lease. Real PostgreSQL, two real ``turnkeeper serve`` subprocesses."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,6 @@ from typing import Any
 import pytest
 
 from daemon import (
-    CALL_TIMEOUT,
     CallError,
     Client,
     Daemon,
@@ -24,6 +21,7 @@ from daemon import (
     two_daemons,
 )
 from postgres import lease, sql
+from test_r16_tables import cli
 from turnkeeper.stores import changes
 
 SEEN_WITHIN = 10.0
@@ -230,8 +228,8 @@ def test_r16_a_combat_another_daemon_made_stays_unknown_to_another_tables_token(
     (tmp_path / "b").mkdir()
     a = Daemon(tmp_path / "a", None, "--store", postgres_db)
     b = Daemon(tmp_path / "b", free_port(), "--store", postgres_db)
-    one = _cli(a, "table", "add", "One").strip()
-    two = _cli(a, "table", "add", "Two").strip()
+    one = cli(a, "table", "add", "One").strip()
+    two = cli(a, "table", "add", "Two").strip()
     secret = a.token("narrator", "--table", one)
     # Tokens and tables are each daemon's own file: B gets A's (docs/scale-out.md).
     b.data_dir.mkdir(parents=True, exist_ok=True)
@@ -254,13 +252,3 @@ def test_r16_a_combat_another_daemon_made_stays_unknown_to_another_tables_token(
             assert (refused.value.code, refused.value.field) == ("unknown_combat", "combat")
     finally:
         stop_all(a, b)
-
-
-def _cli(d: Daemon, *args: str) -> str:
-    return subprocess.run(
-        [sys.executable, "-m", "turnkeeper.cli", *args, "--data-dir", str(d.data_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=CALL_TIMEOUT,
-    ).stdout
