@@ -16,6 +16,7 @@ from .model import (
     Combatant,
     Condition,
     Hold,
+    OptionValue,
     Phase,
     Reservation,
     State,
@@ -40,6 +41,8 @@ class View:
     conditions: tuple[Condition, ...]
     window: Window | None
     disabled_plugins: tuple[str, ...] = ()
+    options: tuple[tuple[str, OptionValue], ...] = ()
+    """The rule options as they are now: ``set_turn_timer`` changes ``turn_time_limit``."""
 
 
 def _hidden(state: State, actor: Actor) -> frozenset[str]:
@@ -73,6 +76,7 @@ def view(state: State, actor: Actor) -> View:
         state.conditions,
         state.window,
         state.disabled_plugins,
+        state.options,
     )
     if actor.role == "narrator":
         return full
@@ -106,9 +110,10 @@ def view(state: State, actor: Actor) -> View:
         conditions=tuple(c for c in state.conditions if c.target not in hidden),
         window=window,
     )
-    scrubbed = _scrub(shown, hidden)
+    scrubbed = _scrub(replace(shown, options=()), hidden)
     assert isinstance(scrubbed, View)
-    return scrubbed
+    # Options name no combatant: an option named like a hidden one is no mention of it.
+    return replace(scrubbed, options=state.options)
 
 
 _SECRET_FOR_PLAYERS = (
