@@ -506,6 +506,8 @@ function controlsKey(view) {
     w && [w.id, w.status, w.offered, w.claims.map((c) => c.combatant), w.passes, w.sequence, w.index],
     view.combatants.map((c) => [c.id, c.status, c.controller, c.hidden, c.surprised, c.group, c.check && c.check.total]),
     view.order, view.conditions.map((c) => c.id),
+    // The turn timer control shows the length the next turns get (set_turn_timer).
+    view.options,
   ]);
 }
 
