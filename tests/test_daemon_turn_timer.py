@@ -1,6 +1,7 @@
 """R13 ``set_turn_timer`` end to end: a real daemon over its socket, its own clock firing the
-new length from the next turn, undo, a subscriber seeing the change, and a SIGKILL and restart
-replaying it from the log. Timers are the shortest allowed (1 s) so the tests stay fast."""
+new length from the next turn, undo, a subscriber seeing the change, a SIGKILL and restart
+replaying it from the log, and a daemon following the combat on a shared PostgreSQL store.
+Timers are the shortest allowed (1 s) so the tests stay fast."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from daemon import CallError, Client, Daemon, running
+from daemon import CallError, Client, Daemon, running, stop_all, two_daemons
 from test_daemon_clock import _do, _setup, _tick_before, _turn, _until, _watch
 
 QUIET = 1.5
@@ -141,3 +142,26 @@ def test_r13_wire_a_turn_timer_set_survives_sigkill_and_times_the_next_turn(
             assert bob["deadline"] == pytest.approx(bob["at"] + 1.0)
             events = _until(watcher, "turn_timer_expired")
             assert events[-1]["combatant"] == "bob"
+
+
+def test_r13_wire_a_turn_timer_set_reaches_a_player_following_on_another_daemon(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = two_daemons(tmp_path, postgres_db, tcp=True)
+    try:
+        with a.client() as at_a:
+            _setup(at_a, "followed", turn_time_limit=600.0)
+            seq = _do(at_a, "followed", "start_combat")["seq"]
+            assert b.tcp_port is not None
+            player = Client.tcp(b.tcp_port)
+            player.hello(b.token("player", "--user", "u1"))
+            player.call("subscribe", combat="followed", after=seq)
+            _do(at_a, "followed", "set_turn_timer", seconds=30)
+            seen = _until(player, "turn_timer_set")
+            assert seen[-1]["seconds"] == 30
+            # B folds the log as A wrote it: the player's view has the new length.
+            view = player.call("get_combat", combat="followed")["view"]
+            assert dict(view["options"])["turn_time_limit"] == 30.0
+            player.close()
+    finally:
+        stop_all(a, b)

@@ -24,6 +24,7 @@ from turnkeeper_engine import (
 )
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.views import view, visible
 
 ENGINE_SOURCE = Path(turnkeeper_engine.__file__).parent
 
@@ -564,3 +565,17 @@ def test_r13_only_the_narrator_sets_the_turn_timer() -> None:
     s.do(c.StartCombat(), now=0.0)
     error = s.refuse(c.SetTurnTimer(30), Actor("player", "u1"))
     assert (error.code, error.field) == ("forbidden", "actor")
+
+
+def test_r13_every_role_sees_the_turn_timer_and_its_change() -> None:
+    s = Story("dnd3e", turn_time_limit=60.0)
+    # A hidden combatant named like an option: the option is no mention of it (R16).
+    s.add("turn_time_limit", hidden=True)
+    s.add("a", controller="u1")
+    events = s.do(c.SetTurnTimer(30))
+    for actor in (Actor("player", "u1"), Actor("observer")):
+        seen = view(s.state, actor)
+        assert seen.options == s.state.options
+        assert dict(seen.options)["turn_time_limit"] == 30.0
+        assert [c.id for c in seen.combatants] == ["a"]
+        assert visible(events[-1], s.state, actor) == events[-1]
