@@ -145,11 +145,9 @@ def _turn_started(state: State, e: ev.TurnStarted) -> State:
 
 
 def _turn_timer_set(state: State, e: ev.TurnTimerSet) -> State:
-    # Options are stored as ``check_options`` leaves them: sorted by name, times as floats.
+    # Options are kept as ``check_options`` leaves them: sorted by name, times as floats.
     limit = None if e.seconds is None else float(e.seconds)
-    options = tuple(
-        (name, limit if name == "turn_time_limit" else value) for name, value in state.options
-    )
+    options = tuple(sorted({**dict(state.options), "turn_time_limit": limit}.items()))
     turn = state.turn
     if e.seconds is None and turn is not None and turn.deadline is not None:
         # Turned off: the running turn's timer stops too (a new length waits for the next turn).
