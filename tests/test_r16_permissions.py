@@ -9,11 +9,23 @@ from collections.abc import Callable
 import pytest
 
 from story import OBSERVER, Story, of, player
-from turnkeeper_engine import NARRATOR, Actor, State, evolve, view, visible
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    NARRATOR,
+    Actor,
+    State,
+    View,
+    evolve,
+    from_plain,
+    to_plain,
+    view,
+    visible,
+)
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
 from turnkeeper_engine.plain import event_from_plain, event_to_plain, from_shared, to_shared
+from turnkeeper_sdk.views import CombatView
 
 U1 = player("u1")
 BRIDGE_U1 = Actor("player", "u1", "bridge:discord")
@@ -764,3 +776,8 @@ def test_r16_view_tells_rules_and_turns_come_without_hidden_ones(actor: Actor) -
     assert full.reached == ("ann", "hold", "ogre")
     assert seen.reached == ("ann", "ogre")
     assert seen.bonus == full.bonus == ()
+    # Over the wire, as a bot's view: the SDK answers its option() from it.
+    bots = CombatView(from_plain(View, to_plain(seen)), 0, BUNDLED_RULES)
+    assert bots.option("turn_expiry") == "hold"
+    with pytest.raises(KeyError):
+        bots.option("ready")
