@@ -190,6 +190,12 @@ export interface View {
   conditions: Condition[];
   window: Window | null;
   disabled_plugins: string[];
+  /** The combat's rule options, every one with its value, as `[name, value]` pairs. */
+  options: [string, string | number | boolean | null][];
+  /** Combatants whose turn has come this round (started, or forgone). */
+  reached: string[];
+  /** marvel: who takes the bonus round. */
+  bonus: string[];
 }
 
 // Events ----------------------------------------------------------------------------------------
