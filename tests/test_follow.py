@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from daemon import (
@@ -250,5 +251,60 @@ def test_r16_a_combat_another_daemon_made_stays_unknown_to_another_tables_token(
             with pytest.raises(CallError) as refused:
                 at_b.call(method, combat=other, **params)
             assert (refused.value.code, refused.value.field) == ("unknown_combat", "combat")
+    finally:
+        stop_all(a, b)
+
+
+def _until_refused(c: Client, combat: str) -> CallError:
+    """The refusal of a read of ``combat`` at ``c``'s daemon, once it comes."""
+    deadline = time.monotonic() + SEEN_WITHIN
+    while True:
+        try:
+            c.call("get_combat", combat=combat)
+        except CallError as e:
+            return e
+        assert time.monotonic() < deadline, f"{combat} is still read"
+        time.sleep(0.05)
+
+
+def test_an_event_a_follower_cannot_read_sets_that_combat_aside_and_no_other(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """An event the follower cannot decode (a newer daemon's, in a rolling upgrade, or a
+    damaged row) quarantines that combat there alone: its reads are refused as any
+    quarantined combat's, and every other combat is followed on. It stopped the daemon."""
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b, watcher = a.client(), b.client(), b.client()
+        add_spidey(at_a, "bank")
+        add_spidey(at_a, "vault")
+        made = lease(postgres_db, "vault")[2]
+        for combat in ("bank", "vault"):
+            assert watcher.call("subscribe", combat=combat, after=made)["seq"] == made
+        newer = msgpack.packb({"event": "from_a_newer_daemon", "at": 1.0})
+        sql(
+            postgres_db,
+            "INSERT INTO turnkeeper.events (combat_id, seq, body) VALUES ('bank', %s, %s)",
+            made + 1,
+            newer,
+        )
+        sql(
+            postgres_db,
+            "UPDATE turnkeeper.combats SET last_seq = %s WHERE combat_id = 'bank'",
+            made + 1,
+        )
+        sql(postgres_db, "SELECT pg_notify(%s, %s)", changes.CHANNEL, f'[["bank", {made + 1}]]')
+        refused = _until_refused(at_b, "bank")
+        assert (refused.code, refused.field) == ("combat_quarantined", "combat")
+        assert f"event {made + 1}" in refused.message
+        rows = at_b.call("list_combats")
+        assert {r["combat"]: "quarantined" in r for r in rows} == {"bank": True, "vault": False}
+        last = at_a.call(
+            "add_combatant", request_id="thor", combat="vault", id="thor", display_name="Thor"
+        )["seq"]
+        seen = _events(watcher, last - made)
+        assert [(e["combat"], e["seq"]) for e in seen] == [
+            ("vault", s) for s in range(made + 1, last + 1)
+        ]
     finally:
         stop_all(a, b)

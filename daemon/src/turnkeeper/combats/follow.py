@@ -31,6 +31,7 @@ from ..store import MAX_EVENTS_PER_READ
 from ..stores.port import SharedStore, StoreError, StorePort
 from ..tables import Scope
 from .combat import UNBUILT, Combat, summary
+from .errors import RequestError
 from .rebuild import Rebuilder
 from .registry import Combats, usable
 
@@ -180,6 +181,15 @@ class Follower:
                     if combat is not None:
                         await self._catch_up(combat)
 
+    def _set_aside(self, combat: Combat, reason: str) -> RequestError:
+        """Quarantine a followed combat whose log this daemon cannot read on (an event it
+        cannot decode or replay: a newer daemon's during a rolling upgrade, a damaged row):
+        no longer followed, its reads refused (``combat_quarantined``), the others followed
+        on. Its state is left as it is: a read holding its lock may be judging by it (R16)."""
+        self._followed.pop(combat.id, None)
+        combat.followed = False
+        return self._combats.set_aside(combat, reason)
+
     async def _poll(self, shared: SharedStore) -> None:
         ids = list(self._followed)
         if not ids:
@@ -222,6 +232,11 @@ class Follower:
                 await self._advance(combat)
         except StoreError as e:  # the next notification or poll tries again
             log.warning("follow_failed", combat=combat.id, reason=e.message)
+        except RequestError:
+            pass  # set aside (``_set_aside``), and logged so
+        except Exception as e:  # one combat's failure must not stop the following of the rest
+            log.exception("follow_failed", combat=combat.id)
+            self._set_aside(combat, f"following it failed: {e}")
 
     async def _follow(self, combat: Combat) -> None:
         """Start following ``combat``: from the state it has at the seq its subscribers here
@@ -269,7 +284,7 @@ class Follower:
     async def _advance(self, combat: Combat, until: int | None = None) -> None:
         """Read and publish the events after ``combat``'s seq, page by page, to the log's end
         (or to ``until``), its lock held. Raises ``StoreError`` if the store could not be
-        read."""
+        read, and the combat's refusal if an event could not be read (``_set_aside``)."""
         while combat.followed and not combat.loaded:
             if until is not None and combat.seq >= until:
                 return
@@ -286,8 +301,11 @@ class Follower:
             for seq, body in stored:
                 if seq != combat.seq + len(events) + 1:
                     break  # a page read as the log grew: the rest at the next read
-                event = event_from_plain(body)
-                state = evolve(state, event)
+                try:
+                    event = event_from_plain(body)
+                    state = evolve(state, event)
+                except Exception as e:  # as a rebuild's replay would: this combat alone
+                    raise self._set_aside(combat, f"replay failed at event {seq}: {e}") from e
                 events.append((seq, event))
                 plains.append(body)
             if not events:
@@ -304,13 +322,26 @@ class Follower:
             stored = [(s, b) for s, b in await self._read(combat, after) if s <= until]
             if not stored:
                 return
-            events = [(seq, event_from_plain(body)) for seq, body in stored]
+            events = []
+            for seq, body in stored:
+                try:
+                    events.append((seq, event_from_plain(body)))
+                except Exception as e:
+                    raise self._set_aside(combat, f"event {seq} does not decode: {e}") from e
             self._published(combat, events, [body for _, body in stored])
             after = stored[-1][0]
 
     async def _read(self, combat: Combat, after: int) -> list[tuple[int, dict[str, Plain]]]:
+        """A page of events after ``after``; raises ``StoreError`` if the store could not be
+        reached, and sets the combat aside (raising its refusal) if a stored event is
+        unreadable."""
         assert self._shared is not None
-        return await self._shared.events_after(combat.id, after, PAGE)
+        try:
+            return await self._shared.events_after(combat.id, after, PAGE)
+        except StoreError as e:
+            if e.code == "store_unavailable":
+                raise
+            raise self._set_aside(combat, e.message) from e
 
     def _published(
         self, combat: Combat, events: list[tuple[int, ev.Event]], plains: list[dict[str, Plain]]
