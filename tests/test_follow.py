@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
@@ -23,7 +26,14 @@ from daemon import (
 )
 from postgres import lease, sql
 from test_r16_tables import cli
+from test_store_port import running
+from turnkeeper.combats import Hub, follow
+from turnkeeper.combats.combat import UNBUILT
+from turnkeeper.combats.telling import Batch
 from turnkeeper.stores import changes
+from turnkeeper.stores.postgresql import PostgresStore
+from turnkeeper_engine import NARRATOR, Actor
+from turnkeeper_engine import commands as cmd
 
 SEEN_WITHIN = 10.0
 """Seconds a subscriber on the other daemon may wait for an event (a poll is one second)."""
@@ -308,3 +318,113 @@ def test_an_event_a_follower_cannot_read_sets_that_combat_aside_and_no_other(
         ]
     finally:
         stop_all(a, b)
+
+
+# -- two stores in one process, where a race must be forced ----------------------------------
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+PLAYER = Actor("player", "u1")
+
+
+class _Seen:
+    """A subscriber that keeps the events it is sent (their params)."""
+
+    narration: str | None = None
+
+    def __init__(self, actor: Actor = NARRATOR) -> None:
+        self.actor = actor
+        self.sent: list[dict[str, Any]] = []
+
+    def deliver(self, batch: Batch) -> bool:
+        for message in batch.messages:
+            self.sent.append(msgpack.unpackb(message)[2][0])
+        return True
+
+    def room(self) -> int:
+        return 1000
+
+    def lost(self) -> None:
+        raise AssertionError("its events are always told")
+
+
+@asynccontextmanager
+async def _holder_and_follower(dsn: str) -> AsyncIterator[tuple[Hub, Hub]]:
+    """Two daemons' hubs on ``dsn`` in this process, the second following (its listener
+    started)."""
+    stores = [PostgresStore.open(dsn, lease_seconds=60) for _ in range(2)]
+    try:
+        async with running(stores[0]), running(stores[1]), anyio.create_task_group() as tg:
+            holder, follower = Hub(stores[0]), Hub(stores[1])
+            await tg.start(follower.run_follow)
+            yield holder, follower
+            tg.cancel_scope.cancel()
+    finally:
+        for store in stores:
+            store.close()
+
+
+async def _made_with_a_hidden_lurker(hub: Hub, combat: str) -> int:
+    """``combat``, with Spider-Man and a hidden lurker; its last seq."""
+    await hub.execute("p", NARRATOR, combat, cmd.CreateCombat(combat, "marvel"), f"{combat}-1")
+    await hub.execute("p", NARRATOR, combat, cmd.AddCombatant("spidey", "Spidey"), f"{combat}-2")
+    lurker = cmd.AddCombatant("lurker", "Lurker", hidden=True)
+    await hub.execute("p", NARRATOR, combat, lurker, f"{combat}-3")
+    return hub.combats[combat].seq
+
+
+@pytest.mark.anyio
+async def test_r16_a_followed_combat_let_go_during_a_history_read_keeps_hidden_ones_hidden(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A combat followed here is let go (``MAX_FOLLOWED``) while a player's ``history`` page
+    is read: the page is judged by the state it had, not by none (which hides nothing)."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 1)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await _made_with_a_hidden_lurker(holder, "vault")
+        shown = await follower.queries.history("bank", PLAYER, 0, 100)
+        assert shown["events"]
+        assert "lurker" not in repr(shown["events"])
+        read = follower.store.events_after
+
+        async def while_vault_is_read(combat_id: str, after: int, limit: int) -> Any:
+            if combat_id == "bank":
+                await follower.follower.ready("vault")  # bank is let go: one followed at most
+                assert not follower.combats["bank"].followed
+            return await read(combat_id, after, limit)
+
+        monkeypatch.setattr(follower.store, "events_after", while_vault_is_read)
+        again = await follower.queries.history("bank", PLAYER, 0, 100)
+        assert again["events"] == shown["events"]
+
+
+@pytest.mark.anyio
+async def test_r16_a_followed_combat_is_not_let_go_in_the_middle_of_a_catch_up(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A player's ``subscribe`` catch-up reads a followed combat's log, its lock held, as
+    another combat's first read would let it go (``MAX_FOLLOWED``): it is kept until the
+    catch-up is told, which shows the hidden lurker no more than the holder would."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 1)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await _made_with_a_hidden_lurker(holder, "vault")
+        await follower.follower.ready("bank")
+        read = follower.store.events_after
+
+        async def while_vault_is_read(combat_id: str, after: int, limit: int) -> Any:
+            if combat_id == "bank":
+                await follower.follower.ready("vault")
+            return await read(combat_id, after, limit)
+
+        monkeypatch.setattr(follower.store, "events_after", while_vault_is_read)
+        player = _Seen(PLAYER)
+        await follower.subscribe("bank", player, 0)
+        assert player.sent
+        assert "lurker" not in repr(player.sent)
+        assert follower.combats["bank"].state is not UNBUILT

@@ -272,14 +272,18 @@ class Follower:
         if len(self._followed) <= MAX_FOLLOWED:
             return
         for combat in list(self._followed.values()):
-            if not self.watched(combat):
-                del self._followed[combat.id]
-                combat.followed = False
-                combat.summary = summary(combat.state, combat.seq)
-                combat.state = UNBUILT
-                combat.views.clear()
-                if len(self._followed) <= MAX_FOLLOWED:
-                    return
+            # Not one whose lock is held: a catch-up being read judges it by its state (R16),
+            # and a read of its log evolves that state. Let go at once (nothing awaited in
+            # between), none of them is in the middle of it.
+            if combat.lock.locked() or self.watched(combat):
+                continue
+            del self._followed[combat.id]
+            combat.followed = False
+            combat.summary = summary(combat.state, combat.seq)
+            combat.state = UNBUILT
+            combat.views.clear()
+            if len(self._followed) <= MAX_FOLLOWED:
+                return
 
     async def _advance(self, combat: Combat, until: int | None = None) -> None:
         """Read and publish the events after ``combat``'s seq, page by page, to the log's end
