@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from test_store_port import running
 from turnkeeper.combats import Hub, follow
 from turnkeeper.combats.combat import UNBUILT
 from turnkeeper.combats.telling import Batch
+from turnkeeper.store import StoreError
 from turnkeeper.stores import changes
 from turnkeeper.stores.postgresql import PostgresStore
 from turnkeeper_engine import NARRATOR, Actor
@@ -428,3 +429,44 @@ async def test_r16_a_followed_combat_is_not_let_go_in_the_middle_of_a_catch_up(
         assert player.sent
         assert "lurker" not in repr(player.sent)
         assert follower.combats["bank"].state is not UNBUILT
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    with anyio.fail_after(SEEN_WITHIN):
+        while not done():
+            await anyio.sleep(0.01)
+
+
+def _unavailable() -> StoreError:
+    return StoreError("store_unavailable", "the database server could not be reached: retry later")
+
+
+@pytest.mark.anyio
+async def test_events_a_follower_could_not_tell_are_told_at_its_next_read_not_skipped(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A combat made elsewhere, first heard of by a ``subscribe_all`` here: its events are
+    read to be told, and that read fails (the server away a moment). The next commit's read
+    tells them all, from the first: the seq told had been moved on before the telling."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        watcher = _Seen()
+        follower.subscribe_all(watcher)
+        read = follower.store.events_after
+        failed: list[int] = []
+
+        async def failing_once(combat_id: str, after: int, limit: int) -> Any:
+            if not failed:
+                failed.append(after)
+                raise _unavailable()
+            return await read(combat_id, after, limit)
+
+        monkeypatch.setattr(follower.store, "events_after", failing_once)
+        thor = cmd.AddCombatant("thor", "Thor")
+        await holder.execute("p", NARRATOR, "bank", thor, "bank-thor")
+        await _until(lambda: bool(failed))
+        hulk = cmd.AddCombatant("hulk", "Hulk")
+        await holder.execute("p", NARRATOR, "bank", hulk, "bank-hulk")
+        last = holder.combats["bank"].seq
+        await _until(lambda: bool(watcher.sent) and watcher.sent[-1]["seq"] == last)
+        assert [e["seq"] for e in watcher.sent] == list(range(1, last + 1))

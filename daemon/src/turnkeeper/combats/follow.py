@@ -130,9 +130,7 @@ class Follower:
                 self._followed.pop(combat.id, None)
                 combat.followed = False
             elif combat.seq < seq and self.watched(combat):
-                told = combat.seq
-                combat.state, combat.seq = state, seq
-                await self._tell(combat, told, seq)
+                await self._tell(combat, state, seq)
 
     def woken(self, changes: dict[str, int] | None) -> None:
         """A notification: these combats' logs reached these seqs (None: some may have gone
@@ -252,10 +250,10 @@ class Follower:
                     combat.quarantined = quarantined
                     log.error("combat_quarantined", combat=combat.id, reason=quarantined)
                     return
-                told = combat.seq
-                combat.state, combat.seq = state, seq
-                if told < seq and self.watched(combat):
-                    await self._tell(combat, told, seq)
+                if combat.seq < seq and self.watched(combat):
+                    await self._tell(combat, state, seq)
+                else:
+                    combat.state, combat.seq = state, seq
                 self._start(combat)
             else:
                 # Held here before: its log may have grown since it was let go.
@@ -319,21 +317,32 @@ class Follower:
             if len(stored) < PAGE:
                 return
 
-    async def _tell(self, combat: Combat, after: int, until: int) -> None:
-        """Publish the events ``after`` .. ``until`` of a combat whose state is at ``until``
-        already (judged by it, as a subscription's catch-up is)."""
-        while after < until:
-            stored = [(s, b) for s, b in await self._read(combat, after) if s <= until]
-            if not stored:
-                return
-            events = []
-            for seq, body in stored:
-                try:
-                    events.append((seq, event_from_plain(body)))
-                except Exception as e:
-                    raise self._set_aside(combat, f"event {seq} does not decode: {e}") from e
-            self._published(combat, events, [body for _, body in stored])
-            after = stored[-1][0]
+    async def _tell(self, combat: Combat, state: State, until: int) -> None:
+        """Make ``combat`` (not followed, its lock held) ``state`` at ``until``, publishing
+        the events after its seq up to ``until`` (judged by ``state``, as a subscription's
+        catch-up is). Its seq is what its subscribers were told: if a page cannot be told,
+        it is left unread (``UNBUILT``) at the last seq told, read from the store again at
+        its next use and told on from there, so that none of them misses an event."""
+        after = combat.seq
+        combat.state, combat.seq = state, until
+        try:
+            while after < until:
+                stored = [(s, b) for s, b in await self._read(combat, after) if s <= until]
+                if not stored:
+                    return
+                events = []
+                for seq, body in stored:
+                    try:
+                        events.append((seq, event_from_plain(body)))
+                    except Exception as e:
+                        reason = f"event {seq} does not decode: {e}"
+                        raise self._set_aside(combat, reason) from e
+                self._published(combat, events, [body for _, body in stored])
+                after = stored[-1][0]
+        except BaseException:
+            combat.state, combat.seq = UNBUILT, after
+            combat.views.clear()
+            raise
 
     async def _read(self, combat: Combat, after: int) -> list[tuple[int, dict[str, Plain]]]:
         """A page of events after ``after``; raises ``StoreError`` if the store could not be
