@@ -470,3 +470,20 @@ async def test_events_a_follower_could_not_tell_are_told_at_its_next_read_not_sk
         last = holder.combats["bank"].seq
         await _until(lambda: bool(watcher.sent) and watcher.sent[-1]["seq"] == last)
         assert [e["seq"] for e in watcher.sent] == list(range(1, last + 1))
+
+
+@pytest.mark.anyio
+async def test_notifications_past_a_full_queue_have_the_follower_ask_the_store_once() -> None:
+    """The event loop too busy to read what the listener hears: past ``WAKE_QUEUE`` waiting,
+    notifications are dropped and counted, and the follower, once it reads on, is told to
+    ask the store (None), once. They were dropped silently, leaving the
+    combats they told of to the next poll."""
+    relay = changes.Relay()
+    told = [{f"c{n}": n} for n in range(changes.WAKE_QUEUE + 5)]
+    for heard in told:
+        relay.put(heard)
+    relay.close()
+    handed: list[Any] = []
+    await relay.relay(handed.append)
+    assert handed == [told[0], None, *told[1 : changes.WAKE_QUEUE]]
+    assert relay.dropped == 5

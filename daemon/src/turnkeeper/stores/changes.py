@@ -2,8 +2,9 @@
 database writes to in its commit transactions and listens on, on one session of its own.
 
 A notification is only a wake-up: it says which combats reached which last seq, and the log
-says what happened. One that is lost (the listener's session was away, its queue full) is
-caught up by the next for that combat, or by the follower's periodic poll.
+says what happened. One that is lost is caught up by the next for that combat, or by the
+follower's periodic poll; the follower is told to ask the store at once when the listener's
+session is opened anew, or its queue was full.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ combats are split over as many notifications as they need (a combat id of 128 fo
 characters takes under 600 bytes)."""
 
 WAKE_QUEUE = 64
-"""Notifications waiting for the event loop; past it they are dropped (the follower's poll
-reads what they would have said from the log)."""
+"""Notifications waiting for the event loop; past it they are dropped, counted, and the
+follower told to ask the store once it reads on (``Relay``)."""
 
 LISTEN_WAIT = 1.0
 """Seconds the listener's thread waits for a notification before it looks whether to stop."""
@@ -81,6 +82,47 @@ def parse(payload: str) -> Changes:
         return {}
 
 
+class Relay:
+    """What the listener hears, on its way to the event loop: ``WAKE_QUEUE`` notifications
+    waiting at most. Past it they are dropped (the event loop is too busy to read them) and
+    counted; once the loop reads on, the follower is handed None with the next (some went
+    untold: ask the store), at once rather than at its next poll, and the drop logged, once
+    per overflow however many were dropped."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = anyio.create_memory_object_stream[Changes | None](WAKE_QUEUE)
+        self._dropped = 0
+        """Dropped since the follower was last handed None."""
+        self.dropped = 0
+        """Dropped since the start, for the log."""
+
+    def put(self, changes: Changes | None) -> None:
+        """Queue one notification's changes (None: ask the store); on the event loop."""
+        try:
+            self._send.send_nowait(changes)
+        except anyio.WouldBlock:
+            self._dropped += 1
+            self.dropped += 1
+
+    def close(self) -> None:
+        """Queue nothing more: ``relay`` returns once it handed what waits."""
+        self._send.close()
+
+    async def relay(self, woken: Callable[[Changes | None], None]) -> None:
+        """Hand what is queued to ``woken``, in order, until closed."""
+        async with self._receive:
+            async for changes in self._receive:
+                woken(changes)
+                # Dropped only while the queue was full: what it held is still to be read, so
+                # this is met after any drop.
+                if self._dropped:
+                    log.warning(
+                        "store_notifications_dropped", dropped=self._dropped, total=self.dropped
+                    )
+                    self._dropped = 0
+                    woken(None)
+
+
 class Listener:
     """``LISTEN`` on ``CHANNEL`` on a session of its own (``connect``), in a thread; what it
     hears is handed to ``woken`` on the event loop: each notification's changes, and None
@@ -100,13 +142,13 @@ class Listener:
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Listen until cancelled; started once the first session listens (or failed to)."""
-        send, receive = anyio.create_memory_object_stream[Changes | None](WAKE_QUEUE)
+        relay = Relay()
         token = anyio.lowlevel.current_token()
         first = threading.Event()
 
         def hand(changes: Changes | None) -> None:
-            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, RuntimeError):
-                anyio.from_thread.run_sync(send.send_nowait, changes, token=token)
+            with contextlib.suppress(anyio.ClosedResourceError, RuntimeError):
+                anyio.from_thread.run_sync(relay.put, changes, token=token)
 
         thread = threading.Thread(
             target=self._listen, args=(hand, first), name="turnkeeper-changes", daemon=True
@@ -115,12 +157,10 @@ class Listener:
         try:
             await anyio.to_thread.run_sync(first.wait, abandon_on_cancel=True)
             task_status.started()
-            async with receive:
-                async for changes in receive:
-                    woken(changes)
+            await relay.relay(woken)
         finally:
             self._closed.set()
-            send.close()
+            relay.close()
 
     def _listen(self, hand: Callable[[Changes | None], None], first: threading.Event) -> None:
         while not self._closed.is_set():
