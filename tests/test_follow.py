@@ -27,7 +27,7 @@ from daemon import (
 from postgres import lease, sql
 from test_r16_tables import cli
 from test_store_port import running
-from turnkeeper.combats import Hub, follow
+from turnkeeper.combats import Hub, follow, registry
 from turnkeeper.combats.combat import UNBUILT
 from turnkeeper.combats.telling import Batch
 from turnkeeper.store import StoreError
@@ -487,3 +487,60 @@ async def test_notifications_past_a_full_queue_have_the_follower_ask_the_store_o
     await relay.relay(handed.append)
     assert handed == [told[0], None, *told[1 : changes.WAKE_QUEUE]]
     assert relay.dropped == 5
+
+
+def _seqs(seen: _Seen) -> dict[str, list[int]]:
+    """The seqs told of each combat, in the order told."""
+    told: dict[str, list[int]] = {}
+    for e in seen.sent:
+        told.setdefault(e["combat"], []).append(e["seq"])
+    return told
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_keeps_no_more_combats_followed_than_the_bound(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a ``subscribe_all``, every combat committing elsewhere is followed: past
+    ``MAX_FOLLOWED`` the least recently read ones are let go all the same (none is
+    subscribed by ``subscribe``), and read again at their next commit, with no event missed
+    or told twice. They were kept, every one, whatever the bound."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 2)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        follower.subscribe_all(watcher)
+        names = [f"c{n}" for n in range(4)]
+        for round_ in ("made", "thor", "hulk"):
+            for combat in names:
+                if round_ == "made":
+                    await _made_with_a_hidden_lurker(holder, combat)
+                else:
+                    add = cmd.AddCombatant(round_, round_)
+                    await holder.execute("p", NARRATOR, combat, add, f"{combat}-{round_}")
+        lasts = {combat: holder.combats[combat].seq for combat in names}
+        await _until(lambda: {c: s[-1] for c, s in _seqs(watcher).items()} == lasts)
+        assert _seqs(watcher) == {c: list(range(1, last + 1)) for c, last in lasts.items()}
+        assert sum(c.followed for c in follower.combats.values()) <= 2
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_knows_no_more_combats_made_elsewhere_than_max_combats(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Combats made elsewhere that a ``subscribe_all`` here hears of are known here only
+    while the daemon has room for them (``MAX_COMBATS``); past it they are passed over (and
+    logged). They were added however many."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        names = [f"c{n}" for n in range(3)]
+        for combat in names:
+            await _made_with_a_hidden_lurker(holder, combat)
+        watcher = _Seen()
+        follower.subscribe_all(watcher)
+        monkeypatch.setattr(registry, "MAX_COMBATS", 2)
+        for combat in names:
+            add = cmd.AddCombatant("thor", "Thor")
+            await holder.execute("p", NARRATOR, combat, add, f"{combat}-thor")
+        await _until(lambda: len(_seqs(watcher)) >= 2)
+        await anyio.sleep(0.5)  # the third commit's notification is heard by then
+        assert len(follower.combats) == 2
+        assert len(_seqs(watcher)) == 2

@@ -103,6 +103,10 @@ class SubscriptionRegistry:
             combat.id in self._by_combat or combat.table in self._by_table or bool(self._everywhere)
         )
 
+    def subscribed(self, combat: Combat) -> bool:
+        """Whether anyone here follows ``combat`` by ``subscribe``."""
+        return combat.id in self._by_combat
+
     def follows_any_table(self) -> bool:
         """Whether anyone here follows whole tables (``subscribe_all``)."""
         return bool(self._everywhere or self._by_table)

@@ -33,14 +33,16 @@ from ..tables import Scope
 from .combat import UNBUILT, Combat, summary
 from .errors import RequestError
 from .rebuild import Rebuilder
-from .registry import Combats, usable
+from .registry import MAX_COMBATS, Combats, usable
 
 log = structlog.get_logger("turnkeeper.combats")
 
 MAX_FOLLOWED = 10_000
 """Combats followed at once. Past it the least recently read one nobody here subscribes to
-is let go (its state dropped, read again on its next use); one with subscribers is kept,
-which the per-connection bounds on subscriptions bound."""
+(by ``subscribe``: a ``subscribe_all`` follows every combat, so it keeps none) is let go, its
+state dropped: read again on its next use, or, for a ``subscribe_all`` here, on its next
+commit, told from the seq its subscribers were. One with subscribers is kept, which the
+per-connection bounds on subscriptions bound."""
 
 POLL_SECONDS = 1.0
 """How often the last seqs of the followed combats are read from the store, whatever the
@@ -67,9 +69,15 @@ class Follower:
         """Combats whose log grew past what this daemon read of it, by last seq heard."""
         self._wake = anyio.Event()
         self._poll_now = False
+        self._full = False
+        """Whether the last combat heard of could not be known for want of room (logged once
+        until there is room again)."""
         self.publish: Publish | None = None
         self.watched: Callable[[Combat], bool] = lambda combat: False
         """Whether a subscriber here would be shown ``combat``'s events."""
+        self.subscribed: Callable[[Combat], bool] = lambda combat: False
+        """Whether a subscriber here follows ``combat`` by ``subscribe`` (what keeps it
+        followed: a ``subscribe_all`` would keep every combat)."""
         self.follows_all: Callable[[], bool] = lambda: False
         """Whether any subscriber here follows whole tables (``subscribe_all``): then a
         combat another daemon made since this one started is looked for when it is heard of."""
@@ -204,7 +212,14 @@ class Follower:
 
     async def _found(self, shared: SharedStore, combat_id: str) -> Combat | None:
         """A combat another daemon made since this one started, known from now on if a
-        subscriber here follows its table (``subscribe_all`` includes combats made later)."""
+        subscriber here follows its table (``subscribe_all`` includes combats made later) and
+        the daemon has room for it (``MAX_COMBATS``)."""
+        if not self._combats.has_room():
+            if not self._full:
+                log.warning("follow_skipped_full", combat=combat_id, limit=MAX_COMBATS)
+            self._full = True
+            return None
+        self._full = False
         try:
             table = await anyio.to_thread.run_sync(shared.locate, combat_id)
         except StoreError as e:
@@ -273,7 +288,7 @@ class Follower:
             # Not one whose lock is held: a catch-up being read judges it by its state (R16),
             # and a read of its log evolves that state. Let go at once (nothing awaited in
             # between), none of them is in the middle of it.
-            if combat.lock.locked() or self.watched(combat):
+            if combat.lock.locked() or self.subscribed(combat):
                 continue
             del self._followed[combat.id]
             combat.followed = False

@@ -99,6 +99,11 @@ class Combats:
             del pending[combat_id]
             done.set()
 
+    def has_room(self) -> bool:
+        """Whether another combat may be known (``MAX_COMBATS``, creations in flight
+        counted)."""
+        return len(self.by_id) + len(self._pending) < MAX_COMBATS
+
     def add(self, combat: Combat) -> None:
         """Hold a new combat (its first command is committed)."""
         self.by_id[combat.id] = combat
