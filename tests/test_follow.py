@@ -42,16 +42,26 @@ SEEN_WITHIN = 10.0
 
 def test_a_group_commits_combats_are_told_in_payloads_postgresql_takes() -> None:
     """PostgreSQL refuses a payload of 8000 bytes or more: a group of combats with long ids
-    (128 four-byte characters each) is split, and every combat told once."""
-    appended = [(f"{n:03}" + "\U0001f409" * 125, n) for n in range(200)]
+    (128 four-byte characters each) is split, and every combat told once, with its table."""
+    appended = [(f"{n:03}" + "\U0001f409" * 125, n, f"t{n:010x}") for n in range(200)]
     payloads = changes.payloads(appended)
     assert len(payloads) > 1
     assert all(len(p.encode()) < 8000 for p in payloads)
-    told: dict[str, int] = {}
+    told: changes.Changes = {}
     for p in payloads:
         told.update(changes.parse(p))
-    assert told == dict(appended)
+    assert told == {combat: (last, table) for combat, last, table in appended}
     assert changes.parse("not ours") == {}
+    assert changes.parse('[["bank", 4, "t1", "more"]]') == {}
+
+
+def test_a_payload_of_a_daemon_of_the_earlier_version_is_read_without_tables() -> None:
+    """During a rolling upgrade, a daemon of the earlier version tells pairs, no table: read
+    all the same, the table left to be asked of the store."""
+    assert changes.parse('[["bank", 4], ["vault", 7]]') == {
+        "bank": (4, None),
+        "vault": (7, None),
+    }
 
 
 def _events(c: Client, count: int) -> list[dict[str, Any]]:
@@ -544,3 +554,31 @@ async def test_a_subscribe_all_knows_no_more_combats_made_elsewhere_than_max_com
         await anyio.sleep(0.5)  # the third commit's notification is heard by then
         assert len(follower.combats) == 2
         assert len(_seqs(watcher)) == 2
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_judges_a_combat_made_elsewhere_by_the_table_told_not_a_query(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each commit tells its combat's table: a daemon whose ``subscribe_all`` follows one
+    table knows, without asking the store, that another table's combat is none of its
+    business, and that its own table's is. The store was asked at every commit of a
+    combat of another table."""
+    one, two = "t0000000001", "t0000000002"
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        follower.subscribe_all(watcher, scope=frozenset({one}))
+        located: list[str] = []
+        locate = follower.store.locate
+
+        def counted(combat_id: str) -> str | None:
+            located.append(combat_id)
+            return locate(combat_id)
+
+        monkeypatch.setattr(follower.store, "locate", counted)
+        await _made_with_a_hidden_lurker(holder, f"{two}/bank")
+        last = await _made_with_a_hidden_lurker(holder, f"{one}/vault")
+        await _until(lambda: _seqs(watcher).get(f"{one}/vault", [0])[-1] == last)
+        assert list(_seqs(watcher)) == [f"{one}/vault"]
+        assert f"{two}/bank" not in follower.combats
+        assert located == []

@@ -107,9 +107,12 @@ class SubscriptionRegistry:
         """Whether anyone here follows ``combat`` by ``subscribe``."""
         return combat.id in self._by_combat
 
-    def follows_any_table(self) -> bool:
-        """Whether anyone here follows whole tables (``subscribe_all``)."""
-        return bool(self._everywhere or self._by_table)
+    def follows_table(self, table: str | None) -> bool:
+        """Whether anyone here follows the whole of ``table`` (``subscribe_all``; None: of
+        any table)."""
+        if self._everywhere:
+            return True
+        return table in self._by_table if table is not None else bool(self._by_table)
 
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""

@@ -67,6 +67,8 @@ class Follower:
         """Followed combats, least recently read first."""
         self._due: dict[str, int] = {}
         """Combats whose log grew past what this daemon read of it, by last seq heard."""
+        self._tables: dict[str, str] = {}
+        """The tables of those of them this daemon has not heard of, as told with them."""
         self._wake = anyio.Event()
         self._poll_now = False
         self._full = False
@@ -78,9 +80,10 @@ class Follower:
         self.subscribed: Callable[[Combat], bool] = lambda combat: False
         """Whether a subscriber here follows ``combat`` by ``subscribe`` (what keeps it
         followed: a ``subscribe_all`` would keep every combat)."""
-        self.follows_all: Callable[[], bool] = lambda: False
-        """Whether any subscriber here follows whole tables (``subscribe_all``): then a
-        combat another daemon made since this one started is looked for when it is heard of."""
+        self.follows_table: Callable[[str | None], bool] = lambda table: False
+        """Whether any subscriber here follows the whole of a table (``subscribe_all``;
+        None: of any table): then a combat of it another daemon made since this one started
+        is known here when it is heard of."""
 
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat to read: the one this daemon holds, else (on a shared store) the one it
@@ -140,18 +143,22 @@ class Follower:
             elif combat.seq < seq and self.watched(combat):
                 await self._tell(combat, state, seq)
 
-    def woken(self, changes: dict[str, int] | None) -> None:
-        """A notification: these combats' logs reached these seqs (None: some may have gone
-        untold, so the store is asked)."""
+    def woken(self, changes: dict[str, tuple[int, str | None]] | None) -> None:
+        """A notification: these combats' logs reached these seqs, each of this table (None:
+        not told), or (None) some may have gone untold, so the store is asked."""
         if changes is None:
             self._poll_now = True
             self._wake.set()
             return
-        for combat_id, last in changes.items():
+        for combat_id, (last, table) in changes.items():
             combat = self._combats.by_id.get(combat_id)
             if combat is None:
-                if self.follows_all():  # made on another daemon: looked for in the store
-                    self._due[combat_id] = last
+                # Made on another daemon: known here if a subscribe_all here follows its
+                # table, judged by the table told, else (an older daemon's commit) looked for.
+                if self.follows_table(table):
+                    self._due[combat_id] = max(last, self._due.get(combat_id, 0))
+                    if table is not None:
+                        self._tables[combat_id] = table
                     self._wake.set()
                 continue
             if combat.loaded or combat.seq >= last:
@@ -180,10 +187,11 @@ class Follower:
                     polled = time.monotonic()
                     await self._poll(shared)
                 due, self._due = self._due, {}
+                tables, self._tables = self._tables, {}
                 for combat_id in due:
                     combat = self._combats.by_id.get(combat_id)
                     if combat is None:
-                        combat = await self._found(shared, combat_id)
+                        combat = await self._found(shared, combat_id, tables.get(combat_id))
                     if combat is not None:
                         await self._catch_up(combat)
 
@@ -210,21 +218,23 @@ class Follower:
             if combat is not None and combat.seq < last:
                 self._due[combat_id] = last
 
-    async def _found(self, shared: SharedStore, combat_id: str) -> Combat | None:
-        """A combat another daemon made since this one started, known from now on if a
-        subscriber here follows its table (``subscribe_all`` includes combats made later) and
-        the daemon has room for it (``MAX_COMBATS``)."""
+    async def _found(self, shared: SharedStore, combat_id: str, table: str | None) -> Combat | None:
+        """A combat another daemon made since this one started, of ``table`` (None: not
+        told, so asked of the store), known from now on if a subscriber here follows its
+        table (``subscribe_all`` includes combats made later) and the daemon has room for it
+        (``MAX_COMBATS``)."""
         if not self._combats.has_room():
             if not self._full:
                 log.warning("follow_skipped_full", combat=combat_id, limit=MAX_COMBATS)
             self._full = True
             return None
         self._full = False
-        try:
-            table = await anyio.to_thread.run_sync(shared.locate, combat_id)
-        except StoreError as e:
-            log.warning("follow_failed", combat=combat_id, reason=e.message)
-            return None
+        if table is None:
+            try:
+                table = await anyio.to_thread.run_sync(shared.locate, combat_id)
+            except StoreError as e:
+                log.warning("follow_failed", combat=combat_id, reason=e.message)
+                return None
         if table is None or combat_id in self._combats.by_id:
             return self._combats.by_id.get(combat_id)
         found = Combat(combat_id, UNBUILT, 0, loaded=False, table=table)

@@ -1,10 +1,11 @@
 """Telling other daemons that a combat's log grew: one ``NOTIFY`` channel every daemon on a
 database writes to in its commit transactions and listens on, on one session of its own.
 
-A notification is only a wake-up: it says which combats reached which last seq, and the log
-says what happened. One that is lost is caught up by the next for that combat, or by the
-follower's periodic poll; the follower is told to ask the store at once when the listener's
-session is opened anew, or its queue was full.
+A notification is only a wake-up: it says which combats reached which last seq (and the table
+of each, so that a daemon that has not heard of a combat knows without asking whether anyone
+there follows it), and the log says what happened. One that is lost is caught up by the next
+for that combat, or by the follower's periodic poll; the follower is told to ask the store at
+once when the listener's session is opened anew, or its queue was full.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.from_thread
@@ -30,7 +31,7 @@ CHANNEL = "turnkeeper_events"
 MAX_PAYLOAD_BYTES = 7000
 """Bytes of one notification's payload: PostgreSQL refuses 8000 or more. A group commit's
 combats are split over as many notifications as they need (a combat id of 128 four-byte
-characters takes under 600 bytes)."""
+characters and a table id take under 650 bytes)."""
 
 WAKE_QUEUE = 64
 """Notifications waiting for the event loop; past it they are dropped, counted, and the
@@ -42,18 +43,29 @@ LISTEN_WAIT = 1.0
 RECONNECT_PAUSE = 1.0
 """Seconds between two tries to open the listener's session again, once lost."""
 
-Changes = dict[str, int]
-"""The last seq of each combat whose log grew."""
+
+class Change(NamedTuple):
+    """What a notification says of one combat."""
+
+    last: int
+    """Its last seq."""
+    table: str | None
+    """Its table; None from a daemon of an earlier version (during a rolling upgrade), which
+    told none: the store is asked then."""
 
 
-def payloads(appended: Sequence[tuple[str, int]]) -> list[str]:
-    """The payloads telling ``appended`` (combat id, last seq), each under
-    ``MAX_PAYLOAD_BYTES``: JSON pairs, since a combat id may hold any character."""
+Changes = dict[str, Change]
+"""What changed of each combat whose log grew, by id."""
+
+
+def payloads(appended: Sequence[tuple[str, int, str]]) -> list[str]:
+    """The payloads telling ``appended`` (combat id, last seq, table), each under
+    ``MAX_PAYLOAD_BYTES``: JSON triples, since a combat id may hold any character."""
     chunks: list[str] = []
     pairs: list[str] = []
     size = 2
-    for combat_id, last in appended:
-        pair = json.dumps([combat_id, last], ensure_ascii=False)
+    for combat_id, last, table in appended:
+        pair = json.dumps([combat_id, last, table], ensure_ascii=False)
         if pairs and size + len(pair.encode()) + 1 > MAX_PAYLOAD_BYTES:
             chunks.append(f"[{','.join(pairs)}]")
             pairs, size = [], 2
@@ -64,7 +76,7 @@ def payloads(appended: Sequence[tuple[str, int]]) -> list[str]:
     return chunks
 
 
-def notify(db: psycopg.Connection[Any], appended: Sequence[tuple[str, int]]) -> None:
+def notify(db: psycopg.Connection[Any], appended: Sequence[tuple[str, int, str]]) -> None:
     """Notify ``appended`` in ``db``'s open transaction: delivered when (and only if) it
     commits. One statement however many payloads."""
     chunks = payloads(appended)
@@ -73,11 +85,17 @@ def notify(db: psycopg.Connection[Any], appended: Sequence[tuple[str, int]]) -> 
 
 
 def parse(payload: str) -> Changes:
-    """A notification's combats and last seqs; nothing from a payload not of this module's
+    """A notification's combats, last seqs and tables, told as triples, or as pairs (no
+    table) by a daemon of an earlier version; nothing from a payload not of this module's
     making (another program on the channel)."""
     try:
-        pairs = json.loads(payload)
-        return {str(c): int(s) for c, s in pairs}
+        told: Changes = {}
+        for item in json.loads(payload):
+            combat_id, last, *table = item
+            if len(table) > 1:
+                raise ValueError(item)
+            told[str(combat_id)] = Change(int(last), str(table[0]) if table else None)
+        return told
     except (ValueError, TypeError):
         return {}
 
