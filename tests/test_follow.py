@@ -441,6 +441,32 @@ async def test_r16_a_followed_combat_is_not_let_go_in_the_middle_of_a_catch_up(
         assert follower.combats["bank"].state is not UNBUILT
 
 
+@pytest.mark.anyio
+async def test_r16_a_subscribe_that_waited_for_a_combat_let_go_meanwhile_reads_it_again(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A player's ``subscribe`` waits for a followed combat's lock; as it is let go, the
+    combat is let go (``MAX_FOLLOWED``) before the subscribe resumes: the subscribe reads it
+    again rather than tell the catch-up judged by no state."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 1)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await _made_with_a_hidden_lurker(holder, "vault")
+        bank = await follower.follower.ready("bank")
+        player = _Seen(PLAYER)
+        async with anyio.create_task_group() as tg:
+            await bank.lock.acquire()
+            tg.start_soon(follower.subscribe, "bank", player, 0)
+            await anyio.sleep(0.1)  # it waits for the lock
+            await follower.follower.ready("vault")  # bank is kept: its lock is held
+            assert bank.followed
+            bank.lock.release()
+            follower.follower._evict()  # before the subscribe resumes: bank is let go
+            assert not bank.followed
+        assert player.sent
+        assert "lurker" not in repr(player.sent)
+
+
 async def _until(done: Callable[[], bool]) -> None:
     with anyio.fail_after(SEEN_WITHIN):
         while not done():
