@@ -42,7 +42,13 @@ class View:
     window: Window | None
     disabled_plugins: tuple[str, ...] = ()
     options: tuple[tuple[str, OptionValue], ...] = ()
-    """The rule options as they are now: ``set_turn_timer`` changes ``turn_time_limit``."""
+    """The combat's rule options as they are now (``set_turn_timer`` changes
+    ``turn_time_limit``), every one with its value: a client offers what they allow."""
+    reached: tuple[str, ...] = ()
+    """Combatants whose turn has come this round (started, or forgone), sorted: with ``bonus``
+    what a client needs to judge, as the engine does, whether a held turn's moment has passed."""
+    bonus: tuple[str, ...] = ()
+    """Who takes the bonus round (marvel, R7), as the combat started."""
 
 
 def _hidden(state: State, actor: Actor) -> frozenset[str]:
@@ -77,6 +83,8 @@ def view(state: State, actor: Actor) -> View:
         state.window,
         state.disabled_plugins,
         state.options,
+        tuple(sorted(state.reached)),
+        state.bonus,
     )
     if actor.role == "narrator":
         return full
@@ -110,9 +118,10 @@ def view(state: State, actor: Actor) -> View:
         conditions=tuple(c for c in state.conditions if c.target not in hidden),
         window=window,
     )
-    scrubbed = _scrub(replace(shown, options=()), hidden)
+    scrubbed = _scrub(shown, hidden)
     assert isinstance(scrubbed, View)
-    # Options name no combatant: an option named like a hidden one is no mention of it.
+    # Options name no combatant, but their words could be a hidden one's id ("hold"): put back
+    # whole, never scrubbed.
     return replace(scrubbed, options=state.options)
 
 

@@ -190,8 +190,13 @@ export interface View {
   conditions: Condition[];
   window: Window | null;
   disabled_plugins: string[];
-  /** The rule options as they are now: set_turn_timer changes turn_time_limit. */
-  options: [string, OptionValue][];
+  /** The combat's rule options as they are now (set_turn_timer changes turn_time_limit),
+   * every one with its value, as `[name, value]` pairs. */
+  options: [string, string | number | boolean | null][];
+  /** Combatants whose turn has come this round (started, or forgone). */
+  reached: string[];
+  /** marvel: who takes the bonus round. */
+  bonus: string[];
 }
 
 // Events ----------------------------------------------------------------------------------------
