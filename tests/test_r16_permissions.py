@@ -208,6 +208,7 @@ def narrator_only_commands(s: Story) -> list[c.Command]:
         c.RecordOutcome("note", "Ann is noted", "ann"),
         c.DisablePlugin("surprise"),
         c.EnablePlugin("surprise"),
+        c.SetTurnTimer(30),
         c.Tick(),
         c.Undo(),
         c.EndCombat(),

@@ -580,3 +580,30 @@ def test_the_forms_offer_only_what_the_rules_and_the_moment_allow(tmp_path: Path
     assert "When the orc draws" in seen["readied"]
     assert seen["lastDelay"] == {"plan": 0, "delay": 1}, "the last of a round delays with no plan"
     assert all(size["document"] <= size["viewport"] == 360 for size in seen["sizes"]), seen["sizes"]
+
+
+def test_r13_the_narrator_changes_and_turns_off_the_turn_timer_from_the_console(
+    tmp_path: Path,
+) -> None:
+    """The console's turn timer (set_turn_timer): a length the daemon would refuse is refused
+    by the page; a shorter one leaves the running turn's ten minutes and times the next turn,
+    which the daemon's clock ends by itself; turned off, the running countdown goes. It fits a
+    phone."""
+    with running(tmp_path, http=True) as d:
+        n = Narrator(d.client(), "clock")
+        n.create("dnd3e", turn_time_limit=600.0, turn_warning=0.0)
+        for cid, face in (("ann", 15), ("bob", 10)):
+            n("add_combatant", id=cid, display_name=cid.title(), faces=[face])
+        n("start_combat")
+        seen = scenario(d, "timer", tmp_path, token=d.token("narrator"), combat="clock")
+        view = n.client.call("get_combat", combat="clock")["view"]
+    assert seen["steps"] == [
+        "now: Each turn lasts 600 s.",
+        "0.5 refused: A turn timer is a whole number of seconds from 1 to 86400.",
+        "set: Each turn lasts 2 s.",
+        "expired: Ann's turn, Round 2",
+        "off: Turns are not timed.",
+    ]
+    assert seen["sizes"]["document"] <= seen["sizes"]["viewport"]
+    assert dict(view["options"])["turn_time_limit"] is None
+    assert view["turn"]["deadline"] is None

@@ -1123,6 +1123,48 @@ const scenarios = {
     await table.shot("refocused");
     return { totals: seen.totals, fantastic: seen.fantastic, opening, steps };
   },
+
+  // The narrator changes the turn timer mid-combat from the console (set_turn_timer, R13): a
+  // shorter one leaves the running turn's countdown alone and times the next turn, which the
+  // daemon's clock ends by itself; turned off, the running turn's countdown goes.
+  async timer(context) {
+    const steps = [];
+    const table = await TablePage.open(context, "narrator", { token: settings.token, combat: settings.combat });
+    await table.untilTurn("ann");
+    await table.untilShown("timer-countdown");
+    await table.unfold("turn-timer-form");
+    steps.push(`now: ${await table.text("turn-timer-now")}`);
+    same(await table.locator("turn-timer-seconds").inputValue(), "600", "the length shown to change");
+
+    await table.fill("turn-timer-seconds", "0.5");
+    await table.click("set-turn-timer");
+    steps.push(`0.5 refused: ${(await table.error()).text}`);
+
+    await table.fill("turn-timer-seconds", "2");
+    await table.click("set-turn-timer");
+    await table.untilText("turn-timer-now", "2 s");
+    steps.push(`set: ${await table.text("turn-timer-now")}`);
+    await table.untilText("log-lines", "Turn timer: 2 s a turn, from the next turn.");
+    check(await table.seconds("timer-countdown") > 60, "ann's turn keeps its ten minutes");
+    const sizes = await bothSizes(table, "turn-timer", true);
+
+    await table.click("end-turn");
+    await table.untilTurn("bob");
+    check(await table.seconds("timer-countdown") <= 2, "bob's turn is timed at the new length");
+    // Nobody clicks: the daemon's clock ends bob's turn, and ann's next turn is timed too.
+    await table.untilText("round", "Round 2");
+    await table.untilTurn("ann");
+    steps.push(`expired: ${await table.text("turn-name")}'s turn, ${await table.text("round")}`);
+
+    await table.click("turn-timer-off");
+    await table.untilGone("timer");
+    await table.untilText("turn-timer-now", "not timed");
+    steps.push(`off: ${await table.text("turn-timer-now")}`);
+    same(await table.locator("turn-timer-seconds").inputValue(), "", "no length once off");
+    check(await table.locator("turn-timer-off").count() === 0, "nothing left to turn off");
+    await table.shot("timer-off");
+    return { steps, sizes };
+  },
 };
 
 // The console's scenario runs once per ruleset (settings.ruleset), each with its own screenshots.

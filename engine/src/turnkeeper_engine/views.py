@@ -42,7 +42,8 @@ class View:
     window: Window | None
     disabled_plugins: tuple[str, ...] = ()
     options: tuple[tuple[str, OptionValue], ...] = ()
-    """The combat's rule options, every one with its value: a client offers what they allow."""
+    """The combat's rule options as they are now (``set_turn_timer`` changes
+    ``turn_time_limit``), every one with its value: a client offers what they allow."""
     reached: tuple[str, ...] = ()
     """Combatants whose turn has come this round (started, or forgone), sorted: with ``bonus``
     what a client needs to judge, as the engine does, whether a held turn's moment has passed."""

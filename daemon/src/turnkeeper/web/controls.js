@@ -11,6 +11,7 @@ import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 import { actionKind, actionType } from "./render.js";
 import { MAX_ID, MAX_TEXT, d616Selects, form, setupControls } from "./setup.js";
+import { turnTimerControl } from "./timer.js";
 
 /** The action kinds each ruleset's catalogue knows, with the action type each is (protocol.md,
  * ActionSpec). dnd3e's `refocus` has its own button (the refocus method). */
@@ -374,6 +375,7 @@ export function controls(scene, run, refuse) {
     }
     parts.push(...setupControls(scene, run, refuse));
   }
+  parts.push(turnTimerControl(scene, run, refuse));
   if (narrator) {
     parts.push(group(t("Table"), "table-controls", null, h("div", { class: "row" },
       button(t("Undo the last command"), "undo", () => run("undo", {}), "danger"),
