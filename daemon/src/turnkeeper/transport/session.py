@@ -30,7 +30,7 @@ from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
 from .. import __version__, i18n
-from ..auth import AuthError, Principal, Tokens
+from ..auth import AuthError, Principal, TokenBook
 from ..combats import Hub, RequestError
 from ..combats.registry import MAX_COMBAT_PAGE, unknown_combat
 from ..combats.telling import Batch
@@ -62,7 +62,7 @@ class Sessions:
     def __init__(
         self,
         hub: Hub,
-        tokens: Tokens,
+        tokens: TokenBook,
         *,
         narrator_uid: int | None,
         limits: ConnectionLimits,
@@ -541,7 +541,7 @@ async def _hello(session: Session, params: Mapping[str, Any]) -> Plain:
             level=wire.PROTOCOL_VERSION,
             compatible=wire.COMPATIBLE_VERSION,
         )
-    principal = _principal(session, params.get("token"))
+    principal = await _principal(session, params.get("token"))
     session.promote(principal, narrate)
     return {
         "protocol": wire.PROTOCOL_VERSION,
@@ -573,12 +573,12 @@ _METHOD_LIST: list[Plain] = [
 ]
 
 
-def _principal(session: Session, token: object) -> Principal:
+async def _principal(session: Session, token: object) -> Principal:
     """Who says hello: a token's holder, or the narrator's own uid on the Unix socket."""
     if token is not None:
         if not isinstance(token, str):
             raise RequestError("invalid_params", "a string", "token")
-        principal = session.sessions.tokens.authenticate(token)
+        principal = await session.sessions.tokens.lookup(token)
         if principal is None:
             raise RequestError("unauthenticated", "unknown or revoked token", "token")
         return principal
