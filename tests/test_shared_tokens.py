@@ -201,13 +201,18 @@ def test_r16_tables_a_hosting_bridge_manages_on_one_daemon_what_it_made_on_the_o
     pair: tuple[Daemon, Daemon], postgres_db: str
 ) -> None:
     a, b = pair
-    made = turnkeeper("token", "add", "bridge", "--host", "--store", postgres_db)
+    made = turnkeeper("token", "add", "bridge", "--host", "--narrator", "--store", postgres_db)
     host_id, host_secret = made.stdout.split()[0], made.stdout.splitlines()[1]
     host_a, host_b = _hello(a, host_secret), _hello(b, host_secret)
     table = host_a.call("create_table", name="Guild")["table"]
-    # B's copy may not have the table yet: a table method looks again before refusing.
-    token = host_b.call("add_token", table=table, role="player", user="peter")
-    assert token["table"] == table
+    # B's copy may not have the table yet: a create_combat looks again before refusing...
+    combat = f"{table}/brawl"
+    host_b.call("create_combat", request_id="b1", combat_id=combat, ruleset="marvel")
+    assert host_a.call("get_combat", combat=combat)["combat"] == combat
+    # ... and so does a table method.
+    second = host_a.call("create_table", name="Guild 2")["table"]
+    token = host_b.call("add_token", table=second, role="player", user="peter")
+    assert token["table"] == second
     # Another host's table is not this one's, on either daemon.
     other = a.client().call("create_table", name="Elsewhere")["table"]
     for host in (host_a, host_b):
@@ -316,3 +321,41 @@ def test_a_daemon_whose_token_sessions_are_lost_still_finds_new_tokens_and_revoc
     gm_a.call("revoke_token", table="default", id=token["id"])
     assert _ended(on_b, REREAD_BOUND) == "token_revoked"
     gm_a.close()
+
+
+def test_a_table_and_token_no_daemon_was_told_of_work_at_once_looked_up_on_a_miss(
+    pair: tuple[Daemon, Daemon], postgres_db: str
+) -> None:
+    """Rows written by hand, with no notification: what a daemon's copy does not have yet is
+    looked up in the database before a hello, a create_combat or a table method refuses it,
+    not at the next periodic read."""
+    _, b = pair
+    made = turnkeeper("token", "add", "bridge", "--host", "--narrator", "--store", postgres_db)
+    host_id, host_secret = made.stdout.split()[0], made.stdout.splitlines()[1]
+    host = _hello(b, host_secret)
+    secret = "tk_" + "x" * 43
+    for table in ("t00000000a1", "t00000000a2"):
+        sql(
+            postgres_db,
+            f"INSERT INTO {SCHEMA}.tables (table_id, name, created) VALUES (%s, 'By hand', 0)",
+            table,
+        )
+        sql(
+            postgres_db,
+            f"INSERT INTO {SCHEMA}.table_managers (table_id, token_id) VALUES (%s, %s)",
+            table,
+            host_id,
+        )
+    sql(
+        postgres_db,
+        f"INSERT INTO {SCHEMA}.tokens (token_id, role, user_id, narrator, hash, created,"
+        " table_id, host) VALUES ('0000beef', 'narrator', NULL, false, %s, 0, 't00000000a1',"
+        " false)",
+        digest(secret),
+    )
+    started = time.monotonic()
+    host.call("create_combat", request_id="c1", combat_id="t00000000a2/brawl", ruleset="marvel")
+    assert host.call("list_tokens", table="t00000000a1")[0]["id"] == "0000beef"
+    _, session = _session(b, secret)
+    assert session["table"] == "t00000000a1"
+    assert time.monotonic() - started < REREAD_SECONDS

@@ -58,6 +58,26 @@ def hidden(session: Session, combat_id: str, command: cmd.Command) -> bool:
     return not session.sessions.draining and not session.hub.visible(combat_id, scope)
 
 
+async def look_for_table(session: Session, combat_id: str) -> None:
+    """Before a ``create_combat``: a table the daemon does not know yet for the session (made
+    through another daemon on the same database a moment ago) is looked for where the tokens
+    are kept, and the session's tables follow, so ``hidden`` judges the table as it is. Only
+    for the operator and hosting bridges: no other session's tables can grow."""
+    principal = session.principal
+    assert principal is not None
+    scope = session.scope
+    table = table_of(combat_id)
+    tokens = session.sessions.tokens
+    if scope is None:
+        if table in tokens.load().table_ids():
+            return
+    elif table in scope or not principal.host:
+        return
+    await tokens.refresh()
+    if scope is not None:
+        session.rescope(tokens.scope(principal))
+
+
 async def refuse_hidden(session: Session, combat_id: str, request_id: str) -> None:
     """Answer a command of another table's combat as one of a combat that does not exist.
     The writer looks a request id up before it looks for the combat: a remembered one is

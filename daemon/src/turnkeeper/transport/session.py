@@ -24,6 +24,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from turnkeeper_engine import Actor
+from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.events import EVENTS
 from turnkeeper_engine.plain import Plain
@@ -600,6 +601,8 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
         if as_user is None:
             session.acting = actor
     combat_id, value = command(method, params)
+    if type(value) is cmd.CreateCombat:
+        await admin.look_for_table(session, combat_id)
     if admin.hidden(session, combat_id, value):
         await admin.refuse_hidden(session, combat_id, request_id)
     result = await session.sessions.run_command(
