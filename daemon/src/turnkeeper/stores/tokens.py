@@ -73,6 +73,11 @@ CHANGE_LOCK = 0x746B_544F_4B45_4E53
 daemons, a daemon and the CLI) each see the other's, as ``tokens.lock`` does for the file,
 and the limits are counted with nothing else being added."""
 
+LOOKUP_THREADS = 1
+"""Worker threads a daemon lends to look-ups (an unknown secret at hello, an unknown table):
+they take turns on one session anyway, and a flood of hellos with made-up secrets while the
+database is slow then waits in the event loop, not in threads the rest of the daemon needs."""
+
 _Connection = psycopg.Connection[Any]
 _T = TypeVar("_T")
 
@@ -92,6 +97,8 @@ class SharedTokens(TokenBook):
         """One session for changes and lookups (a hello with an unknown secret costs one
         indexed statement, not a connection), used by one thread at a time."""
         self._closed = threading.Event()
+        self._lookups: anyio.CapacityLimiter | None = None
+        """``LOOKUP_THREADS``, made in the event loop at the first look-up."""
 
     # Reading -------------------------------------------------------------------------------------
 
@@ -119,7 +126,12 @@ class SharedTokens(TokenBook):
         found = self.authenticate(secret)
         if found is not None:
             return found
-        return await anyio.to_thread.run_sync(self._look_up, secret)
+        return await anyio.to_thread.run_sync(self._look_up, secret, limiter=self._limiter())
+
+    def _limiter(self) -> anyio.CapacityLimiter:
+        if self._lookups is None:
+            self._lookups = anyio.CapacityLimiter(LOOKUP_THREADS)
+        return self._lookups
 
     def _look_up(self, secret: str) -> Principal | None:
         def known(db: _Connection) -> bool:
@@ -133,7 +145,7 @@ class SharedTokens(TokenBook):
         return self.authenticate(secret) if self._reading_again(known) else None
 
     async def refresh(self) -> None:
-        await anyio.to_thread.run_sync(self.read)
+        await anyio.to_thread.run_sync(self.read, limiter=self._limiter())
 
     def _reload(self, db: _Connection) -> Contents:
         with self._reading:
