@@ -8,11 +8,12 @@ check never waits for the database. The copy is read again:
 - whenever a change commits, from any daemon or ``turnkeeper token``/``table`` command: each
   change notifies ``CHANNEL`` in its transaction, and every daemon listens on it
   (``SharedTokens.run``), so a revocation reaches the other daemons' copies in milliseconds;
-- every ``REREAD_SECONDS`` whatever it heard, and when its listening session is opened again:
-  a notification lost with that session is made up for within that bound;
+- every ``REREAD_SECONDS`` whatever it heard (when a fingerprint of the rows, which the server
+  hashes, is not the copy's), and when its listening session is opened again: a notification
+  lost with that session, or a row changed by hand, is made up for within that bound;
 - when a hello brings a secret the copy does not know, and its hash is in the database (a
   token made a moment ago through another daemon works there at once), and when a table
-  method names a table the copy does not have.
+  method or a ``create_combat`` names a table the copy does not have.
 
 The sessions' own check (``Sessions.watch_tokens``, every ``TOKEN_CHECK_SECONDS``) then ends
 the sessions of a revoked token. A daemon that cannot reach the database keeps its last copy
@@ -65,8 +66,9 @@ CHANNEL = "turnkeeper_tokens"
 """Notified by every change of the tables and tokens; every daemon on the database listens."""
 
 REREAD_SECONDS = 5.0
-"""Seconds between two reads of the tables and tokens whatever was heard: the bound on a
-revocation whose notification was lost (the listening session was away)."""
+"""Seconds between two looks at the tables and tokens whatever was heard (their fingerprint,
+and a read if it changed): the bound on a revocation whose notification was lost (the
+listening session was away) or that was made by hand."""
 
 CHANGE_LOCK = 0x746B_544F_4B45_4E53
 """The advisory lock every change takes for its transaction: two changes at once (two
@@ -97,6 +99,8 @@ class SharedTokens(TokenBook):
         """One session for changes and lookups (a hello with an unknown secret costs one
         indexed statement, not a connection), used by one thread at a time."""
         self._closed = threading.Event()
+        self._print: str | None = None
+        """The fingerprint of the rows the copy was read from (``_fingerprint``)."""
         self._lookups: anyio.CapacityLimiter | None = None
         """``LOOKUP_THREADS``, made in the event loop at the first look-up."""
 
@@ -152,11 +156,19 @@ class SharedTokens(TokenBook):
             with db.transaction():
                 db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 contents = _fetch(db)
+                self._print = _fingerprint(db)
             # Kept as it was when nothing changed: the sessions' check looks again only at
             # a new copy.
             if contents != self._contents:
                 self._contents = contents
             return self._contents
+
+    def _reread(self, db: _Connection) -> None:
+        """The periodic read: whole only if the rows' fingerprint is not the copy's, so that
+        a daemon at the limits is not rebuilding 20,000 records every few seconds for
+        nothing (the server hashes them; the daemon reads one row)."""
+        if _fingerprint(db) != self._print:
+            self._reload(db)
 
     async def run(self) -> None:
         """Listen on ``CHANNEL`` and read again what it says changed, until cancelled."""
@@ -177,8 +189,11 @@ class SharedTokens(TokenBook):
                 last = time.monotonic()
                 while not self._closed.is_set():
                     heard = any(True for _ in db.notifies(timeout=LISTEN_WAIT, stop_after=1))
-                    if heard or time.monotonic() - last >= REREAD_SECONDS:
+                    if heard:
                         self._reload(db)
+                        last = time.monotonic()
+                    elif time.monotonic() - last >= REREAD_SECONDS:
+                        self._reread(db)
                         last = time.monotonic()
             except psycopg.Error as e:
                 log.warning("tokens_listener_lost", reason=_reason(e, self.location))
@@ -377,6 +392,21 @@ def _fetch(db: _Connection) -> Contents:
         )
     ]
     return Contents(tokens, tables)
+
+
+def _fingerprint(db: _Connection) -> str:
+    """An MD5 of every row of the tables, their managers and the tokens, in order (each row
+    as PostgreSQL writes it out, quoted): any change, one made by hand without a
+    notification too, changes it."""
+    row = db.execute(
+        "SELECT md5(concat("
+        f" (SELECT string_agg(r::text, ';' ORDER BY r.position) FROM {SCHEMA}.tokens r), '|',"
+        f" (SELECT string_agg(r::text, ';' ORDER BY r.position) FROM {SCHEMA}.tables r), '|',"
+        f" (SELECT string_agg(r::text, ';' ORDER BY r.position) FROM {SCHEMA}.table_managers r)"
+        "))"
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 def _has_table(db: _Connection, table: str) -> bool:
