@@ -115,19 +115,19 @@ class Daemon:
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=CALL_TIMEOUT)
 
+    def where(self) -> list[str]:
+        """Where the ``token`` and ``table`` commands find this daemon's tokens: its data
+        directory, and its PostgreSQL store if it has one (the tokens are there then)."""
+        where = ["--data-dir", str(self.data_dir)]
+        if "--store" in self.extra:
+            at = self.extra.index("--store")
+            where += self.extra[at : at + 2]
+        return where
+
     def token(self, *args: str) -> str:
         """``turnkeeper token add ...``; returns the secret."""
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "turnkeeper.cli",
-                "token",
-                "--data-dir",
-                str(self.data_dir),
-                "add",
-                *args,
-            ],
+            [sys.executable, "-m", "turnkeeper.cli", "token", *self.where(), "add", *args],
             capture_output=True,
             text=True,
             check=True,

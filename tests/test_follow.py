@@ -4,7 +4,6 @@ lease. Real PostgreSQL, two real ``turnkeeper serve`` subprocesses."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -31,7 +30,7 @@ from turnkeeper.combats import Hub, follow, registry
 from turnkeeper.combats.combat import UNBUILT
 from turnkeeper.combats.telling import Batch
 from turnkeeper.store import StoreError
-from turnkeeper.stores import changes
+from turnkeeper.stores import changes, postgresql
 from turnkeeper.stores.postgresql import PostgresStore
 from turnkeeper_engine import NARRATOR, Actor
 from turnkeeper_engine import commands as cmd
@@ -250,12 +249,11 @@ def test_r16_a_combat_another_daemon_made_stays_unknown_to_another_tables_token(
     (tmp_path / "b").mkdir()
     a = Daemon(tmp_path / "a", None, "--store", postgres_db)
     b = Daemon(tmp_path / "b", free_port(), "--store", postgres_db)
+    postgresql.migrate(postgres_db)  # for the CLI: the daemons are not started yet
     one = cli(a, "table", "add", "One").strip()
     two = cli(a, "table", "add", "Two").strip()
+    # Made before either daemon starts: the tables and tokens are the database's, B's too.
     secret = a.token("narrator", "--table", one)
-    # Tokens and tables are each daemon's own file: B gets A's (docs/scale-out.md).
-    b.data_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(a.data_dir / "tokens.json", b.data_dir / "tokens.json")
     a.start()
     b.start()
     try:

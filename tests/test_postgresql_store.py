@@ -602,7 +602,8 @@ def test_a_daemon_whose_sessions_are_lost_serves_on_with_the_leases_it_held(
     try:
         c = d.client()
         add_spidey(c, "bank")
-        assert _end_sessions(postgres_db) == 5  # with the listener for followed combats
+        # With the listener for followed combats, and the tokens' listener and session.
+        assert _end_sessions(postgres_db) == 7
         started = c.call("start_combat", request_id="bank-start", combat="bank")
         assert started["seq"] > 2
         assert _sql(postgres_db, f"SELECT owner_epoch FROM {SCHEMA}.combats") == [(1,)]

@@ -56,6 +56,7 @@ LIMIT_MODULES = {
     "store": "turnkeeper.store",
     "auth": "turnkeeper.auth",
     "tables": "turnkeeper.tables",
+    "tokens": "turnkeeper.stores.tokens",
     "decide": "turnkeeper_engine.decide",
     "evolve": "turnkeeper_engine.evolve",
     "plain": "turnkeeper_engine.plain",

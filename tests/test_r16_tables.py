@@ -26,9 +26,9 @@ TRANSPORTS = ("unix", "tcp", "ws")
 
 
 def cli(d: Daemon, *args: str) -> str:
-    """``turnkeeper ARGS --data-dir`` the daemon's; returns stdout."""
+    """``turnkeeper ARGS`` on the daemon's tokens (``Daemon.where``); returns stdout."""
     done = subprocess.run(
-        [sys.executable, "-m", "turnkeeper.cli", *args, "--data-dir", str(d.data_dir)],
+        [sys.executable, "-m", "turnkeeper.cli", *args, *d.where()],
         capture_output=True,
         text=True,
         check=True,

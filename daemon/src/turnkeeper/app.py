@@ -13,12 +13,12 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from .auth import Tokens
+from .auth import TOKEN_FILE
 from .combats import Hub
 from .combats.rebuild import SNAPSHOT_EVERY
 from .loader import PluginChoice, announce, load
 from .private import PRIVATE_FILE
-from .stores import open_store
+from .stores import is_postgresql, open_store, open_tokens
 from .transport.channel import TcpChannel, UnixChannel
 from .transport.listeners import (
     ConnectionLimits,
@@ -89,12 +89,20 @@ async def serve(
         address=address(config.tcp_host, config.tcp_port) if config.tcp_port else None,
     )
     hub = Hub(store, snapshot_every=config.snapshot_every, plugins=plugins)
-    tokens = Tokens(config.data_dir)
+    tokens = open_tokens(config.store, config.data_dir)
+    if is_postgresql(config.store) and (config.data_dir / TOKEN_FILE).exists():
+        # Its tokens would seem to work and do not: say so, and how to bring them over.
+        log.warning(
+            "token_file_not_used",
+            path=str(config.data_dir / TOKEN_FILE),
+            hint="the tables and tokens are in the database: turnkeeper token import",
+        )
     bound: os.stat_result | None = None  # the socket this daemon made, the only one it removes
     socket_lock: int | None = None
     try:
-        # A malformed token file stops the start, saying what is wrong with it; once running,
-        # the daemon keeps its last good tokens through a bad edit (``Tokens.load``).
+        # A malformed token file (or a database that cannot be read) stops the start, saying
+        # what is wrong; once running, the daemon keeps its last good tokens through a bad
+        # edit (``Tokens.load``) or a lost database (``SharedTokens``).
         tokens.read()
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
@@ -114,6 +122,7 @@ async def serve(
                 await tg.start(hub.run_follow)  # listening before serving: no commit unheard
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
+                tg.start_soon(tokens.run)
                 tg.start_soon(sessions.watch_tokens)
                 tg.start_soon(sessions.run)
                 if config.socket_path is not None:
@@ -163,6 +172,7 @@ async def serve(
                 tg.cancel_scope.cancel()
             await store.stop()
     finally:
+        tokens.close()
         store.close()
         if bound is not None and config.socket_path is not None:
             remove_own_socket(config.socket_path, bound)

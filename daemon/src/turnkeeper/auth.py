@@ -10,6 +10,9 @@ issues and revokes the tokens of those it made or the operator granted it (their
 The file (version 2) holds the tables and the tokens; a version 1 file, a bare list of tokens
 from before tables, is read as the default table's tokens, and rewritten as version 2 at the
 next change.
+
+A daemon on PostgreSQL keeps them in the database instead, shared by every daemon on it
+(``turnkeeper.stores.tokens``); both are a ``TokenBook``, which is all sessions know.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import secrets
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -146,7 +150,8 @@ class Principal:
         return Actor("observer", self.user)
 
 
-def _digest(secret: str) -> str:
+def digest(secret: str) -> str:
+    """What is kept of a secret: its SHA-256, in hex."""
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
@@ -155,7 +160,7 @@ def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
 
 
-def _new_token_id(taken: set[str]) -> str:
+def new_token_id(taken: set[str]) -> str:
     """A fresh token id, none of ``taken``: an id is drawn from 32 random bits, and two
     tokens of one id would share their sessions' checks, request ids and grants."""
     while True:
@@ -316,10 +321,150 @@ class _Index:
         self.scopes: dict[str, frozenset[str]] = {}
 
 
-class Tokens:
+def check_token(role: str, user: str | None, narrator: bool, host: bool) -> None:
+    """Refuse a token that cannot be made (``AuthError``, ``invalid_value``), before anything
+    is read or written."""
+    if role not in ROLES:
+        raise AuthError(
+            "invalid_value", "role must be one of {roles}", "role", roles=", ".join(ROLES)
+        )
+    if role == "player" and not user:
+        raise AuthError("invalid_value", "a player token is bound to a user id", "user")
+    if narrator and role != "bridge":
+        raise AuthError("invalid_value", "only a bridge token takes --narrator", "narrator")
+    if host and role != "bridge":
+        raise AuthError("invalid_value", "only a bridge token takes --host", "host")
+    if user is not None and not user.isprintable():
+        raise AuthError(
+            "invalid_value", "a user id has no control characters nor line breaks", "user"
+        )
+
+
+def check_table_name(name: str) -> None:
+    """Refuse a table name that cannot be given (``AuthError``, ``invalid_value``)."""
+    if not 1 <= len(name) <= MAX_TABLE_NAME:
+        raise AuthError(
+            "invalid_value",
+            "a table's name has 1 to {limit} characters",
+            "name",
+            limit=MAX_TABLE_NAME,
+        )
+    if not name.isprintable():
+        # Listed one per line (``turnkeeper table list``): a line break would forge a row.
+        raise AuthError(
+            "invalid_value", "a table's name has no control characters nor line breaks", "name"
+        )
+
+
+class TokenBook(ABC):
+    """Where a daemon's tokens and tables are kept: the data directory's file (``Tokens``) or
+    the PostgreSQL database its daemons share (``turnkeeper.stores.tokens.SharedTokens``).
+    Sessions ask ``load`` and what is worked out from it, which never waits; changes wait (a
+    worker thread runs them)."""
+
+    def __init__(self) -> None:
+        self._index = _Index(EMPTY)
+        """The contents last loaded, indexed: a session's check and its tables are lookups,
+        not a scan of every token and table, however many sessions, tokens and tables."""
+
+    @abstractmethod
+    def read(self, fresh: bool = False) -> Contents:
+        """The tokens and tables as kept now; raises what is wrong with where they are kept."""
+
+    @abstractmethod
+    def load(self) -> Contents:
+        """The tokens and tables for a running daemon: at once, never an error."""
+
+    async def run(self) -> None:  # noqa: B027 - a file needs no task: it is read as it changes
+        """Keep ``load`` current while the daemon runs, if that takes a task."""
+
+    async def lookup(self, secret: str) -> Principal | None:
+        """``authenticate``, for a hello: a book that may lag behind where tokens are kept
+        looks an unknown secret up there before it refuses it."""
+        return self.authenticate(secret)
+
+    async def refresh(self) -> None:  # noqa: B027 - a file's ``load`` is up to date
+        """Bring ``load`` up to date now, for a request that found no table it names."""
+
+    def close(self) -> None:  # noqa: B027 - a file is held open by nothing
+        """Let go of what the book holds open."""
+
+    @abstractmethod
+    def add(
+        self,
+        role: TokenRole,
+        user: str | None = None,
+        *,
+        narrator: bool = False,
+        table: str = DEFAULT_TABLE,
+        host: bool = False,
+    ) -> tuple[TokenRecord, str]:
+        """Make a token of ``table``; returns its record and the secret, which is not kept."""
+
+    @abstractmethod
+    def revoke(self, token_id: str, table: str | None = None) -> bool:
+        """Remove a token (of ``table`` only, when given) and its grants; False if there is
+        none."""
+
+    @abstractmethod
+    def add_table(self, name: str, manager: str | None = None) -> TableRecord:
+        """Make a table named ``name``, managed by the token ``manager`` if given."""
+
+    @abstractmethod
+    def grant(self, table: str, token_id: str, *, granted: bool = True) -> None:
+        """Let a hosting bridge's token manage ``table`` (or, not ``granted``, no longer)."""
+
+    def still_valid(self, principal: Principal) -> bool:
+        """False once the token a session authenticated with has been revoked."""
+        if not principal.key.startswith("token:"):
+            return True
+        return principal.key.removeprefix("token:") in self._indexed().ids
+
+    def _indexed(self) -> _Index:
+        contents = self.load()
+        if contents is not self._index.contents:
+            self._index = _Index(contents)
+        return self._index
+
+    def scope(self, principal: Principal) -> Scope:
+        """The tables ``principal`` may see and touch: None (every one) for the operator; a
+        token's own table, and for a hosting bridge those it manages too. The same set
+        object for a token until the tokens change."""
+        if principal.table is None:
+            return None
+        if not principal.host:
+            return frozenset((principal.table,))
+        index = self._indexed()
+        token_id = principal.key.removeprefix("token:")
+        found = index.scopes.get(token_id)
+        if found is None:
+            found = index.scopes[token_id] = frozenset(
+                (principal.table, *index.managed.get(token_id, ()))
+            )
+        return found
+
+    def managed(self, principal: Principal) -> list[str]:
+        """The ids of the tables ``principal`` manages: every table for the operator (the
+        default one first), those it made or was granted for a hosting bridge, else none."""
+        if principal.table is None:
+            return [DEFAULT_TABLE, *(t.id for t in self.load().tables)]
+        if not principal.host:
+            return []
+        return list(self._indexed().managed.get(principal.key.removeprefix("token:"), ()))
+
+    def authenticate(self, secret: str) -> Principal | None:
+        kept = digest(secret)
+        for r in self.load().tokens:
+            if hmac.compare_digest(r.hash, kept):
+                return Principal(f"token:{r.id}", r.role, r.user, r.narrator, r.table, r.host)
+        return None
+
+
+class Tokens(TokenBook):
     """The token file of a data directory: its tokens and its tables."""
 
     def __init__(self, data_dir: Path) -> None:
+        super().__init__()
         self.path = data_dir / TOKEN_FILE
         self._cache: tuple[tuple[int, ...], Contents | TokenFileError] | None = None
         self._good: Contents = EMPTY
@@ -327,9 +472,6 @@ class Tokens:
         the file is malformed."""
         self._problem: str | None = None
         """The problem last logged by ``load``, so that it is logged once, not per request."""
-        self._index = _Index(EMPTY)
-        """The contents last loaded, indexed: a session's check and its tables are lookups,
-        not a scan of every token and table, however many sessions, tokens and tables."""
 
     def read(self, fresh: bool = False) -> Contents:
         """The tokens and tables, re-read only when the file changed (a revocation takes
@@ -381,44 +523,6 @@ class Tokens:
         self._problem = None
         return contents
 
-    def still_valid(self, principal: Principal) -> bool:
-        """False once the token a session authenticated with has been revoked."""
-        if not principal.key.startswith("token:"):
-            return True
-        return principal.key.removeprefix("token:") in self._indexed().ids
-
-    def _indexed(self) -> _Index:
-        contents = self.load()
-        if contents is not self._index.contents:
-            self._index = _Index(contents)
-        return self._index
-
-    def scope(self, principal: Principal) -> Scope:
-        """The tables ``principal`` may see and touch: None (every one) for the operator; a
-        token's own table, and for a hosting bridge those it manages too. The same set
-        object for a token until the file changes."""
-        if principal.table is None:
-            return None
-        if not principal.host:
-            return frozenset((principal.table,))
-        index = self._indexed()
-        token_id = principal.key.removeprefix("token:")
-        found = index.scopes.get(token_id)
-        if found is None:
-            found = index.scopes[token_id] = frozenset(
-                (principal.table, *index.managed.get(token_id, ()))
-            )
-        return found
-
-    def managed(self, principal: Principal) -> list[str]:
-        """The ids of the tables ``principal`` manages: every table for the operator (the
-        default one first), those it made or was granted for a hosting bridge, else none."""
-        if principal.table is None:
-            return [DEFAULT_TABLE, *(t.id for t in self.load().tables)]
-        if not principal.host:
-            return []
-        return list(self._indexed().managed.get(principal.key.removeprefix("token:"), ()))
-
     def _save(self, contents: Contents) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
@@ -466,21 +570,7 @@ class Tokens:
         table: str = DEFAULT_TABLE,
         host: bool = False,
     ) -> tuple[TokenRecord, str]:
-        """Make a token of ``table``; returns its record and the secret, which is not stored."""
-        if role not in ROLES:
-            raise AuthError(
-                "invalid_value", "role must be one of {roles}", "role", roles=", ".join(ROLES)
-            )
-        if role == "player" and not user:
-            raise AuthError("invalid_value", "a player token is bound to a user id", "user")
-        if narrator and role != "bridge":
-            raise AuthError("invalid_value", "only a bridge token takes --narrator", "narrator")
-        if host and role != "bridge":
-            raise AuthError("invalid_value", "only a bridge token takes --host", "host")
-        if user is not None and not user.isprintable():
-            raise AuthError(
-                "invalid_value", "a user id has no control characters nor line breaks", "user"
-            )
+        check_token(role, user, narrator, host)
         with self._changing() as contents:
             if table not in contents.table_ids():
                 raise AuthError("unknown_table", "no table {table!r}", "table", table=table)
@@ -488,11 +578,11 @@ class Tokens:
                 raise AuthError("limit_reached", "at most {limit} tokens", "role", limit=MAX_TOKENS)
             secret = new_secret()
             record = TokenRecord(
-                id=_new_token_id({r.id for r in contents.tokens}),
+                id=new_token_id({r.id for r in contents.tokens}),
                 role=role,
                 user=user,
                 narrator=narrator,
-                hash=_digest(secret),
+                hash=digest(secret),
                 created=time.time(),
                 table=table,
                 host=host,
@@ -501,8 +591,6 @@ class Tokens:
         return record, secret
 
     def revoke(self, token_id: str, table: str | None = None) -> bool:
-        """Remove a token (of ``table`` only, when given) and its grants; False if there is
-        none."""
         with self._changing() as contents:
             kept = [
                 r
@@ -519,19 +607,7 @@ class Tokens:
         return True
 
     def add_table(self, name: str, manager: str | None = None) -> TableRecord:
-        """Make a table named ``name``, managed by the token ``manager`` if given."""
-        if not 1 <= len(name) <= MAX_TABLE_NAME:
-            raise AuthError(
-                "invalid_value",
-                "a table's name has 1 to {limit} characters",
-                "name",
-                limit=MAX_TABLE_NAME,
-            )
-        if not name.isprintable():
-            # Listed one per line (``turnkeeper table list``): a line break would forge a row.
-            raise AuthError(
-                "invalid_value", "a table's name has no control characters nor line breaks", "name"
-            )
+        check_table_name(name)
         with self._changing() as contents:
             if len(contents.tables) >= MAX_TABLES:
                 raise AuthError("limit_reached", "at most {limit} tables", "name", limit=MAX_TABLES)
@@ -545,7 +621,6 @@ class Tokens:
         return record
 
     def grant(self, table: str, token_id: str, *, granted: bool = True) -> None:
-        """Let a hosting bridge's token manage ``table`` (or, not ``granted``, no longer)."""
         with self._changing() as contents:
             found = [t for t in contents.tables if t.id == table]
             if not found:
@@ -559,10 +634,3 @@ class Tokens:
             changed = replace(found[0], managers=(*others, token_id) if granted else others)
             tables = [changed if t.id == table else t for t in contents.tables]
             self._save(Contents(contents.tokens, tables))
-
-    def authenticate(self, secret: str) -> Principal | None:
-        digest = _digest(secret)
-        for r in self.load().tokens:
-            if hmac.compare_digest(r.hash, digest):
-                return Principal(f"token:{r.id}", r.role, r.user, r.narrator, r.table, r.host)
-        return None

@@ -390,9 +390,9 @@ TAKES: Mapping[str, tuple[Setting, ...]] = {
     "serve": (DEBUG, *SERVE_SETTINGS, *WEB_SETTINGS),
     "plugins": (DEBUG, *PLUGIN_SETTINGS),
     "watch": (DEBUG, *WATCH_SETTINGS),
-    "token": (DEBUG, DATA_DIR),
+    "token": (DEBUG, DATA_DIR, STORE),
     "migrate": (DEBUG, STORE),
-    "table": (DEBUG, DATA_DIR),
+    "table": (DEBUG, DATA_DIR, STORE),
 }
 """Each command's options, the global ones it uses included; the protocol's verbs (``create``,
 ``next``, ``show``…) have theirs in ``shell.TAKES``."""
@@ -480,7 +480,11 @@ def _parser() -> argparse.ArgumentParser:
     listing = actions.add_parser("list", help="list tokens (never their secrets)")
     revoke = actions.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("id")
-    for action in (add, listing, revoke):
+    imported = actions.add_parser(
+        "import",
+        help="copy the data directory's tables and tokens into the PostgreSQL store (--store)",
+    )
+    for action in (add, listing, revoke, imported):
         for setting in TAKES["token"]:
             setting.add(action)
     table = _command(sub, "table", help="manage tables (groups whose combats are kept apart)")
@@ -520,28 +524,74 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from .auth import AuthError, Tokens
+    from .auth import AuthError
+    from .stores import open_tokens
 
-    tokens = Tokens(args.data_dir)
-    if args.action == "add":
-        try:
-            record, secret = tokens.add(
-                args.role, args.user, narrator=args.narrator, table=args.table, host=args.host
-            )
-        except AuthError as e:
-            print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
-            return 2
-        print(_token_line(record))
-        print(secret)
-        return 0
-    if args.action == "list":
-        for r in tokens.read().tokens:
-            print(_token_line(r))
-        return 0
-    if tokens.revoke(args.id):
-        return 0
+    if args.action == "import":
+        return _import(args)
+    _log_to_stderr(args)
+    tokens = open_tokens(args.store, args.data_dir)
+    try:
+        if args.action == "add":
+            try:
+                record, secret = tokens.add(
+                    args.role, args.user, narrator=args.narrator, table=args.table, host=args.host
+                )
+            except AuthError as e:
+                print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
+                return 2
+            print(_token_line(record))
+            print(secret)
+            return 0
+        if args.action == "list":
+            for r in tokens.read().tokens:
+                print(_token_line(r))
+            return 0
+        if tokens.revoke(args.id):
+            return 0
+    finally:
+        tokens.close()
     print(f"turnkeeper: no token {args.id}", file=sys.stderr)
     return 1
+
+
+def _import(args: argparse.Namespace) -> int:
+    """``token import``: the data directory's token file into the PostgreSQL store."""
+    from .auth import AuthError, Tokens
+    from .stores import is_postgresql, open_tokens
+    from .stores.tokens import SharedTokens
+
+    if not is_postgresql(args.store):
+        print(
+            "turnkeeper: token import needs --store postgresql://... (or TURNKEEPER_STORE)",
+            file=sys.stderr,
+        )
+        return 2
+    _log_to_stderr(args)
+    source = Tokens(args.data_dir)
+    contents = source.read()
+    tokens = open_tokens(args.store, args.data_dir)
+    assert isinstance(tokens, SharedTokens)
+    try:
+        tables, added = tokens.import_contents(contents)
+    except AuthError as e:
+        print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
+        return 2
+    finally:
+        tokens.close()
+    print(f"imported {tables} tables and {added} tokens from {source.path}")
+    return 0
+
+
+def _log_to_stderr(args: argparse.Namespace) -> None:
+    """On a PostgreSQL store, what the database said goes to stderr as log lines (the
+    error line says only what failed); stdout keeps what the command prints."""
+    from .stores import is_postgresql
+
+    if is_postgresql(args.store):
+        from .logs import configure
+
+        configure(debug=args.debug)
 
 
 def _token_line(r: TokenRecord) -> str:
@@ -553,9 +603,11 @@ def _token_line(r: TokenRecord) -> str:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from .auth import AuthError, Tokens
+    from .auth import AuthError
+    from .stores import open_tokens
 
-    tokens = Tokens(args.data_dir)
+    _log_to_stderr(args)
+    tokens = open_tokens(args.store, args.data_dir)
     try:
         if args.action == "add":
             print(tokens.add_table(args.name).id)
@@ -569,6 +621,8 @@ def _table(args: argparse.Namespace) -> int:
     except AuthError as e:
         print(f"turnkeeper: {e.field}: {e.message}", file=sys.stderr)
         return 2
+    finally:
+        tokens.close()
     return 0
 
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
+from ..auth import TokenBook, Tokens
 from ..store import Store, StoreError, claim_data_dir
 from .port import StorePort
 
@@ -39,8 +40,9 @@ def open_store(
         load_postgresql()  # says how to install the driver if it is missing
         from .postgresql import LEASE_SECONDS, PostgresStore
 
-        # The data directory still holds the token file: checked and locked as for SQLite, so
-        # that no other user may change the tokens and no two daemons share them.
+        # The data directory still holds the daemon's own files (its socket's lock, the
+        # table view's key): checked and locked as for SQLite, so that no other user may
+        # change them and no two daemons share them.
         lock = claim_data_dir(data_dir)
         try:
             store: StorePort = PostgresStore.open(
@@ -57,6 +59,18 @@ def open_store(
     return Store.open(data_dir, max_pages=None if max_mib is None else max_mib * PAGES_PER_MIB)
 
 
+def open_tokens(location: str | None, data_dir: Path) -> TokenBook:
+    """Where the tables and tokens are kept: in the PostgreSQL database at ``location``,
+    shared by every daemon on it, when it is a ``postgresql://`` URI; else the data
+    directory's token file. Not read yet (``TokenBook.read``)."""
+    if location is not None and is_postgresql(location):
+        load_postgresql()
+        from .tokens import SharedTokens
+
+        return SharedTokens(location)
+    return Tokens(data_dir)
+
+
 def load_postgresql() -> ModuleType:
     """``turnkeeper.stores.postgresql``, or ``StoreError`` saying how to install its driver."""
     try:
@@ -70,4 +84,11 @@ def load_postgresql() -> ModuleType:
     return module
 
 
-__all__ = ["POSTGRESQL_SCHEMES", "StorePort", "is_postgresql", "load_postgresql", "open_store"]
+__all__ = [
+    "POSTGRESQL_SCHEMES",
+    "StorePort",
+    "is_postgresql",
+    "load_postgresql",
+    "open_store",
+    "open_tokens",
+]

@@ -304,6 +304,41 @@ ALTER TABLE {SCHEMA}.combats ADD COLUMN deadline double precision;
 CREATE INDEX combats_deadline ON {SCHEMA}.combats (deadline) WHERE deadline IS NOT NULL;
 """,
     ),
+    Migration(
+        7,
+        "tables, their managers and tokens, shared by the daemons",
+        f"""
+-- What a daemon of its own keeps in its data directory's tokens.json, here for every daemon
+-- on the database (``turnkeeper.stores.tokens``). A token is kept as the SHA-256 of its
+-- secret, never the secret. ``position`` keeps the order they were made in, as the file does.
+CREATE TABLE {SCHEMA}.tables (
+    table_id text PRIMARY KEY,
+    name text NOT NULL,
+    created double precision NOT NULL,
+    position bigint GENERATED ALWAYS AS IDENTITY UNIQUE
+);
+CREATE TABLE {SCHEMA}.tokens (
+    token_id text PRIMARY KEY,
+    role text NOT NULL CHECK (role IN ('narrator', 'player', 'observer', 'bridge')),
+    user_id text,
+    narrator boolean NOT NULL,
+    -- Unique: a hello looks its secret's hash up here when no daemon's copy has it yet.
+    hash text NOT NULL UNIQUE,
+    created double precision NOT NULL,
+    -- 'default' (the table every daemon has, with no row), or one of tables.
+    table_id text NOT NULL,
+    host boolean NOT NULL,
+    position bigint GENERATED ALWAYS AS IDENTITY UNIQUE
+);
+-- The hosting bridges' tokens that manage a table: the one that made it, those granted it.
+CREATE TABLE {SCHEMA}.table_managers (
+    table_id text NOT NULL REFERENCES {SCHEMA}.tables ON DELETE CASCADE,
+    token_id text NOT NULL REFERENCES {SCHEMA}.tokens ON DELETE CASCADE,
+    position bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    PRIMARY KEY (table_id, token_id)
+);
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 

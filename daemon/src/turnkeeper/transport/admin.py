@@ -22,6 +22,7 @@ from ..auth import ROLES, AuthError, Principal, TokenFileError, TokenRecord
 from ..combats import RequestError
 from ..combats.registry import unknown_combat
 from ..methods import text
+from ..store import StoreError
 from ..tables import MAX_TABLE_NAME, table_of
 
 if TYPE_CHECKING:
@@ -57,6 +58,26 @@ def hidden(session: Session, combat_id: str, command: cmd.Command) -> bool:
     return not session.sessions.draining and not session.hub.visible(combat_id, scope)
 
 
+async def look_for_table(session: Session, combat_id: str) -> None:
+    """Before a ``create_combat``: a table the daemon does not know yet for the session (made
+    through another daemon on the same database a moment ago) is looked for where the tokens
+    are kept, and the session's tables follow, so ``hidden`` judges the table as it is. Only
+    for the operator and hosting bridges: no other session's tables can grow."""
+    principal = session.principal
+    assert principal is not None
+    scope = session.scope
+    table = table_of(combat_id)
+    tokens = session.sessions.tokens
+    if scope is None:
+        if table in tokens.load().table_ids():
+            return
+    elif table in scope or not principal.host:
+        return
+    await tokens.refresh()
+    if scope is not None:
+        session.rescope(tokens.scope(principal))
+
+
 async def refuse_hidden(session: Session, combat_id: str, request_id: str) -> None:
     """Answer a command of another table's combat as one of a combat that does not exist.
     The writer looks a request id up before it looks for the combat: a remembered one is
@@ -80,19 +101,25 @@ def _manager(session: Session) -> Principal:
     return principal
 
 
-def _managed(session: Session, params: Mapping[str, Any]) -> str:
-    """The ``table`` param, if the caller manages that table."""
+async def _managed(session: Session, params: Mapping[str, Any]) -> str:
+    """The ``table`` param, if the caller manages that table. One it does not is looked for
+    again where the tokens are kept before it is refused: made through another daemon on the
+    same database, it may not have reached this one's copy yet."""
     principal = _manager(session)
     table = text(params, "table")
     assert table is not None
-    if table not in session.sessions.tokens.managed(principal):
-        raise unknown_table(table)
+    tokens = session.sessions.tokens
+    if table not in tokens.managed(principal):
+        await tokens.refresh()
+        if table not in tokens.managed(principal):
+            raise unknown_table(table)
     return table
 
 
 async def _changed(change: Callable[[], _T]) -> _T:
-    """Run a change of the token file in a worker thread (it is read and written whole, and
-    waits for its lock): the event loop serves the other sessions meanwhile."""
+    """Run a change of the tokens in a worker thread (a file is read and written whole, and
+    waits for its lock; a database is a transaction away): the event loop serves the other
+    sessions meanwhile."""
     try:
         return await anyio.to_thread.run_sync(change)
     except TokenFileError as e:
@@ -100,6 +127,12 @@ async def _changed(change: Callable[[], _T]) -> _T:
         # operator's log says what is wrong; nothing is changed.
         raise RequestError(
             "tokens_unavailable", "the token file cannot be changed now; try later", "method"
+        ) from e
+    except StoreError as e:
+        # The database keeping them could not be reached (the log says why): the change
+        # rolled back whole.
+        raise RequestError(
+            "tokens_unavailable", "the tokens' database cannot be changed now; try later", "method"
         ) from e
 
 
@@ -153,7 +186,7 @@ async def _list_tables(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _add_token(session: Session, params: Mapping[str, Any]) -> Plain:
-    table = _managed(session, params)
+    table = await _managed(session, params)
     role = params.get("role")
     if role not in ROLES:
         raise RequestError("invalid_params", "one of {roles}", "role", roles=", ".join(ROLES))
@@ -174,12 +207,12 @@ async def _add_token(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _list_tokens(session: Session, params: Mapping[str, Any]) -> Plain:
-    table = _managed(session, params)
+    table = await _managed(session, params)
     return [_token_row(r) for r in session.sessions.tokens.load().tokens if r.table == table]
 
 
 async def _revoke_token(session: Session, params: Mapping[str, Any]) -> Plain:
-    table = _managed(session, params)
+    table = await _managed(session, params)
     token_id = text(params, "id")
     assert token_id is not None
     tokens = session.sessions.tokens

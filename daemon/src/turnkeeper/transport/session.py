@@ -24,13 +24,14 @@ import structlog
 from anyio.abc import TaskGroup
 
 from turnkeeper_engine import Actor
+from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.events import EVENTS
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
 from .. import __version__, i18n
-from ..auth import AuthError, Principal, Tokens
+from ..auth import AuthError, Principal, TokenBook
 from ..combats import Hub, RequestError
 from ..combats.registry import MAX_COMBAT_PAGE, unknown_combat
 from ..combats.telling import Batch
@@ -62,7 +63,7 @@ class Sessions:
     def __init__(
         self,
         hub: Hub,
-        tokens: Tokens,
+        tokens: TokenBook,
         *,
         narrator_uid: int | None,
         limits: ConnectionLimits,
@@ -541,7 +542,7 @@ async def _hello(session: Session, params: Mapping[str, Any]) -> Plain:
             level=wire.PROTOCOL_VERSION,
             compatible=wire.COMPATIBLE_VERSION,
         )
-    principal = _principal(session, params.get("token"))
+    principal = await _principal(session, params.get("token"))
     session.promote(principal, narrate)
     return {
         "protocol": wire.PROTOCOL_VERSION,
@@ -573,12 +574,12 @@ _METHOD_LIST: list[Plain] = [
 ]
 
 
-def _principal(session: Session, token: object) -> Principal:
+async def _principal(session: Session, token: object) -> Principal:
     """Who says hello: a token's holder, or the narrator's own uid on the Unix socket."""
     if token is not None:
         if not isinstance(token, str):
             raise RequestError("invalid_params", "a string", "token")
-        principal = session.sessions.tokens.authenticate(token)
+        principal = await session.sessions.tokens.lookup(token)
         if principal is None:
             raise RequestError("unauthenticated", "unknown or revoked token", "token")
         return principal
@@ -600,6 +601,8 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
         if as_user is None:
             session.acting = actor
     combat_id, value = command(method, params)
+    if type(value) is cmd.CreateCombat:
+        await admin.look_for_table(session, combat_id)
     if admin.hidden(session, combat_id, value):
         await admin.refuse_hidden(session, combat_id, request_id)
     result = await session.sessions.run_command(

@@ -1,0 +1,361 @@
+"""Tables and tokens shared by the daemons on one PostgreSQL (issue 12, part 3): made,
+granted or revoked through one daemon (or ``turnkeeper token``/``table --store``), in force on
+every other. Real PostgreSQL, real ``turnkeeper serve`` subprocesses, real sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon import CALL_TIMEOUT, CallError, Client, Daemon, on_store, stop_all
+from postgres import sql
+from test_r16_tables import _answer, _final_error
+from turnkeeper.auth import digest
+from turnkeeper.stores import postgresql
+from turnkeeper.stores.postgresql import SCHEMA
+from turnkeeper.stores.tokens import REREAD_SECONDS
+from turnkeeper.transport.session import TOKEN_CHECK_SECONDS
+
+NOTIFIED_BOUND = 2.0
+"""Seconds a change takes, at most, to reach another daemon's sessions when its notification
+arrives: the sessions' check (TOKEN_CHECK_SECONDS) and the notification's way, with room for a
+busy test machine."""
+
+REREAD_BOUND = REREAD_SECONDS + TOKEN_CHECK_SECONDS + 2.0
+"""The same when the notification is lost: the periodic read of the tables and tokens."""
+
+
+@pytest.fixture
+def pair(tmp_path: Path, postgres_db: str) -> Iterator[tuple[Daemon, Daemon]]:
+    a, b = on_store(tmp_path, postgres_db, ("a", "b"))
+    try:
+        yield a, b
+    finally:
+        stop_all(a, b)
+
+
+def turnkeeper(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnkeeper.cli", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=CALL_TIMEOUT,
+    )
+
+
+def _hello(d: Daemon, secret: str) -> Client:
+    return _session(d, secret)[0]
+
+
+def _session(d: Daemon, secret: str) -> tuple[Client, dict[str, Any]]:
+    """A session of ``secret`` on ``d``, and what hello says of it."""
+    c = Client.unix(d.socket)
+    return c, c.hello(secret)["session"]
+
+
+def _ended(c: Client, within: float) -> str:
+    """The code of the final error notification that ends ``c``'s session within ``within``
+    seconds."""
+    c.sock.settimeout(within)
+    seen = []
+    with contextlib.suppress(EOFError, ConnectionResetError):
+        while True:
+            seen.append(c.notification())
+    assert (seen[-1].method, seen[-1].params["fatal"]) == ("error", True)
+    return str(seen[-1].params["code"])
+
+
+def _refused(d: Daemon, secret: str) -> bool:
+    """Whether ``d`` refuses a hello with ``secret`` as that of an unknown token."""
+    c = Client.unix(d.socket)
+    try:
+        c.hello(secret)
+    except CallError as e:
+        code = e.code
+    else:
+        code = "ok"
+    finally:
+        c.close()
+    return code == "unauthenticated"
+
+
+def test_a_table_and_token_made_on_one_daemon_work_on_the_other(
+    pair: tuple[Daemon, Daemon],
+) -> None:
+    a, b = pair
+    gm_a = a.client()
+    table = gm_a.call("create_table", name="Guild")["table"]
+    token = gm_a.call("add_token", table=table, role="narrator")
+    # At once, not within a bound: B looks a secret it does not know up in the database.
+    narrator, session = _session(b, token["secret"])
+    assert session["table"] == table
+    combat = f"{table}/brawl"
+    narrator.call("create_combat", request_id="b1", combat_id=combat, ruleset="marvel")
+    assert gm_a.call("get_combat", combat=combat)["combat"] == combat
+    gm_b = b.client()
+    assert table in {row["table"] for row in gm_b.call("list_tables")}
+    assert [r["id"] for r in gm_b.call("list_tokens", table=table)] == [token["id"]]
+    # Only the hash of the secret is in the database, as in tokens.json.
+    rows = sql(a_dsn(a), f"SELECT hash FROM {SCHEMA}.tokens WHERE token_id = %s", token["id"])
+    assert rows == [(digest(token["secret"]),)]
+    assert token["secret"] not in str(sql(a_dsn(a), f"SELECT * FROM {SCHEMA}.tokens"))
+    for c in (gm_a, gm_b, narrator):
+        c.close()
+
+
+def a_dsn(d: Daemon) -> str:
+    """The database ``d`` runs on (its ``--store``)."""
+    return d.extra[d.extra.index("--store") + 1]
+
+
+def test_a_token_revoked_on_one_daemon_ends_its_sessions_on_the_other(
+    pair: tuple[Daemon, Daemon],
+) -> None:
+    a, b = pair
+    gm_a = a.client()
+    table = gm_a.call("create_table", name="Guild")["table"]
+    token = gm_a.call("add_token", table=table, role="observer")
+    listener = _hello(b, token["secret"])
+    listener.call("subscribe_all")  # a session that only listens: no request to refuse
+    started = time.monotonic()
+    gm_a.call("revoke_token", table=table, id=token["id"])
+    assert _final_error(listener) == "token_revoked"
+    took = time.monotonic() - started
+    assert took < NOTIFIED_BOUND, took
+    assert _refused(b, token["secret"])
+    gm_a.close()
+
+
+def test_a_revocation_whose_notification_is_lost_reaches_the_other_daemon_by_the_reread(
+    pair: tuple[Daemon, Daemon],
+) -> None:
+    """A revocation no daemon hears of (the row deleted by hand, no notification) still
+    reaches every daemon within REREAD_SECONDS: what a notification lost with a listening
+    session comes to."""
+    a, b = pair
+    gm_a = a.client()
+    token = gm_a.call("add_token", table="default", role="observer")
+    on_a, on_b = _hello(a, token["secret"]), _hello(b, token["secret"])
+    started = time.monotonic()
+    sql(a_dsn(a), f"DELETE FROM {SCHEMA}.tokens WHERE token_id = %s", token["id"])
+    assert _answer(on_b, "list_combats", {}) == "ok"  # nobody was told yet
+    for c in (on_a, on_b):
+        assert _ended(c, REREAD_BOUND) == "token_revoked"
+    took = time.monotonic() - started
+    assert took < REREAD_BOUND, took
+    gm_a.close()
+
+
+def test_r16_tables_another_tables_token_on_another_daemon_sees_nothing_of_the_table(
+    pair: tuple[Daemon, Daemon],
+) -> None:
+    a, b = pair
+    gm_a = a.client()
+    one = gm_a.call("create_table", name="One")["table"]
+    two = gm_a.call("create_table", name="Two")["table"]
+    narrator_one = _hello(a, gm_a.call("add_token", table=one, role="narrator")["secret"])
+    combat = f"{one}/secret-lair"
+    narrator_one.call("create_combat", request_id="c1", combat_id=combat, ruleset="marvel")
+    narrator_two = _hello(b, gm_a.call("add_token", table=two, role="narrator")["secret"])
+    assert narrator_two.call("subscribe_all")["more"] is False
+    assert narrator_two.call("list_combats") == []
+    missing = f"{one}/nowhere"
+    for method, params in (
+        ("get_combat", {"combat": combat}),
+        ("history", {"combat": combat}),
+        ("end_combat", {"combat": combat, "request_id": "x1"}),
+    ):
+        got = _answer(narrator_two, method, params)
+        assert got != "ok"
+        assert got[0] == "unknown_combat", (method, got)
+        assert _answer(narrator_two, method, {**params, "combat": missing}) == (
+            got[0],
+            got[1],
+            got[2].replace(combat, missing),
+        )
+    # Nor does it manage any table's tokens (a hosting bridge's refusal is the next test's).
+    for method in ("list_tokens", "add_token"):
+        got = _answer(narrator_two, method, {"table": one, "role": "observer"})
+        assert got != "ok"
+        assert got[:2] == ("forbidden", "method")
+    # A command on table one, through A, reaches none of table two's sessions on B.
+    narrator_one.call(
+        "add_combatant", request_id="c2", combat=combat, id="doom", display_name="Doom"
+    )
+    narrator_two.sock.settimeout(1.0)
+    with pytest.raises(TimeoutError):
+        narrator_two.notification()
+    for c in (gm_a, narrator_one, narrator_two):
+        c.close()
+
+
+def test_r16_tables_a_hosting_bridge_manages_on_one_daemon_what_it_made_on_the_other(
+    pair: tuple[Daemon, Daemon], postgres_db: str
+) -> None:
+    a, b = pair
+    made = turnkeeper("token", "add", "bridge", "--host", "--narrator", "--store", postgres_db)
+    host_id, host_secret = made.stdout.split()[0], made.stdout.splitlines()[1]
+    host_a, host_b = _hello(a, host_secret), _hello(b, host_secret)
+    table = host_a.call("create_table", name="Guild")["table"]
+    # B's copy may not have the table yet: a create_combat looks again before refusing...
+    combat = f"{table}/brawl"
+    host_b.call("create_combat", request_id="b1", combat_id=combat, ruleset="marvel")
+    assert host_a.call("get_combat", combat=combat)["combat"] == combat
+    # ... and so does a table method.
+    second = host_a.call("create_table", name="Guild 2")["table"]
+    token = host_b.call("add_token", table=second, role="player", user="peter")
+    assert token["table"] == second
+    # Another host's table is not this one's, on either daemon.
+    other = a.client().call("create_table", name="Elsewhere")["table"]
+    for host in (host_a, host_b):
+        assert _answer(host, "list_tokens", {"table": other})[:2] == ("unknown_table", "table")
+    # A grant taken back on the command line ends its session on both daemons.
+    turnkeeper("table", "ungrant", table, host_id, "--store", postgres_db)
+    for host in (host_a, host_b):
+        assert _final_error(host) == "tables_changed"
+
+
+def test_the_cli_manages_tables_and_tokens_in_the_database(
+    pair: tuple[Daemon, Daemon], postgres_db: str, tmp_path: Path
+) -> None:
+    a, b = pair
+    env_free = ("--store", postgres_db, "--data-dir", str(tmp_path / "cli"))
+    table = turnkeeper("table", "add", "Guild", *env_free).stdout.strip()
+    made = turnkeeper("token", "add", "narrator", "--table", table, *env_free).stdout
+    token_id, secret = made.split()[0], made.splitlines()[1]
+    assert f"{token_id} narrator - table={table}" in turnkeeper("token", "list", *env_free).stdout
+    assert f"{table} Guild" in turnkeeper("table", "list", *env_free).stdout
+    on_b, session = _session(b, secret)
+    assert session["table"] == table
+    turnkeeper("token", "revoke", token_id, *env_free)
+    assert _final_error(on_b) == "token_revoked"
+    assert _refused(a, secret)
+    gone = turnkeeper("token", "revoke", token_id, *env_free, check=False)
+    assert (gone.returncode, gone.stderr) == (1, f"turnkeeper: no token {token_id}\n")
+    # Nothing of it went to a data directory's file.
+    assert not (tmp_path / "cli" / "tokens.json").exists()
+
+
+def test_token_import_brings_a_data_directorys_tokens_into_the_database(
+    pair: tuple[Daemon, Daemon], postgres_db: str, tmp_path: Path
+) -> None:
+    a, _ = pair
+    home = ("--data-dir", str(tmp_path / "home"))
+    table = turnkeeper("table", "add", "Guild", *home).stdout.strip()
+    host = turnkeeper("token", "add", "bridge", "--host", *home).stdout
+    turnkeeper("table", "grant", table, host.split()[0], *home)
+    player = turnkeeper("token", "add", "player", "--user", "peter", "--table", table, *home)
+    secret = player.stdout.splitlines()[1]
+    assert _refused(a, secret)
+    done = turnkeeper("token", "import", "--store", postgres_db, *home)
+    assert done.stdout.startswith("imported 1 tables and 2 tokens from ")
+    _, session = _session(a, secret)
+    assert (session["table"], session["user"]) == (table, "peter")
+    host_a = _hello(a, host.splitlines()[1])
+    assert table in {row["table"] for row in host_a.call("list_tables")}
+    # Again: nothing new, nothing refused.
+    again = turnkeeper("token", "import", "--store", postgres_db, *home)
+    assert again.stdout.startswith("imported 0 tables and 0 tokens from ")
+    # Without a PostgreSQL store there is nowhere to import to.
+    nowhere = turnkeeper("token", "import", *home, check=False)
+    assert nowhere.returncode == 2
+    assert "token import needs --store postgresql://" in nowhere.stderr
+
+
+def test_an_existing_database_upgrades_in_place_and_keeps_its_combats(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A database at the schema before tables and tokens (version 6) with a combat in it:
+    ``turnkeeper migrate`` adds them, the combat stays, and the CLI refuses to work on the
+    database before that."""
+    with postgresql._connect(postgres_db, "test") as db, db.transaction():
+        db.execute(f"CREATE SCHEMA {SCHEMA}")
+        db.execute(
+            f"CREATE TABLE {SCHEMA}.schema_migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in postgresql.MIGRATIONS[:6]:
+            db.execute(migration.sql.encode())
+            db.execute(
+                f"INSERT INTO {SCHEMA}.schema_migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+        db.execute(
+            f"INSERT INTO {SCHEMA}.combats (combat_id, ruleset, created_at)"
+            " VALUES ('old', 'marvel', 0)"
+        )
+    early = turnkeeper("token", "list", "--store", postgres_db, check=False)
+    assert early.returncode == 1
+    assert "schema version 6 keeps no tables nor tokens: run turnkeeper migrate" in early.stderr
+    done = turnkeeper("migrate", "--store", postgres_db)
+    assert done.stdout.startswith("applied 7: tables, their managers and tokens")
+    assert turnkeeper("token", "list", "--store", postgres_db).stdout == ""
+    assert sql(postgres_db, f"SELECT combat_id FROM {SCHEMA}.combats") == [("old",)]
+
+
+def test_a_daemon_whose_token_sessions_are_lost_still_finds_new_tokens_and_revocations(
+    pair: tuple[Daemon, Daemon],
+) -> None:
+    """A network blip ends B's sessions for tokens (its listener and its look-up session):
+    a token made on A still works on B at once (the look-up runs again on a new session),
+    and a revocation still reaches B (its listener listens again and reads what it missed)."""
+    a, b = pair
+    assert b.process is not None
+    ended = sql(
+        a_dsn(a),
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+        f"turnkeeper tokens pid {b.process.pid} %",
+    )
+    assert len(ended) == 2
+    gm_a = a.client()
+    token = gm_a.call("add_token", table="default", role="observer")
+    on_b = _hello(b, token["secret"])
+    gm_a.call("revoke_token", table="default", id=token["id"])
+    assert _ended(on_b, REREAD_BOUND) == "token_revoked"
+    gm_a.close()
+
+
+def test_a_table_and_token_no_daemon_was_told_of_work_at_once_looked_up_on_a_miss(
+    pair: tuple[Daemon, Daemon], postgres_db: str
+) -> None:
+    """Rows written by hand, with no notification: what a daemon's copy does not have yet is
+    looked up in the database before a hello, a create_combat or a table method refuses it,
+    not at the next periodic read."""
+    _, b = pair
+    made = turnkeeper("token", "add", "bridge", "--host", "--narrator", "--store", postgres_db)
+    host_id, host_secret = made.stdout.split()[0], made.stdout.splitlines()[1]
+    host = _hello(b, host_secret)
+    secret = "tk_" + "x" * 43
+    for table in ("t00000000a1", "t00000000a2"):
+        sql(
+            postgres_db,
+            f"INSERT INTO {SCHEMA}.tables (table_id, name, created) VALUES (%s, 'By hand', 0)",
+            table,
+        )
+        sql(
+            postgres_db,
+            f"INSERT INTO {SCHEMA}.table_managers (table_id, token_id) VALUES (%s, %s)",
+            table,
+            host_id,
+        )
+    sql(
+        postgres_db,
+        f"INSERT INTO {SCHEMA}.tokens (token_id, role, user_id, narrator, hash, created,"
+        " table_id, host) VALUES ('0000beef', 'narrator', NULL, false, %s, 0, 't00000000a1',"
+        " false)",
+        digest(secret),
+    )
+    started = time.monotonic()
+    host.call("create_combat", request_id="c1", combat_id="t00000000a2/brawl", ruleset="marvel")
+    assert host.call("list_tokens", table="t00000000a1")[0]["id"] == "0000beef"
+    _, session = _session(b, secret)
+    assert session["table"] == "t00000000a1"
+    assert time.monotonic() - started < REREAD_SECONDS
