@@ -5,6 +5,7 @@ PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -35,6 +36,7 @@ from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.events import CombatCreated, CommandRecorded
+from turnkeeper_engine.pipeline import RefusedError
 from turnkeeper_engine.plain import event_to_plain
 from turnkeeper_sdk import wire
 
@@ -527,6 +529,73 @@ async def test_a_load_another_daemon_appends_behind_is_refused_as_moved_not_quar
     finally:
         old.close()
         new.close()
+
+
+class _WatchedLock(asyncio.Lock):
+    """A combat's writer lock that tells when a task waits for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = anyio.Event()
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.waited.set()
+        return await super().acquire()
+
+
+@pytest.mark.anyio
+async def test_a_command_decided_before_a_lease_moved_away_and_back_is_refused_as_moved(
+    postgres_db: str,
+) -> None:
+    """A command waiting for its combat's lock while the daemon lets the combat go decides on
+    the state as it was let go; if its batch reaches the committer once the daemon holds the
+    combat again (another daemon appended meanwhile), it is refused as ``combat_moved`` (its
+    state was read under an older lease), never ``conflict``, and its retry applies it after
+    the other daemon's events. Found by the cluster test: three commands refused with
+    ``conflict`` at one instant by one daemon."""
+    mine = PostgresStore.open(postgres_db, lease_seconds=60)
+    other = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(mine), running(other), anyio.create_task_group() as tg:
+            hub, elsewhere = Hub(mine), Hub(other)
+            await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "make")
+            combat = hub.combats["bank"]
+            combat.lock = lock = _WatchedLock()
+            thor = cmd.AddCombatant("thor", "Thor")
+            answers: list[Any] = []
+
+            async def add_thor() -> None:
+                try:
+                    answers.append(await hub.execute("p", NARRATOR, "bank", thor, "thor"))
+                except RefusedError as e:
+                    answers.append(e)
+
+            async with lock:  # as the daemon's release does, once asked for the combat
+                tg.start_soon(add_thor)
+                with anyio.fail_after(CALL_TIMEOUT):
+                    await lock.waited.wait()  # the command waits for the lock, its combat held
+                hub.rebuilder.forget(combat)
+                await mine.release("bank")
+                hulk = cmd.AddCombatant("hulk", "Hulk")
+                added = await elsewhere.execute("p", NARRATOR, "bank", hulk, "hulk")
+                _expire(postgres_db, other)  # held up, the other daemon lets its lease run out
+                # Another command here takes the combat back (its load waits for the lock).
+                await anyio.to_thread.run_sync(mine.acquire, "bank")
+            with anyio.fail_after(CALL_TIMEOUT):
+                while not answers:
+                    await anyio.sleep(0.01)
+            refused = answers[0]
+            assert isinstance(refused, RefusedError)
+            assert (refused.code, refused.field) == ("combat_moved", "combat")
+            assert logged_seqs(postgres_db, "bank") == list(range(1, added["seq"] + 1))
+            retried = await hub.execute("p", NARRATOR, "bank", thor, "thor")
+            assert retried["events"][0]["seq"] == added["seq"] + 1
+            assert logged_seqs(postgres_db, "bank") == list(range(1, retried["seq"] + 1))
+            tg.cancel_scope.cancel()
+    finally:
+        mine.close()
+        other.close()
 
 
 # -- daemons ----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ..store import Batch, LoadedCombat, StoreError
+from ..store import FIRST_EPOCH, Batch, LoadedCombat, StoreError
 
 
 class StorePort(Protocol):
@@ -77,7 +77,8 @@ class SharedStore(StorePort, Protocol):
     """A store many daemons share (the PostgreSQL one): each combat is leased by one daemon at
     a time. ``load_one`` acquires the combat's lease first (asking its holder to let it go,
     or waiting for a dead holder's to run out); a commit for a combat whose lease this daemon
-    does not hold is refused with ``combat_moved``, nothing of it kept."""
+    does not hold, or holds at another epoch than its batch's (``Batch.epoch``), is refused
+    with ``combat_moved``, nothing of it kept."""
 
     def acquire(self, combat_id: str) -> None:
         """Take the combat's lease unless it is held, as ``load_one`` does first (any thread;
@@ -116,4 +117,4 @@ class SharedStore(StorePort, Protocol):
         may have), until cancelled; start it with ``task_group.start`` (then it listens)."""
 
 
-__all__ = ["Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]
+__all__ = ["FIRST_EPOCH", "Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]

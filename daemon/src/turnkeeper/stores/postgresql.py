@@ -34,7 +34,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -50,6 +50,7 @@ from psycopg import conninfo
 from ..store import (
     COMMIT_QUEUE,
     DEFAULT_TABLE,
+    FIRST_EPOCH,
     MAX_BATCHES_PER_COMMIT,
     MAX_EVENTS_PER_READ,
     MAX_REMEMBERED_REQUESTS,
@@ -1146,12 +1147,13 @@ class PostgresStore:
         assert stored is not None  # built before the transaction
         for pending in group:
             if pending.error is not None and pending.error.code == "combat_moved":
-                self._leases.drop(pending.batch.combat_id)
+                # Not a lease taken again since the batch's state was read: that one holds.
+                self._leases.drop(pending.batch.combat_id, pending.batch.epoch)
                 self._last.pop(pending.batch.combat_id, None)
             if pending.error is None:
                 b = pending.batch
                 if b.ruleset is not None:
-                    self._leases.hold(b.combat_id, 1, sent)
+                    self._leases.hold(b.combat_id, FIRST_EPOCH, sent)
                 self._latest_at = max(self._latest_at, b.at)
                 self._written += _size(pending)
                 if pending.events:
@@ -1333,12 +1335,17 @@ class PostgresStore:
                 pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
                 continue
             if b.combat_id not in epochs:
-                # A combat made here is this daemon's from its first row (epoch 1).
-                epoch = 1 if b.ruleset is not None else self._leases.epoch(b.combat_id)
+                # A combat made here is this daemon's from its first row.
+                epoch = FIRST_EPOCH if b.ruleset is not None else self._leases.epoch(b.combat_id)
                 if epoch is None:
                     pending.error = _moved(b.combat_id)
                     continue
                 epochs[b.combat_id] = epoch
+            if b.epoch is not None and b.epoch != epochs[b.combat_id]:
+                # Decided on a state read under an older lease: the combat went to another
+                # daemon and came back since, and its log may have grown meanwhile.
+                pending.error = _moved(b.combat_id)
+                continue
             if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
                 pending.error = _conflict(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
@@ -1362,10 +1369,11 @@ class PostgresStore:
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
                 " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
-                " SELECT u.*, %s, 1"
+                " SELECT u.*, %s, %s"
                 " FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[]) AS u",
                 (
                     self.daemon_id,
+                    FIRST_EPOCH,
                     list(ids),
                     list(rulesets),
                     list(ats),
@@ -1447,13 +1455,13 @@ class PostgresStore:
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
                 " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
-                " VALUES (%s, %s, %s, %s, %s, 1)",
-                (b.combat_id, b.ruleset, b.at, b.table, self.daemon_id),
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                (b.combat_id, b.ruleset, b.at, b.table, self.daemon_id, FIRST_EPOCH),
             )
             last = 0
         elif row is None:
             raise _ConflictError(f"combat {b.combat_id!r} does not exist")
-        elif row[1] != self._leases.epoch(b.combat_id):
+        elif row[1] != self._leases.epoch(b.combat_id) or b.epoch not in (None, row[1]):
             raise _FencedError(b.combat_id)
         else:
             last = row[0]
@@ -1582,10 +1590,18 @@ class PostgresStore:
         The combat's lease is acquired first (``acquire``) unless held: what is read then is
         the whole log, which no other daemon can append to until this one lets it go. Raises
         ``StoreError("store_failed")`` for a combat the store does not hold, and
-        ``StoreError("store_unavailable")`` if another daemon keeps its lease."""
+        ``StoreError("store_unavailable")`` if another daemon keeps its lease, and
+        ``StoreError("combat_moved")`` if the lease was lost as soon as it was acquired (a
+        pause past it). The combat comes with the epoch it was read under (``Batch.epoch``):
+        taken before the read, so that a log another daemon appended to meanwhile is never
+        served under a lease taken after it."""
         self.acquire(combat_id)
+        epoch = self._leases.epoch(combat_id)
         with self._loading:
-            return self._read("loader", partial(self._load_combat, combat_id))
+            loaded = self._read("loader", partial(self._load_combat, combat_id))
+        if epoch is None:
+            raise _moved(combat_id)
+        return replace(loaded, epoch=epoch)
 
     def read_one(self, combat_id: str) -> LoadedCombat:
         """``load_one`` without acquiring the combat's lease: the log as it stands, which
