@@ -281,7 +281,7 @@ async def test_a_lease_let_go_on_request_goes_to_the_asker_not_the_holders_next_
                     await holder.release(combat_id)
                     # The holder's own next command for it, at once.
                     tried = partial(postgresql._try_acquire, combat_id, holder.daemon_id)
-                    took.append(holder._read("loader", tried)[2])
+                    took.append(holder._read("loader", tried)[3])
                     return
 
             async with anyio.create_task_group() as tg:
@@ -596,6 +596,57 @@ async def test_a_command_decided_before_a_lease_moved_away_and_back_is_refused_a
     finally:
         mine.close()
         other.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_to_let_go_of_an_older_lease_is_ignored_by_a_holder_that_took_it_back(
+    postgres_db: str,
+) -> None:
+    """An asker asks again every ``ASK_AGAIN`` until it has the combat: a request it sent just
+    before, heard only once the holder has taken the combat back, is about the lease the holder
+    let go, and would make it give up the new one for nothing (its next command then waits for
+    the combat, or is refused as moved). Each request names the epoch it is about: the holder
+    keeps a newer lease, and lets go of the lease a request is about."""
+    holder = PostgresStore.open(postgres_db, lease_seconds=60)
+    asker = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(holder), running(asker), anyio.create_task_group() as tg:
+            hub = Hub(holder)
+            tg.start_soon(hub.run_releases)
+            await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "make")
+            hub.rebuilder.forget(hub.combats["bank"])  # asked for: let go, as the hub does
+            await holder.release("bank")
+            # The asker acquires it, and lets it go (its own client moved on, say).
+            await anyio.to_thread.run_sync(asker.acquire, "bank")
+            await asker.release("bank")
+            thor = cmd.AddCombatant("thor", "Thor")
+            await hub.execute("p", NARRATOR, "bank", thor, "thor")  # the holder's again
+            assert _lease(postgres_db, "bank")[:2] == (holder.daemon_id, 3)
+            for about in (1, 2):  # the asks heard late, about the leases given up since
+                await anyio.to_thread.run_sync(
+                    _notify, postgres_db, holder, f"{asker.daemon_id}/{about}:bank"
+                )
+            await anyio.sleep(postgresql.MIN_HOLD + 0.5)
+            assert _lease(postgres_db, "bank")[:2] == (holder.daemon_id, 3)
+            hulk = cmd.AddCombatant("hulk", "Hulk")
+            await hub.execute("p", NARRATOR, "bank", hulk, "hulk")  # served here, not moved
+            assert _lease(postgres_db, "bank")[:2] == (holder.daemon_id, 3)
+            # An ask about the lease held is heard as ever.
+            await anyio.to_thread.run_sync(
+                _notify, postgres_db, holder, f"{asker.daemon_id}/3:bank"
+            )
+            with anyio.fail_after(CALL_TIMEOUT):
+                while _lease(postgres_db, "bank")[0] is not None:
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    finally:
+        holder.close()
+        asker.close()
+
+
+def _notify(dsn: str, store: PostgresStore, payload: str) -> None:
+    """A request to ``store``'s daemon, as another daemon's acquire sends it."""
+    sql(dsn, "SELECT pg_notify(%s, %s)", f"turnkeeper_release_{store.daemon_id}", payload)
 
 
 # -- daemons ----------------------------------------------------------------------------------

@@ -94,6 +94,10 @@ class SharedStore(StorePort, Protocol):
     def hold_left(self, combat_id: str) -> float:
         """Seconds before this daemon may let the combat go (a minimum hold)."""
 
+    def stale_request(self, combat_id: str) -> bool:
+        """Whether the requests to let the combat go are about an older lease than the one
+        this daemon holds (then they are dropped, and the lease kept)."""
+
     async def release(self, combat_id: str) -> None:
         """Give the combat's lease back, after its last commit."""
 
