@@ -40,10 +40,13 @@ SEED = int(os.environ.get("TURNKEEPER_CLUSTER_SEED") or random.SystemRandom().ra
 LEASE_SECONDS = 1.0
 """Short (the default is 3 s) so that a cycle is short: a stop lasts past it, and a killed
 daemon's combats wait it out."""
-COMBATS = 4
+CYCLES_PER_FOUR_COMBATS = 30
+"""A combat takes at most 500 combatants (``too_many_combatants``), removed ones included:
+30 cycles add about 250 to each of four combats, so longer runs spread over more combats."""
+COMBATS = 4 * -(-CYCLES // CYCLES_PER_FOUR_COMBATS)
 CLIENTS_PER_DAEMON = 2
-"""Client threads whose commands go first to each daemon: six threads on four combats keep
-every combat moving between daemons."""
+"""Client threads whose commands go first to each daemon: six threads on four combats (at 30
+cycles) keep every combat moving between daemons."""
 RUN_SECONDS = (0.2, 0.6)
 """How long clients write between two chaos moves, drawn uniformly."""
 STOP_SECONDS = LEASE_SECONDS * 1.6
