@@ -109,6 +109,26 @@ async def test_a_stale_owners_append_is_refused_by_the_fence_in_the_database(
 
 
 @pytest.mark.anyio
+async def test_a_last_seq_remembered_behind_the_log_is_checked_against_the_database(
+    postgres_db: str,
+) -> None:
+    """The committer remembers where each combat's log ends, to spare a read per commit; a
+    number behind the log (a commit that finished as the daemon, paused, lost the combat and
+    took it back, its acquire having forgotten the number first) is a shortcut gone wrong,
+    not a reason to refuse: the batch is checked against the database, and lands."""
+    store = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+            await store.commit(batch("c1", 2))
+            store._last["c1"] = 1
+            await store.commit(batch("c1", 3))
+        assert logged_seqs(postgres_db, "c1") == [1, 2, 3]
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
 async def test_a_store_that_cannot_renew_stops_writing_before_its_lease_runs_out(
     postgres_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

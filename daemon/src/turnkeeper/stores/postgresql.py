@@ -1370,10 +1370,12 @@ class PostgresStore:
                 pending.error = _moved(b.combat_id)
                 continue
             if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
-                pending.error = _conflict(
+                # Judged by the database itself, batch by batch (``_write_batch``): the last
+                # seq remembered may be behind the log (a commit that finished as a pause
+                # cost this daemon the combat and an acquire took it back, forgetting it first).
+                raise _ConflictError(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
-                continue
             if b.ruleset is not None:
                 combats.append((b.combat_id, b.ruleset, b.at, b.table))
             starts.setdefault(b.combat_id, last)
