@@ -893,13 +893,13 @@ class PostgresStore:
     async def release(self, combat_id: str) -> None:
         """Give the combat's lease back (after its last commit): another daemon may acquire
         it at once. Nothing is written for the combat from now on, until ``load_one`` again."""
+        with self._asking:  # answered, held or not (a lease found lost is let go too)
+            wanted = self._wanted.pop(combat_id, None)
+            self._about.pop(combat_id, None)
         lease = self._leases.drop(combat_id)
         if lease is None:
             return
         self._last.pop(combat_id, None)
-        with self._asking:
-            wanted = self._wanted.pop(combat_id, None)
-            self._about.pop(combat_id, None)
         await anyio.to_thread.run_sync(self._released, combat_id, lease.epoch, wanted)
 
     def _released(self, combat_id: str, epoch: int, wanted: str | None) -> None:
