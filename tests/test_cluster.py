@@ -20,6 +20,7 @@ import random
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,6 +295,8 @@ def _report(moves: list[Move], cluster: Cluster, log: cluster_check.Log) -> int:
     events = sum(len(e) for e in log.values())
     print(f"{len(moves)} moves, {acknowledged} commands acknowledged, {events} events")
     print("\n".join(str(m) for m in moves))
+    refusals = Counter(a.error for s in cluster.sent for a in s.answers if a.error is not None)
+    print("answers to retry:", ", ".join(f"{n} {code}" for code, n in refusals.most_common()))
     failovers = sorted(_failovers(moves, cluster.sent))
     if failovers:
         median, worst = failovers[len(failovers) // 2], failovers[-1]
