@@ -288,6 +288,7 @@ NARRATOR_COMMANDS: dict[str, NarratorBuilder] = {
     "apply_condition": _in_rounds({"target": "ann", "type": "custom", "source": "ann"}),
     "remove_condition": _condition,
     "surprise": _in_rounds({"target": "bob", "by": ["ann"]}),
+    "set_turn_timer": _in_rounds({"seconds": 30}),
     "tick": _in_rounds({}),
     "undo": _in_rounds({}),
     "end_combat": _in_rounds({}),

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from daemon import (
@@ -22,7 +26,15 @@ from daemon import (
 )
 from postgres import lease, sql
 from test_r16_tables import cli
+from test_store_port import running
+from turnkeeper.combats import Hub, follow, registry
+from turnkeeper.combats.combat import UNBUILT
+from turnkeeper.combats.telling import Batch
+from turnkeeper.store import StoreError
 from turnkeeper.stores import changes
+from turnkeeper.stores.postgresql import PostgresStore
+from turnkeeper_engine import NARRATOR, Actor
+from turnkeeper_engine import commands as cmd
 
 SEEN_WITHIN = 10.0
 """Seconds a subscriber on the other daemon may wait for an event (a poll is one second)."""
@@ -30,16 +42,26 @@ SEEN_WITHIN = 10.0
 
 def test_a_group_commits_combats_are_told_in_payloads_postgresql_takes() -> None:
     """PostgreSQL refuses a payload of 8000 bytes or more: a group of combats with long ids
-    (128 four-byte characters each) is split, and every combat told once."""
-    appended = [(f"{n:03}" + "\U0001f409" * 125, n) for n in range(200)]
+    (128 four-byte characters each) is split, and every combat told once, with its table."""
+    appended = [(f"{n:03}" + "\U0001f409" * 125, n, f"t{n:010x}") for n in range(200)]
     payloads = changes.payloads(appended)
     assert len(payloads) > 1
     assert all(len(p.encode()) < 8000 for p in payloads)
-    told: dict[str, int] = {}
+    told: changes.Changes = {}
     for p in payloads:
         told.update(changes.parse(p))
-    assert told == dict(appended)
+    assert told == {combat: (last, table) for combat, last, table in appended}
     assert changes.parse("not ours") == {}
+    assert changes.parse('[["bank", 4, "t1", "more"]]') == {}
+
+
+def test_a_payload_of_a_daemon_of_the_earlier_version_is_read_without_tables() -> None:
+    """During a rolling upgrade, a daemon of the earlier version tells pairs, no table: read
+    all the same, the table left to be asked of the store."""
+    assert changes.parse('[["bank", 4], ["vault", 7]]') == {
+        "bank": (4, None),
+        "vault": (7, None),
+    }
 
 
 def _events(c: Client, count: int) -> list[dict[str, Any]]:
@@ -252,3 +274,337 @@ def test_r16_a_combat_another_daemon_made_stays_unknown_to_another_tables_token(
             assert (refused.value.code, refused.value.field) == ("unknown_combat", "combat")
     finally:
         stop_all(a, b)
+
+
+def _until_refused(c: Client, combat: str) -> CallError:
+    """The refusal of a read of ``combat`` at ``c``'s daemon, once it comes."""
+    deadline = time.monotonic() + SEEN_WITHIN
+    while True:
+        try:
+            c.call("get_combat", combat=combat)
+        except CallError as e:
+            return e
+        assert time.monotonic() < deadline, f"{combat} is still read"
+        time.sleep(0.05)
+
+
+def test_an_event_a_follower_cannot_read_sets_that_combat_aside_and_no_other(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """An event the follower cannot decode (a newer daemon's, in a rolling upgrade, or a
+    damaged row) quarantines that combat there alone: its reads are refused as any
+    quarantined combat's, and every other combat is followed on. It stopped the daemon."""
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b, watcher = a.client(), b.client(), b.client()
+        add_spidey(at_a, "bank")
+        add_spidey(at_a, "vault")
+        made = lease(postgres_db, "vault")[2]
+        for combat in ("bank", "vault"):
+            assert watcher.call("subscribe", combat=combat, after=made)["seq"] == made
+        newer = msgpack.packb({"event": "from_a_newer_daemon", "at": 1.0})
+        sql(
+            postgres_db,
+            "INSERT INTO turnkeeper.events (combat_id, seq, body) VALUES ('bank', %s, %s)",
+            made + 1,
+            newer,
+        )
+        sql(
+            postgres_db,
+            "UPDATE turnkeeper.combats SET last_seq = %s WHERE combat_id = 'bank'",
+            made + 1,
+        )
+        sql(postgres_db, "SELECT pg_notify(%s, %s)", changes.CHANNEL, f'[["bank", {made + 1}]]')
+        refused = _until_refused(at_b, "bank")
+        assert (refused.code, refused.field) == ("combat_quarantined", "combat")
+        assert f"event {made + 1}" in refused.message
+        rows = at_b.call("list_combats")
+        assert {r["combat"]: "quarantined" in r for r in rows} == {"bank": True, "vault": False}
+        last = at_a.call(
+            "add_combatant", request_id="thor", combat="vault", id="thor", display_name="Thor"
+        )["seq"]
+        seen = _events(watcher, last - made)
+        assert [(e["combat"], e["seq"]) for e in seen] == [
+            ("vault", s) for s in range(made + 1, last + 1)
+        ]
+    finally:
+        stop_all(a, b)
+
+
+# -- two stores in one process, where a race must be forced ----------------------------------
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+PLAYER = Actor("player", "u1")
+
+
+class _Seen:
+    """A subscriber that keeps the events it is sent (their params)."""
+
+    narration: str | None = None
+
+    def __init__(self, actor: Actor = NARRATOR) -> None:
+        self.actor = actor
+        self.sent: list[dict[str, Any]] = []
+
+    def deliver(self, batch: Batch) -> bool:
+        for message in batch.messages:
+            self.sent.append(msgpack.unpackb(message)[2][0])
+        return True
+
+    def room(self) -> int:
+        return 1000
+
+    def lost(self) -> None:
+        raise AssertionError("its events are always told")
+
+
+@asynccontextmanager
+async def _holder_and_follower(dsn: str) -> AsyncIterator[tuple[Hub, Hub]]:
+    """Two daemons' hubs on ``dsn`` in this process, the second following (its listener
+    started)."""
+    stores = [PostgresStore.open(dsn, lease_seconds=60) for _ in range(2)]
+    try:
+        async with running(stores[0]), running(stores[1]), anyio.create_task_group() as tg:
+            holder, follower = Hub(stores[0]), Hub(stores[1])
+            await tg.start(follower.run_follow)
+            yield holder, follower
+            tg.cancel_scope.cancel()
+    finally:
+        for store in stores:
+            store.close()
+
+
+async def _made_with_a_hidden_lurker(hub: Hub, combat: str) -> int:
+    """``combat``, with Spider-Man and a hidden lurker; its last seq."""
+    await hub.execute("p", NARRATOR, combat, cmd.CreateCombat(combat, "marvel"), f"{combat}-1")
+    await hub.execute("p", NARRATOR, combat, cmd.AddCombatant("spidey", "Spidey"), f"{combat}-2")
+    lurker = cmd.AddCombatant("lurker", "Lurker", hidden=True)
+    await hub.execute("p", NARRATOR, combat, lurker, f"{combat}-3")
+    return hub.combats[combat].seq
+
+
+@pytest.mark.anyio
+async def test_r16_a_followed_combat_let_go_during_a_history_read_keeps_hidden_ones_hidden(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A combat followed here is let go (``MAX_FOLLOWED``) while a player's ``history`` page
+    is read: the page is judged by the state it had, not by none (which hides nothing)."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 1)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await _made_with_a_hidden_lurker(holder, "vault")
+        shown = await follower.queries.history("bank", PLAYER, 0, 100)
+        assert shown["events"]
+        assert "lurker" not in repr(shown["events"])
+        read = follower.store.events_after
+
+        async def while_vault_is_read(combat_id: str, after: int, limit: int) -> Any:
+            if combat_id == "bank":
+                await follower.follower.ready("vault")  # bank is let go: one followed at most
+                assert not follower.combats["bank"].followed
+            return await read(combat_id, after, limit)
+
+        monkeypatch.setattr(follower.store, "events_after", while_vault_is_read)
+        again = await follower.queries.history("bank", PLAYER, 0, 100)
+        assert again["events"] == shown["events"]
+
+
+@pytest.mark.anyio
+async def test_r16_a_followed_combat_is_not_let_go_in_the_middle_of_a_catch_up(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A player's ``subscribe`` catch-up reads a followed combat's log, its lock held, as
+    another combat's first read would let it go (``MAX_FOLLOWED``): it is kept until the
+    catch-up is told, which shows the hidden lurker no more than the holder would."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 1)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await _made_with_a_hidden_lurker(holder, "vault")
+        await follower.follower.ready("bank")
+        read = follower.store.events_after
+
+        async def while_vault_is_read(combat_id: str, after: int, limit: int) -> Any:
+            if combat_id == "bank":
+                await follower.follower.ready("vault")
+            return await read(combat_id, after, limit)
+
+        monkeypatch.setattr(follower.store, "events_after", while_vault_is_read)
+        player = _Seen(PLAYER)
+        await follower.subscribe("bank", player, 0)
+        assert player.sent
+        assert "lurker" not in repr(player.sent)
+        assert follower.combats["bank"].state is not UNBUILT
+
+
+@pytest.mark.anyio
+async def test_r16_a_subscribe_that_waited_for_a_combat_let_go_meanwhile_reads_it_again(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A player's ``subscribe`` waits for a followed combat's lock; as it is let go, the
+    combat is let go (``MAX_FOLLOWED``) before the subscribe resumes: the subscribe reads it
+    again rather than tell the catch-up judged by no state."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 1)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await _made_with_a_hidden_lurker(holder, "vault")
+        bank = await follower.follower.ready("bank")
+        player = _Seen(PLAYER)
+        async with anyio.create_task_group() as tg:
+            await bank.lock.acquire()
+            tg.start_soon(follower.subscribe, "bank", player, 0)
+            await anyio.sleep(0.1)  # it waits for the lock
+            await follower.follower.ready("vault")  # bank is kept: its lock is held
+            assert bank.followed
+            bank.lock.release()
+            follower.follower._evict()  # before the subscribe resumes: bank is let go
+            assert not bank.followed
+        assert player.sent
+        assert "lurker" not in repr(player.sent)
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    with anyio.fail_after(SEEN_WITHIN):
+        while not done():
+            await anyio.sleep(0.01)
+
+
+def _unavailable() -> StoreError:
+    return StoreError("store_unavailable", "the database server could not be reached: retry later")
+
+
+@pytest.mark.anyio
+async def test_events_a_follower_could_not_tell_are_told_at_its_next_read_not_skipped(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A combat made elsewhere, first heard of by a ``subscribe_all`` here: its events are
+    read to be told, and that read fails (the server away a moment). The next commit's read
+    tells them all, from the first: the seq told had been moved on before the telling."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        watcher = _Seen()
+        follower.subscribe_all(watcher)
+        read = follower.store.events_after
+        failed: list[int] = []
+
+        async def failing_once(combat_id: str, after: int, limit: int) -> Any:
+            if not failed:
+                failed.append(after)
+                raise _unavailable()
+            return await read(combat_id, after, limit)
+
+        monkeypatch.setattr(follower.store, "events_after", failing_once)
+        thor = cmd.AddCombatant("thor", "Thor")
+        await holder.execute("p", NARRATOR, "bank", thor, "bank-thor")
+        await _until(lambda: bool(failed))
+        hulk = cmd.AddCombatant("hulk", "Hulk")
+        await holder.execute("p", NARRATOR, "bank", hulk, "bank-hulk")
+        last = holder.combats["bank"].seq
+        await _until(lambda: bool(watcher.sent) and watcher.sent[-1]["seq"] == last)
+        assert [e["seq"] for e in watcher.sent] == list(range(1, last + 1))
+
+
+@pytest.mark.anyio
+async def test_notifications_past_a_full_queue_have_the_follower_ask_the_store_once() -> None:
+    """The event loop too busy to read what the listener hears: past ``WAKE_QUEUE`` waiting,
+    notifications are dropped and counted, and the follower, once it reads on, is told to
+    ask the store (None), once. They were dropped silently, leaving the
+    combats they told of to the next poll."""
+    relay = changes.Relay()
+    told = [{f"c{n}": n} for n in range(changes.WAKE_QUEUE + 5)]
+    for heard in told:
+        relay.put(heard)
+    relay.close()
+    handed: list[Any] = []
+    await relay.relay(handed.append)
+    assert handed == [told[0], None, *told[1 : changes.WAKE_QUEUE]]
+    assert relay.dropped == 5
+
+
+def _seqs(seen: _Seen) -> dict[str, list[int]]:
+    """The seqs told of each combat, in the order told."""
+    told: dict[str, list[int]] = {}
+    for e in seen.sent:
+        told.setdefault(e["combat"], []).append(e["seq"])
+    return told
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_keeps_no_more_combats_followed_than_the_bound(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a ``subscribe_all``, every combat committing elsewhere is followed: past
+    ``MAX_FOLLOWED`` the least recently read ones are let go all the same (none is
+    subscribed by ``subscribe``), and read again at their next commit, with no event missed
+    or told twice. They were kept, every one, whatever the bound."""
+    monkeypatch.setattr(follow, "MAX_FOLLOWED", 2)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        follower.subscribe_all(watcher)
+        names = [f"c{n}" for n in range(4)]
+        for round_ in ("made", "thor", "hulk"):
+            for combat in names:
+                if round_ == "made":
+                    await _made_with_a_hidden_lurker(holder, combat)
+                else:
+                    add = cmd.AddCombatant(round_, round_)
+                    await holder.execute("p", NARRATOR, combat, add, f"{combat}-{round_}")
+        lasts = {combat: holder.combats[combat].seq for combat in names}
+        await _until(lambda: {c: s[-1] for c, s in _seqs(watcher).items()} == lasts)
+        assert _seqs(watcher) == {c: list(range(1, last + 1)) for c, last in lasts.items()}
+        assert sum(c.followed for c in follower.combats.values()) <= 2
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_knows_no_more_combats_made_elsewhere_than_max_combats(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Combats made elsewhere that a ``subscribe_all`` here hears of are known here only
+    while the daemon has room for them (``MAX_COMBATS``); past it they are passed over (and
+    logged). They were added however many."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        names = [f"c{n}" for n in range(3)]
+        for combat in names:
+            await _made_with_a_hidden_lurker(holder, combat)
+        watcher = _Seen()
+        follower.subscribe_all(watcher)
+        monkeypatch.setattr(registry, "MAX_COMBATS", 2)
+        for combat in names:
+            add = cmd.AddCombatant("thor", "Thor")
+            await holder.execute("p", NARRATOR, combat, add, f"{combat}-thor")
+        await _until(lambda: len(_seqs(watcher)) >= 2)
+        await anyio.sleep(0.5)  # the third commit's notification is heard by then
+        assert len(follower.combats) == 2
+        assert len(_seqs(watcher)) == 2
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_judges_a_combat_made_elsewhere_by_the_table_told_not_a_query(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each commit tells its combat's table: a daemon whose ``subscribe_all`` follows one
+    table knows, without asking the store, that another table's combat is none of its
+    business, and that its own table's is. The store was asked at every commit of a
+    combat of another table."""
+    one, two = "t0000000001", "t0000000002"
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        follower.subscribe_all(watcher, scope=frozenset({one}))
+        located: list[str] = []
+        locate = follower.store.locate
+
+        def counted(combat_id: str) -> str | None:
+            located.append(combat_id)
+            return locate(combat_id)
+
+        monkeypatch.setattr(follower.store, "locate", counted)
+        await _made_with_a_hidden_lurker(holder, f"{two}/bank")
+        last = await _made_with_a_hidden_lurker(holder, f"{one}/vault")
+        await _until(lambda: _seqs(watcher).get(f"{one}/vault", [0])[-1] == last)
+        assert list(_seqs(watcher)) == [f"{one}/vault"]
+        assert f"{two}/bank" not in follower.combats
+        assert located == []

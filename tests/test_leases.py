@@ -39,6 +39,7 @@ from turnkeeper_engine.events import CombatCreated, CommandRecorded
 from turnkeeper_engine.pipeline import RefusedError
 from turnkeeper_engine.plain import event_to_plain
 from turnkeeper_sdk import wire
+from turnkeeper_sdk.client import CallError
 
 FAILOVER_SECONDS = 5.0
 """Issue 12's bound: a dead owner's combats are served by another daemon within this."""
@@ -705,6 +706,26 @@ def test_a_command_at_another_daemon_moves_the_combat_there_and_keeps_seqs_gaple
             "add_combatant", request_id="thor", combat="bank", id="thor", display_name="Thor"
         )
         assert logged_seqs(postgres_db, "bank") == list(range(1, last + 1))
+    finally:
+        stop_all(a, b)
+
+
+def test_creating_a_combat_another_daemon_made_is_refused_combat_exists_not_conflict(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    a, b = _daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        made = at_a.call("create_combat", request_id="a", combat_id="bank", ruleset="marvel")
+        # B has not heard of it (made after B started, never used there): the database
+        # refuses B's row, and B answers as for any existing combat, which a client can act on.
+        with pytest.raises(CallError) as refused:
+            at_b.call("create_combat", request_id="b", combat_id="bank", ruleset="dnd3e")
+        assert (refused.value.code, refused.value.field) == ("combat_exists", "combat_id")
+        # The same request id retried at B still gets A's first result.
+        again = at_b.call("create_combat", request_id="a", combat_id="bank", ruleset="marvel")
+        assert again == made
+        assert logged_seqs(postgres_db, "bank") == list(range(1, made["seq"] + 1))
     finally:
         stop_all(a, b)
 

@@ -25,6 +25,7 @@ SAMPLES: dict[Any, Any] = {
     ActionSpec: ActionSpec("attack"),
     Trigger: Trigger("when the door opens"),
     TriggerFacts: TriggerFacts("attack"),
+    int | None: 30,
 }
 """A value for each type of a required command field, every combatant named being Alice's."""
 

@@ -625,6 +625,11 @@ class CombatMachine(RuleBasedStateMachine):
     def tick(self, data: st.DataObject, wait: float) -> None:
         self.run(c.Tick(), self.actor(data), advance=wait)
 
+    @rule(data=st.data(), seconds=st.sampled_from([None, 10, 30, 0]))
+    def set_turn_timer(self, data: st.DataObject, seconds: int | None) -> None:
+        must = {"invalid_value"} if seconds == 0 else None
+        self.run(c.SetTurnTimer(seconds), self.actor(data), must_refuse=must)
+
     @rule(data=st.data())
     def undo(self, data: st.DataObject) -> None:
         # Back at the combat's creation there is nothing left to undo (R15).

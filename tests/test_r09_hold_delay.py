@@ -10,6 +10,7 @@ import pytest
 
 from daemon import CallError, Client, running
 from story import Story, names, of
+from turnkeeper_engine import BUNDLED_RULES, NARRATOR, RuleError, SeededDice, View, decide, view
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.evolve import evolve
@@ -861,3 +862,65 @@ def test_r9_wire_the_plan_in_a_separate_request_before_the_round_ends(tmp_path: 
         table.end_turn()  # B ends; round 1 ends
         assert table.view()["order"] == ["c", "a", "b"]
         assert table.rounds(2) == ROUNDS_2_AND_3
+
+
+# ------------------------------------------------------------- what a client can tell from the view
+
+
+def moment_comes_by_the_view(seen: View, holder: str, when: str, other: str) -> bool:
+    """Whether the moment just ``when`` ``other``'s turn still comes for ``holder``'s hold, told
+    from the view alone, as the table view tells it (web/controls.js, momentComes)."""
+    waiting = any(h.combatant == other for h in seen.holds)
+    acting = seen.turn is not None and seen.turn.combatant == other
+    this_round = waiting or (when == "after" and acting) or other not in seen.reached
+    if seen.phase == "bonus_round" and other not in seen.bonus:
+        this_round = waiting
+    if other not in seen.order or holder not in seen.order:
+        return this_round
+    comes_first = seen.order.index(other) < seen.order.index(holder)
+    if holder not in seen.reached:
+        return this_round and (waiting or acting or comes_first)
+    return this_round or (seen.ruleset == "marvel" and comes_first)
+
+
+@BOTH
+def test_r9_the_view_tells_which_moments_a_held_turn_may_still_name(ruleset: str) -> None:
+    """Every plan the view says is still to come is accepted, every other one is refused with
+    moment_passed: through two rounds of holds, each taken at a moment of its own."""
+    story = fight(ruleset, ("ana", "ben", "cal", "dan"))
+    dice = {"dice": SeededDice(0), "rules": BUNDLED_RULES}
+    judged = 0
+
+    def judge_every_plan() -> None:
+        nonlocal judged
+        seen = view(story.state, NARRATOR)
+        assert seen.reached == tuple(sorted(story.state.reached))
+        for h, when, other in itertools.product(seen.holds, ("before", "after"), seen.order):
+            if other == h.combatant:
+                continue
+            command = c.TakeHeldTurn(h.combatant, when, other)  # type: ignore[arg-type]
+            result = decide(story.state, command, story.now, **dice)  # type: ignore[arg-type]
+            refused = result.code if isinstance(result, RuleError) else None
+            expected = (
+                None
+                if moment_comes_by_the_view(seen, h.combatant, when, other)
+                else "moment_passed"
+            )
+            assert refused == expected, (seen.round, seen.turn, h, when, other)
+            judged += 1
+
+    hold(story)  # Ana holds
+    judge_every_plan()
+    story.end_turn()  # Ben
+    judge_every_plan()
+    hold(story)  # Cal holds too
+    judge_every_plan()
+    take(story, "ana", "after", "dan")
+    story.end_turn()  # Dan: Ana's held turn follows
+    judge_every_plan()
+    story.end_turn()  # Ana's held turn; marvel: Cal still holds into round 2
+    judge_every_plan()
+    while story.state.round == 1:
+        story.end_turn()
+    judge_every_plan()
+    assert judged > 20

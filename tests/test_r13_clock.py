@@ -11,9 +11,20 @@ import pytest
 
 import turnkeeper_engine
 from story import Story, names, of
-from turnkeeper_engine import BUNDLED_RULES, Engine, RuleError, SeededDice, State, decide, fold
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    Actor,
+    Engine,
+    RuleError,
+    SeededDice,
+    State,
+    decide,
+    fold,
+    next_deadline,
+)
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.views import view, visible
 
 ENGINE_SOURCE = Path(turnkeeper_engine.__file__).parent
 
@@ -434,3 +445,137 @@ def test_r13_time_options_from_their_minimum_are_accepted(name: str, value: floa
         rules=BUNDLED_RULES,
     )
     assert not isinstance(created, RuleError), created
+
+
+# ------------------------------------------------------------ the timer changed mid-combat
+# The rulings are silent on when a new length takes effect; the project's decision is in
+# docs/rules.md (R13): from the next turn that starts, and turning the timer off stops the
+# running turn's timer too.
+
+
+def test_r13_a_new_turn_timer_applies_from_the_next_turn_the_running_one_keeps_its_deadline() -> (
+    None
+):
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    events = s.do(c.SetTurnTimer(20), now=1005.0)
+    assert names(events) == ["turn_timer_set"]
+    assert of(events, ev.TurnTimerSet)[0].seconds == 20
+    assert s.state.option("turn_time_limit") == 20.0
+    turn = s.state.turn
+    assert turn is not None
+    assert (turn.combatant, turn.deadline, turn.warn_at) == ("a", 1060.0, 1050.0)
+    assert s.do(c.Tick(), now=1030.0) == []  # the shorter length is not a's
+    events = s.do(c.EndTurn(s.turn), now=1040.0)
+    (started,) = of(events, ev.TurnStarted)
+    assert (started.combatant, started.deadline, started.warn_at) == ("b", 1060.0, 1050.0)
+    events = s.do(c.Tick(), now=1060.0)
+    assert [e.combatant for e in of(events, ev.TurnTimerExpired)] == ["b"]
+    assert s.current == "c"
+
+
+def test_r13_a_longer_turn_timer_does_not_lengthen_the_running_turn() -> None:
+    s = dnd_story(turn_time_limit=30.0, turn_warning=0.0)
+    s.do(c.StartCombat(), now=0.0)
+    s.do(c.SetTurnTimer(600), now=1.0)
+    events = s.do(c.Tick(), now=30.0)
+    assert of(events, ev.TurnTimerExpired)[0].combatant == "a"
+    (started,) = of(events, ev.TurnStarted)
+    assert (started.combatant, started.deadline) == ("b", 630.0)
+
+
+def test_r13_turning_the_timer_off_stops_the_running_turns_timer_too() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    s.do(c.SetTurnTimer(None), now=1001.0)
+    turn = s.state.turn
+    assert turn is not None
+    assert (turn.deadline, turn.warn_at) == (None, None)
+    assert s.state.option("turn_time_limit") is None
+    assert next_deadline(s.state) is None
+    assert s.do(c.Tick(), now=9999.0) == []
+    events = s.do(c.EndTurn(s.turn), now=10_000.0)
+    (started,) = of(events, ev.TurnStarted)
+    assert (started.deadline, started.warn_at) == (None, None)
+
+
+def test_r13_a_timer_set_where_there_was_none_starts_with_the_next_turn() -> None:
+    s = dnd_story()
+    s.do(c.StartCombat(), now=0.0)
+    s.do(c.SetTurnTimer(45), now=5.0)
+    assert s.state.turn is not None
+    assert s.state.turn.deadline is None
+    events = s.do(c.EndTurn(s.turn), now=10.0)
+    (started,) = of(events, ev.TurnStarted)
+    # The combat's warning (10 s by default) applies to the new length as to any other.
+    assert (started.deadline, started.warn_at) == (55.0, 45.0)
+
+
+def test_r13_the_turn_timer_can_be_set_before_the_combat_starts() -> None:
+    s = dnd_story()
+    s.do(c.SetTurnTimer(1))
+    events = s.do(c.StartCombat(), now=100.0)
+    (started,) = of(events, ev.TurnStarted)
+    assert started.deadline == 101.0
+
+
+@pytest.mark.parametrize("seconds", [0, -5, 86_401, 10**12, True, 1.5])
+def test_r13_a_turn_timer_outside_one_second_to_a_day_is_refused_and_changes_nothing(
+    seconds: object,
+) -> None:
+    s = dnd_story(turn_time_limit=60.0)
+    s.do(c.StartCombat(), now=0.0)
+    error = s.refuse(c.SetTurnTimer(seconds))  # type: ignore[arg-type]
+    assert (error.code, error.field) == ("invalid_value", "seconds")
+
+
+@pytest.mark.parametrize("seconds", [1, 86_400])
+def test_r13_a_turn_timer_from_one_second_to_a_day_is_accepted(seconds: int) -> None:
+    s = dnd_story()
+    s.do(c.SetTurnTimer(seconds))
+    assert s.state.option("turn_time_limit") == float(seconds)
+
+
+def test_r13_setting_the_turn_timer_is_undone_with_the_running_turns_deadline() -> None:
+    s = dnd_story(turn_time_limit=60.0, turn_warning=10.0)
+    s.do(c.StartCombat(), now=1000.0)
+    before = s.state
+    s.do(c.SetTurnTimer(None), now=1001.0)
+    events = s.do(c.Undo(), now=1002.0)
+    assert of(events, ev.CommandUndone)[0].command == "set_turn_timer"
+    assert s.state == before
+    assert s.state.turn is not None
+    assert s.state.turn.deadline == 1060.0
+
+
+def test_r13_a_turn_timer_set_replays_from_the_log() -> None:
+    s = dnd_story(turn_time_limit=60.0)
+    s.do(c.StartCombat(), now=0.0)
+    s.do(c.SetTurnTimer(15), now=1.0)
+    s.do(c.EndTurn(s.turn), now=2.0)
+    s.do(c.SetTurnTimer(None), now=3.0)
+    assert fold(s.log) == s.state
+    assert s.state.option("turn_time_limit") is None
+
+
+def test_r13_only_the_narrator_sets_the_turn_timer() -> None:
+    s = Story("dnd3e")
+    s.add("a", controller="u1")
+    s.roll("a", 20)
+    s.do(c.StartCombat(), now=0.0)
+    error = s.refuse(c.SetTurnTimer(30), Actor("player", "u1"))
+    assert (error.code, error.field) == ("forbidden", "actor")
+
+
+def test_r13_every_role_sees_the_turn_timer_and_its_change() -> None:
+    s = Story("dnd3e", turn_time_limit=60.0)
+    # A hidden combatant named like an option: the option is no mention of it (R16).
+    s.add("turn_time_limit", hidden=True)
+    s.add("a", controller="u1")
+    events = s.do(c.SetTurnTimer(30))
+    for actor in (Actor("player", "u1"), Actor("observer")):
+        seen = view(s.state, actor)
+        assert seen.options == s.state.options
+        assert dict(seen.options)["turn_time_limit"] == 30.0
+        assert [c.id for c in seen.combatants] == ["a"]
+        assert visible(events[-1], s.state, actor) == events[-1]

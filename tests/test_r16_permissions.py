@@ -9,11 +9,23 @@ from collections.abc import Callable
 import pytest
 
 from story import OBSERVER, Story, of, player
-from turnkeeper_engine import NARRATOR, Actor, State, evolve, view, visible
+from turnkeeper_engine import (
+    BUNDLED_RULES,
+    NARRATOR,
+    Actor,
+    State,
+    View,
+    evolve,
+    from_plain,
+    to_plain,
+    view,
+    visible,
+)
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.model import ActionSpec, Predicate, Trigger, TriggerFacts, TurnRef
 from turnkeeper_engine.plain import event_from_plain, event_to_plain, from_shared, to_shared
+from turnkeeper_sdk.views import CombatView
 
 U1 = player("u1")
 BRIDGE_U1 = Actor("player", "u1", "bridge:discord")
@@ -196,6 +208,7 @@ def narrator_only_commands(s: Story) -> list[c.Command]:
         c.RecordOutcome("note", "Ann is noted", "ann"),
         c.DisablePlugin("surprise"),
         c.EnablePlugin("surprise"),
+        c.SetTurnTimer(30),
         c.Tick(),
         c.Undo(),
         c.EndCombat(),
@@ -742,3 +755,30 @@ def test_r16_the_record_of_secrets_survives_a_snapshot() -> None:
     back = from_shared(State, to_shared(s.state))
     assert (back.seq, back.secrets) == (s.state.seq, s.state.secrets) == (6, s.state.secrets)
     assert [(k.combatant, k.since, k.until) for k in back.secrets] == [("x", 4, 6)]
+
+
+@pytest.mark.parametrize("actor", READERS, ids=READER_IDS)
+def test_r16_view_tells_rules_and_turns_come_without_hidden_ones(actor: Actor) -> None:
+    """The view's rule options are every reader's, whole, even where a hidden combatant's id is
+    one of their words ("hold"); the turns come this round leave the hidden ones out."""
+    s = Story("marvel", turn_expiry="hold")
+    s.add("ann", controller="u1", player_character=True)
+    s.roll("ann", 6, 6, 5)
+    s.add("hold", hidden=True)
+    s.roll("hold", 5, 5, 4)
+    s.add("ogre")
+    s.roll("ogre", 4, 4, 4)
+    s.do(c.StartCombat())
+    turn_of(s, "ogre")
+    full = view(s.state, NARRATOR)
+    seen = view(s.state, actor)
+    assert dict(seen.options)["turn_expiry"] == "hold"
+    assert seen.options == full.options == s.state.options
+    assert full.reached == ("ann", "hold", "ogre")
+    assert seen.reached == ("ann", "ogre")
+    assert seen.bonus == full.bonus == ()
+    # Over the wire, as a bot's view: the SDK answers its option() from it.
+    bots = CombatView(from_plain(View, to_plain(seen)), 0, BUNDLED_RULES)
+    assert bots.option("turn_expiry") == "hold"
+    with pytest.raises(KeyError):
+        bots.option("ready")

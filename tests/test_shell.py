@@ -218,6 +218,47 @@ def test_r16_a_player_token_is_refused_the_narrators_commands_from_the_shell(
     assert "thug's turn begins." in sh.ok("log", "c1", *ws, **peter)
 
 
+def test_r13_the_narrator_sets_and_turns_off_the_turn_timer_from_the_shell(
+    daemon: Daemon,
+) -> None:
+    sh = Shell(daemon)
+    sh.ok("create", "t1", "dnd3e", "--option", "turn_time_limit=600")
+    sh.ok("add", "t1", "a", "Alice", "--faces", "15")
+    sh.ok("add", "t1", "b", "Bandit", "--faces", "10")
+    sh.ok("start", "t1")
+    deadline = sh.view("t1")["turn"]["deadline"]
+
+    # A new length is for the turns that start from now on: Alice's keeps its deadline.
+    assert "Turn timer: 30 s a turn, from the next turn." in sh.ok("timer", "t1", "30")
+    view = sh.view("t1")
+    assert dict(view["options"])["turn_time_limit"] == 30.0
+    assert view["turn"]["deadline"] == deadline
+    assert "Turn timer: 30 s a turn" in sh.ok("show", "t1")
+    started = sh.json("next", "t1")["events"]
+    (bandit,) = [e for e in started if e["event"] == "turn_started"]
+    assert bandit["deadline"] == pytest.approx(bandit["at"] + 30)
+
+    # Off: the running turn's timer stops too.
+    assert "The turn timer is off." in sh.ok("timer", "t1", "off")
+    view = sh.view("t1")
+    assert (dict(view["options"])["turn_time_limit"], view["turn"]["deadline"]) == (None, None)
+    assert "Turn timer:" not in sh.ok("show", "t1")
+    sh.ok("undo", "t1")
+    assert sh.view("t1")["turn"]["deadline"] == bandit["deadline"]
+
+    # Out of range: refused by the daemon, its field named; not a number: by the command line.
+    seq = sh.json("show", "t1")["seq"]
+    assert sh.refused("timer", "t1", "0") == ("invalid_value", "seconds")
+    assert sh.refused("timer", "t1", "86401") == ("invalid_value", "seconds")
+    assert sh.json("show", "t1")["seq"] == seq
+    usage = sh.run("timer", "t1", "1.5")
+    assert usage.returncode == 2
+    assert "expected whole seconds, or off" in usage.stderr
+    peter = {"TURNKEEPER_TOKEN": daemon.token("player", "--user", "peter")}
+    tcp = ("--connect", f"tcp://127.0.0.1:{daemon.tcp_port}")
+    assert sh.refused("timer", "t1", "off", *tcp, **peter) == ("forbidden", "actor")
+
+
 def test_refusals_say_code_message_and_field_and_exit_non_zero(
     daemon: Daemon, tmp_path: Path
 ) -> None:

@@ -526,3 +526,84 @@ def test_a_whole_combat_from_the_page_alone(tmp_path: Path, ruleset: str) -> Non
         "ended: Combat over",
     ]
     assert all(size["document"] <= size["viewport"] == 360 for size in seen["sizes"]), seen["sizes"]
+
+
+CROWD = 33
+"""Combatants in the crowded combat: one more than a window may be offered to (MAX_ITEMS)."""
+
+
+def test_the_forms_offer_only_what_the_rules_and_the_moment_allow(tmp_path: Path) -> None:
+    """What the forms offer follows the combat: a held turn offers only the moments still to
+    come (the daemon refuses the rest, moment_passed); the rule options show, read-only, and
+    shape the forms (no window for a marvel reaction spent, till the round's start; dnd3e 3.5
+    readies a free action, 3.0 has a delay floor the page refuses to go below; the last to act
+    in a dnd3e round has no moment left to delay to). A window among more combatants than one may be
+    offered to says so and lets no more be ticked, and the page stays 360 px wide."""
+    with running(tmp_path, http=True) as d:
+        crowd = Narrator(d.client(), "crowd")
+        crowd.create("marvel", reaction_refresh="round_start")
+        for i in range(CROWD):
+            # Distinct totals, no Fantastic: c00 first, c32 last, no bonus round.
+            cid = f"c{i:02d}"
+            crowd("add_combatant", id=cid, display_name=cid, init_mod=CROWD - i)
+            crowd("roll_initiative", combatant=cid, faces=[2, 2, 2])
+        crowd("start_combat")
+        keep = Narrator(d.client(), "keep")
+        keep.create("dnd3e", ready="3.5", delay="3.0")
+        for cid, name, mod, face in (
+            ("ana", "Ana", 2, 15),
+            ("orc", "Orc", 0, 11),
+            ("bat", "Bat", 1, 4),
+        ):
+            keep("add_combatant", id=cid, display_name=name, init_mod=mod)
+            keep("roll_initiative", combatant=cid, faces=[face])
+        keep("start_combat")
+        seen = scenario(d, "rules", tmp_path, token=d.token("narrator"), crowd="crowd", keep="keep")
+    assert seen["rules"] == {
+        "crowd": "RULES Turn timer none Reactions wait only for the answers "
+        "A spent reaction comes back at each round's start",
+        "keep": "RULES Turn timer none Reactions wait only for the answers "
+        "Readied action rules 3.5: a standard, move or free action "
+        "Delay rules 3.0: down to \N{MINUS SIGN}10 minus the initiative modifier",
+    }
+    # c00 holds, c01 has acted, c02 is acting: only moments still to come are offered.
+    assert seen["moments"] == {"before": ["c03", "c04", "c05"], "after": ["c02", "c03", "c04"]}
+    assert seen["offerLimit"] == "One window is offered to at most 32 combatants."
+    assert seen["lastOffer"] is True, "the 33rd box waits while 32 are ticked"
+    assert seen["offered"] == 32
+    assert seen["spent"] == "Not offered, their reaction spent until the next round starts: c05."
+    assert seen["floor"] == {
+        "code": "",
+        "text": "A delayed turn acts at -12 or higher: the delay floor.",
+    }
+    assert "speak" in seen["readyKinds"], "3.5 readies a free action"
+    assert "When the orc draws" in seen["readied"]
+    assert seen["lastDelay"] == {"plan": 0, "delay": 1}, "the last of a round delays with no plan"
+    assert all(size["document"] <= size["viewport"] == 360 for size in seen["sizes"]), seen["sizes"]
+
+
+def test_r13_the_narrator_changes_and_turns_off_the_turn_timer_from_the_console(
+    tmp_path: Path,
+) -> None:
+    """The console's turn timer (set_turn_timer): a length the daemon would refuse is refused
+    by the page; a shorter one leaves the running turn's ten minutes and times the next turn,
+    which the daemon's clock ends by itself; turned off, the running countdown goes. It fits a
+    phone."""
+    with running(tmp_path, http=True) as d:
+        n = Narrator(d.client(), "clock")
+        n.create("dnd3e", turn_time_limit=600.0, turn_warning=0.0)
+        for cid, face in (("ann", 15), ("bob", 10)):
+            n("add_combatant", id=cid, display_name=cid.title(), faces=[face])
+        n("start_combat")
+        seen = scenario(d, "timer", tmp_path, token=d.token("narrator"), combat="clock")
+        view = n.client.call("get_combat", combat="clock")["view"]
+    assert seen["steps"] == [
+        "now: Each turn lasts 600 s.",
+        "0.5 refused: A turn timer is a whole number of seconds from 1 to 86400.",
+        "set: Each turn lasts 2 s.",
+        "expired: Ann's turn, Round 2",
+        "off: Turns are not timed.",
+    ]
+    assert seen["sizes"]["document"] <= seen["sizes"]["viewport"]
+    assert dict(view["options"])["turn_time_limit"] is None
+    assert view["turn"]["deadline"] is None

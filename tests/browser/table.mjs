@@ -963,6 +963,89 @@ const scenarios = {
     return shown;
   },
 
+  // What the forms offer follows the rules: held turns offer only the moments still to come
+  // (moment_passed), the combat's rule options show and shape the forms, and a window offered
+  // to more combatants than the daemon takes in one (32) says so and lets no more be ticked.
+  async rules(context) {
+    const values = (table, testid) => table.locator(testid).locator("option").evaluateAll((o) => o.map((x) => x.value));
+    const crowd = await TablePage.open(context, "crowd", { token: settings.token, combat: settings.crowd });
+    await crowd.untilTurn("c00");
+    const flat = async (table, testid) => (await table.text(testid)).replace(/\s+/g, " ");
+    const seen = { rules: { [settings.crowd]: await flat(crowd, "rules") } };
+
+    // c00 holds; c01 acts and is done; c02 acts: c01's moments have passed, c02's "before" too.
+    await crowd.click("hold");
+    await crowd.untilShown("held-c00");
+    await crowd.untilTurn("c01");
+    await crowd.click("end-turn");
+    await crowd.untilTurn("c02");
+    const moments = {};
+    for (const when of ["before", "after"]) {
+      await crowd.choose("held-when", when);
+      moments[when] = (await values(crowd, "held-other")).slice(0, 3);
+    }
+    seen.moments = moments;
+    await crowd.choose("held-when", "before");
+    await crowd.choose("held-other", "c03");
+    await crowd.click("take-held-c00");
+    await crowd.untilText("plan", "c03");
+    await crowd.shot("held-moments");
+
+    // More combatants than one window takes: the form says so; 32 ticked, the 33rd waits.
+    await crowd.unfold("announce-form");
+    seen.offerLimit = await crowd.text("offer-limit");
+    for (let i = 0; i < 32; i++) await crowd.locator("offer-c" + String(i).padStart(2, "0")).check();
+    seen.lastOffer = await crowd.locator("offer-c32").isDisabled();
+    seen.sizes = [await bothSizes(crowd, "offer-limit", true)];
+    await crowd.locator("offer-c31").uncheck();
+    check(!(await crowd.locator("offer-c32").isDisabled()), "one unticked, the 33rd may be ticked");
+    await crowd.locator("offer-c31").check();
+    await crowd.fill("announce-text", "The floor gives way");
+    await crowd.click("announce");
+    await crowd.untilShown("window-status");
+    seen.offered = (await crowd.observe()).offered.length;
+    // c05 claims, the window is closed, its reaction resolves: its reaction is spent.
+    await crowd.click("claim-c05");
+    await crowd.untilText("offered-c05", "Claims");
+    await crowd.click("close-window");
+    await crowd.untilShown("finish-c05");
+    await crowd.click("finish-c05");
+    await crowd.untilGone("window-status");
+    // The daemon offers no window to c05 until its reaction comes back: nor does the form.
+    await crowd.unfold("announce-form");
+    await crowd.untilShown("reaction-spent");
+    seen.spent = await crowd.text("reaction-spent");
+    check(await crowd.locator("offer-c05").count() === 0, "no offer to c05, its reaction spent");
+    await crowd.shot("reaction-spent");
+
+    // dnd3e under 3.5 readied actions and 3.0 delays.
+    const keep = await TablePage.open(context, "keep", { token: settings.token, combat: settings.keep });
+    await keep.untilTurn("ana");
+    seen.rules[settings.keep] = await flat(keep, "rules");
+    same(await keep.locator("hold-number").getAttribute("min"), "-12", "Ana's delay floor");
+    await keep.fill("hold-number", "-13");
+    await keep.click("hold");
+    const floor = await keep.error();
+    same(await keep.turn(), "ana", "no delay sent below the floor");
+    seen.floor = floor;
+    await keep.fill("hold-number", "");
+    seen.readyKinds = await values(keep, "reserve-kind");
+    await keep.choose("reserve-kind", "speak");
+    await keep.fill("reserve-trigger", "When the orc draws");
+    await keep.click("reserve");
+    await keep.untilShown("row-reservation");
+    seen.readied = await keep.locator("combatant-ana").locator('[data-testid="row-reservation"]').innerText();
+    await keep.click("end-turn");
+    await keep.untilTurn("orc");
+    await keep.click("end-turn");
+    await keep.untilTurn("bat");
+    // The last of the round: every turn has come, and a delay never outlasts the round.
+    seen.lastDelay = { plan: await keep.locator("hold-when").count(), delay: await keep.locator("hold").count() };
+    await keep.shot("last-delay");
+    seen.sizes.push(await bothSizes(keep, "dnd3e-rules"));
+    return seen;
+  },
+
   async dnd3e(context) {
     // The linked combat cannot be read: the picker says why instead of a blank page; then it
     // cannot be followed: the picker again, saying why; the third time it opens.
@@ -1039,6 +1122,48 @@ const scenarios = {
     steps.push(`refocused: no ready form, ${await table.text("end-turn")}`);
     await table.shot("refocused");
     return { totals: seen.totals, fantastic: seen.fantastic, opening, steps };
+  },
+
+  // The narrator changes the turn timer mid-combat from the console (set_turn_timer, R13): a
+  // shorter one leaves the running turn's countdown alone and times the next turn, which the
+  // daemon's clock ends by itself; turned off, the running turn's countdown goes.
+  async timer(context) {
+    const steps = [];
+    const table = await TablePage.open(context, "narrator", { token: settings.token, combat: settings.combat });
+    await table.untilTurn("ann");
+    await table.untilShown("timer-countdown");
+    await table.unfold("turn-timer-form");
+    steps.push(`now: ${await table.text("turn-timer-now")}`);
+    same(await table.locator("turn-timer-seconds").inputValue(), "600", "the length shown to change");
+
+    await table.fill("turn-timer-seconds", "0.5");
+    await table.click("set-turn-timer");
+    steps.push(`0.5 refused: ${(await table.error()).text}`);
+
+    await table.fill("turn-timer-seconds", "2");
+    await table.click("set-turn-timer");
+    await table.untilText("turn-timer-now", "2 s");
+    steps.push(`set: ${await table.text("turn-timer-now")}`);
+    await table.untilText("log-lines", "Turn timer: 2 s a turn, from the next turn.");
+    check(await table.seconds("timer-countdown") > 60, "ann's turn keeps its ten minutes");
+    const sizes = await bothSizes(table, "turn-timer", true);
+
+    await table.click("end-turn");
+    await table.untilTurn("bob");
+    check(await table.seconds("timer-countdown") <= 2, "bob's turn is timed at the new length");
+    // Nobody clicks: the daemon's clock ends bob's turn, and ann's next turn is timed too.
+    await table.untilText("round", "Round 2");
+    await table.untilTurn("ann");
+    steps.push(`expired: ${await table.text("turn-name")}'s turn, ${await table.text("round")}`);
+
+    await table.click("turn-timer-off");
+    await table.untilGone("timer");
+    await table.untilText("turn-timer-now", "not timed");
+    steps.push(`off: ${await table.text("turn-timer-now")}`);
+    same(await table.locator("turn-timer-seconds").inputValue(), "", "no length once off");
+    check(await table.locator("turn-timer-off").count() === 0, "nothing left to turn off");
+    await table.shot("timer-off");
+    return { steps, sizes };
   },
 };
 

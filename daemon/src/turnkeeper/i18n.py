@@ -143,6 +143,7 @@ TERMS: Mapping[str, Mapping[str, str]] = {
         "record_outcome": "the recorded outcome",
         "disable_plugin": "the plugin's disabling",
         "enable_plugin": "the plugin's enabling",
+        "set_turn_timer": "the turn timer's change",
         "tick": "the passing of time",
     },
 }

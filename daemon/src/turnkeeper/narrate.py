@@ -403,6 +403,11 @@ _TELL: dict[type[ev.Event], Callable[[_Teller, Any], str | None]] = {
     ),
     # What the expiry does (a hold, an end of turn) is told by the events that follow.
     ev.TurnTimerExpired: lambda s, e: "  " + s.say("{name}: time is up.", name=s.name(e.combatant)),
+    ev.TurnTimerSet: lambda s, e: (
+        "  " + s.say("The turn timer is off.")
+        if e.seconds is None
+        else "  " + s.say("Turn timer: {seconds} s a turn, from the next turn.", seconds=e.seconds)
+    ),
     ev.OutcomeRecorded: _outcome,
     ev.PluginDisabled: lambda s, e: (
         "  "

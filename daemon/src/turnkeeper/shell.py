@@ -282,6 +282,30 @@ OPTIONS = Record(
     ),
     lambda args, _: _options(args),
 )
+OFF = ("off", "none")
+"""How a command line turns the turn timer off: ``timer COMBAT off`` sends ``seconds`` nil."""
+
+
+def _seconds(value: str) -> int | None:
+    """``SECONDS`` as whole seconds, or None for ``off``; the daemon checks the range."""
+    if value.lower() in OFF:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected whole seconds, or off") from None
+
+
+SECONDS = Record(
+    lambda p: p.add_argument(
+        "seconds",
+        type=_seconds,
+        metavar="SECONDS",
+        help="whole seconds a turn may last from the next turn on, 1 to 86400; off: no timer "
+        "(the running turn's stops too)",
+    ),
+    lambda args, _: args.seconds,
+)
 TRIGGER = Record(_trigger_flags, lambda args, _: _trigger(args))
 FACTS = Record(_facts_flags, lambda args, _: _facts(args))
 
@@ -432,6 +456,12 @@ VERBS = (
     ),
     Verb("disable-plugin", "disable_plugin", "stop a plugin's hooks for this combat", ("plugin",)),
     Verb("enable-plugin", "enable_plugin", "call a disabled plugin's hooks again", ("plugin",)),
+    Verb(
+        "timer",
+        "set_turn_timer",
+        "set the turn timer for the turns that start from now on, or turn it off",
+        records={"seconds": SECONDS},
+    ),
     Verb("tick", "tick", "let time pass: due timers and deadlines fire"),
     Verb("undo", "undo", "undo the last command"),
     Verb("end", "end_combat", "end the combat"),
@@ -594,7 +624,8 @@ def _params(
         else:
             value = getattr(args, param.name, None)
         # Left out, a field takes the daemon's default: the command line never restates it.
-        if value is not None and value is not False:
+        # A required field has no default: its nil is said (``timer COMBAT off``).
+        if param.required or (value is not None and value is not False):
             params[param.name] = value
     if verb.method != "create_combat":
         params["combat"] = args.combat

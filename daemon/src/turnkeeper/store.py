@@ -222,7 +222,8 @@ class Batch:
     summary: Any = None
     """Plain data the caller wants back at start-up without replaying (see ``summaries``)."""
     table: str = DEFAULT_TABLE
-    """The table of the combat the batch creates (with ``ruleset``; see ``memberships``)."""
+    """The table of the batch's combat: stored when the batch creates it (with ``ruleset``;
+    see ``memberships``), told with every commit on a shared store (``changes.notify``)."""
     epoch: int | None = None
     """On a store many daemons share: the epoch of this daemon's lease the combat's state was
     read under (``LoadedCombat.epoch``; ``FIRST_EPOCH`` for a combat made here). The batch is

@@ -112,6 +112,10 @@ def render(combat: Mapping[str, Any], locale: str = i18n.DEFAULT, *, ids: bool =
         lines.append("")
         at = time.strftime("%H:%M:%S", time.localtime(turn["deadline"]))
         lines.append(say("Turn ends at {time} (local time)", time=at))
+    # The length the next turns get, which set_turn_timer may have changed since this one began.
+    limit = dict(view.get("options", ())).get("turn_time_limit")
+    if isinstance(limit, int | float) and phase != "ended":
+        lines.append(say("Turn timer: {seconds} s a turn", seconds=f"{limit:g}"))
     return "\n".join(lines)
 
 

@@ -319,6 +319,15 @@ class EnablePlugin(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class SetTurnTimer(Command):
+    """Set the turn timer to ``seconds`` (nil: no timer) for the turns that start from now on;
+    clearing it also stops the running turn's timer (R13)."""
+
+    name: ClassVar[str] = "set_turn_timer"
+    seconds: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Tick(Command):
     """Let time pass: turn timers and window deadlines fire (R13)."""
 
@@ -370,6 +379,7 @@ COMMANDS: dict[str, type[Command]] = {
         RecordOutcome,
         DisablePlugin,
         EnablePlugin,
+        SetTurnTimer,
         Tick,
         Undo,
         EndCombat,

@@ -412,6 +412,15 @@ class TurnTimerExpired(_About):
 
 
 @dataclass(frozen=True, slots=True)
+class TurnTimerSet(Event):
+    """The turn timer is ``seconds`` long (None: off) for the turns that start from now on.
+    A running turn keeps its deadline, unless the timer is turned off: then it has none."""
+
+    name: ClassVar[str] = "turn_timer_set"
+    seconds: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class OutcomeRecorded(Event):
     """An outcome computed outside the engine, e.g. by a plugin: a DC, a check, a result.
     ``template`` filled in with ``args`` is ``text``; both are empty for a text written out in
@@ -500,6 +509,7 @@ EVENTS: dict[str, type[Event]] = {
         ConditionRemoved,
         TurnTimerWarning,
         TurnTimerExpired,
+        TurnTimerSet,
         OutcomeRecorded,
         PluginDisabled,
         PluginEnabled,

@@ -144,6 +144,17 @@ def _turn_started(state: State, e: ev.TurnStarted) -> State:
     return tick_clocks(state, e.combatant, "start") if first_start else state
 
 
+def _turn_timer_set(state: State, e: ev.TurnTimerSet) -> State:
+    # Options are kept as ``check_options`` leaves them: sorted by name, times as floats.
+    limit = None if e.seconds is None else float(e.seconds)
+    options = tuple(sorted({**dict(state.options), "turn_time_limit": limit}.items()))
+    turn = state.turn
+    if e.seconds is None and turn is not None and turn.deadline is not None:
+        # Turned off: the running turn's timer stops too (a new length waits for the next turn).
+        turn = replace(turn, deadline=None, warn_at=None)
+    return replace(state, options=options, turn=turn)
+
+
 def _turn_ended(state: State, e: ev.TurnEnded) -> State:
     return tick_clocks(replace(state, turn=None), e.combatant, "end")
 
@@ -398,6 +409,7 @@ _FOLD: dict[type[ev.Event], Callable[[State, Any], State]] = {
     ev.ConditionRemoved: lambda s, e: _condition_gone(s, e.condition),
     ev.TurnTimerWarning: lambda s, e: replace(s, turn=replace(_t(s), warned=True)),
     ev.TurnTimerExpired: lambda s, e: s,
+    ev.TurnTimerSet: _turn_timer_set,
     ev.OutcomeRecorded: lambda s, e: s,
     ev.PluginDisabled: lambda s, e: replace(
         s, disabled_plugins=(*(p for p in s.disabled_plugins if p != e.plugin), e.plugin)

@@ -16,6 +16,7 @@ from .model import (
     Combatant,
     Condition,
     Hold,
+    OptionValue,
     Phase,
     Reservation,
     State,
@@ -40,6 +41,14 @@ class View:
     conditions: tuple[Condition, ...]
     window: Window | None
     disabled_plugins: tuple[str, ...] = ()
+    options: tuple[tuple[str, OptionValue], ...] = ()
+    """The combat's rule options as they are now (``set_turn_timer`` changes
+    ``turn_time_limit``), every one with its value: a client offers what they allow."""
+    reached: tuple[str, ...] = ()
+    """Combatants whose turn has come this round (started, or forgone), sorted: with ``bonus``
+    what a client needs to judge, as the engine does, whether a held turn's moment has passed."""
+    bonus: tuple[str, ...] = ()
+    """Who takes the bonus round (marvel, R7), as the combat started."""
 
 
 def _hidden(state: State, actor: Actor) -> frozenset[str]:
@@ -73,6 +82,9 @@ def view(state: State, actor: Actor) -> View:
         state.conditions,
         state.window,
         state.disabled_plugins,
+        state.options,
+        tuple(sorted(state.reached)),
+        state.bonus,
     )
     if actor.role == "narrator":
         return full
@@ -108,7 +120,9 @@ def view(state: State, actor: Actor) -> View:
     )
     scrubbed = _scrub(shown, hidden)
     assert isinstance(scrubbed, View)
-    return scrubbed
+    # Options name no combatant, but their words could be a hidden one's id ("hold"): put back
+    # whole, never scrubbed.
+    return replace(scrubbed, options=state.options)
 
 
 _SECRET_FOR_PLAYERS = (

@@ -190,6 +190,13 @@ export interface View {
   conditions: Condition[];
   window: Window | null;
   disabled_plugins: string[];
+  /** The combat's rule options as they are now (set_turn_timer changes turn_time_limit),
+   * every one with its value, as `[name, value]` pairs. */
+  options: [string, string | number | boolean | null][];
+  /** Combatants whose turn has come this round (started, or forgone). */
+  reached: string[];
+  /** marvel: who takes the bonus round. */
+  bonus: string[];
 }
 
 // Events ----------------------------------------------------------------------------------------
@@ -432,6 +439,11 @@ export interface DisablePluginParams extends CombatEnvelope {
 export interface EnablePluginParams extends CombatEnvelope {
   plugin: string;
 }
+export interface SetTurnTimerParams extends CombatEnvelope {
+  /** Whole seconds, 1 to 86400, for the turns that start from now on; null: no timer (which
+   * also stops the running turn's). */
+  seconds: number | null;
+}
 
 // The client ------------------------------------------------------------------------------------
 
@@ -588,6 +600,7 @@ export class Client {
   recordOutcome(params: RecordOutcomeParams): Promise<CommandResult>;
   disablePlugin(params: DisablePluginParams): Promise<CommandResult>;
   enablePlugin(params: EnablePluginParams): Promise<CommandResult>;
+  setTurnTimer(params: SetTurnTimerParams): Promise<CommandResult>;
   tick(params: CombatEnvelope): Promise<CommandResult>;
   undo(params: CombatEnvelope): Promise<CommandResult>;
   endCombat(params: CombatEnvelope): Promise<CommandResult>;

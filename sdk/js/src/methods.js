@@ -59,6 +59,7 @@ export const COMMAND_METHODS = Object.freeze([
   "record_outcome",
   "disable_plugin",
   "enable_plugin",
+  "set_turn_timer",
   "tick",
   "undo",
   "end_combat",

@@ -4,7 +4,7 @@ The engine's values (combatants, checks, turns, reservations, events) are frozen
 already; a :class:`CombatView` wraps one combat with the questions plugins and bots ask of it,
 so none needs to know how the state is laid out, and none can change it. Plugins get the whole
 engine ``State``; a bot gets the ``View`` its role may see (``get_combat``), which has the same
-questions to answer but no rule options.
+questions to answer, rule options included.
 
 Beside it, what plugins read tags with (``side``, ``tag_number``) and record outcomes with:
 ``recorded_about`` (whom an outcome is about, R16) and ``outcome`` (an outcome a table can
@@ -129,11 +129,12 @@ class CombatView:
         return tuple(c for c in self.state.conditions if c.target == combatant_id)
 
     def option(self, name: str) -> OptionValue:
-        """A rule option's value (R6, R9, R12, R13); KeyError for an unknown name. Only a
-        view of the whole state has options: on a role's ``View`` this raises TypeError."""
-        if isinstance(self.state, View):
-            raise TypeError("a role's View carries no rule options; only a State does")
-        return self.state.option(name)
+        """A rule option's value (R6, R9, R12, R13); KeyError for an unknown name (or, on the
+        ``View`` of a daemon older than the view's ``options``, for every name)."""
+        for key, value in self.state.options:
+            if key == name:
+                return value
+        raise KeyError(name)
 
 
 PLAYERS_SIDE = "players"

@@ -103,9 +103,16 @@ class SubscriptionRegistry:
             combat.id in self._by_combat or combat.table in self._by_table or bool(self._everywhere)
         )
 
-    def follows_any_table(self) -> bool:
-        """Whether anyone here follows whole tables (``subscribe_all``)."""
-        return bool(self._everywhere or self._by_table)
+    def subscribed(self, combat: Combat) -> bool:
+        """Whether anyone here follows ``combat`` by ``subscribe``."""
+        return combat.id in self._by_combat
+
+    def follows_table(self, table: str | None) -> bool:
+        """Whether anyone here follows the whole of ``table`` (``subscribe_all``; None: of
+        any table)."""
+        if self._everywhere:
+            return True
+        return table in self._by_table if table is not None else bool(self._by_table)
 
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
@@ -119,47 +126,52 @@ class SubscriptionRegistry:
         outside ``scope`` is unknown."""
         if self.follows(subscriber, combat_id):
             raise RequestError("already_subscribed", "subscribed to it already", "combat")
-        combat = await self._reader.ready(combat_id, scope)
-        if after > combat.seq:
-            # Seen on another daemon further on than this one has read (a followed combat).
-            await self._reader.refresh(combat)
-        async with combat.lock:
-            if after < 0 or after > combat.seq:
-                raise RequestError(
-                    "invalid_params", "after must be 0..{seq}", "after", seq=combat.seq
-                )
-            if combat.seq - after > MAX_CATCH_UP:
-                raise RequestError(
-                    "too_far_behind",
-                    "more than {limit} events behind: read get_combat and history first",
-                    "after",
-                    limit=MAX_CATCH_UP,
-                )
-            try:
-                stored = await self._store.events_after(combat.id, after, MAX_CATCH_UP)
-            except StoreError as e:
-                raise self._combats.quarantine(combat, e) from e
-            # A followed combat's log may have grown past what this daemon read of it: those
-            # events come live, with the rest of their read (``Follower``).
-            stored = [(seq, body) for seq, body in stored if seq <= combat.seq]
-            events = [(seq, event_from_plain(body)) for seq, body in stored]
-            shown = numbered(
-                events,
-                combat.state,
-                subscriber.actor,
-                locale=subscriber.narration,
-                rules=self._rules,
+        while True:
+            combat = await self._reader.ready(combat_id, scope)
+            if after > combat.seq:
+                # Seen on another daemon further on than this one has read (a followed combat).
+                await self._reader.refresh(combat)
+            async with combat.lock:
+                if combat.loaded or combat.followed:
+                    return await self._caught_up(combat, subscriber, after)
+            # Let go while this waited for its lock (another daemon took it, or it was no
+            # longer followed and its state dropped): read again, never judged by no state
+            # (R16).
+
+    async def _caught_up(self, combat: Combat, subscriber: Subscriber, after: int) -> int:
+        """``subscribe``'s catch-up and registration, the combat's lock held."""
+        if after < 0 or after > combat.seq:
+            raise RequestError("invalid_params", "after must be 0..{seq}", "after", seq=combat.seq)
+        if combat.seq - after > MAX_CATCH_UP:
+            raise RequestError(
+                "too_far_behind",
+                "more than {limit} events behind: read get_combat and history first",
+                "after",
+                limit=MAX_CATCH_UP,
             )
-            batch = packed(combat.id, shown)
-            if len(batch.messages) > subscriber.room():
-                raise RequestError(
-                    "too_far_behind", "the catch-up does not fit the outbox", "after"
-                )
-            if batch.messages:
-                subscriber.deliver(batch)
-            _join(self._by_combat.setdefault(combat.id, {}), subscriber)
-            self._by_subscriber.setdefault(subscriber, set()).add(combat.id)
-            return combat.seq
+        try:
+            stored = await self._store.events_after(combat.id, after, MAX_CATCH_UP)
+        except StoreError as e:
+            raise self._combats.quarantine(combat, e) from e
+        # A followed combat's log may have grown past what this daemon read of it: those
+        # events come live, with the rest of their read (``Follower``).
+        stored = [(seq, body) for seq, body in stored if seq <= combat.seq]
+        events = [(seq, event_from_plain(body)) for seq, body in stored]
+        shown = numbered(
+            events,
+            combat.state,
+            subscriber.actor,
+            locale=subscriber.narration,
+            rules=self._rules,
+        )
+        batch = packed(combat.id, shown)
+        if len(batch.messages) > subscriber.room():
+            raise RequestError("too_far_behind", "the catch-up does not fit the outbox", "after")
+        if batch.messages:
+            subscriber.deliver(batch)
+        _join(self._by_combat.setdefault(combat.id, {}), subscriber)
+        self._by_subscriber.setdefault(subscriber, set()).add(combat.id)
+        return combat.seq
 
     def subscribe_all(
         self, subscriber: Subscriber, limit: int | None = None, scope: Scope = None

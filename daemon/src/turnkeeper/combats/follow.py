@@ -31,15 +31,18 @@ from ..store import MAX_EVENTS_PER_READ
 from ..stores.port import SharedStore, StoreError, StorePort
 from ..tables import Scope
 from .combat import UNBUILT, Combat, summary
+from .errors import RequestError
 from .rebuild import Rebuilder
-from .registry import Combats, usable
+from .registry import MAX_COMBATS, Combats, usable
 
 log = structlog.get_logger("turnkeeper.combats")
 
 MAX_FOLLOWED = 10_000
 """Combats followed at once. Past it the least recently read one nobody here subscribes to
-is let go (its state dropped, read again on its next use); one with subscribers is kept,
-which the per-connection bounds on subscriptions bound."""
+(by ``subscribe``: a ``subscribe_all`` follows every combat, so it keeps none) is let go, its
+state dropped: read again on its next use, or, for a ``subscribe_all`` here, on its next
+commit, told from the seq its subscribers were. One with subscribers is kept, which the
+per-connection bounds on subscriptions bound."""
 
 POLL_SECONDS = 1.0
 """How often the last seqs of the followed combats are read from the store, whatever the
@@ -64,14 +67,23 @@ class Follower:
         """Followed combats, least recently read first."""
         self._due: dict[str, int] = {}
         """Combats whose log grew past what this daemon read of it, by last seq heard."""
+        self._tables: dict[str, str] = {}
+        """The tables of those of them this daemon has not heard of, as told with them."""
         self._wake = anyio.Event()
         self._poll_now = False
+        self._full = False
+        """Whether the last combat heard of could not be known for want of room (logged once
+        until there is room again)."""
         self.publish: Publish | None = None
         self.watched: Callable[[Combat], bool] = lambda combat: False
         """Whether a subscriber here would be shown ``combat``'s events."""
-        self.follows_all: Callable[[], bool] = lambda: False
-        """Whether any subscriber here follows whole tables (``subscribe_all``): then a
-        combat another daemon made since this one started is looked for when it is heard of."""
+        self.subscribed: Callable[[Combat], bool] = lambda combat: False
+        """Whether a subscriber here follows ``combat`` by ``subscribe`` (what keeps it
+        followed: a ``subscribe_all`` would keep every combat)."""
+        self.follows_table: Callable[[str | None], bool] = lambda table: False
+        """Whether any subscriber here follows the whole of a table (``subscribe_all``;
+        None: of any table): then a combat of it another daemon made since this one started
+        is known here when it is heard of."""
 
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat to read: the one this daemon holds, else (on a shared store) the one it
@@ -129,22 +141,24 @@ class Follower:
                 self._followed.pop(combat.id, None)
                 combat.followed = False
             elif combat.seq < seq and self.watched(combat):
-                told = combat.seq
-                combat.state, combat.seq = state, seq
-                await self._tell(combat, told, seq)
+                await self._tell(combat, state, seq)
 
-    def woken(self, changes: dict[str, int] | None) -> None:
-        """A notification: these combats' logs reached these seqs (None: some may have gone
-        untold, so the store is asked)."""
+    def woken(self, changes: dict[str, tuple[int, str | None]] | None) -> None:
+        """A notification: these combats' logs reached these seqs, each of this table (None:
+        not told), or (None) some may have gone untold, so the store is asked."""
         if changes is None:
             self._poll_now = True
             self._wake.set()
             return
-        for combat_id, last in changes.items():
+        for combat_id, (last, table) in changes.items():
             combat = self._combats.by_id.get(combat_id)
             if combat is None:
-                if self.follows_all():  # made on another daemon: looked for in the store
-                    self._due[combat_id] = last
+                # Made on another daemon: known here if a subscribe_all here follows its
+                # table, judged by the table told, else (an older daemon's commit) looked for.
+                if self.follows_table(table):
+                    self._due[combat_id] = max(last, self._due.get(combat_id, 0))
+                    if table is not None:
+                        self._tables[combat_id] = table
                     self._wake.set()
                 continue
             if combat.loaded or combat.seq >= last:
@@ -173,12 +187,22 @@ class Follower:
                     polled = time.monotonic()
                     await self._poll(shared)
                 due, self._due = self._due, {}
+                tables, self._tables = self._tables, {}
                 for combat_id in due:
                     combat = self._combats.by_id.get(combat_id)
                     if combat is None:
-                        combat = await self._found(shared, combat_id)
+                        combat = await self._found(shared, combat_id, tables.get(combat_id))
                     if combat is not None:
                         await self._catch_up(combat)
+
+    def _set_aside(self, combat: Combat, reason: str) -> RequestError:
+        """Quarantine a followed combat whose log this daemon cannot read on (an event it
+        cannot decode or replay: a newer daemon's during a rolling upgrade, a damaged row):
+        no longer followed, its reads refused (``combat_quarantined``), the others followed
+        on. Its state is left as it is: a read holding its lock may be judging by it (R16)."""
+        self._followed.pop(combat.id, None)
+        combat.followed = False
+        return self._combats.set_aside(combat, reason)
 
     async def _poll(self, shared: SharedStore) -> None:
         ids = list(self._followed)
@@ -194,14 +218,23 @@ class Follower:
             if combat is not None and combat.seq < last:
                 self._due[combat_id] = last
 
-    async def _found(self, shared: SharedStore, combat_id: str) -> Combat | None:
-        """A combat another daemon made since this one started, known from now on if a
-        subscriber here follows its table (``subscribe_all`` includes combats made later)."""
-        try:
-            table = await anyio.to_thread.run_sync(shared.locate, combat_id)
-        except StoreError as e:
-            log.warning("follow_failed", combat=combat_id, reason=e.message)
+    async def _found(self, shared: SharedStore, combat_id: str, table: str | None) -> Combat | None:
+        """A combat another daemon made since this one started, of ``table`` (None: not
+        told, so asked of the store), known from now on if a subscriber here follows its
+        table (``subscribe_all`` includes combats made later) and the daemon has room for it
+        (``MAX_COMBATS``)."""
+        if not self._combats.has_room():
+            if not self._full:
+                log.warning("follow_skipped_full", combat=combat_id, limit=MAX_COMBATS)
+            self._full = True
             return None
+        self._full = False
+        if table is None:
+            try:
+                table = await anyio.to_thread.run_sync(shared.locate, combat_id)
+            except StoreError as e:
+                log.warning("follow_failed", combat=combat_id, reason=e.message)
+                return None
         if table is None or combat_id in self._combats.by_id:
             return self._combats.by_id.get(combat_id)
         found = Combat(combat_id, UNBUILT, 0, loaded=False, table=table)
@@ -222,6 +255,11 @@ class Follower:
                 await self._advance(combat)
         except StoreError as e:  # the next notification or poll tries again
             log.warning("follow_failed", combat=combat.id, reason=e.message)
+        except RequestError:
+            pass  # set aside (``_set_aside``), and logged so
+        except Exception as e:  # one combat's failure must not stop the following of the rest
+            log.exception("follow_failed", combat=combat.id)
+            self._set_aside(combat, f"following it failed: {e}")
 
     async def _follow(self, combat: Combat) -> None:
         """Start following ``combat``: from the state it has at the seq its subscribers here
@@ -237,10 +275,10 @@ class Follower:
                     combat.quarantined = quarantined
                     log.error("combat_quarantined", combat=combat.id, reason=quarantined)
                     return
-                told = combat.seq
-                combat.state, combat.seq = state, seq
-                if told < seq and self.watched(combat):
-                    await self._tell(combat, told, seq)
+                if combat.seq < seq and self.watched(combat):
+                    await self._tell(combat, state, seq)
+                else:
+                    combat.state, combat.seq = state, seq
                 self._start(combat)
             else:
                 # Held here before: its log may have grown since it was let go.
@@ -257,19 +295,23 @@ class Follower:
         if len(self._followed) <= MAX_FOLLOWED:
             return
         for combat in list(self._followed.values()):
-            if not self.watched(combat):
-                del self._followed[combat.id]
-                combat.followed = False
-                combat.summary = summary(combat.state, combat.seq)
-                combat.state = UNBUILT
-                combat.views.clear()
-                if len(self._followed) <= MAX_FOLLOWED:
-                    return
+            # Not one whose lock is held: a catch-up being read judges it by its state (R16),
+            # and a read of its log evolves that state. Let go at once (nothing awaited in
+            # between), none of them is in the middle of it.
+            if combat.lock.locked() or self.subscribed(combat):
+                continue
+            del self._followed[combat.id]
+            combat.followed = False
+            combat.summary = summary(combat.state, combat.seq)
+            combat.state = UNBUILT
+            combat.views.clear()
+            if len(self._followed) <= MAX_FOLLOWED:
+                return
 
     async def _advance(self, combat: Combat, until: int | None = None) -> None:
         """Read and publish the events after ``combat``'s seq, page by page, to the log's end
         (or to ``until``), its lock held. Raises ``StoreError`` if the store could not be
-        read."""
+        read, and the combat's refusal if an event could not be read (``_set_aside``)."""
         while combat.followed and not combat.loaded:
             if until is not None and combat.seq >= until:
                 return
@@ -286,8 +328,11 @@ class Follower:
             for seq, body in stored:
                 if seq != combat.seq + len(events) + 1:
                     break  # a page read as the log grew: the rest at the next read
-                event = event_from_plain(body)
-                state = evolve(state, event)
+                try:
+                    event = event_from_plain(body)
+                    state = evolve(state, event)
+                except Exception as e:  # as a rebuild's replay would: this combat alone
+                    raise self._set_aside(combat, f"replay failed at event {seq}: {e}") from e
                 events.append((seq, event))
                 plains.append(body)
             if not events:
@@ -297,20 +342,44 @@ class Follower:
             if len(stored) < PAGE:
                 return
 
-    async def _tell(self, combat: Combat, after: int, until: int) -> None:
-        """Publish the events ``after`` .. ``until`` of a combat whose state is at ``until``
-        already (judged by it, as a subscription's catch-up is)."""
-        while after < until:
-            stored = [(s, b) for s, b in await self._read(combat, after) if s <= until]
-            if not stored:
-                return
-            events = [(seq, event_from_plain(body)) for seq, body in stored]
-            self._published(combat, events, [body for _, body in stored])
-            after = stored[-1][0]
+    async def _tell(self, combat: Combat, state: State, until: int) -> None:
+        """Make ``combat`` (not followed, its lock held) ``state`` at ``until``, publishing
+        the events after its seq up to ``until`` (judged by ``state``, as a subscription's
+        catch-up is). Its seq is what its subscribers were told: if a page cannot be told,
+        it is left unread (``UNBUILT``) at the last seq told, read from the store again at
+        its next use and told on from there, so that none of them misses an event."""
+        after = combat.seq
+        combat.state, combat.seq = state, until
+        try:
+            while after < until:
+                stored = [(s, b) for s, b in await self._read(combat, after) if s <= until]
+                if not stored:
+                    return
+                events = []
+                for seq, body in stored:
+                    try:
+                        events.append((seq, event_from_plain(body)))
+                    except Exception as e:
+                        reason = f"event {seq} does not decode: {e}"
+                        raise self._set_aside(combat, reason) from e
+                self._published(combat, events, [body for _, body in stored])
+                after = stored[-1][0]
+        except BaseException:
+            combat.state, combat.seq = UNBUILT, after
+            combat.views.clear()
+            raise
 
     async def _read(self, combat: Combat, after: int) -> list[tuple[int, dict[str, Plain]]]:
+        """A page of events after ``after``; raises ``StoreError`` if the store could not be
+        reached, and sets the combat aside (raising its refusal) if a stored event is
+        unreadable."""
         assert self._shared is not None
-        return await self._shared.events_after(combat.id, after, PAGE)
+        try:
+            return await self._shared.events_after(combat.id, after, PAGE)
+        except StoreError as e:
+            if e.code == "store_unavailable":
+                raise
+            raise self._set_aside(combat, e.message) from e
 
     def _published(
         self, combat: Combat, events: list[tuple[int, ev.Event]], plains: list[dict[str, Plain]]

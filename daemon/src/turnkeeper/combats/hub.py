@@ -103,7 +103,8 @@ class Hub:
         self.subscriptions = SubscriptionRegistry(store, self.registry, self.follower, self.rules)
         self.follower.publish = self.subscriptions.publish
         self.follower.watched = self.subscriptions.watched
-        self.follower.follows_all = self.subscriptions.follows_any_table
+        self.follower.subscribed = self.subscriptions.subscribed
+        self.follower.follows_table = self.subscriptions.follows_table
         self.rebuilder.acquired = self.follower.handover
         self.queries = Queries(store, self.registry, self.follower, self.rules)
         self.hooks = HookWorkers()

@@ -69,20 +69,23 @@ class Queries:
         """A page of the events after ``after``, as ``actor`` may see them (unknown outside
         ``scope``, as ``view``)."""
         combat = await self._reader.ready(combat_id, scope)
+        # Judged by the state it has now: a followed combat may be let go while the page is
+        # read (its state dropped, ``Follower``), and none would hide nothing (R16).
+        state, last = combat.state, combat.seq
         try:
             stored = await self._store.events_after(combat.id, after, limit)
         except StoreError as e:
             raise self._combats.quarantine(combat, e) from e
         # Of a followed combat, no event past the state it is judged by (R16) is shown.
-        stored = [(seq, body) for seq, body in stored if seq <= combat.seq]
+        stored = [(seq, body) for seq, body in stored if seq <= last]
         events = [(seq, event_from_plain(body)) for seq, body in stored]
         return {
             "combat": combat.id,
-            "seq": combat.seq,
+            "seq": last,
             # The last seq this page read: a page can show fewer events than it read (R16),
             # so the next page starts after ``until``, not after the last event shown.
             "until": stored[-1][0] if stored else after,
-            "events": numbered(events, combat.state, actor, locale=locale, rules=self._rules),
+            "events": numbered(events, state, actor, locale=locale, rules=self._rules),
         }
 
     def told(self, combat_id: str, events: Plain, actor: Actor, locale: str) -> list[Plain]:

@@ -99,6 +99,11 @@ class Combats:
             del pending[combat_id]
             done.set()
 
+    def has_room(self) -> bool:
+        """Whether another combat may be known (``MAX_COMBATS``, creations in flight
+        counted)."""
+        return len(self.by_id) + len(self._pending) < MAX_COMBATS
+
     def add(self, combat: Combat) -> None:
         """Hold a new combat (its first command is committed)."""
         self.by_id[combat.id] = combat
@@ -123,10 +128,15 @@ class Combats:
         answer, and the combat stays as it is."""
         if error.code == "store_unavailable":
             return error
-        combat.quarantined = error.message
+        return self.set_aside(combat, error.message)
+
+    def set_aside(self, combat: Combat, reason: str) -> RequestError:
+        """Quarantine ``combat`` for ``reason`` (kept aside for the operator, every read of it
+        refused from now on): the refusal to raise."""
+        combat.quarantined = reason
         self._deadlines.moved(combat)
-        log.error("combat_quarantined", combat=combat.id, reason=error.message)
-        return RequestError("combat_quarantined", "{reason}", "combat", reason=error.message)
+        log.error("combat_quarantined", combat=combat.id, reason=reason)
+        return RequestError("combat_quarantined", "{reason}", "combat", reason=reason)
 
     def _lists(self, scope: Scope) -> list[list[str]]:
         if scope is None:

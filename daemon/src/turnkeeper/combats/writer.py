@@ -261,6 +261,12 @@ class Writer:
             # the combat) unseen by this one's filter, and its result is the one to give.
             first = await self._first_result(key, combat_id, actor, command)
             if first is None:
+                if isinstance(command, cmd.CreateCombat):
+                    # Its id was not stored: the combat row was, by a daemon this one has not
+                    # heard of it from (ids carry their table, so it is the caller's table's).
+                    raise RequestError(
+                        "combat_exists", "combat {id!r} exists", "combat_id", id=combat_id
+                    ) from e
                 raise
             return first
         finally:

@@ -112,13 +112,14 @@ class SharedStore(StorePort, Protocol):
 
     async def follow_changes(
         self,
-        woken: Callable[[dict[str, int] | None], None],
+        woken: Callable[[dict[str, tuple[int, str | None]] | None], None],
         *,
         task_status: TaskStatus[None] = ...,
     ) -> None:
-        """Call ``woken`` with the last seq of each combat whose log grew, as any daemon's
-        commits tell it (a wake-up, not the record: some may go untold; None says that some
-        may have), until cancelled; start it with ``task_group.start`` (then it listens)."""
+        """Call ``woken`` with the last seq and the table (None if not told) of each combat
+        whose log grew, as any daemon's commits tell it (a wake-up, not the record: some may
+        go untold; None says that some may have), until cancelled; start it with
+        ``task_group.start`` (then it listens)."""
 
 
 __all__ = ["FIRST_EPOCH", "Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]

@@ -1978,10 +1978,11 @@ def _page(
     ).fetchall()
 
 
-def _appended(group: Sequence[_Pending]) -> list[tuple[str, int]]:
-    """Each combat the group appended to with its new last seq (``changes.notify``)."""
+def _appended(group: Sequence[_Pending]) -> list[tuple[str, int, str]]:
+    """Each combat the group appended to with its new last seq and its table
+    (``changes.notify``)."""
     return [
-        (p.batch.combat_id, p.batch.first_seq + len(p.events) - 1)
+        (p.batch.combat_id, p.batch.first_seq + len(p.events) - 1, p.batch.table)
         for p in group
         if p.error is None and p.events
     ]

@@ -11,6 +11,7 @@ import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 import { actionKind, actionType } from "./render.js";
 import { MAX_ID, MAX_TEXT, d616Selects, form, setupControls } from "./setup.js";
+import { turnTimerControl } from "./timer.js";
 
 /** The action kinds each ruleset's catalogue knows, with the action type each is (protocol.md,
  * ActionSpec). dnd3e's `refocus` has its own button (the refocus method). */
@@ -29,12 +30,19 @@ const ACTION_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard", "mo
 const RESERVED_TYPES = { marvel: ["standard", "movement"], dnd3e: ["standard"] };
 /** What a reserved (marvel) or readied (dnd3e) type can carry out (the rulesets' `carries`):
  * a marvel standard action does what a movement does, never the reverse; dnd3e readies a
- * standard or a move (3.5 adds free actions, but the view does not say which rules the combat
- * plays by, so the page offers what both accept). */
-const CARRIES = {
-  marvel: { standard: ["standard", "movement"], movement: ["movement"] },
-  dnd3e: { standard: ["standard", "move"] },
-};
+ * standard or a move, and under the 3.5 rules (the `ready` option) a free action too. */
+function carries(scene, reservedType) {
+  const { ruleset } = scene.view;
+  if (ruleset === "marvel") return reservedType === "standard" ? ["standard", "movement"] : ["movement"];
+  if (ruleset === "dnd3e") return scene.option("ready") === "3.5" ? ["standard", "move", "free"] : ["standard", "move"];
+  return [reservedType];
+}
+/** Rulesets whose holds last past the round's end (the rulesets' `holds_carry_over`): a dnd3e
+ * delay never does. */
+const HOLDS_CARRY_OVER = new Set(["marvel"]);
+/** The dnd3e delay floor under the 3.0 rules (the `delay` option): −10 minus the initiative
+ * modifier (the ruleset's DELAY_FLOOR_BASE); 3.5 has none. */
+const DELAY_FLOOR_BASE = -10;
 /** The kind select's value for an action the catalogue does not have. */
 const OTHER = "";
 
@@ -100,6 +108,62 @@ function actionFields(scene, prefix, types) {
   return { fields, redraw, spec };
 }
 
+/** The lowest number a holder may name (`below_delay_floor`), or null for none. */
+function delayFloor(scene, c) {
+  if (scene.view.ruleset !== "dnd3e" || scene.option("delay") === "3.5" || !c) return null;
+  return DELAY_FLOOR_BASE - c.init_mod;
+}
+
+/**
+ * Whether the moment just `when` `other`'s turn still comes while `holder` holds, as the
+ * daemon judges it (decide/holds.py, `moment_passed`): later this round (`other` holding, or
+ * acting now and `when` after, or its turn not yet come: the view's `reached`), or, where a
+ * hold lasts past the round (marvel), next round before the holder's own place. `acting` is
+ * whose turn is in progress when the plan is judged: none for a plan said with the hold.
+ */
+function momentComes(scene, holder, when, other, acting) {
+  const { view } = scene;
+  const reached = view.reached || [];
+  const waiting = view.holds.some((hold) => hold.combatant === other);
+  const now = acting === other;
+  let thisRound = waiting || (when === "after" && now) || !reached.includes(other);
+  if (view.phase === "bonus_round" && !(view.bonus || []).includes(other)) thisRound = waiting;
+  if (!view.order.includes(other) || !view.order.includes(holder)) return thisRound;
+  const comesFirst = view.order.indexOf(other) < view.order.indexOf(holder);
+  // A hold from an earlier round: the holder's own place this round ends it.
+  if (!reached.includes(holder)) return thisRound && (waiting || now || comesFirst);
+  return thisRound || (HOLDS_CARRY_OVER.has(view.ruleset) && comesFirst);
+}
+
+/**
+ * The plan of a held turn: just before or just after another active combatant, offering only
+ * the moments still to come (momentComes); `open` adds the choice of saying nothing yet.
+ * Returns the fields and the plan's selects, or null fields when no moment is left.
+ */
+function planFields(scene, holder, acting, prefix, open) {
+  const others = scene.lineup.filter((c) => c.id !== holder && c.status === "active");
+  const moments = (when) => others.filter((c) => momentComes(scene, holder, when, c.id, acting));
+  const whens = [["before", t("just before")], ["after", t("just after")]].filter(([when]) => moments(when).length);
+  const choices = open ? [["", t("not yet said when")], ...whens] : whens;
+  if (!whens.length) return { fields: null, when: null, other: null };
+  const when = select({ name: "when", "data-testid": prefix + "-when" }, choices, open ? "" : whens.at(-1)[0]);
+  const other = select({ name: "other", "data-testid": prefix + "-other" }, [], null);
+  const otherField = field(t("Combatant"), other);
+  const redraw = () => {
+    const was = other.value;
+    const offered = when.value ? moments(when.value) : [];
+    other.replaceChildren(...offered.map((c) => h("option", { value: c.id }, c.name)));
+    // The turn in progress is the likeliest moment; else the first still to come.
+    const preferred = [was, acting].find((id) => offered.some((c) => c.id === id));
+    if (preferred) other.value = preferred;
+    otherField.hidden = !offered.length;
+  };
+  when.addEventListener("change", redraw);
+  redraw();
+  // TRANSLATORS: a label over "just before" / "just after" (another combatant's turn).
+  return { fields: [field(t("Act"), when), otherField], when, other };
+}
+
 function turnRef(turn) {
   return { round: turn.round, combatant: turn.combatant, number: turn.number };
 }
@@ -110,19 +174,19 @@ function turnControls(scene, run, refuse) {
   // R9: a turn is held only before anything is done in it (action_taken), and a dnd3e delayer
   // at its floor acts or forfeits (must_act).
   const mayHold = turn.used.length === 0 && turn.kind !== "floor";
-  // R9: a held turn goes lower than the holder's number now (invalid_hold_number).
-  const place = scene.byId.get(turn.combatant)?.place ?? null;
+  // R9: a held turn goes lower than the holder's number now (invalid_hold_number), and no
+  // lower than a dnd3e delay floor (below_delay_floor).
+  const holder = scene.byId.get(turn.combatant);
+  const place = holder?.place ?? null;
+  const floor = delayFloor(scene, holder);
   const number = h("input", {
     type: "number", step: 1, name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow",
-    max: place === null ? null : place - 1,
+    max: place === null ? null : place - 1, min: floor,
   });
-  // R9: the plan may come with the hold. The last to act in a round must say it here to go
-  // before the first of the next: its hold starts that round's first turn at once.
-  const when = select({ name: "when", "data-testid": "hold-when" },
-    [["", t("not yet said when")], ["before", t("just before")], ["after", t("just after")]], "");
-  const others = scene.lineup.filter((c) => c.id !== turn.combatant && c.status === "active");
-  const other = select({ name: "other", "data-testid": "hold-other" }, others.map((c) => [c.id, c.name]),
-    others.length ? others[0].id : null);
+  // R9: the plan may come with the hold, judged once the turn is held (nobody acting). The
+  // last to act in a round must say it here to go before the first of the next: its hold
+  // starts that round's first turn at once.
+  const plan = planFields(scene, turn.combatant, null, "hold", true);
   const hold = () => {
     const value = number.value.trim();
     // Initiative numbers are whole: the daemon would refuse 12.5 as no integer.
@@ -132,17 +196,18 @@ function turnControls(scene, run, refuse) {
     if (value !== "" && place !== null && Number(value) >= place) {
       return refuse(t("A held turn acts at a number lower than {n}.", { n: place }));
     }
-    const plan = when.value ? { when: when.value, other: other.value } : {};
-    return run("hold", { turn: ref, number: value === "" ? null : Number(value), ...plan });
+    if (value !== "" && floor !== null && Number(value) < floor) {
+      return refuse(t("A delayed turn acts at {n} or higher: the delay floor.", { n: floor }));
+    }
+    const said = plan.when && plan.when.value ? { when: plan.when.value, other: plan.other.value } : {};
+    return run("hold", { turn: ref, number: value === "" ? null : Number(value), ...said });
   };
   return group(t("{name}'s turn", { name: scene.name(turn.combatant) }), "turn-controls", "turn:" + turn.number,
     h("div", { class: "row" },
       button(t("End turn"), "end-turn", () => run("endTurn", { turn: ref }), "primary"),
       mayHold ? button(scene.marvel ? t("Hold the turn") : t("Delay the turn"), "hold", hold) : null,
       mayHold ? field(t("At number (optional)"), number) : null,
-      // TRANSLATORS: a label over "just before" / "just after" (another combatant's turn).
-      mayHold ? field(t("Act"), when) : null,
-      mayHold && others.length ? field(t("Combatant"), other) : null));
+      mayHold ? plan.fields : null));
 }
 
 /** The action types the current turn could still reserve (R10) or ready (R11): none once it
@@ -154,13 +219,12 @@ function reservableTypes(scene) {
 }
 
 function reserveForm(scene, run, refuse, types) {
-  const ruleset = scene.view.ruleset;
   const turn = scene.view.turn;
   const reservedType = select({ name: "reserved_type", "data-testid": "reserve-type" },
     types.map((type) => [type, actionType(type)]), types[0]);
   // Only what the type spent can carry out: a marvel movement reserves no attack (the default
   // kind refused with action_type_mismatch once the standard action was spent).
-  const action = actionFields(scene, "reserve", () => (CARRIES[ruleset] || {})[reservedType.value] || [reservedType.value]);
+  const action = actionFields(scene, "reserve", () => carries(scene, reservedType.value));
   reservedType.addEventListener("change", action.redraw);
   const trigger = h("input", { name: "trigger", required: true, maxlength: MAX_TEXT, autocomplete: "off", "data-testid": "reserve-trigger" });
   const submit = (event) => {
@@ -212,21 +276,19 @@ function declareForm(scene, run, refuse, types) {
       refocus));
 }
 
+/** When a held turn is taken (R9): only the moments still to come are offered; when none is
+ * left, the form says so and offers nothing. */
 function heldTurnForm(scene, hold, run) {
-  const others = scene.lineup.filter((c) => c.id !== hold.combatant && c.status === "active");
-  const when = select({ name: "when", "data-testid": "held-when" },
-    [["before", t("just before")], ["after", t("just after")]], "after");
-  const other = select({ name: "other", "data-testid": "held-other" }, others.map((c) => [c.id, c.name]),
-    scene.view.turn ? scene.view.turn.combatant : null);
-  const take = () => run("takeHeldTurn", { combatant: hold.combatant, when: when.value, other: other.value });
+  const plan = planFields(scene, hold.combatant, scene.view.turn ? scene.view.turn.combatant : null, "held", false);
   const name = scene.name(hold.combatant);
+  const take = () => run("takeHeldTurn", { combatant: hold.combatant, when: plan.when.value, other: plan.other.value });
   return group(scene.marvel ? t("{name}'s held turn", { name }) : t("{name}'s delayed turn", { name }),
     "held-" + hold.combatant, "hold:" + hold.combatant + ":" + hold.seq,
-    h("div", { class: "row" },
-      // TRANSLATORS: a label over "just before" / "just after" (another combatant's turn).
-      field(t("Act"), when),
-      field(t("Combatant"), other),
-      button(scene.marvel ? t("Take held turn") : t("Take delayed turn"), "take-held-" + hold.combatant, take, "primary")));
+    plan.fields
+      ? h("div", { class: "row" }, plan.fields,
+        button(scene.marvel ? t("Take held turn") : t("Take delayed turn"), "take-held-" + hold.combatant, take, "primary"))
+      : h("p", { class: "muted", "data-testid": "no-moment-" + hold.combatant },
+        t("No turn before or after which to act is still to come while it holds.")));
 }
 
 function answerRow(scene, w, id, run, refuse) {
@@ -313,6 +375,7 @@ export function controls(scene, run, refuse) {
     }
     parts.push(...setupControls(scene, run, refuse));
   }
+  parts.push(turnTimerControl(scene, run, refuse));
   if (narrator) {
     parts.push(group(t("Table"), "table-controls", null, h("div", { class: "row" },
       button(t("Undo the last command"), "undo", () => run("undo", {}), "danger"),

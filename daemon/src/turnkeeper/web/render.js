@@ -26,6 +26,13 @@ export class Scene {
     return this.view.ruleset === "marvel";
   }
 
+  /** A rule option's value (protocol.md, Rule options), or undefined when the view does not
+   * tell it (a daemon older than the view's `options`): callers then assume its default. */
+  option(name) {
+    const found = (this.view.options || []).find(([key]) => key === name);
+    return found ? found[1] : undefined;
+  }
+
   /** Whether this session may command the combatant: the narrator always, a player its own. */
   may(id) {
     if (this.session.role === "narrator") return true;
@@ -311,6 +318,49 @@ export function reactionWindow(scene) {
     w.status === "resolving" && w.sequence.length
       ? h("p", { class: "muted" }, t("Resolving in order: {names}", { names: scene.names(w.sequence) }))
       : null));
+}
+
+/** The rule options this page words itself; any other (a plugin's ruleset's) is shown as named. */
+const WORDED_OPTIONS = new Set(["turn_time_limit", "turn_warning", "turn_expiry", "window_deadline",
+  "reaction_refresh", "ready", "delay"]);
+
+/** The combat's rule options, read-only, in people's words (protocol.md, Rule options): the
+ * forms offer only what they allow. Nothing from a daemon whose view does not tell them. */
+export function rules(scene) {
+  const options = scene.view.options || [];
+  if (!options.length) return null;
+  const value = (name) => scene.option(name);
+  const entries = [];
+  const limit = value("turn_time_limit");
+  entries.push(["turn_time_limit", t("Turn timer"), limit === null ? t("none") : clock(limit)]);
+  if (limit !== null) {
+    const warning = value("turn_warning");
+    // The warning fires only if it is more than 0 and less than the limit.
+    if (warning > 0 && warning < limit) {
+      entries.push(["turn_warning", t("Warns"), t("{time} before the end", { time: clock(warning) })]);
+    }
+    entries.push(["turn_expiry", t("When the timer runs out"),
+      value("turn_expiry") === "hold" ? t("holds the turn") : t("ends the turn")]);
+  }
+  const wait = value("window_deadline");
+  entries.push(["window_deadline", t("Reactions wait"), wait ? clock(wait) : t("only for the answers")]);
+  if (value("reaction_refresh") !== undefined) {
+    entries.push(["reaction_refresh", t("A spent reaction comes back"),
+      value("reaction_refresh") === "round_start" ? t("at each round's start") : t("at its own turn")]);
+  }
+  if (value("ready") !== undefined) {
+    entries.push(["ready", t("Readied action rules"),
+      value("ready") === "3.5" ? t("3.5: a standard, move or free action") : t("3.0: a standard or move action")]);
+  }
+  if (value("delay") !== undefined) {
+    entries.push(["delay", t("Delay rules"),
+      value("delay") === "3.5" ? t("3.5: no floor") : t("3.0: down to −10 minus the initiative modifier")]);
+  }
+  for (const [name, v] of options) {
+    if (!WORDED_OPTIONS.has(name)) entries.push([name, name, v === null ? "–" : String(v)]);
+  }
+  return panel("rules", t("Rules"), h("dl", { class: "rules" }, entries.map(([name, label, text]) =>
+    h("div", { "data-testid": "rule-" + name }, h("dt", null, label), h("dd", null, text)))));
 }
 
 /** Conditions in effect and how long each lasts. */

@@ -413,8 +413,31 @@ function conditionList(scene, run) {
 function announceForm(scene, run, refuse) {
   const active = scene.lineup.filter((c) => c.status === "active");
   if (!active.length) return null;
+  // marvel: a claim spends the reaction, and the daemon offers no window to a combatant whose
+  // reaction is spent until it comes back, when the `reaction_refresh` option says.
+  const spent = scene.marvel ? active.filter((c) => !c.reaction) : [];
+  const offerable = active.filter((c) => !spent.includes(c));
+  let spentNote = null;
+  if (spent.length) {
+    const names = spent.map((c) => c.name).join(", ");
+    spentNote = h("p", { class: "muted", "data-testid": "reaction-spent" }, scene.option("reaction_refresh") === "round_start"
+      ? t("Not offered, their reaction spent until the next round starts: {names}.", { names })
+      : t("Not offered, their reaction spent until their own next turn: {names}.", { names }));
+  }
   const moment = text("announce-text", { name: "text", maxlength: MAX_TEXT });
-  const boxes = active.map((c) => [c.id, ...checkbox(c.name, "offer-" + c.id)]);
+  const boxes = offerable.map((c) => [c.id, ...checkbox(c.name, "offer-" + c.id)]);
+  // One window is offered to at most MAX_ITEMS combatants (`offer`): with more at the table,
+  // the form says so and, once that many are ticked, the rest wait for one to be unticked.
+  const crowded = boxes.length > MAX_ITEMS;
+  const limitNote = crowded
+    ? h("p", { class: "muted offer-limit", "data-testid": "offer-limit" },
+      t("One window is offered to at most {n} combatants.", { n: MAX_ITEMS }))
+    : null;
+  const capOffer = () => {
+    const full = boxes.filter(([, box]) => box.checked).length >= MAX_ITEMS;
+    for (const [, box] of boxes) box.disabled = full && !box.checked;
+  };
+  if (crowded) for (const [, box] of boxes) box.addEventListener("change", capOffer);
   const submit = (event) => {
     event.preventDefault();
     const said = moment.value.trim();
@@ -426,7 +449,9 @@ function announceForm(scene, run, refuse) {
   };
   return form(t("Open a reaction window"), "announce-form", "announce", submit,
     field(t("What happens"), moment),
+    limitNote,
     h("div", { class: "row", role: "group", "aria-label": t("Offered to") }, boxes.map(([, , label]) => label)),
+    spentNote,
     h("div", { class: "row" }, h("button", { type: "submit", class: "button primary", "data-testid": "announce" }, t("Open the window"))));
 }
 

@@ -7,7 +7,7 @@ import { Client, LOCAL_CODES } from "/client/index.js";
 import { controls } from "./controls.js";
 import { clock, field, h, rebuildKeepingInput, select } from "./dom.js";
 import { LOCALES, locale, t, useLocale } from "./i18n.js";
-import { Scene, conditions, holds, order, reactionWindow, reservations, summary } from "./render.js";
+import { Scene, conditions, holds, order, reactionWindow, reservations, rules, summary } from "./render.js";
 import { MAX_ID, createCombatForm } from "./setup.js";
 
 /** Events of the past the log shows when a combat is opened: a few rounds, one history page. */
@@ -474,6 +474,7 @@ function layout() {
   app.parts.holds = h("div");
   app.parts.reservations = h("div");
   app.parts.conditions = h("div");
+  app.parts.rules = h("div");
   const change = () => showCombats(null);
   document.title = "Turnkeeper · " + app.combat;
   root.replaceChildren(
@@ -489,7 +490,8 @@ function layout() {
           h("section", { class: "panel", "data-testid": "log", "aria-label": t("Narration") },
             h("h2", null, t("Narration")), log)),
         h("div", { class: "side-column" },
-          app.parts.window, app.parts.controls, app.parts.holds, app.parts.reservations, app.parts.conditions))));
+          app.parts.window, app.parts.controls, app.parts.holds, app.parts.reservations, app.parts.conditions,
+          app.parts.rules))));
 }
 
 /** What the controls depend on: while it is unchanged they are left alone. When it changes
@@ -504,8 +506,11 @@ function controlsKey(view) {
     view.holds,
     view.reservations.map((r) => r.id),
     w && [w.id, w.status, w.offered, w.claims.map((c) => c.combatant), w.passes, w.sequence, w.index],
-    view.combatants.map((c) => [c.id, c.status, c.controller, c.hidden, c.surprised, c.group, c.check && c.check.total]),
+    view.combatants.map((c) => [c.id, c.status, c.controller, c.hidden, c.surprised, c.group, c.check && c.check.total,
+      c.reaction]),
     view.order, view.conditions.map((c) => c.id),
+    // The moments a held turn may name, and what the rule options let the forms offer.
+    view.reached, view.options,
   ]);
 }
 
@@ -517,6 +522,7 @@ function draw() {
   app.parts.holds.replaceChildren(holds(scene));
   app.parts.reservations.replaceChildren(reservations(scene));
   app.parts.conditions.replaceChildren(conditions(scene));
+  app.parts.rules.replaceChildren(rules(scene) ?? "");
   const key = controlsKey(app.view);
   if (key !== app.controlsKey) {
     app.controlsKey = key;

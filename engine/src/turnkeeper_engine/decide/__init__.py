@@ -71,7 +71,7 @@ from .reactions import (
     pass_reaction,
 )
 from .reservations import reserve
-from .timers import tick
+from .timers import set_turn_timer, tick
 from .turns import declare_action, end_turn, refocus
 
 __all__ = [
@@ -223,6 +223,7 @@ _HANDLERS: Mapping[type[cmd.Command], Callable[[Ctx, Any], None]] = {
     cmd.RecordOutcome: record_outcome,
     cmd.DisablePlugin: disable_plugin,
     cmd.EnablePlugin: enable_plugin,
+    cmd.SetTurnTimer: set_turn_timer,
     cmd.Tick: tick,
     cmd.Undo: undo,
     cmd.EndCombat: end_combat,

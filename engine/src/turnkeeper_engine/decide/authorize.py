@@ -24,6 +24,7 @@ NARRATOR_ONLY = frozenset(
         cmd.RecordOutcome,
         cmd.DisablePlugin,
         cmd.EnablePlugin,
+        cmd.SetTurnTimer,
         cmd.Tick,
         cmd.Undo,
         cmd.EndCombat,

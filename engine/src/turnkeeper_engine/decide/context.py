@@ -52,10 +52,10 @@ need refusing: a combat full of content can still be played to its end."""
 PLAY_BYTES = 1280
 """Room kept per combatant for what play adds besides its ids: its check once rolled (the dice,
 ten rerolls, who supplied them) and the numbers of its hold and of its claim in a window."""
-PLAY_IDS = 7
+PLAY_IDS = 9
 """Room kept per combatant, in ids as long as the combat's longest: its place in the order,
 its hold and the combatant the hold names, its entries in a window's ``offered``, ``passes``
-and ``sequence``, and its claim."""
+and ``sequence``, its claim, and its entries in the view's ``reached`` and ``bonus``."""
 PLAY_FIXED = 4096
 """Room kept once per combat: the turn in progress and a turn start's window."""
 MAX_DISABLED_PLUGINS = 32

@@ -1,10 +1,11 @@
-"""Time passing (R13): turn timers' warnings and expiry, and reaction windows' deadlines."""
+"""Time passing (R13): turn timers' warnings and expiry, reaction windows' deadlines, and the
+turn timer's length changed mid-combat."""
 
 from __future__ import annotations
 
 from .. import commands as cmd
 from .. import events as ev
-from .context import Ctx
+from .context import MAX_SECONDS, MIN_TURN_SECONDS, Ctx, reject
 from .flow import close_now, end_turn_now
 from .holds import hold_now
 
@@ -29,3 +30,26 @@ def tick(ctx: Ctx, c: cmd.Tick) -> None:
             hold_now(ctx, None)
         else:
             end_turn_now(ctx, "timer")
+
+
+def set_turn_timer(ctx: Ctx, c: cmd.SetTurnTimer) -> None:
+    """``set_turn_timer``: the length of the turns that start from now on, or no timer.
+
+    A project decision where the rulings are silent (docs/rules.md, R13): a running turn keeps
+    the deadline it started with, so a narrator who shortens the timer never ends a player's
+    turn by surprise; turning the timer off stops the running turn's timer too, since the
+    narrator no longer wants turns timed."""
+    seconds = c.seconds
+    if seconds is not None and (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int)
+        or not MIN_TURN_SECONDS <= seconds <= MAX_SECONDS
+    ):
+        raise reject(
+            "invalid_value",
+            "a whole number of seconds from {low} to {high}, or nil for no timer",
+            "seconds",
+            low=int(MIN_TURN_SECONDS),
+            high=int(MAX_SECONDS),
+        )
+    ctx.emit(ev.TurnTimerSet(seconds))

@@ -727,6 +727,28 @@ class CommandMethods(ABC):
             },
         )
 
+    async def set_turn_timer(
+        self,
+        combat: str,
+        *,
+        seconds: int | None,
+        request_id: str | None = None,
+        as_user: str | None = None,
+    ) -> CommandResult:
+        """Set the turn timer to ``seconds`` (nil: no timer) for the turns that start from now on;
+        clearing it also stops the running turn's timer (R13).
+
+        Who: narrator."""
+        return await self._command(
+            "set_turn_timer",
+            combat,
+            request_id,
+            as_user,
+            {
+                "seconds": seconds,
+            },
+        )
+
     async def tick(
         self,
         combat: str,
