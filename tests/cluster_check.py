@@ -166,3 +166,19 @@ def check_subscriptions(log: Log, seen: list[Seen], contiguous: bool) -> list[st
                 )
             expected = seq + 1
     return problems
+
+
+def check_reached(log: Log, reached: dict[str, dict[str, int]], within: float) -> list[str]:
+    """Every subscriber (by daemon) was told each combat's log to its end, ``within`` seconds
+    of the clients' stop."""
+    problems = []
+    for subscriber, lasts in reached.items():
+        for combat_id, events in log.items():
+            end = events[-1][0] if events else 0
+            last = lasts.get(combat_id, 0)
+            if last < end:
+                problems.append(
+                    f"subscriber on {subscriber}, combat {combat_id}: told up to seq {last}"
+                    f" {within:.0f} s after the clients stopped, the log ends at {end}"
+                )
+    return problems

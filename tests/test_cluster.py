@@ -3,8 +3,10 @@ database, clients on all three sending commands with request ids to a handful of
 chaos loop that kill -9s a random owner (restarting it) or SIGSTOPs one past its lease and
 SIGCONTs it. A client whose command is refused with ``combat_moved`` or ``store_unavailable``,
 or whose connection is lost, sends it again with the same request id to a random daemon; every
-answered command is sometimes sent once more, to check the answer. Afterwards
-``cluster_check`` holds what clients and subscribers were told against the log in PostgreSQL.
+answered command is sometimes sent once more, to check the answer. Once the clients have
+stopped, a subscriber on each daemon is to be told every combat's log to its end. Afterwards
+``cluster_check`` holds what clients and subscribers were told against the log in PostgreSQL;
+a client or subscriber thread that died of a failure of its own fails the test.
 
 ``TURNKEEPER_CLUSTER_CYCLES`` sets the number of chaos cycles (30 by default, each a kill or a
 stop in turn); ``TURNKEEPER_CLUSTER_SEED`` replays one seed's choices of whom to kill or stop
@@ -18,6 +20,8 @@ import random
 import signal
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,10 +41,13 @@ SEED = int(os.environ.get("TURNKEEPER_CLUSTER_SEED") or random.SystemRandom().ra
 LEASE_SECONDS = 1.0
 """Short (the default is 3 s) so that a cycle is short: a stop lasts past it, and a killed
 daemon's combats wait it out."""
-COMBATS = 4
+CYCLES_PER_FOUR_COMBATS = 30
+"""A combat takes at most 500 combatants (``too_many_combatants``), removed ones included:
+30 cycles add about 250 to each of four combats, so longer runs spread over more combats."""
+COMBATS = 4 * -(-CYCLES // CYCLES_PER_FOUR_COMBATS)
 CLIENTS_PER_DAEMON = 2
-"""Client threads whose commands go first to each daemon: six threads on four combats keep
-every combat moving between daemons."""
+"""Client threads whose commands go first to each daemon: six threads on four combats (at 30
+cycles) keep every combat moving between daemons."""
 RUN_SECONDS = (0.2, 0.6)
 """How long clients write between two chaos moves, drawn uniformly."""
 STOP_SECONDS = LEASE_SECONDS * 1.6
@@ -51,6 +58,10 @@ RETRYABLE = {"combat_moved", "store_unavailable"}
 """The refusals the protocol says to retry with the same request id."""
 REPEAT = 0.25
 """The share of answered commands sent once more, to a random daemon, to check the answer."""
+CATCH_UP_SECONDS = 15.0
+"""How long the subscribers have, once the clients have stopped, to be told every combat's log
+to its end: a daemon following a combat reads it within a poll (a second) of a lost
+notification, and one restarted by the last kill is subscribed to again within a moment."""
 
 
 class Cluster:
@@ -62,6 +73,16 @@ class Cluster:
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
         self.done = threading.Event()
+        """The chaos is over: the clients stop."""
+        self.ends: dict[str, int] | None = None
+        """Each combat's last seq, once the clients have stopped: the subscribers stop once
+        told it."""
+        self.over = threading.Event()
+        """The subscribers stop, told the logs' ends or not (``CATCH_UP_SECONDS``)."""
+        self.reached: dict[str, dict[str, int]] = {}
+        """The last seq each subscriber (by daemon) was told of each combat."""
+        self.died: list[str] = []
+        """Client and subscriber threads ended by a failure of their own."""
 
     def name(self, d: Daemon) -> str:
         return d.root.name
@@ -96,6 +117,21 @@ def _ask(
         index = rng.randrange(len(cluster.daemons))
 
 
+def _thread(cluster: Cluster, what: str, run: Callable[..., None], *args: Any) -> threading.Thread:
+    """A client's or subscriber's thread: one that ends by raising (a refusal it does not
+    expect, a failure of the test's own) is told, for the test to fail on."""
+
+    def recorded() -> None:
+        try:
+            run(cluster, *args)
+        except BaseException as e:
+            with cluster.lock:
+                cluster.died.append(f"{what} died: {e!r}")
+            raise
+
+    return threading.Thread(target=recorded, name=what)
+
+
 def _client(cluster: Cluster, home: int, number: int, combats: list[str], seed: int) -> None:
     """Add a combatant, remove it, on random combats, until the chaos is over."""
     rng = random.Random(seed)
@@ -121,11 +157,18 @@ def _client(cluster: Cluster, home: int, number: int, combats: list[str], seed: 
 
 def _subscriber(cluster: Cluster, home: int, combats: list[str]) -> None:
     """Follow every combat on one daemon; after a lost connection, subscribe again (to the
-    same daemon, once it is back) after the last seq received, as protocol.md says to."""
+    same daemon, once it is back) after the last seq received, as protocol.md says to. Once
+    the clients have stopped, go on until told every combat's log to its end."""
     d = cluster.daemons[home]
-    last = dict.fromkeys(combats, 0)
+    last = cluster.reached[cluster.name(d)] = dict.fromkeys(combats, 0)
+
+    def finished() -> bool:
+        ends = cluster.ends
+        told = ends is not None and all(last[c] >= ends.get(c, 0) for c in combats)
+        return told or cluster.over.is_set()
+
     for connection in range(1_000_000):
-        if cluster.done.is_set():
+        if finished():
             return
         try:
             with cluster.connect(d) as c:
@@ -135,9 +178,9 @@ def _subscriber(cluster: Cluster, home: int, combats: list[str]) -> None:
                     with cluster.lock:
                         cluster.seen.append(seen)
                     following[combat] = seen
-                    _subscribe(c, combat, last[combat], cluster.done)
-                c.sock.settimeout(LEASE_SECONDS)  # to look at ``done`` now and then
-                while not cluster.done.is_set():
+                    _subscribe(c, combat, last[combat], finished)
+                c.sock.settimeout(LEASE_SECONDS)  # to look at ``finished`` now and then
+                while not finished():
                     try:
                         note = c.notification()
                     except TimeoutError:
@@ -151,8 +194,8 @@ def _subscriber(cluster: Cluster, home: int, combats: list[str]) -> None:
             time.sleep(0.1)
 
 
-def _subscribe(c: Client, combat: str, after: int, done: threading.Event) -> None:
-    while not done.is_set():
+def _subscribe(c: Client, combat: str, after: int, finished: Callable[[], bool]) -> None:
+    while not finished():
         try:
             c.call("subscribe", combat=combat, after=after)
             return
@@ -177,6 +220,11 @@ def _owners(dsn: str, cluster: Cluster) -> dict[int, list[str]]:
         if address in by_address:
             owners.setdefault(by_address[address], []).append(combat_id)
     return owners
+
+
+def _ends(dsn: str) -> dict[str, int]:
+    """Each combat's last seq, as the database has it."""
+    return dict(sql(dsn, f"SELECT combat_id, last_seq FROM {SCHEMA}.combats"))
 
 
 @dataclass
@@ -247,6 +295,8 @@ def _report(moves: list[Move], cluster: Cluster, log: cluster_check.Log) -> int:
     events = sum(len(e) for e in log.values())
     print(f"{len(moves)} moves, {acknowledged} commands acknowledged, {events} events")
     print("\n".join(str(m) for m in moves))
+    refusals = Counter(a.error for s in cluster.sent for a in s.answers if a.error is not None)
+    print("answers to retry:", ", ".join(f"{n} {code}" for code, n in refusals.most_common()))
     failovers = sorted(_failovers(moves, cluster.sent))
     if failovers:
         median, worst = failovers[len(failovers) // 2], failovers[-1]
@@ -294,23 +344,37 @@ def test_three_daemons_under_kills_and_stops_lose_nothing_and_repeat_nothing(
                 combat_id=combat,
                 ruleset="marvel",
             )
-        threads = [
-            threading.Thread(target=_client, args=(cluster, home, n, combats, rng.randrange(2**32)))
+        clients = [
+            _thread(cluster, f"client {home}-{n}", _client, home, n, combats, rng.randrange(2**32))
             for home in range(len(daemons))
             for n in range(CLIENTS_PER_DAEMON)
-        ] + [
-            threading.Thread(target=_subscriber, args=(cluster, home, combats))
-            for home in range(len(daemons))
         ]
-        for t in threads:
+        subscribers = [
+            _thread(cluster, f"subscriber on {cluster.name(d)}", _subscriber, home, combats)
+            for home, d in enumerate(daemons)
+        ]
+        for t in clients + subscribers:
             t.start()
         try:
             moves = _chaos(postgres_db, cluster, rng)
         finally:
             cluster.done.set()
-            for t in threads:
+            for t in clients:
                 t.join(GIVE_UP_SECONDS + 10)
-        assert not any(t.is_alive() for t in threads), "a client never finished"
+            try:
+                # Nobody writes now: the subscribers are to be told each log to its end.
+                cluster.ends = _ends(postgres_db)
+                stopped = time.monotonic()
+                for t in subscribers:
+                    t.join(max(0.0, stopped + CATCH_UP_SECONDS - time.monotonic()))
+                caught_up = time.monotonic() - stopped
+            finally:
+                cluster.over.set()
+                for t in subscribers:
+                    t.join(LEASE_SECONDS + 10)
+        assert not any(t.is_alive() for t in clients), "a client never finished"
+        assert not any(t.is_alive() for t in subscribers), "a subscriber never finished"
+        assert not cluster.died, "\n".join(cluster.died)
         for d in daemons:
             assert d.process is not None
             assert d.process.poll() is None, f"{d.root.name} exited"
@@ -320,8 +384,10 @@ def test_three_daemons_under_kills_and_stops_lose_nothing_and_repeat_nothing(
             + cluster_check.check_log(log)
             + cluster_check.check_requests(log, cluster.sent)
             + cluster_check.check_subscriptions(log, cluster.seen, contiguous=True)
+            + cluster_check.check_reached(log, cluster.reached, CATCH_UP_SECONDS)
         )
         acknowledged = _report(moves, cluster, log)
+        print(f"subscribers told every log's end {caught_up:.2f} s after the clients stopped")
         assert not problems, "\n".join(problems[:50])
         assert acknowledged > CYCLES
     finally:

@@ -5,6 +5,7 @@ PostgreSQL, real stores, real ``turnkeeper serve`` subprocesses."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -35,6 +36,7 @@ from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.events import CombatCreated, CommandRecorded
+from turnkeeper_engine.pipeline import RefusedError
 from turnkeeper_engine.plain import event_to_plain
 from turnkeeper_sdk import wire
 from turnkeeper_sdk.client import CallError
@@ -105,6 +107,26 @@ async def test_a_stale_owners_append_is_refused_by_the_fence_in_the_database(
     finally:
         old.close()
         new.close()
+
+
+@pytest.mark.anyio
+async def test_a_last_seq_remembered_behind_the_log_is_checked_against_the_database(
+    postgres_db: str,
+) -> None:
+    """The committer remembers where each combat's log ends, to spare a read per commit; a
+    number behind the log (a commit that finished as the daemon, paused, lost the combat and
+    took it back, its acquire having forgotten the number first) is a shortcut gone wrong,
+    not a reason to refuse: the batch is checked against the database, and lands."""
+    store = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+            await store.commit(batch("c1", 2))
+            store._last["c1"] = 1
+            await store.commit(batch("c1", 3))
+        assert logged_seqs(postgres_db, "c1") == [1, 2, 3]
+    finally:
+        store.close()
 
 
 @pytest.mark.anyio
@@ -280,7 +302,7 @@ async def test_a_lease_let_go_on_request_goes_to_the_asker_not_the_holders_next_
                     await holder.release(combat_id)
                     # The holder's own next command for it, at once.
                     tried = partial(postgresql._try_acquire, combat_id, holder.daemon_id)
-                    took.append(holder._read("loader", tried)[2])
+                    took.append(holder._read("loader", tried)[3])
                     return
 
             async with anyio.create_task_group() as tg:
@@ -528,6 +550,124 @@ async def test_a_load_another_daemon_appends_behind_is_refused_as_moved_not_quar
     finally:
         old.close()
         new.close()
+
+
+class _WatchedLock(asyncio.Lock):
+    """A combat's writer lock that tells when a task waits for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = anyio.Event()
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.waited.set()
+        return await super().acquire()
+
+
+@pytest.mark.anyio
+async def test_a_command_decided_before_a_lease_moved_away_and_back_is_refused_as_moved(
+    postgres_db: str,
+) -> None:
+    """A command waiting for its combat's lock while the daemon lets the combat go decides on
+    the state as it was let go; if its batch reaches the committer once the daemon holds the
+    combat again (another daemon appended meanwhile), it is refused as ``combat_moved`` (its
+    state was read under an older lease), never ``conflict``, and its retry applies it after
+    the other daemon's events. Found by the cluster test: three commands refused with
+    ``conflict`` at one instant by one daemon."""
+    mine = PostgresStore.open(postgres_db, lease_seconds=60)
+    other = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(mine), running(other), anyio.create_task_group() as tg:
+            hub, elsewhere = Hub(mine), Hub(other)
+            await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "make")
+            combat = hub.combats["bank"]
+            combat.lock = lock = _WatchedLock()
+            thor = cmd.AddCombatant("thor", "Thor")
+            answers: list[Any] = []
+
+            async def add_thor() -> None:
+                try:
+                    answers.append(await hub.execute("p", NARRATOR, "bank", thor, "thor"))
+                except RefusedError as e:
+                    answers.append(e)
+
+            async with lock:  # as the daemon's release does, once asked for the combat
+                tg.start_soon(add_thor)
+                with anyio.fail_after(CALL_TIMEOUT):
+                    await lock.waited.wait()  # the command waits for the lock, its combat held
+                hub.rebuilder.forget(combat)
+                await mine.release("bank")
+                hulk = cmd.AddCombatant("hulk", "Hulk")
+                added = await elsewhere.execute("p", NARRATOR, "bank", hulk, "hulk")
+                _expire(postgres_db, other)  # held up, the other daemon lets its lease run out
+                # Another command here takes the combat back (its load waits for the lock).
+                await anyio.to_thread.run_sync(mine.acquire, "bank")
+            with anyio.fail_after(CALL_TIMEOUT):
+                while not answers:
+                    await anyio.sleep(0.01)
+            refused = answers[0]
+            assert isinstance(refused, RefusedError)
+            assert (refused.code, refused.field) == ("combat_moved", "combat")
+            assert logged_seqs(postgres_db, "bank") == list(range(1, added["seq"] + 1))
+            retried = await hub.execute("p", NARRATOR, "bank", thor, "thor")
+            assert retried["events"][0]["seq"] == added["seq"] + 1
+            assert logged_seqs(postgres_db, "bank") == list(range(1, retried["seq"] + 1))
+            tg.cancel_scope.cancel()
+    finally:
+        mine.close()
+        other.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_to_let_go_of_an_older_lease_is_ignored_by_a_holder_that_took_it_back(
+    postgres_db: str,
+) -> None:
+    """An asker asks again every ``ASK_AGAIN`` until it has the combat: a request it sent just
+    before, heard only once the holder has taken the combat back, is about the lease the holder
+    let go, and would make it give up the new one for nothing (its next command then waits for
+    the combat, or is refused as moved). Each request names the epoch it is about: the holder
+    keeps a newer lease, and lets go of the lease a request is about."""
+    holder = PostgresStore.open(postgres_db, lease_seconds=60)
+    asker = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(holder), running(asker), anyio.create_task_group() as tg:
+            hub = Hub(holder)
+            tg.start_soon(hub.run_releases)
+            await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "make")
+            hub.rebuilder.forget(hub.combats["bank"])  # asked for: let go, as the hub does
+            await holder.release("bank")
+            # The asker acquires it, and lets it go (its own client moved on, say).
+            await anyio.to_thread.run_sync(asker.acquire, "bank")
+            await asker.release("bank")
+            thor = cmd.AddCombatant("thor", "Thor")
+            await hub.execute("p", NARRATOR, "bank", thor, "thor")  # the holder's again
+            assert _lease(postgres_db, "bank")[:2] == (holder.daemon_id, 3)
+            for about in (1, 2):  # the asks heard late, about the leases given up since
+                await anyio.to_thread.run_sync(
+                    _notify, postgres_db, holder, f"{asker.daemon_id}/{about}:bank"
+                )
+            await anyio.sleep(postgresql.MIN_HOLD + 0.5)
+            assert _lease(postgres_db, "bank")[:2] == (holder.daemon_id, 3)
+            hulk = cmd.AddCombatant("hulk", "Hulk")
+            await hub.execute("p", NARRATOR, "bank", hulk, "hulk")  # served here, not moved
+            assert _lease(postgres_db, "bank")[:2] == (holder.daemon_id, 3)
+            # An ask about the lease held is heard as ever.
+            await anyio.to_thread.run_sync(
+                _notify, postgres_db, holder, f"{asker.daemon_id}/3:bank"
+            )
+            with anyio.fail_after(CALL_TIMEOUT):
+                while _lease(postgres_db, "bank")[0] is not None:
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    finally:
+        holder.close()
+        asker.close()
+
+
+def _notify(dsn: str, store: PostgresStore, payload: str) -> None:
+    """A request to ``store``'s daemon, as another daemon's acquire sends it."""
+    sql(dsn, "SELECT pg_notify(%s, %s)", f"turnkeeper_release_{store.daemon_id}", payload)
 
 
 # -- daemons ----------------------------------------------------------------------------------

@@ -224,6 +224,13 @@ class Batch:
     table: str = DEFAULT_TABLE
     """The table of the batch's combat: stored when the batch creates it (with ``ruleset``;
     see ``memberships``), told with every commit on a shared store (``changes.notify``)."""
+    epoch: int | None = None
+    """On a store many daemons share: the epoch of this daemon's lease the combat's state was
+    read under (``LoadedCombat.epoch``; ``FIRST_EPOCH`` for a combat made here). The batch is
+    refused with ``combat_moved`` unless the daemon still holds the combat at that epoch: it
+    was decided on a state another daemon may have moved past, had the lease gone away and
+    come back meanwhile. None: whatever epoch the daemon holds it at. A store of one daemon's
+    own ignores it."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +251,14 @@ class LoadedCombat:
     """The last seq stored (0 for a combat without events)."""
     warnings: list[str] = field(default_factory=list)
     quarantined: str | None = None
+    epoch: int | None = None
+    """On a store many daemons share: the epoch of the lease this daemon held the combat at as
+    it read it, for its batches (``Batch.epoch``). None on a store of one daemon's own."""
+
+
+FIRST_EPOCH = 1
+"""The epoch of a combat's first lease, its maker's from its first row, on a store many
+daemons share."""
 
 
 class _Outcome(asyncio.Future[None]):
@@ -1378,6 +1393,7 @@ class Store:
 
 __all__ = [
     "COMMIT_QUEUE",
+    "FIRST_EPOCH",
     "MAX_BATCHES_PER_COMMIT",
     "MAX_EVENTS_PER_READ",
     "MAX_REMEMBERED_REQUESTS",

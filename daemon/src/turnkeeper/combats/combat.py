@@ -61,6 +61,11 @@ class Combat:
     table: str = DEFAULT_TABLE
     """The table the combat belongs to (``turnkeeper.tables``): set when it is made, never
     changed."""
+    epoch: int | None = None
+    """On a store many daemons share: the epoch of this daemon's lease ``state`` was read
+    under, which each of its batches carries (``Batch.epoch``): a command that waited while
+    the combat went to another daemon and came back decides on what was read before, and is
+    refused (``combat_moved``) rather than appended after what the other daemon wrote."""
 
 
 UNBUILT = State()

@@ -170,7 +170,9 @@ class Hub:
     async def run_releases(self) -> None:
         """On a store many daemons share, let go of the combats other daemons ask for, until
         cancelled: each once this daemon has held it ``hold_left``, its commits in flight
-        done (its writer's lock), its clock and views dropped with it."""
+        done (its writer's lock), its clock and views dropped with it; unless the request is
+        about a lease older than the one held (``stale_request``: sent before this daemon
+        took the combat back)."""
         shared = self.rebuilder.shared
         if shared is None:
             return
@@ -182,16 +184,19 @@ class Hub:
                     await anyio.sleep(shared.hold_left(combat_id))
                     combat = self.combats.get(combat_id)
                     if combat is None:
-                        await shared.release(combat_id)
+                        if not shared.stale_request(combat_id):
+                            await shared.release(combat_id)
                         return
                     async with combat.lock:
                         loading = combat.loading
-                        if loading is None:
+                        kept = loading is None and shared.stale_request(combat_id)
+                        if loading is None and not kept:
                             if combat.loaded:
                                 self.rebuilder.forget(combat)
                             await shared.release(combat_id)
                     if loading is None:
-                        self.follower.released(combat)
+                        if not kept:
+                            self.follower.released(combat)
                         return
                     # A load in flight read the log as it stood at its acquire: let go before
                     # it is done, and another daemon would append behind it, and this one

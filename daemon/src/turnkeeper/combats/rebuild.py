@@ -58,6 +58,8 @@ class _Rebuilt:
     seq: int
     snapshot_seq: int
     quarantined: str | None = None
+    epoch: int | None = None
+    """The lease's epoch it was read under (``LoadedCombat.epoch``)."""
     unavailable: StoreError | None = None
     """The store could not be reached (``store_unavailable``), or another daemon took the
     combat over while it was read (``combat_moved``): the combat is left unbuilt, for the next
@@ -298,6 +300,7 @@ class Rebuilder:
                 at=self.clock(),
                 snapshot=partial(to_shared, rebuilt.state),
                 summary=summary(rebuilt.state, seq),
+                epoch=rebuilt.epoch,
             )
             try:
                 await self.store.commit(fresh)
@@ -308,6 +311,7 @@ class Rebuilder:
                 log.info("snapshot_stored", combat=combat.id, seq=seq)
         combat.state = rebuilt.state
         combat.seq = seq
+        combat.epoch = rebuilt.epoch
         combat.snapshot_seq = snapshot_seq
         combat.quarantined = quarantined
         combat.loaded = True
@@ -342,7 +346,7 @@ class Rebuilder:
             # The store's own load (its lease taken), unless told otherwise (``read_unleased``).
             loaded = (load or self.store.load_one)(combat_id)
         except StoreError as e:
-            if e.code == "store_unavailable":
+            if e.code in ("store_unavailable", "combat_moved"):
                 return _Rebuilt(State(), 0, 0, unavailable=e)
             log.exception("combat_quarantined", combat=combat_id)
             return _Rebuilt(State(), 0, 0, f"its stored log could not be read: {e}")
@@ -413,6 +417,7 @@ class Rebuilder:
             state,
             seq,
             snapshot_seq,
+            epoch=loaded.epoch,
             fresh=seq > 0 and (bool(notes) or long_replay),
             passed_over=tuple(notes),
         )

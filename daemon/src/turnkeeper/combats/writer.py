@@ -21,7 +21,7 @@ from turnkeeper_engine import events as ev
 from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
-from ..stores.port import Batch, StoreError, StorePort
+from ..stores.port import FIRST_EPOCH, Batch, StoreError, StorePort
 from ..tables import Scope, table_of
 from .combat import Combat, summary, unchanged
 from .deadlines import Deadlines
@@ -137,6 +137,7 @@ class _CombatLog:
             snapshot=partial(to_shared, state) if snapshot else None,
             summary=summary(state, last),
             table=combat.table,
+            epoch=combat.epoch,
         )
         try:
             await writer.store.commit(batch)
@@ -229,7 +230,9 @@ class Writer:
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
             if isinstance(command, cmd.CreateCombat):
                 async with self.combats.creating(combat_id):
-                    combat = Combat(combat_id, State(), 0, table=table_of(combat_id))
+                    combat = Combat(
+                        combat_id, State(), 0, table=table_of(combat_id), epoch=FIRST_EPOCH
+                    )
                     ticket.ruleset = command.ruleset
                     result = await self.run(combat, ticket, actor, command)
                     self.combats.add(combat)

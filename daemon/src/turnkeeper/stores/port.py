@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ..store import Batch, LoadedCombat, StoreError
+from ..store import FIRST_EPOCH, Batch, LoadedCombat, StoreError
 
 
 class StorePort(Protocol):
@@ -77,7 +77,8 @@ class SharedStore(StorePort, Protocol):
     """A store many daemons share (the PostgreSQL one): each combat is leased by one daemon at
     a time. ``load_one`` acquires the combat's lease first (asking its holder to let it go,
     or waiting for a dead holder's to run out); a commit for a combat whose lease this daemon
-    does not hold is refused with ``combat_moved``, nothing of it kept."""
+    does not hold, or holds at another epoch than its batch's (``Batch.epoch``), is refused
+    with ``combat_moved``, nothing of it kept."""
 
     def acquire(self, combat_id: str) -> None:
         """Take the combat's lease unless it is held, as ``load_one`` does first (any thread;
@@ -92,6 +93,10 @@ class SharedStore(StorePort, Protocol):
 
     def hold_left(self, combat_id: str) -> float:
         """Seconds before this daemon may let the combat go (a minimum hold)."""
+
+    def stale_request(self, combat_id: str) -> bool:
+        """Whether the requests to let the combat go are about an older lease than the one
+        this daemon holds (then they are dropped, and the lease kept)."""
 
     async def release(self, combat_id: str) -> None:
         """Give the combat's lease back, after its last commit."""
@@ -117,4 +122,4 @@ class SharedStore(StorePort, Protocol):
         ``task_group.start`` (then it listens)."""
 
 
-__all__ = ["Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]
+__all__ = ["FIRST_EPOCH", "Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]

@@ -34,7 +34,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -50,6 +50,7 @@ from psycopg import conninfo
 from ..store import (
     COMMIT_QUEUE,
     DEFAULT_TABLE,
+    FIRST_EPOCH,
     MAX_BATCHES_PER_COMMIT,
     MAX_EVENTS_PER_READ,
     MAX_REMEMBERED_REQUESTS,
@@ -406,9 +407,10 @@ class _Leases:
         """Whether no other daemon has run on the database since this one started, as far
         as its renewals have seen, and none stored a request id this one then stored again
         (once false, never true again)."""
-        self.asked: Callable[[str, str | None], None] | None = None
-        """Called (on the renewer's thread) with each combat another daemon asks for, and
-        the daemon that asks (None: the lease was found lost)."""
+        self.asked: Callable[[str, str | None, int | None], None] | None = None
+        """Called (on the renewer's thread) with each combat another daemon asks for, the
+        daemon that asks (None: the lease was found lost) and the epoch of the lease the
+        request is about (None: a daemon before requests named it)."""
         self._held: dict[str, _Lease] = {}
         self._lock = threading.Lock()
         self._db: _Connection | None = None
@@ -507,9 +509,9 @@ class _Leases:
                 for notice in db.notifies(timeout=max(0.0, sent + every - time.monotonic())):
                     if self._closed.is_set():
                         break
-                    asker, _, combat_id = notice.payload.partition(":")
+                    asker, about, combat_id = _request(notice.payload)
                     if self.asked is not None and combat_id:
-                        self.asked(combat_id, asker)
+                        self.asked(combat_id, asker, about)
             except psycopg.Error as e:
                 # The leases are not renewed meanwhile: this daemon fences itself from each at
                 # its ``until``, before the server could give it to another daemon.
@@ -556,7 +558,7 @@ class _Leases:
             if self.asked is not None:
                 # Let go of it as if asked: the daemon drops what it holds of it in memory,
                 # rather than serve reads from a state another daemon has moved on from.
-                self.asked(combat_id, None)
+                self.asked(combat_id, None, held[combat_id])
 
 
 def shown(location: str) -> str:
@@ -777,6 +779,9 @@ class PostgresStore:
         self._asking = threading.Lock()
         self._asking_ids: list[str] = []  # asked for, not yet handed to the event loop
         self._wanted: dict[str, str] = {}  # the daemon that last asked for each combat
+        self._about: dict[str, float] = {}
+        """The newest epoch the requests for each combat are about, since it was last let go
+        (infinite: a request that named none)."""
         self._asked_send, self._asked = anyio.create_memory_object_stream[str](RELEASE_REQUESTS)
 
     @classmethod
@@ -870,11 +875,11 @@ class PostgresStore:
         """The combats other daemons ask this one to let go of, as they come."""
         return self._asked
 
-    def _ask(self, combat_id: str, asker: str | None) -> None:
-        """A request to let a combat go (the renewer's thread): handed to the event loop
-        without waiting for it, a renewal being due whatever the loop does (stalled past a
-        lease, it would fence every combat), or dropped if the loop's queue is full or the
-        loop is gone (the asker asks again)."""
+    def _ask(self, combat_id: str, asker: str | None, about: int | None) -> None:
+        """A request to let a combat go (the renewer's thread), about the lease of epoch
+        ``about``: handed to the event loop without waiting for it, a renewal being due
+        whatever the loop does (stalled past a lease, it would fence every combat), or dropped
+        if the loop's queue is full or the loop is gone (the asker asks again)."""
         loop = self._loop
         if loop is None:
             return
@@ -885,6 +890,9 @@ class PostgresStore:
                 combat_id in self._wanted or len(self._wanted) < RELEASE_REQUESTS
             ):
                 self._wanted[combat_id] = asker
+            if combat_id in self._about or len(self._about) < RELEASE_REQUESTS:
+                newest = math.inf if about is None else about
+                self._about[combat_id] = max(newest, self._about.get(combat_id, -math.inf))
             self._asking_ids.append(combat_id)
             if len(self._asking_ids) > 1:
                 return  # a hand-over is on its way already
@@ -903,15 +911,30 @@ class PostgresStore:
         """Seconds before this daemon may let the combat go (``MIN_HOLD``)."""
         return self._leases.hold_left(combat_id)
 
+    def stale_request(self, combat_id: str) -> bool:
+        """Whether the requests to let the combat go are all about leases older than the one
+        this daemon holds: sent before it took the combat back (an asker asks again until it
+        has the combat, and one found lost is told as the renewer found it). Then they are
+        dropped, and the lease kept; a request the store could not note counts as current."""
+        held = self._leases.epoch(combat_id)
+        with self._asking:
+            if held is None or held <= self._about.get(combat_id, math.inf):
+                return False
+            self._about.pop(combat_id, None)
+            self._wanted.pop(combat_id, None)
+        log.info("lease_kept", combat=combat_id, epoch=held, detail="asked about an older lease")
+        return True
+
     async def release(self, combat_id: str) -> None:
         """Give the combat's lease back (after its last commit): another daemon may acquire
         it at once. Nothing is written for the combat from now on, until ``load_one`` again."""
+        with self._asking:  # answered, held or not (a lease found lost is let go too)
+            wanted = self._wanted.pop(combat_id, None)
+            self._about.pop(combat_id, None)
         lease = self._leases.drop(combat_id)
         if lease is None:
             return
         self._last.pop(combat_id, None)
-        with self._asking:
-            wanted = self._wanted.pop(combat_id, None)
         await anyio.to_thread.run_sync(self._released, combat_id, lease.epoch, wanted)
 
     def _released(self, combat_id: str, epoch: int, wanted: str | None) -> None:
@@ -952,7 +975,7 @@ class PostgresStore:
         while True:
             sent = time.monotonic()
             with self._loading:
-                exists, holder, epoch = self._read(
+                exists, holder, held, epoch = self._read(
                     "loader", partial(_try_acquire, combat_id, leases.daemon_id)
                 )
             if not exists:
@@ -970,10 +993,11 @@ class PostgresStore:
                     "combat",
                     id=combat_id,
                 )
-            if holder is not None and now - asked >= ASK_AGAIN:
+            if holder is not None and held is not None and now - asked >= ASK_AGAIN:
                 asked = now
+                ask = partial(_ask_release, holder, combat_id, leases.daemon_id, held)
                 with self._loading:
-                    self._read("loader", partial(_ask_release, holder, combat_id, leases.daemon_id))
+                    self._read("loader", ask)
             time.sleep(ACQUIRE_POLL)
 
     def adopt_due(self, now: float) -> list[str]:
@@ -1181,12 +1205,13 @@ class PostgresStore:
         assert stored is not None  # built before the transaction
         for pending in group:
             if pending.error is not None and pending.error.code == "combat_moved":
-                self._leases.drop(pending.batch.combat_id)
+                # Not a lease taken again since the batch's state was read: that one holds.
+                self._leases.drop(pending.batch.combat_id, pending.batch.epoch)
                 self._last.pop(pending.batch.combat_id, None)
             if pending.error is None:
                 b = pending.batch
                 if b.ruleset is not None:
-                    self._leases.hold(b.combat_id, 1, sent)
+                    self._leases.hold(b.combat_id, FIRST_EPOCH, sent)
                 self._latest_at = max(self._latest_at, b.at)
                 self._written += _size(pending)
                 if pending.events:
@@ -1368,17 +1393,24 @@ class PostgresStore:
                 pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
                 continue
             if b.combat_id not in epochs:
-                # A combat made here is this daemon's from its first row (epoch 1).
-                epoch = 1 if b.ruleset is not None else self._leases.epoch(b.combat_id)
+                # A combat made here is this daemon's from its first row.
+                epoch = FIRST_EPOCH if b.ruleset is not None else self._leases.epoch(b.combat_id)
                 if epoch is None:
                     pending.error = _moved(b.combat_id)
                     continue
                 epochs[b.combat_id] = epoch
+            if b.epoch is not None and b.epoch != epochs[b.combat_id]:
+                # Decided on a state read under an older lease: the combat went to another
+                # daemon and came back since, and its log may have grown meanwhile.
+                pending.error = _moved(b.combat_id)
+                continue
             if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
-                pending.error = _conflict(
+                # Judged by the database itself, batch by batch (``_write_batch``): the last
+                # seq remembered may be behind the log (a commit that finished as a pause
+                # cost this daemon the combat and an acquire took it back, forgetting it first).
+                raise _ConflictError(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
-                continue
             if b.ruleset is not None:
                 combats.append((b.combat_id, b.ruleset, b.at, b.table))
             starts.setdefault(b.combat_id, last)
@@ -1397,10 +1429,11 @@ class PostgresStore:
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
                 " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
-                " SELECT u.*, %s, 1"
+                " SELECT u.*, %s, %s"
                 " FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[]) AS u",
                 (
                     self.daemon_id,
+                    FIRST_EPOCH,
                     list(ids),
                     list(rulesets),
                     list(ats),
@@ -1482,13 +1515,13 @@ class PostgresStore:
             db.execute(
                 f"INSERT INTO {SCHEMA}.combats"
                 " (combat_id, ruleset, created_at, table_id, owner, owner_epoch)"
-                " VALUES (%s, %s, %s, %s, %s, 1)",
-                (b.combat_id, b.ruleset, b.at, b.table, self.daemon_id),
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                (b.combat_id, b.ruleset, b.at, b.table, self.daemon_id, FIRST_EPOCH),
             )
             last = 0
         elif row is None:
             raise _ConflictError(f"combat {b.combat_id!r} does not exist")
-        elif row[1] != self._leases.epoch(b.combat_id):
+        elif row[1] != self._leases.epoch(b.combat_id) or b.epoch not in (None, row[1]):
             raise _FencedError(b.combat_id)
         else:
             last = row[0]
@@ -1617,10 +1650,18 @@ class PostgresStore:
         The combat's lease is acquired first (``acquire``) unless held: what is read then is
         the whole log, which no other daemon can append to until this one lets it go. Raises
         ``StoreError("store_failed")`` for a combat the store does not hold, and
-        ``StoreError("store_unavailable")`` if another daemon keeps its lease."""
+        ``StoreError("store_unavailable")`` if another daemon keeps its lease, and
+        ``StoreError("combat_moved")`` if the lease was lost as soon as it was acquired (a
+        pause past it). The combat comes with the epoch it was read under (``Batch.epoch``):
+        taken before the read, so that a log another daemon appended to meanwhile is never
+        served under a lease taken after it."""
         self.acquire(combat_id)
+        epoch = self._leases.epoch(combat_id)
         with self._loading:
-            return self._read("loader", partial(self._load_combat, combat_id))
+            loaded = self._read("loader", partial(self._load_combat, combat_id))
+        if epoch is None:
+            raise _moved(combat_id)
+        return replace(loaded, epoch=epoch)
 
     def read_one(self, combat_id: str) -> LoadedCombat:
         """``load_one`` without acquiring the combat's lease: the log as it stands, which
@@ -1889,11 +1930,11 @@ the owner gone from ``daemons``), by the server's clock."""
 
 def _try_acquire(
     combat_id: str, daemon_id: str, db: _Connection
-) -> tuple[bool, str | None, int | None]:
+) -> tuple[bool, str | None, int | None, int | None]:
     """Take the combat's lease if it is free, run out (its owner's heartbeat is older than the
     owner's lease, or the owner is gone from ``daemons``) or ``daemon_id``'s own: (whether the
-    combat exists, its holder as the statement began, the new epoch if taken). Not taken, a
-    holder of None means one that let go meanwhile: tried again.
+    combat exists, its holder and the holder's epoch as the statement began, the new epoch if
+    taken). Not taken, a holder of None means one that let go meanwhile: tried again.
 
     One statement in autocommit, so no transaction of the acquire's stays open across a
     round trip. A row locked by another session is waited for ``ACQUIRE_LOCK_WAIT`` at most:
@@ -1905,19 +1946,19 @@ def _try_acquire(
             f"WITH took AS (UPDATE {SCHEMA}.combats c"
             " SET owner = %(me)s, owner_epoch = owner_epoch + 1, wanted_by = NULL"
             f" WHERE combat_id = %(id)s AND {_TAKEABLE} RETURNING owner_epoch)"
-            f" SELECT (SELECT owner_epoch FROM took), owner FROM {SCHEMA}.combats"
+            f" SELECT (SELECT owner_epoch FROM took), owner, owner_epoch FROM {SCHEMA}.combats"
             " WHERE combat_id = %(id)s",
             {"me": daemon_id, "id": combat_id, "wanted": WANTED_FOR},
         ).fetchone()
     except psycopg.errors.LockNotAvailable:
         _end_sessions(combat_id, db)
-        return True, None, None
+        return True, None, None, None
     finally:
         db.execute("RESET lock_timeout")
     if row is None:
-        return False, None, None
-    epoch, holder = row
-    return True, holder, None if epoch is None else int(epoch)
+        return False, None, None, None
+    epoch, holder, held = row
+    return True, holder, int(held), None if epoch is None else int(epoch)
 
 
 def _end_sessions(combat_id: str, db: _Connection) -> None:
@@ -1938,10 +1979,21 @@ def _end_sessions(combat_id: str, db: _Connection) -> None:
             log.warning("lease_holder_ended", combat=combat_id, sessions=ended[0])
 
 
-def _ask_release(holder: str, combat_id: str, asker: str, db: _Connection) -> None:
+def _ask_release(holder: str, combat_id: str, asker: str, epoch: int, db: _Connection) -> None:
     """Ask the daemon ``holder`` to let the combat go to ``asker`` (heard by its ``_Leases``
-    thread): ``asker:combat_id``, a daemon id having no colon."""
-    db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", f"{asker}:{combat_id}"))
+    thread), the lease of ``epoch`` it holds: ``asker/epoch:combat_id`` (``_request``)."""
+    payload = f"{asker}/{epoch}:{combat_id}"
+    db.execute("SELECT pg_notify(%s, %s)", (f"turnkeeper_release_{holder}", payload))
+
+
+def _request(payload: str) -> tuple[str, int | None, str]:
+    """A request ``_ask_release`` sent: (the asker, the epoch it is about, the combat). A daemon
+    id has neither a colon nor a slash. A daemon before requests named the epoch sent
+    ``asker:combat_id`` (None); one of those hearing this format takes ``asker/epoch`` for the
+    asker, and so keeps the lease for nobody: the asker takes it once ``WANTED_FOR`` is over."""
+    who, _, combat_id = payload.partition(":")
+    asker, _, about = who.partition("/")
+    return asker, int(about) if about.isdigit() else None, combat_id
 
 
 def _deadline(summary: Any) -> float | None:
