@@ -13,7 +13,11 @@ import { after, afterEach, before, test } from "node:test";
 import { installFoundry } from "../test-support/foundry.js";
 
 const ID = "foundry-turnkeeper";
+/** The active GM: connected, with the lowest id. */
 const GM = "gamemasterUser01";
+/** Another GM, with the same bridge token in their browser: the next to act if the first
+ * leaves. */
+const GM2 = "gamemasterUser02";
 const ALICE = "aliceUser0000001";
 /** A second player, who owns no combatant. */
 const BOB = "bobUser000000001";
@@ -31,24 +35,23 @@ const foundry = await installFoundry({
   folder: fileURLToPath(new URL("..", import.meta.url)),
   users: [
     { id: GM, name: "Gamemaster", isGM: true },
+    { id: GM2, name: "Assistant", isGM: true },
     { id: ALICE, name: "Alice", isGM: false },
     { id: BOB, name: "Bob", isGM: false },
   ],
   lang: "pt-BR", // the module's language setting is left empty: Turnkeeper speaks Foundry's
 });
-await import("../scripts/bridge.js");
+const SCRIPT = new URL("../scripts/bridge.js", import.meta.url).href;
 const { Client } = await import("../lib/turnkeeper/index.js");
 
 /** The narrator at another table tool (the table view, a Discord bot...). */
 let other;
 
 before(async () => {
-  Hooks.callAll("init");
+  for (const user of game.users) await page(user.id);
   await game.settings.set(ID, "url", WS_URL);
-  await game.settings.set(ID, "token", env("TURNKEEPER_TEST_BRIDGE_TOKEN"));
-  await game.settings.set(ID, "tableToken", env("TURNKEEPER_TEST_OBSERVER_TOKEN"));
-  const connected = new Promise((resolve) => Hooks.once(`${ID}.connected`, resolve));
-  Hooks.callAll("ready");
+  const connected = bridged(GM);
+  for (const user of game.users) foundry.asClient(user.id, () => Hooks.callAll("ready"));
   await within(connected);
   const token = env("TURNKEEPER_TEST_NARRATOR_TOKEN");
   other = await Client.connect(WS_URL, { token, locale: "pt-BR", narrate: true });
@@ -56,8 +59,27 @@ before(async () => {
 
 after(() => {
   other?.close();
-  game.modules.get(ID).api.close();
+  for (const user of game.users) {
+    foundry.asClient(user.id, () => game.modules.get(ID).api?.close());
+  }
 });
+
+/** Load the module into `userId`'s browser and run its `init` there; a GM's browser gets the
+ * tokens, in its own settings (the same bridge token for every GM). `ready` is the caller's. */
+async function page(userId) {
+  await foundry.load(userId, SCRIPT);
+  await foundry.asClient(userId, async () => {
+    Hooks.callAll("init");
+    if (!game.user.isGM) return;
+    await game.settings.set(ID, "token", env("TURNKEEPER_TEST_BRIDGE_TOKEN"));
+    await game.settings.set(ID, "tableToken", env("TURNKEEPER_TEST_OBSERVER_TOKEN"));
+  });
+}
+
+/** Resolves when `userId`'s browser has become the bridge. */
+function bridged(userId) {
+  return foundry.asClient(userId, () => new Promise((ok) => Hooks.once(`${ID}.connected`, ok)));
+}
 
 afterEach(() => {
   assert.deepEqual(foundry.problems, [], "a hook failed");
@@ -182,7 +204,7 @@ test("a reaction window is a card for the player, whose claim goes as that playe
   const card = await eventually(() =>
     game.messages.find((m) => m.getFlag(ID, "answer")?.combat === combat.id),
   );
-  assert.deepEqual(new Set(card.whisper), new Set([ALICE, GM]));
+  assert.deepEqual(new Set(card.whisper), new Set([ALICE, GM, GM2]));
   assert.match(card.content, /Spider-Man pode reagir/);
   assert.match(card.content, /Reagir: quando o Dr. Octopus atacar/);
 
