@@ -1,11 +1,12 @@
 // Turnkeeper for Foundry VTT: the combat tracker follows a Turnkeeper daemon (docs/bridges.md).
 //
 // Turnkeeper is the single writer of the turn order. A change Foundry would make itself (Begin
-// Combat, Next Turn, an initiative roll, a combatant marked defeated or revealed) is cancelled in
-// its pre-update hook and sent to the daemon as a command; the daemon's events are then written
-// into the Combat document. One browser talks to the daemon: the active GM's, with a narrator
-// bridge token. Anyone else's click becomes an "ask" on the module's socket; the GM's browser
-// sends it `as` the user who sent it, so the daemon judges what that user may do (R16).
+// Combat, Next Turn, an initiative roll, a combatant or its actor marked defeated, a combatant
+// revealed) is cancelled in its pre-update hook and sent to the daemon as a command; the daemon's
+// events are then written into the Combat document. One browser talks to the daemon: the active
+// GM's (`game.users.activeGM`), with a narrator bridge token; when another GM becomes the active
+// one, that GM's browser takes over. Anyone else's click becomes an "ask" on the module's socket;
+// the bridge sends it `as` the user who sent it, so the daemon judges what that user may do (R16).
 
 import { Client, COMMAND_METHODS } from "../lib/turnkeeper/index.js";
 
@@ -22,6 +23,10 @@ const TIE_STEPS = 1000;
  * them. Never a query, a table or token method, or a session method: the narrator's session
  * would answer those for whoever asked. */
 const COMMANDS = new Set(COMMAND_METHODS);
+/** Asks of this browser still unanswered, kept to be sent again to the next bridge if the
+ * active GM leaves before answering: far more than a table clicks in the seconds a handover
+ * takes. Past it the oldest is forgotten, never sent again. */
+const MAX_WAITING_ASKS = 100;
 
 /** The narrator's session: commands and the mirror. Null unless connected. */
 let narrator = null;
@@ -30,6 +35,14 @@ let narrator = null;
 let table = null;
 /** The subscriptions of each combat followed (none yet while it is being set up). */
 const followed = new Map();
+/** This browser's connecting, while it becomes the bridge. */
+let connecting = null;
+/** This browser's asks the bridge has not answered, by ask id, as they went on the socket. */
+const waiting = new Map();
+/** The defeat or revive this browser asked for each combatant and is waiting on, by combatant
+ * id: `{defeated, id}` (the ask's id). The tracker's skull changes the combatant and then its
+ * actor's status: one command for both. */
+const intended = new Map();
 
 /** Options marking the bridge's own writes: the only turn-order writes let through. A fresh
  * object each time, since Foundry adds to the options it is given. */
@@ -37,7 +50,10 @@ const mirrored = () => ({ [ID]: true });
 const setting = (key) => game.settings.get(ID, key);
 const localize = (key, data) => game.i18n.format(`TURNKEEPER.${key}`, data ?? {});
 const gms = () => game.users.filter((user) => user.isGM).map((user) => user.id);
-const isBridge = () => narrator !== null && game.user === game.users.activeGM;
+/** Foundry's one connected GM that acts for all (v13, v14 `Users#activeGM`: "where only one
+ * user should take action"): the same user in every browser. */
+const isActiveGM = () => game.user === game.users.activeGM;
+const isBridge = () => narrator !== null && isActiveGM();
 const isFollowed = (combat) => Boolean(combat?.getFlag(ID, "follow"));
 
 Hooks.once("init", () => {
@@ -60,24 +76,40 @@ function register(key, config, fallback) {
 
 Hooks.once("ready", () => {
   // Foundry's server hands each socket message over with the id of the user whose browser sent
-  // it: that, never a name inside the message, says who asked, and only a GM's refusal counts.
+  // it: that, never a name inside the message, says who asked, and only a GM's answer counts.
   game.socket.on(SOCKET, (message, senderId) => {
+    const fromGM = Boolean(game.users.get(senderId)?.isGM);
     if (message?.type === "ask") heard(message, senderId);
-    else if (message?.type === "refused" && message.user === game.user.id) {
-      if (game.users.get(senderId)?.isGM) ui.notifications.warn(`Turnkeeper: ${message.text}`);
-    }
+    else if (message?.type === "bridge" && senderId === game.users.activeGM?.id) askAgain();
+    else if (fromGM && message?.user === game.user.id) answered(message);
   });
-  if (game.user === game.users.activeGM) connect().catch((error) => report(error));
+  takeOver();
+  // The active GM changes when a GM joins or leaves (v13, v14 hook `userConnected`).
+  Hooks.on("userConnected", takeOver);
 });
+
+/** Become the bridge when this browser's user is the active GM; stop being it when another GM
+ * is. Foundry elects the same active GM in every browser, so exactly one connects. */
+function takeOver() {
+  if (!isActiveGM()) return close();
+  if (narrator || connecting) return;
+  connecting = connect()
+    .catch((error) => report(error))
+    .finally(() => {
+      connecting = null;
+      if (!isActiveGM()) close(); // another GM joined while this one was connecting
+    });
+}
 
 async function connect() {
   const token = setting("token");
   if (!token) return ui.notifications.warn(localize("NoToken"));
   const [url, tableToken] = [setting("url"), setting("tableToken")];
   const options = { locale: setting("locale") || game.i18n.lang, name: ID, kind: "bridge" };
-  narrator = await Client.connect(url, { ...options, token, narrate: !tableToken });
-  narrator.onStatus((status, error) => {
-    if (status !== "closed") return;
+  const session = await Client.connect(url, { ...options, token, narrate: !tableToken });
+  narrator = session;
+  session.onStatus((status, error) => {
+    if (status !== "closed" || narrator !== session) return; // not one this browser closed
     narrator = null;
     report(error);
   });
@@ -85,11 +117,18 @@ async function connect() {
     table = await Client.connect(url, { ...options, token: tableToken, narrate: true });
     table.onStatus((status, error) => status === "closed" && report(error));
   }
+  // Another GM became the active one meanwhile: takeOver closes this browser's sessions.
+  if (!isActiveGM()) return;
   for (const combat of game.combats) await follow(combat).catch((error) => report(error));
+  // Asks the previous bridge left unanswered come again, with their ids: the request ids they
+  // make are the ones it used, so what it had sent is not applied twice (idempotency, with the
+  // same bridge token in every GM's browser). This browser's own are sent at once.
+  askAgain();
+  game.socket.emit(SOCKET, { type: "bridge" });
   Hooks.callAll(`${ID}.connected`);
 }
 
-/** Disconnect this browser (a reload connects again). */
+/** Disconnect this browser (a reload connects again, if its user is the active GM). */
 function close() {
   for (const client of [narrator, table]) client?.close();
   narrator = table = null;
@@ -120,7 +159,10 @@ async function follow(combat) {
   const subscriptions = [await narrator.subscribe({ combat: combat.id, after: seq })];
   pump(subscriptions[0], apply);
   if (table) {
-    subscriptions.push(await table.subscribe({ combat: combat.id, after: seq }));
+    // From the last line the table's chat has: a GM taking over (or reloading) tells what
+    // happened since, and nothing twice.
+    const after = told(combat) ?? seq;
+    subscriptions.push(await table.subscribe({ combat: combat.id, after }));
     pump(subscriptions[1], (event) => tell(event));
   }
   followed.set(combat.id, subscriptions);
@@ -282,6 +324,14 @@ async function showDefeated(combatant) {
   await actor.toggleStatusEffect(status, { active: combatant.defeated, overlay: true });
 }
 
+/** The seq of the last event of `combat` told to everyone's chat, if any. */
+function told(combat) {
+  const seqs = game.messages
+    .filter((m) => m.getFlag(ID, "combat") === combat.id && m.whisper.length === 0)
+    .map((m) => m.getFlag(ID, "seq"));
+  return seqs.length ? Math.max(...seqs) : null;
+}
+
 /** An event's narration as a chat line, for everyone or whispered. */
 function tell(event, whisper = []) {
   if (!event.summary) return Promise.resolve();
@@ -337,9 +387,45 @@ Hooks.on("renderChatMessageHTML", (message, html) => {
  * `game.modules.get("foundry-turnkeeper").api.ask("hold", {combat, turn})`.
  */
 function ask(method, params) {
-  if (isBridge()) return void send(method, params, null);
-  const request = { type: "ask", id: foundry.utils.randomID(), method, params };
-  game.socket.emit(SOCKET, request);
+  void request(method, params);
+}
+
+/** `ask`, giving the ask's id. */
+function request(method, params) {
+  const id = foundry.utils.randomID();
+  if (isBridge()) {
+    send(method, params).finally(() => settled(id));
+    return id;
+  }
+  if (waiting.size >= MAX_WAITING_ASKS) settled(waiting.keys().next().value);
+  // A copy, as it goes now: what it names may change in place (Foundry merges a flag's update
+  // into the object `getFlag` gave), and sent again it must be the same command.
+  const ask = { type: "ask", id, method, params: structuredClone(params) };
+  waiting.set(id, ask);
+  game.socket.emit(SOCKET, ask);
+  return id;
+}
+
+/** Send this browser's unanswered asks again: the bridge has changed. From the bridge's own
+ * browser, send them itself, as the bridge it replaces would have. */
+function askAgain() {
+  for (const ask of waiting.values()) {
+    if (!isBridge()) game.socket.emit(SOCKET, ask);
+    else dispatch(ask, game.user.id);
+  }
+}
+
+/** The bridge's answer to one of this browser's asks: done, or refused with the reason. */
+function answered({ type, id, text }) {
+  if (type !== "done" && type !== "refused") return;
+  settled(id);
+  if (type === "refused") ui.notifications.warn(`Turnkeeper: ${text}`);
+}
+
+/** An ask of this browser is over: nothing waits on it any more. */
+function settled(id) {
+  waiting.delete(id);
+  for (const [combatant, intent] of intended) if (intent.id === id) intended.delete(combatant);
 }
 
 /**
@@ -351,20 +437,40 @@ function ask(method, params) {
 function heard({ id, method, params }, senderId) {
   if (!isBridge() || !game.users.get(senderId) || !COMMANDS.has(method)) return;
   if (typeof id !== "string" || typeof params !== "object" || params === null) return;
-  // The ask's own id makes the request id: an ask heard twice is one command, applied once.
-  void send(method, params, senderId, `${senderId}.${id}`);
+  void dispatch({ id, method, params }, senderId);
 }
 
-/** `as`: the user the command runs as (R16), or null for the narrator (the bridge's own user). */
-async function send(method, params, as, requestId) {
-  const command = { ...params, request_id: requestId };
-  delete command.as;
-  if (as !== null) command.as = as;
+/** Send an ask as `senderId`, then answer that user's browser: done, or refused. An ask the
+ * bridge could not finish (it closed) gets no answer: its browser sends it to the next. */
+async function dispatch({ id, method, params }, senderId) {
+  // The ask's own id makes the request id: an ask heard twice, or sent again to the next
+  // bridge, is one command, applied once.
+  const requestId = `${senderId}.${id}`;
+  const answer = (type, more) => ({ type, user: senderId, id, ...more });
   try {
-    return await narrator.call(method, command);
+    await narrator.call(method, { ...without(params, "as"), request_id: requestId, as: senderId });
   } catch (error) {
-    report(error, as ?? game.user.id);
+    if (error?.code === "client_closed") return;
+    if (senderId === game.user.id) return answered(answer("refused", { text: error.message }));
+    return game.socket.emit(SOCKET, answer("refused", { text: error.message }));
   }
+  if (senderId === game.user.id) answered(answer("done"));
+  else game.socket.emit(SOCKET, answer("done"));
+}
+
+/** A command of the bridge's own user, the narrator; a refusal is told in this browser. */
+async function send(method, params) {
+  try {
+    return await narrator.call(method, without(params, "as"));
+  } catch (error) {
+    report(error);
+  }
+}
+
+function without(params, key) {
+  const copy = { ...params };
+  delete copy[key];
+  return copy;
 }
 
 function add(combatant) {
@@ -392,7 +498,7 @@ Hooks.on("createCombatant", (combatant, options) => {
 });
 Hooks.on("deleteCombatant", (combatant, options) => {
   if (!isBridge() || !isFollowed(combatant.parent) || options[ID]) return;
-  void send("remove_combatant", { combat: combatant.parent.id, combatant: combatant.id }, null);
+  void send("remove_combatant", { combat: combatant.parent.id, combatant: combatant.id });
 });
 Hooks.on("deleteCombat", (combat) => {
   if (!isBridge() || !followed.has(combat.id)) return;
@@ -427,26 +533,46 @@ Hooks.on("preUpdateCombatant", (combatant, changed, options) => {
   if (!isFollowed(combat) || options[ID] === true) return true;
   const params = { combat: combat.id, combatant: combatant.id };
   if (typeof changed.initiative === "number") ask("roll_initiative", params);
-  if ("defeated" in changed) {
-    ask(changed.defeated ? "defeat_combatant" : "revive_combatant", params);
+  if ("defeated" in changed && changed.defeated !== combatant.defeated) {
+    intend(combatant, Boolean(changed.defeated));
   }
   if (changed.hidden === false) ask("reveal_combatant", params);
-  return !["initiative", "defeated", "hidden"].some((key) => key in changed);
+  // Turnkeeper has no command that moves a combatant to another group: a v13 group change would
+  // show members acting together whom Turnkeeper orders apart, or the reverse.
+  const group = combatant._source.group ?? null;
+  const regroups = "group" in changed && (changed.group ?? null) !== group;
+  if (regroups) ui.notifications.warn(localize("GroupFixed", { name: combatant.name }));
+  return !regroups && !["initiative", "defeated", "hidden"].some((key) => key in changed);
 });
-// The tracker's skull marks the combatant defeated and then toggles its actor's defeated status
-// effect. The first becomes a command (above); the second is let through only when it agrees with
-// the combatant's `defeated`, which only Turnkeeper's events set, so a defeat the daemon refuses
-// never shows, and one it decides (from any tool) shows with its overlay (showDefeated).
+
+/** Ask for the combatant's defeat or revival, unless this browser already waits on that one. */
+function intend(combatant, defeated) {
+  if (intended.get(combatant.id)?.defeated === defeated) return;
+  const method = defeated ? "defeat_combatant" : "revive_combatant";
+  const id = request(method, { combat: combatant.parent.id, combatant: combatant.id });
+  intended.set(combatant.id, { defeated, id });
+}
+
+// The actor's defeated status effect, however it is toggled (the Token HUD, the tracker's skull
+// after it marks the combatant, a macro), shows only what Turnkeeper decided: it is let through
+// when it agrees with the actor's combatants' `defeated`, which only Turnkeeper's events set
+// (showDefeated writes it so). Otherwise it is cancelled and becomes a command for each of them,
+// the status following once the daemon takes it: a defeat the daemon refuses never shows.
 Hooks.on("preCreateActiveEffect", (effect) => agreesWithTurnkeeper(effect, true));
 Hooks.on("preDeleteActiveEffect", (effect) => agreesWithTurnkeeper(effect, false));
 
 function agreesWithTurnkeeper(effect, defeated) {
   if (!effect.statuses.has(CONFIG.specialStatusEffects.DEFEATED)) return true;
   const actor = effect.parent;
-  return game.combats
+  const combatants = game.combats
     .filter(isFollowed)
-    .flatMap((combat) => combat.combatants.filter((c) => c.actor === actor))
-    .every((combatant) => combatant.defeated === defeated);
+    .flatMap((combat) => combat.combatants.filter((c) => c.actor === actor));
+  if (combatants.every((combatant) => combatant.defeated === defeated)) return true;
+  // The status is the actor's: with some of its combatants already so (Turnkeeper decided it
+  // for them), it cannot show for one without the others, and asks nothing.
+  if (combatants.some((combatant) => combatant.defeated === defeated)) return false;
+  for (const combatant of combatants) intend(combatant, defeated);
+  return false;
 }
 // Foundry's initiative roll card shows a roll that did not count: Turnkeeper rolls (R2).
 Hooks.on("preCreateChatMessage", (message) => {
@@ -455,11 +581,10 @@ Hooks.on("preCreateChatMessage", (message) => {
 
 // -----------------------------------------------------------------------------------------------
 
-/** Tell this browser's user what went wrong, or the user whose ask it was, on the socket. */
-function report(error, userId = game.user.id) {
+/** Tell this browser's user what went wrong. */
+function report(error) {
   if (!error || error.code === "client_closed") return;
-  if (userId === game.user.id) ui.notifications.warn(`Turnkeeper: ${error.message}`);
-  else game.socket.emit(SOCKET, { type: "refused", user: userId, text: error.message });
+  ui.notifications.warn(`Turnkeeper: ${error.message}`);
 }
 
 function escape(text) {

@@ -2,18 +2,22 @@
 // module touches, in memory: Hooks, game (settings, users, actors, combats, messages, socket,
 // i18n), ui.notifications, CONFIG.specialStatusEffects, ChatMessage, and Actor, ActiveEffect,
 // Combat, CombatantGroup and Combatant documents whose methods fire the hooks Foundry's do, in the
-// same order. Several browsers share it: a hook Foundry fires in every browser (updateCombat,
-// createChatMessage...) runs once per user, with `game.user` set to that user, as the module's
-// code would see it; a hook that fires only in the browser that acted (preUpdate..., combatStart,
-// combatTurn...) runs once. What the module relies on is modelled as Foundry's v13 code does it:
-// turns sorted by initiative then id; a write of combatants keeps the current combatant's turn
-// (Combatant#_preUpdateOperation sets `combatTurn` to its new index unless given), a deletion
-// keeps the turn's index (so the turn may land on someone else) unless `combatTurn` says
-// otherwise, and both run turn events (here the `combatTurnChange` hook) unless
+// same order. Several browsers share it, each with its own copy of the module (`load`): its own
+// state, hooks, socket listeners and client settings. `game.user` is the user of the browser whose
+// code runs, kept across that code's awaits (an AsyncLocalStorage). A hook Foundry fires in every
+// browser (updateCombat, createChatMessage...) runs in each connected user's browser; a hook that
+// fires only in the browser that acted (preUpdate..., combatStart, combatTurn...) runs in that one.
+// Users join and leave (`join`, `leave`): `game.users.activeGM` is the connected GM with the lowest
+// id, and the others' browsers hear `userConnected`. What the module relies on is modelled as
+// Foundry's v13 code does it: turns sorted by initiative then id; a write of combatants keeps the
+// current combatant's turn (Combatant#_preUpdateOperation sets `combatTurn` to its new index unless
+// given), a deletion keeps the turn's index (so the turn may land on someone else) unless
+// `combatTurn` says otherwise, and both run turn events (here the `combatTurnChange` hook) unless
 // `turnEvents: false`; the module socket relays a message, with its sender's user id, to every
-// other browser, and only with `"socket": true` in module.json; a player may update only what
-// they own. Kept out of test/, where Node's test runner would take it for a test file.
+// other browser, and only with `"socket": true` in module.json; a player may update only what they
+// own. Kept out of test/, where Node's test runner would take it for a test file.
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile } from "node:fs/promises";
 
 const DEFEATED = "dead";
@@ -30,24 +34,32 @@ export async function installFoundry({ folder, users, lang }) {
   const module = manifest.id;
   const texts = flatten(JSON.parse(await readFile(`${folder}/lang/${lang}.json`, "utf8")));
 
+  /** Whose browser the running code is in; outside any, the first GM's (the test's own). */
+  const browser = new AsyncLocalStorage();
+  /** The browser a copy of the module is being loaded into: its hooks are that browser's. */
+  let loading = null;
+  const owner = () => loading ?? game.user.id;
+
   const listeners = new Map();
+  /** This browser's listeners of `name`. */
+  const heard = (name) => (listeners.get(name) ?? []).filter((l) => l.owner === game.user.id);
   const Hooks = {
     on(name, fn) {
-      listeners.set(name, [...(listeners.get(name) ?? []), { fn, once: false }]);
+      listeners.set(name, [...(listeners.get(name) ?? []), { fn, once: false, owner: owner() }]);
     },
     once(name, fn) {
-      listeners.set(name, [...(listeners.get(name) ?? []), { fn, once: true }]);
+      listeners.set(name, [...(listeners.get(name) ?? []), { fn, once: true, owner: owner() }]);
     },
     /** Every listener in turn; one returning false stops the rest and cancels the workflow. */
     call(name, ...args) {
-      for (const listener of [...(listeners.get(name) ?? [])]) {
+      for (const listener of heard(name)) {
         if (listener.once) listeners.set(name, listeners.get(name).filter((l) => l !== listener));
         if (run(name, listener.fn, args) === false) return false;
       }
       return true;
     },
     callAll(name, ...args) {
-      for (const listener of [...(listeners.get(name) ?? [])]) {
+      for (const listener of heard(name)) {
         if (listener.once) listeners.set(name, listeners.get(name).filter((l) => l !== listener));
         run(name, listener.fn, args);
       }
@@ -64,19 +76,15 @@ export async function installFoundry({ folder, users, lang }) {
     }
   }
 
-  /** A hook every browser fires, each with its own user. */
+  /** A hook every connected browser fires, each with its own user. */
   function everywhere(name, ...args) {
-    for (const user of game.users) inBrowser(user, () => Hooks.callAll(name, ...args));
+    for (const user of game.users) {
+      if (user.active) inBrowser(user, () => Hooks.callAll(name, ...args));
+    }
   }
 
   function inBrowser(user, fn) {
-    const acting = game.user;
-    game.user = user;
-    try {
-      return fn();
-    } finally {
-      game.user = acting;
-    }
+    return browser.run(user, fn);
   }
 
   class Collection extends Map {
@@ -395,7 +403,7 @@ export async function installFoundry({ folder, users, lang }) {
   const socketListeners = [];
   const socket = {
     on(event, fn) {
-      socketListeners.push({ event, fn });
+      socketListeners.push({ event, fn, owner: owner() });
     },
     /** Foundry relays a package's socket event, as it was sent, to every other connected
      * browser, later, with the id of the user who sent it as the listener's second argument
@@ -409,9 +417,10 @@ export async function installFoundry({ folder, users, lang }) {
       sent.push({ from: sender.id, message: structuredClone(message) });
       setTimeout(() => {
         for (const user of game.users) {
-          if (user === sender) continue;
+          if (user === sender || !user.active) continue;
           inBrowser(user, () => {
-            for (const listener of socketListeners.filter((l) => l.event === event)) {
+            const mine = (l) => l.event === event && l.owner === user.id;
+            for (const listener of socketListeners.filter(mine)) {
               run(`socket ${event}`, listener.fn, [structuredClone(message), sender.id]);
             }
           });
@@ -420,27 +429,42 @@ export async function installFoundry({ folder, users, lang }) {
     },
   };
 
+  /** World settings are shared; a client setting is each browser's own. */
   const settings = new Map();
+  const key = (namespace, name) => {
+    const world = `${namespace}.${name}`;
+    const scope = settings.get(world)?.config.scope ?? "world";
+    return scope === "client" ? `${game.user.id}:${world}` : world;
+  };
+  /** Each browser's Game#modules: the module's entry, to which it adds its `api`. */
+  const modules = new Map();
   const game = {
-    modules: new Map([[module, { id: module, active: true }]]),
-    users: new Collection(users.map((user) => [user.id, { ...user }])),
+    modules: {
+      get(id) {
+        if (id !== module) return undefined;
+        if (!modules.has(game.user.id)) modules.set(game.user.id, { id, active: true });
+        return modules.get(game.user.id);
+      },
+    },
+    users: new Collection(users.map((user) => [user.id, { active: true, ...user }])),
     actors: new Collection(),
     combats: new Collection(),
     socket,
     combat: null,
     messages: new Collection(),
     settings: {
-      register(namespace, key, config) {
-        settings.set(`${namespace}.${key}`, { config, value: config.default });
+      register(namespace, name, config) {
+        const world = `${namespace}.${name}`;
+        if (!settings.has(world)) settings.set(world, { config, value: config.default });
       },
-      get(namespace, key) {
-        const setting = settings.get(`${namespace}.${key}`);
-        if (!setting) throw new Error(`${namespace}.${key} is not a registered setting`);
-        return setting.value;
+      get(namespace, name) {
+        const world = settings.get(`${namespace}.${name}`);
+        if (!world) throw new Error(`${namespace}.${name} is not a registered setting`);
+        return (settings.get(key(namespace, name)) ?? world).value;
       },
-      async set(namespace, key, value) {
-        game.settings.get(namespace, key);
-        settings.get(`${namespace}.${key}`).value = value;
+      async set(namespace, name, value) {
+        const { config } = settings.get(`${namespace}.${name}`);
+        settings.set(key(namespace, name), { config, value });
       },
     },
     i18n: {
@@ -450,8 +474,13 @@ export async function installFoundry({ folder, users, lang }) {
         (texts[key] ?? key).replace(/\{(\w+)\}/g, (whole, name) => String(data[name] ?? whole)),
     },
   };
-  game.user = game.users.find((user) => user.isGM);
-  Object.defineProperty(game.users, "activeGM", { get: () => game.users.find((u) => u.isGM) });
+  const home = game.users.find((user) => user.isGM);
+  Object.defineProperty(game, "user", { get: () => browser.getStore() ?? home });
+  // v13's Users#activeGM: one connected GM, the same in every browser (here the lowest id).
+  const byId = (a, b) => (a.id > b.id ? 1 : -1);
+  Object.defineProperty(game.users, "activeGM", {
+    get: () => game.users.filter((u) => u.isGM && u.active).sort(byId)[0] ?? null,
+  });
 
   Object.assign(globalThis, {
     Hooks,
@@ -464,13 +493,55 @@ export async function installFoundry({ folder, users, lang }) {
     foundry: { utils: { randomID } },
   });
 
+  /** How many copies of the module have been loaded, to load each from a URL of its own. */
+  let copies = 0;
   return {
     problems,
     notices,
     sent,
-    /** Run `fn` in the browser of the user `userId` (what it does before its first await). */
+    /** Run `fn` in the browser of the user `userId`, awaits included. */
     asClient(userId, fn) {
       return inBrowser(game.users.get(userId), fn);
+    },
+    /** Load a copy of the module (`url`: its script) into `userId`'s browser, as Foundry does at
+     * each page load: a URL of its own makes it a module instance of its own. */
+    async load(userId, url) {
+      loading = userId;
+      try {
+        await import(`${url}?browser=${userId}&copy=${++copies}`);
+      } finally {
+        loading = null;
+      }
+    },
+    /** `userId` connects: the others' browsers hear `userConnected`; then load their page with
+     * `load` (and run its `init` and `ready`). */
+    join(userId) {
+      const user = game.users.get(userId);
+      user.active = true;
+      for (const other of game.users) {
+        if (other !== user && other.active) {
+          inBrowser(other, () => Hooks.callAll("userConnected", user, true));
+        }
+      }
+    },
+    /** `userId`'s browser closes: its code stops (its hooks and socket listeners go with it),
+     * and the others' browsers hear `userConnected`. */
+    leave(userId) {
+      const user = game.users.get(userId);
+      user.active = false;
+      for (const [name, all] of listeners) {
+        listeners.set(name, all.filter((l) => l.owner !== userId));
+      }
+      socketListeners.splice(0, Infinity, ...socketListeners.filter((l) => l.owner !== userId));
+      modules.delete(userId);
+      for (const other of game.users) {
+        if (other.active) inBrowser(other, () => Hooks.callAll("userConnected", user, false));
+      }
+    },
+    /** A click on a status in the Token HUD, as v13's TokenHUD#_onToggleEffect: the actor's
+     * toggleStatusEffect, with the overlay for a right-click. */
+    hudToggle(actor, statusId, { overlay = false } = {}) {
+      return actor.toggleStatusEffect(statusId, { overlay });
     },
     /** The tracker's skull in the GM's browser, as v13's CombatTracker#_onToggleDefeatedStatus:
      * mark the combatant, then toggle its actor's defeated status effect with the overlay. */

@@ -13,7 +13,11 @@ import { after, afterEach, before, test } from "node:test";
 import { installFoundry } from "../test-support/foundry.js";
 
 const ID = "foundry-turnkeeper";
+/** The active GM: connected, with the lowest id. */
 const GM = "gamemasterUser01";
+/** Another GM, with the same bridge token in their browser: the next to act if the first
+ * leaves. */
+const GM2 = "gamemasterUser02";
 const ALICE = "aliceUser0000001";
 /** A second player, who owns no combatant. */
 const BOB = "bobUser000000001";
@@ -31,24 +35,23 @@ const foundry = await installFoundry({
   folder: fileURLToPath(new URL("..", import.meta.url)),
   users: [
     { id: GM, name: "Gamemaster", isGM: true },
+    { id: GM2, name: "Assistant", isGM: true },
     { id: ALICE, name: "Alice", isGM: false },
     { id: BOB, name: "Bob", isGM: false },
   ],
   lang: "pt-BR", // the module's language setting is left empty: Turnkeeper speaks Foundry's
 });
-await import("../scripts/bridge.js");
+const SCRIPT = new URL("../scripts/bridge.js", import.meta.url).href;
 const { Client } = await import("../lib/turnkeeper/index.js");
 
 /** The narrator at another table tool (the table view, a Discord bot...). */
 let other;
 
 before(async () => {
-  Hooks.callAll("init");
+  for (const user of game.users) await page(user.id);
   await game.settings.set(ID, "url", WS_URL);
-  await game.settings.set(ID, "token", env("TURNKEEPER_TEST_BRIDGE_TOKEN"));
-  await game.settings.set(ID, "tableToken", env("TURNKEEPER_TEST_OBSERVER_TOKEN"));
-  const connected = new Promise((resolve) => Hooks.once(`${ID}.connected`, resolve));
-  Hooks.callAll("ready");
+  const connected = bridged(GM);
+  for (const user of game.users) foundry.asClient(user.id, () => Hooks.callAll("ready"));
   await within(connected);
   const token = env("TURNKEEPER_TEST_NARRATOR_TOKEN");
   other = await Client.connect(WS_URL, { token, locale: "pt-BR", narrate: true });
@@ -56,8 +59,27 @@ before(async () => {
 
 after(() => {
   other?.close();
-  game.modules.get(ID).api.close();
+  for (const user of game.users) {
+    foundry.asClient(user.id, () => game.modules.get(ID).api?.close());
+  }
 });
+
+/** Load the module into `userId`'s browser and run its `init` there; a GM's browser gets the
+ * tokens, in its own settings (the same bridge token for every GM). `ready` is the caller's. */
+async function page(userId) {
+  await foundry.load(userId, SCRIPT);
+  await foundry.asClient(userId, async () => {
+    Hooks.callAll("init");
+    if (!game.user.isGM) return;
+    await game.settings.set(ID, "token", env("TURNKEEPER_TEST_BRIDGE_TOKEN"));
+    await game.settings.set(ID, "tableToken", env("TURNKEEPER_TEST_OBSERVER_TOKEN"));
+  });
+}
+
+/** Resolves when `userId`'s browser has become the bridge. */
+function bridged(userId) {
+  return foundry.asClient(userId, () => new Promise((ok) => Hooks.once(`${ID}.connected`, ok)));
+}
 
 afterEach(() => {
   assert.deepEqual(foundry.problems, [], "a hook failed");
@@ -182,7 +204,7 @@ test("a reaction window is a card for the player, whose claim goes as that playe
   const card = await eventually(() =>
     game.messages.find((m) => m.getFlag(ID, "answer")?.combat === combat.id),
   );
-  assert.deepEqual(new Set(card.whisper), new Set([ALICE, GM]));
+  assert.deepEqual(new Set(card.whisper), new Set([ALICE, GM, GM2]));
   assert.match(card.content, /Spider-Man pode reagir/);
   assert.match(card.content, /Reagir: quando o Dr. Octopus atacar/);
 
@@ -386,10 +408,12 @@ test("the skull: a defeat taken shows with its status, a refused one nowhere", a
   const spidey = combat.combatants.get("spidey");
 
   // The GM's skull on Doctor Octopus: the daemon defeats him, then the tracker and token show it.
+  // The skull marks the combatant, then toggles the status: one command for both.
   await foundry.toggleDefeated(ock);
   await eventually(() => ock.defeated && ockActor.statuses.has("dead"));
   const status = (await other.getCombat({ combat: combat.id })).view.combatants;
   assert.equal(status.find((c) => c.id === "ock").status, "defeated");
+  assert.deepEqual(await commands(combat, "defeat_combatant"), ["narrator"]);
 
   // Another tool revives him: the status effect goes with it.
   await other.reviveCombatant({ combat: combat.id, combatant: "ock" });
@@ -406,15 +430,124 @@ test("the skull: a defeat taken shows with its status, a refused one nowhere", a
   assert.equal(spidey.isDefeated, false);
 });
 
+test("the Token HUD's defeated status is a command, shown once Turnkeeper takes it", async () => {
+  const ockActor = await Actor.create({ name: "Doctor Octopus" });
+  const spideyActor = await Actor.create({ name: "Spider-Man", owners: [ALICE] });
+  const combat = await fight(undefined, { spidey: spideyActor.id, ock: ockActor.id });
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+  const ock = combat.combatants.get("ock");
+
+  // The GM sets the status on Doctor Octopus's token: nothing shows until the daemon defeats him.
+  await foundry.hudToggle(ockActor, "dead", { overlay: true });
+  assert.equal(ockActor.statuses.has("dead"), false);
+  await eventually(() => ock.defeated && ockActor.statuses.has("dead"));
+  assert.deepEqual(await commands(combat, "defeat_combatant"), ["narrator"]);
+
+  // And takes it off: a revival.
+  await foundry.hudToggle(ockActor, "dead");
+  assert.equal(ockActor.statuses.has("dead"), true);
+  await eventually(() => !ock.defeated && !ockActor.statuses.has("dead"));
+  assert.deepEqual(await commands(combat, "revive_combatant"), ["narrator"]);
+
+  // Alice sets it on her own token: the ask goes as her, and a player may not defeat (R16), so
+  // the status never shows and Spider-Man stays in the fight.
+  foundry.sent.length = 0;
+  await foundry.asClient(ALICE, () => foundry.hudToggle(spideyActor, "dead", { overlay: true }));
+  await eventually(() => foundry.notices.length > 0);
+  assert.match(foundry.notices.splice(0)[0], /^warn: Turnkeeper: /);
+  const asked = foundry.sent.find(({ message }) => message.type === "ask").message;
+  assert.deepEqual([asked.method, asked.params.combatant], ["defeat_combatant", "spidey"]);
+  assert.equal(spideyActor.statuses.has("dead"), false);
+  assert.equal(combat.combatants.get("spidey").isDefeated, false);
+  const { view } = await other.getCombat({ combat: combat.id });
+  assert.equal(view.combatants.find((c) => c.id === "spidey").status, "active");
+});
+
+test("a combatant's group change is refused: Turnkeeper has no command for it", async () => {
+  const combat = await Combat.create();
+  await combat.createEmbeddedDocuments("CombatantGroup", [
+    { _id: "goblins", name: "Goblins" },
+    { _id: "orcs", name: "Orcs" },
+  ]);
+  await combat.createEmbeddedDocuments("Combatant", [
+    { _id: "goblin", name: "Goblin", group: "goblins" },
+  ]);
+  await eventually(async () => {
+    const snapshot = await other.getCombat({ combat: combat.id }).catch(() => null);
+    return snapshot?.view.combatants.length === 1;
+  });
+  const goblin = combat.combatants.get("goblin");
+  assert.equal(await goblin.update({ group: "orcs" }), undefined);
+  assert.equal(goblin.group.id, "goblins");
+  const [notice, ...more] = foundry.notices.splice(0);
+  assert.deepEqual(more, []);
+  assert.equal(notice, `warn: ${localized("GroupFixed", { name: "Goblin" })}`);
+  const { view } = await other.getCombat({ combat: combat.id });
+  assert.equal(view.combatants[0].group, "goblins");
+});
+
+test("exactly one GM acts: the next takes over, asks neither lost nor applied twice", async () => {
+  const combat = await fight();
+  await combat.startCombat();
+  await showing(combat, 1, "spidey");
+
+  // Alice ends Spider-Man's turn, and the active GM's browser closes before the ask reaches it.
+  const second = bridged(GM2);
+  foundry.asClient(ALICE, () => combat.nextTurn());
+  close(GM);
+  // The other GM is the active GM now: that browser connects, the ask comes again, it is applied.
+  await within(second);
+  await showing(combat, 1, "ock");
+  assert.deepEqual(await commands(combat, "end_turn"), [ALICE]);
+
+  // Alice ends nothing, the narrator's tool ends Doctor Octopus's turn: GM2's mirror follows.
+  await other.endTurn({ combat: combat.id, turn: { round: 1, combatant: "ock" } });
+  await showing(combat, 2, "spidey");
+
+  // The first GM comes back: the active GM again (the lowest id). GM2's browser stops at once,
+  // though it may have sent Alice's ask already: the returning GM's browser sends it again with
+  // the same request id, and the daemon applies it once.
+  foundry.asClient(ALICE, () => combat.nextTurn());
+  await new Promise((resolve) => setTimeout(resolve, 0)); // the ask reaches GM2's browser
+  foundry.join(GM);
+  const back = bridged(GM);
+  await page(GM);
+  foundry.asClient(GM, () => Hooks.callAll("ready"));
+  await within(back);
+  await showing(combat, 2, "ock");
+  assert.deepEqual(await commands(combat, "end_turn"), [ALICE, "narrator", ALICE]);
+
+  // The table's chat told every line once, across both handovers.
+  const told = await history(combat);
+  await eventually(() => chat(combat).length === told.length);
+  assert.deepEqual(chat(combat), told);
+});
+
 // -----------------------------------------------------------------------------------------------
+
+/** `userId`'s browser closes: the module's connections with it. */
+function close(userId) {
+  foundry.asClient(userId, () => game.modules.get(ID).api.close());
+  foundry.leave(userId);
+}
+
+/** Who sent each recorded `method` of the combat, in order: a player's user id, or "narrator"
+ * (the bridge's GM, or another table tool). */
+async function commands(combat, method) {
+  const { events } = await other.history({ combat: combat.id });
+  return events
+    .filter((e) => e.event === "command_recorded" && e.command === method)
+    .map((e) => (e.actor.role === "player" ? e.actor.user : e.actor.role));
+}
 
 /** A Foundry combat the module made a Turnkeeper marvel combat: Spider-Man (Alice's) rolled
  * `faces` (18) and acts first, Doctor Octopus rolled 6. */
-async function fight(faces = [6, 6, 6]) {
+async function fight(faces = [6, 6, 6], actors = {}) {
   const combat = await Combat.create();
   await combat.createEmbeddedDocuments("Combatant", [
-    { _id: "spidey", name: "Spider-Man", owners: [ALICE] },
-    { _id: "ock", name: "Doctor Octopus" },
+    { _id: "spidey", name: "Spider-Man", owners: [ALICE], actorId: actors.spidey },
+    { _id: "ock", name: "Doctor Octopus", actorId: actors.ock },
   ]);
   const { view } = await eventually(async () => {
     const snapshot = await other.getCombat({ combat: combat.id }).catch(() => null);
@@ -470,6 +603,11 @@ function leftoverAsks() {
   const combats = game.combats.contents;
   const documents = [...combats, ...combats.flatMap((c) => c.combatants.contents)];
   return documents.filter((document) => document.flags[ID]?.ask !== undefined).length;
+}
+
+/** A text of the module's, in the test's language (pt-BR). */
+function localized(key, data) {
+  return game.i18n.format(`TURNKEEPER.${key}`, data);
 }
 
 /** Poll `check` until it gives something truthy, which is returned. */
