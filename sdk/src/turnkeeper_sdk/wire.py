@@ -432,7 +432,9 @@ class Decoder:
         """Hold the messages after the last one returned to ``limits``. Only a counted decoder
         changes them: it never gives msgpack a byte past the message it reads, so the next
         message is read whole under the new limits."""
-        if limits == self._limits:
+        # Mostly the very limits in force, passed again before each message: no comparison of
+        # their fields (a call of the dataclass's ``__eq__``) for them.
+        if limits is self._limits or limits == self._limits:
             return
         assert self._scanner is not None
         assert limits.values is not None
