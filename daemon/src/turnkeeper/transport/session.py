@@ -594,7 +594,7 @@ def _principal(session: Session, token: object) -> Principal:
     raise RequestError("unauthenticated", "a token is required on this connection", "token")
 
 
-async def _command(session: Session, params: Mapping[str, Any], method: str) -> Plain:
+async def _command(method: str, session: Session, params: Mapping[str, Any]) -> Plain:
     principal = session.principal
     assert principal is not None
     request_id = text(params, "request_id")
@@ -615,8 +615,9 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
 
 
 def _command_handler(method: str) -> Handler:
-    # A partial, not a closure: every command spares a coroutine that only awaits another.
-    return partial(_command, method=method)
+    # A partial, not a closure: every command spares a coroutine that only awaits another;
+    # bound by position, for a keyword would cost a dict per call.
+    return partial(_command, method)
 
 
 def _page_limit(params: Mapping[str, Any]) -> int | None:
