@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgpack
@@ -309,6 +310,29 @@ def test_pack_refuses_a_message_no_peer_would_take_and_names_its_msgid() -> None
         9,
         False,
     )
+
+
+def test_a_message_that_fails_to_pack_leaves_nothing_behind_for_the_next() -> None:
+    # Packing reuses one packer per thread: what a failed message wrote into it must not
+    # lead the next message's bytes.
+    with pytest.raises(TypeError):
+        pack(Response(1, None, {"ok": [1, 2, 3], "bad": object()}))
+    with pytest.raises(WireError):
+        pack(Response(2, None, {"blob": ["x" * MAX_STRING_BYTES] * 16}))
+    assert decode(pack(END_TURN)) == [END_TURN]
+
+
+def test_threads_packing_at_once_each_get_their_own_messages() -> None:
+    messages = [Notification("event", {"seq": n, "text": "x" * (n % 97)}) for n in range(2000)]
+
+    def packed_all(offset: int) -> list[bytes]:
+        return [pack(m) for m in messages[offset:] + messages[:offset]]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(packed_all, (0, 500, 1000, 1500)))
+    expected = [msgpack.packb([2, "event", [m.params]], use_bin_type=True) for m in messages]
+    for offset, result in zip((0, 500, 1000, 1500), results, strict=True):
+        assert result == expected[offset:] + expected[:offset]
 
 
 def test_a_string_of_max_string_bytes_decodes() -> None:

@@ -41,6 +41,7 @@ means the byte stream can no longer be trusted: the server sends the final notif
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -211,9 +212,25 @@ class Packed(bytes):
     commands) is encoded once. Anywhere else it would be sent as a bin value."""
 
 
+_packers = threading.local()
+
+
+def _packb(value: Any) -> bytes:
+    """``msgpack.packb``, with a packer kept per thread: ``packb`` makes a packer, with its
+    256 KiB buffer, for every message, which costs a daemon's reply or event a third more than
+    the encoding itself. A packer is for one thread at a time, and is never re-entered here:
+    nothing packed calls back into Python (no ``default``)."""
+    try:
+        packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    data: bytes = packer.pack(value)  # resets its buffer, also when it raises
+    return data
+
+
 def pack_value(value: Any) -> Packed:
     """``value`` encoded once, to be a response's ``result`` many times (see ``Packed``)."""
-    return Packed(msgpack.packb(value, use_bin_type=True))
+    return Packed(_packb(value))
 
 
 class WireError(ProtocolError):
@@ -255,13 +272,13 @@ def pack(message: Message) -> bytes:
     if isinstance(message, Response) and isinstance(message.result, Packed):
         if message.error is None:
             # ``[1, msgid, nil, result]``: the array's head, the msgid, nil, the result's bytes.
-            data = b"".join((b"\x94\x01", msgpack.packb(message.msgid), b"\xc0", message.result))
+            data = b"".join((b"\x94\x01", _packb(message.msgid), b"\xc0", message.result))
         else:
             # The array ``[1, msgid, error]``, told it holds four items, then the result's bytes.
-            head: bytes = msgpack.packb(_to_array(message)[:3], use_bin_type=True)
+            head = _packb(_to_array(message)[:3])
             data = b"\x94" + head[1:] + message.result
     else:
-        data = msgpack.packb(_to_array(message), use_bin_type=True)
+        data = _packb(_to_array(message))
     if len(data) > MAX_MESSAGE_BYTES:
         raise WireError(
             MESSAGE_TOO_LARGE,
@@ -415,7 +432,9 @@ class Decoder:
         """Hold the messages after the last one returned to ``limits``. Only a counted decoder
         changes them: it never gives msgpack a byte past the message it reads, so the next
         message is read whole under the new limits."""
-        if limits == self._limits:
+        # Mostly the very limits in force, passed again before each message: no comparison of
+        # their fields (a call of the dataclass's ``__eq__``) for them.
+        if limits is self._limits or limits == self._limits:
             return
         assert self._scanner is not None
         assert limits.values is not None

@@ -63,6 +63,21 @@ def _same_request(known: object, combat_id: str, actor: Actor, command: cmd.Comm
     return legacy and known == fingerprint_v1(combat_id, actor, command)
 
 
+def _first(
+    remembered: tuple[str, Any], combat_id: str, actor: Actor, command: cmd.Command
+) -> Plain:
+    """The result remembered for a request id (``StorePort.lookup_request``'s answer);
+    refused if the id was used for another command."""
+    stored = remembered[1]
+    if not _same_request(stored.get("fingerprint"), combat_id, actor, command):
+        raise RequestError(
+            "request_id_reused",
+            "this request_id was used for a different command",
+            "request_id",
+        )
+    return stored["result"]  # type: ignore[no-any-return]
+
+
 @dataclass(slots=True, eq=False)
 class _Ticket:
     """What the writer attaches to one command of a client or the clock on its way through the
@@ -224,9 +239,10 @@ class Writer:
         # meanwhile must wait for this one's answer, not run beside it.
         in_flight[key] = None
         try:
-            first = await self._first_result(key, combat_id, actor, command)
-            if first is not None:
-                return first
+            # ``_first_result``, spelled out: every command asks, and is almost never a retry.
+            remembered = await self.store.lookup_request(principal, request_id)
+            if remembered is not None:
+                return _first(remembered, combat_id, actor, command)
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
             if isinstance(command, cmd.CreateCombat):
                 async with self.combats.creating(combat_id):
@@ -280,16 +296,7 @@ class Writer:
         """The result remembered for the request id ``key``, or None if none is; refused
         if the id was used for another command."""
         remembered = await self.store.lookup_request(*key)
-        if remembered is None:
-            return None
-        stored = remembered[1]
-        if not _same_request(stored.get("fingerprint"), combat_id, actor, command):
-            raise RequestError(
-                "request_id_reused",
-                "this request_id was used for a different command",
-                "request_id",
-            )
-        return stored["result"]  # type: ignore[no-any-return]
+        return None if remembered is None else _first(remembered, combat_id, actor, command)
 
     async def run(
         self, combat: Combat, ticket: _Ticket | None, actor: Actor, command: cmd.Command

@@ -285,7 +285,8 @@ class Channel(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         """Write one packed message now, behind those sent soon before it; nothing once the
         channel is closing."""
-        framed = self.frame(data)
+        # A byte stream's framing is none (``_unframed``): its replies spare the call.
+        framed = data if self.framing is _unframed else self.frame(data)
         if self._closing or not framed:
             return
         if self._corked:

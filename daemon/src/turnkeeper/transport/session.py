@@ -351,7 +351,9 @@ class Session:
     async def _step(self) -> bool:
         """Read and handle one message (a hello's success raises the limits for the very next
         one); False once the connection is over."""
-        item = await self.channel.next(self.limits)
+        # ``limits``, spelled out: every request comes this way.
+        limits = wire.REQUESTS if self.principal is not None else wire.BEFORE_HELLO
+        item = await self.channel.next(limits)
         if item is None:
             return False
         if isinstance(item, wire.WireError):
@@ -376,7 +378,8 @@ class Session:
 
     async def answer(self, request: wire.Request) -> wire.Response:
         """The response to ``request``: never a traceback to the client (``_failed``)."""
-        started = time.perf_counter() if self.sessions.log_requests else 0.0
+        logged = self.sessions.log_requests
+        started = time.perf_counter() if logged else 0.0
         try:
             handler = HANDLERS.get(request.method)
             if handler is None:
@@ -386,8 +389,11 @@ class Session:
             self._may_call(request.method)
             result = await handler(self, request.params)
         except Exception as e:
-            return self._logged(request, self._failed(request, e), started)
-        return self._logged(request, wire.Response(request.msgid, None, result), started)
+            response = self._failed(request, e)
+        else:
+            response = wire.Response(request.msgid, None, result)
+        # Logged only with ``--debug``: otherwise not even a call per request.
+        return self._logged(request, response, started) if logged else response
 
     def _at_once(self, item: wire.Message | wire.WireError) -> bool:
         """Answer ``item`` straight from its channel, as the session's task would, when that
@@ -589,7 +595,7 @@ async def _principal(session: Session, token: object) -> Principal:
     raise RequestError("unauthenticated", "a token is required on this connection", "token")
 
 
-async def _command(session: Session, params: Mapping[str, Any], method: str) -> Plain:
+async def _command(method: str, session: Session, params: Mapping[str, Any]) -> Plain:
     principal = session.principal
     assert principal is not None
     request_id = text(params, "request_id")
@@ -612,8 +618,9 @@ async def _command(session: Session, params: Mapping[str, Any], method: str) -> 
 
 
 def _command_handler(method: str) -> Handler:
-    # A partial, not a closure: every command spares a coroutine that only awaits another.
-    return partial(_command, method=method)
+    # A partial, not a closure: every command spares a coroutine that only awaits another;
+    # bound by position, for a keyword would cost a dict per call.
+    return partial(_command, method)
 
 
 def _page_limit(params: Mapping[str, Any]) -> int | None:
