@@ -54,7 +54,7 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     assert (data_dir / DB_FILE).exists()
     with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (3,)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (4,)
 
 
 def test_one_store_per_data_directory_and_the_refusal_names_the_holder(tmp_path: Path) -> None:
@@ -144,11 +144,14 @@ async def test_a_version_2_database_is_upgraded_in_place(tmp_path: Path) -> None
     with capture_logs() as logs:
         store = Store.open(tmp_path / "data")
     assert [(e["event"], e["schema_from"], e["schema_to"]) for e in logs] == [
-        ("store_migrated", 2, 3)
+        ("store_migrated", 2, 4)
     ]
     found = schema(tmp_path / "data")
-    assert found["version"] == 3
+    assert found["version"] == 4
     assert "requests_at" not in found["indexes"]
+    # No unique index on the request id any more: the old row is found by the new index.
+    assert "sqlite_autoindex_requests_1" not in found["indexes"]
+    assert indexed_requests(tmp_path / "data") == [("alice", "r1", 1)]
     assert "WITHOUT ROWID" in found["summaries"]
     async with running(store):
         # What the old version stored is all there: the summary, the log, the request id.
@@ -161,6 +164,12 @@ async def test_a_version_2_database_is_upgraded_in_place(tmp_path: Path) -> None
     assert store.summaries() == [("c1", {"seq": 3})]
     assert store.load_one("c1").last == 3
     store.close()
+
+
+def indexed_requests(data_dir: Path) -> list[tuple[str, str, int]]:
+    """The rows of ``request_keys``: (principal, request id, row of ``requests``)."""
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        return db.execute("SELECT principal, request_id, row FROM request_keys").fetchall()
 
 
 def test_a_migration_that_fails_leaves_the_old_version_whole(tmp_path: Path) -> None:
@@ -637,6 +646,51 @@ async def test_a_request_remembered_before_a_restart_is_found_once_the_filter_is
             await store.commit(batch("c1", 3, request=("alice", "r1"), response="again"))
     store.close()
     assert again.value.code == "conflict"
+
+
+@pytest.mark.anyio
+async def test_requests_indexed_many_at_a_time_are_found_and_refused_twice_indexed_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests are appended unindexed and indexed ``REQUEST_KEYS_EVERY`` at a time: one
+    indexed or still waiting is answered from the database alike (no memory of recent answers
+    here), refused a second time alike, and so after a reopen; a pruned one leaves the index."""
+    monkeypatch.setattr(store_module, "REQUEST_KEYS_EVERY", 3)
+    monkeypatch.setattr(store_module, "MAX_RECENT_PER_PRINCIPAL", 0)
+    for opening in range(2):
+        store = Store.open(tmp_path)
+        async with running(store):
+            if opening == 0:
+                await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), at=1))
+                for seq in range(2, 8):
+                    await store.commit(
+                        batch("c1", seq, request=("alice", f"r{seq}"), response=seq, at=seq)
+                    )
+            # Three waited after the third commit: the fourth indexed them with its own r4, and
+            # the first transaction of the second opening (refused, but it commits) the rest.
+            indexed = [row for _, _, row in indexed_requests(tmp_path)]
+            assert indexed == ([1, 2, 3, 4] if opening == 0 else [1, 2, 3, 4, 5, 6, 7])
+            for seq in range(2, 8):
+                assert await store.lookup_request("alice", f"r{seq}") == ("c1", seq)
+            assert await store.lookup_request("bob", "r2") is None
+            for taken in ("r2", "r7"):
+                with pytest.raises(StoreError) as refused:
+                    await store.commit(batch("c1", 8, request=("alice", taken)))
+                assert refused.value.code == "conflict"
+                assert f"request id {taken!r} of 'alice' is stored already" in str(refused.value)
+        store.close()
+    # The cap prunes the oldest rows and their keys.
+    monkeypatch.setattr(store_module, "PRUNE_EVERY_COMMITS", 1)
+    monkeypatch.setattr(store_module, "MAX_REMEMBERED_REQUESTS", 2)
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 8, request=("alice", "r8"), response=8, at=8))
+        await store.commit(batch("c1", 9, at=9))  # written once the prune after r8's commit is done
+        assert await store.lookup_request("alice", "r2") is None
+        assert await store.lookup_request("alice", "r7") == ("c1", 7)
+    store.close()
+    assert remembered(tmp_path) == {"alice": ["r7", "r8"]}
+    assert indexed_requests(tmp_path) == [("alice", "r7", 7)]  # r8 waits for its indexing
 
 
 @pytest.mark.anyio

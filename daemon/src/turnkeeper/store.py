@@ -47,7 +47,7 @@ def _ours(name: str) -> bool:
     return name.startswith(("turnkeeper.", "tokens."))
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at,
 except the older versions ``_migrate`` upgrades in place (``_MIGRATIONS``)."""
 
@@ -107,6 +107,14 @@ RECENT_ENTRY_BYTES = 450
 ids, and its places in the dict and the principal's deque (about 425 bytes with a UUID for
 request id, measured with ``tracemalloc``)."""
 
+REQUEST_KEYS_EVERY = 4096
+"""Remembered requests appended before they are indexed (``request_keys``) together, in the
+transaction of the commit that reaches this many: the larger, the fewer of the index's pages
+each key costs (each is written once per indexing, however many keys it takes), and the longer
+the walk that finds a request among those not indexed yet (a few milliseconds at this size,
+only for a retry older than the memory of recent answers or a rare false "maybe" of the
+filter), and the more pages that one commit writes."""
+
 FILTER_BITS = 2**24
 """Size of the filter of stored request ids (2 MiB): with ``FILTER_PROBES`` it answers "maybe
 stored" for a request id never stored about once in 500 at a million ids stored (about what
@@ -148,18 +156,33 @@ CREATE TABLE IF NOT EXISTS events (
     body BLOB NOT NULL,
     PRIMARY KEY (combat_id, seq)
 ) WITHOUT ROWID;
+-- Appended in insertion order, with no index on the request id: a key a client chose lands
+-- anywhere in such an index, so every command rewrote a page of it of its own, a third of the
+-- pages of a group commit (up to schema version 3). ``request_keys`` indexes the rows later,
+-- many at a time. AUTOINCREMENT: an id is never reused, even once every row is pruned, so the
+-- rows after ``meta.requests_indexed`` are exactly those not indexed yet.
 CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     principal TEXT NOT NULL,
     request_id TEXT NOT NULL,
     combat_id TEXT NOT NULL,
     response BLOB NOT NULL,
-    at REAL NOT NULL,
-    PRIMARY KEY (principal, request_id)
+    at REAL NOT NULL
 );
 -- The cap per principal walks its newest rows by this index; the age rule walks the table in
--- insertion (rowid) order, the batches' order, so an index on ``at`` alone would be one more
+-- insertion (id) order, the batches' order, so an index on ``at`` alone would be one more
 -- B-tree written per command for nothing (it was, up to schema version 2).
 CREATE INDEX IF NOT EXISTS requests_principal_at ON requests (principal, at);
+-- Where each request id's row is, for the rows up to ``meta.requests_indexed``: written
+-- ``REQUEST_KEYS_EVERY`` rows at a time in key order, so one page of it is written once for
+-- all the keys it takes, not once per key. The rows after it are found by a walk of the table's
+-- end (``_REQUEST_ROW``).
+CREATE TABLE IF NOT EXISTS request_keys (
+    principal TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    row INTEGER NOT NULL,
+    PRIMARY KEY (principal, request_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS snapshots (
     combat_id TEXT PRIMARY KEY,
     seq INTEGER NOT NULL,
@@ -477,6 +500,12 @@ def _conflict(reason: str) -> StoreError:
     return StoreError("conflict", "{reason}", reason=reason)
 
 
+def _request_taken(request: tuple[str, str]) -> str:
+    """Why a batch whose request id is stored already is refused."""
+    principal, request_id = request
+    return f"request id {request_id!r} of {principal!r} is stored already"
+
+
 def _error(e: sqlite3.Error) -> StoreError:
     if isinstance(e, sqlite3.IntegrityError):
         return StoreError("conflict", "{reason}", reason=str(e))
@@ -544,8 +573,44 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE summaries",
         "ALTER TABLE summaries_3 RENAME TO summaries",
     ),
+    # Requests appended with no index on their id, indexed later many at a time: the rows
+    # keep their rowids (their insertion order, which the age prune walks) and are all indexed.
+    3: (
+        "CREATE TABLE requests_4 (id INTEGER PRIMARY KEY AUTOINCREMENT, principal TEXT NOT NULL,"
+        " request_id TEXT NOT NULL, combat_id TEXT NOT NULL, response BLOB NOT NULL,"
+        " at REAL NOT NULL)",
+        "INSERT INTO requests_4 (id, principal, request_id, combat_id, response, at)"
+        " SELECT rowid, principal, request_id, combat_id, response, at FROM requests"
+        " ORDER BY rowid",
+        "DROP TABLE requests",
+        "ALTER TABLE requests_4 RENAME TO requests",
+        "CREATE INDEX requests_principal_at ON requests (principal, at)",
+        "CREATE TABLE request_keys (principal TEXT NOT NULL, request_id TEXT NOT NULL,"
+        " row INTEGER NOT NULL, PRIMARY KEY (principal, request_id)) WITHOUT ROWID",
+        "INSERT INTO request_keys (principal, request_id, row)"
+        " SELECT principal, request_id, id FROM requests ORDER BY principal, request_id",
+        "INSERT INTO meta (key, value)"
+        " SELECT 'requests_indexed', coalesce(max(id), 0) FROM requests",
+    ),
 }
 """The statements that take a database from each older version to the next one."""
+
+
+_REQUEST_ROW = (
+    # Its row by the index, checked to be its own (an indexed row pruned, its key with it, never
+    # answers for another), or else among the rows not indexed yet: a walk of the table's end,
+    # by id (the ``+`` keeps the planner from walking the principal's index instead). One
+    # statement, so the indexing of a commit in between cannot hide a row from both halves.
+    "SELECT combat_id, response, at FROM requests"
+    " WHERE id = (SELECT row FROM request_keys WHERE principal = ?1 AND request_id = ?2)"
+    " AND principal = ?1 AND request_id = ?2"
+    " UNION ALL"
+    " SELECT combat_id, response, at FROM requests"
+    " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+    " AND +principal = ?1 AND request_id = ?2"
+    " LIMIT 1"
+)
+"""A remembered request's combat id, response and time by (principal, request id)."""
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -654,6 +719,9 @@ class Store:
         # so a batch is checked against the log without a query: one entry per combat, bounded
         # like the daemon's combats. The committer is the log's only writer (the lock).
         self._last: dict[str, int] = {}
+        # Remembered requests appended since the last indexing (``_index_requests``), counted
+        # from the database at the first transaction (committer's thread).
+        self._unindexed: int | None = None
         self._recent = _Recent()
         # Every request id stored, built by the committer's thread before its first
         # transaction; until then a request id not in ``_recent`` is looked up in the database.
@@ -712,6 +780,9 @@ class Store:
                         version=str(version),
                         expected=SCHEMA_VERSION,
                     )
+                writer.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('requests_indexed', 0)"
+                )
                 writer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 wal_limit = None
                 if max_pages is not None:
@@ -896,9 +967,9 @@ class Store:
 
     def _write(self, group: Sequence[_Pending]) -> None:
         """One transaction for the whole group (committer's thread): one ``executemany`` per table
-        for every batch that fits the log, those that do not refused alone. A request id
-        stored already (the one refusal the checks before the transaction cannot see) rolls it
-        back, and the group is written again, each batch in its own savepoint."""
+        for every batch that fits the log, those that do not refused alone. Should the database
+        refuse a row the checks before the transaction let through, it is rolled back and the
+        group written again, each batch in its own savepoint."""
         db = self._writer
         self.transactions += 1
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
@@ -917,6 +988,13 @@ class Store:
         for pending in group:
             if pending.batch.snapshot is not None:
                 self._encode_snapshot(pending)
+        unindexed = self._unindexed
+        if unindexed is None:
+            (unindexed,) = db.execute(
+                "SELECT count(*) FROM requests"
+                " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+            ).fetchone()
+        indexing = unindexed >= REQUEST_KEYS_EVERY
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -933,6 +1011,8 @@ class Store:
                         db.execute("ROLLBACK TO batch")
                         pending.error = _conflict(str(e))
                     db.execute("RELEASE batch")
+            if indexing:
+                self._index_requests()
             db.execute("COMMIT")
         except sqlite3.Error as e:
             # SQLite may already have rolled back (it does on a full disk); never keep a part.
@@ -941,6 +1021,7 @@ class Store:
             error = _error(e)
             for pending in group:
                 pending.error = error
+            self._unindexed = unindexed
             return
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
             self._trim_wal()
@@ -952,10 +1033,12 @@ class Store:
                 if pending.events:
                     self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
                 if b.request is not None:
+                    unindexed += 1
                     principal = b.request[0]
                     self._added[principal] = self._added.get(principal, 0) + 1
                     # Before the commit returns: the caller's next lookup must see it.
                     stored.add(*b.request)
+        self._unindexed = 0 if indexing else unindexed
 
     def _encode_snapshot(self, pending: _Pending) -> None:
         """Encode the batch's snapshot (committer's thread): one that fails is left out, since a
@@ -984,6 +1067,7 @@ class Store:
         gets its ``error`` and leaves the log as it was), then insert the rest, a statement
         per table (committer's thread, inside the transaction)."""
         ends: dict[str, int | None] = {}  # each combat's last seq as this group leaves it
+        taken: set[tuple[str, str]] = set()  # the request ids this group stores
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
@@ -1012,12 +1096,16 @@ class Store:
                 pending.error = _conflict(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
+            elif b.request is not None and (b.request in taken or self._stored(b.request)):
+                pending.error = _conflict(_request_taken(b.request))
+            if pending.error is not None:
                 if b.ruleset is not None:
                     combats.pop()
                 continue
             ends[b.combat_id] = last + len(pending.events)
             events.extend(pending.events)
             if b.request is not None:
+                taken.add(b.request)
                 requests.append((*b.request, b.combat_id, pending.response, b.at))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
@@ -1049,11 +1137,43 @@ class Store:
                 snapshots.values(),
             )
 
+    def _stored(self, request: tuple[str, str]) -> bool:
+        """Whether the request id is stored already (committer's thread): no table has it as a
+        unique key any more (see ``requests``), so the committer is what refuses it twice. The
+        filter rules out almost every new one without a read."""
+        assert self._filter is not None
+        if not self._filter.maybe(*request):
+            return False
+        return self._writer.execute(_REQUEST_ROW, request).fetchone() is not None
+
+    def _index_requests(self) -> None:
+        """Index the remembered requests appended since the last time (committer's thread,
+        inside the transaction of a commit, whose own rows it takes too): in key order, so each
+        page of ``request_keys`` is written once for all the keys it takes. ``OR IGNORE``: the
+        committer never stores an id twice, and were one stored twice anyway (a file edited by
+        hand), the first row keeps answering instead of every later commit failing."""
+        db = self._writer
+        db.execute(
+            "INSERT OR IGNORE INTO request_keys (principal, request_id, row)"
+            " SELECT principal, request_id, id FROM requests"
+            " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+            " ORDER BY principal, request_id"
+        )
+        db.execute(
+            "UPDATE meta SET value = (SELECT coalesce(max(id), value) FROM requests)"
+            " WHERE key = 'requests_indexed'"
+        )
+
     def _build_filter(self) -> _Filter:
         """A filter of every request id stored (committer's thread, outside a transaction)."""
         built = _Filter()
         with contextlib.closing(
-            self._writer.execute("SELECT principal, request_id FROM requests")
+            self._writer.execute(
+                # The index is the smaller read: no responses in it.
+                "SELECT principal, request_id FROM request_keys UNION ALL"
+                " SELECT principal, request_id FROM requests"
+                " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+            )
         ) as rows:
             for principal, request_id in rows:
                 built.add(principal, request_id)
@@ -1115,6 +1235,8 @@ class Store:
                 "INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", pending.events
             )
         if b.request is not None:
+            if db.execute(_REQUEST_ROW, b.request).fetchone() is not None:
+                raise _ConflictError(_request_taken(b.request))
             db.execute(
                 "INSERT INTO requests (principal, request_id, combat_id, response, at)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -1158,7 +1280,7 @@ class Store:
                         break
                     oldest = rowid
             if oldest is not None:
-                db.execute("DELETE FROM requests WHERE rowid <= ?", (oldest,))
+                self._forget_requests("id <= ?1", (oldest,))
             for principal, more in added.items():
                 # An upper bound on the principal's rows: counted once (a walk of its rows),
                 # then grown by what it adds; deletions only make it looser. Under the cap, no
@@ -1172,12 +1294,12 @@ class Store:
                     bound += more
                 if bound > MAX_REMEMBERED_REQUESTS:
                     # The at of the newest row past the cap; NULL (delete nothing) if under it.
-                    deleted = db.execute(
-                        "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests"
-                        " WHERE principal = ?1 AND at <= (SELECT at FROM requests"
-                        " WHERE principal = ?1 ORDER BY at DESC LIMIT 1 OFFSET ?2) LIMIT ?3)",
+                    deleted = self._forget_requests(
+                        "id IN (SELECT id FROM requests WHERE principal = ?1 AND at <= (SELECT at"
+                        " FROM requests WHERE principal = ?1 ORDER BY at DESC LIMIT 1 OFFSET ?2)"
+                        " LIMIT ?3)",
                         (principal, MAX_REMEMBERED_REQUESTS, PRUNE_MAX_ROWS),
-                    ).rowcount
+                    )
                     bound -= deleted
                     if deleted < PRUNE_MAX_ROWS:
                         # All past the cap went (if any were): at most the cap is left.
@@ -1194,6 +1316,24 @@ class Store:
         if len(self._bounds) + len(bounds) > MAX_BOUNDS:
             self._bounds.clear()  # the bounds forgotten are counted again, once each
         self._bounds.update(bounds)
+
+    def _forget_requests(self, where: str, args: tuple[Any, ...]) -> int:
+        """Delete the remembered requests ``where`` says, and their keys (committer's thread,
+        inside the prune's transaction); how many. The rows are listed first, since the keys
+        are found by theirs, and a limited ``where`` must mean the same rows twice: at most
+        ``PRUNE_MAX_ROWS`` of them, in key order, so each page of the index is written once."""
+        db = self._writer
+        rows = db.execute(
+            f"SELECT id, principal, request_id FROM requests WHERE {where}"
+            " ORDER BY principal, request_id",
+            args,
+        ).fetchall()
+        db.executemany(
+            "DELETE FROM request_keys WHERE principal = ? AND request_id = ? AND row = ?",
+            [(principal, request_id, row) for row, principal, request_id in rows],
+        )
+        db.executemany("DELETE FROM requests WHERE id = ?", [(row,) for row, _, _ in rows])
+        return len(rows)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -1359,11 +1499,7 @@ class Store:
     def _stored_request(self, principal: str, request_id: str) -> tuple[str, bytes, float] | None:
         """A remembered request's row (worker thread, on the loader's connection)."""
         with self._loading:
-            row = self._loader.execute(
-                "SELECT combat_id, response, at FROM requests"
-                " WHERE principal = ? AND request_id = ?",
-                (principal, request_id),
-            ).fetchone()
+            row = self._loader.execute(_REQUEST_ROW, (principal, request_id)).fetchone()
         return None if row is None else (row[0], row[1], row[2])
 
     @staticmethod
