@@ -124,6 +124,8 @@ stored" for a request id never stored about once in 500 at a million ids stored 
 FILTER_PROBES = 4
 """Bits one request id sets in the filter."""
 
+_FILTER_MASK = FILTER_BITS - 1
+
 FILTER_REBUILD_KEYS = 2_000_000
 """Request ids added to the filter before it is rebuilt from the database: the ids pruned since
 it was built stay in it, and its wrong "maybe" grows with them. The rebuild runs in the
@@ -348,7 +350,8 @@ class _Recent:
 class _Filter:
     """Every request id the database may hold, as a Bloom filter: ``maybe`` is False only for
     one never added. Its bits are set by the committer's thread alone and read on the event
-    loop: a request id is added before its commit returns, so a lookup never misses it."""
+    loop: a request id is added as its batch is checked, before its commit returns, so a lookup
+    never misses it (one whose commit then fails stays, a wrong "maybe" like any other)."""
 
     def __init__(self) -> None:
         self._bits = bytearray(FILTER_BITS // 8)
@@ -366,28 +369,34 @@ class _Filter:
         again from the database, without the ids pruned since."""
         return self._added - self._built_with > FILTER_REBUILD_KEYS
 
-    @staticmethod
-    def _probes(principal: str, request_id: str) -> list[int]:
-        # Double hashing over one 64-bit hash: ``hash`` is salted per process, and so is the
-        # filter, built anew by each. A list, not a generator: asked once per command.
-        h = hash((principal, request_id))
-        mask = FILTER_BITS - 1
-        at, step = h & mask, (h >> 32) | 1
-        probes = []
-        for _ in range(FILTER_PROBES):
-            probes.append(at)
-            at = (at + step) & mask
-        return probes
+    # The probes: double hashing over one 64-bit hash (``hash`` is salted per process, and so
+    # is the filter, built anew by each), walked inline in both methods, since both run once
+    # per command and a list of probes cost as much as the bits.
 
-    def add(self, principal: str, request_id: str) -> None:
+    def add(self, principal: str, request_id: str) -> bool:
+        """Add the request id; whether the filter had it already (then it may be stored)."""
         bits = self._bits
-        for at in self._probes(principal, request_id):
-            bits[at >> 3] |= 1 << (at & 7)
+        h = hash((principal, request_id))
+        at, step = h & _FILTER_MASK, (h >> 32) | 1
+        had = True
+        for _ in range(FILTER_PROBES):
+            byte, bit = at >> 3, 1 << (at & 7)
+            if not bits[byte] & bit:
+                had = False
+                bits[byte] |= bit
+            at = (at + step) & _FILTER_MASK
         self._added += 1
+        return had
 
     def maybe(self, principal: str, request_id: str) -> bool:
         bits = self._bits
-        return all(bits[at >> 3] & (1 << (at & 7)) for at in self._probes(principal, request_id))
+        h = hash((principal, request_id))
+        at, step = h & _FILTER_MASK, (h >> 32) | 1
+        for _ in range(FILTER_PROBES):
+            if not bits[at >> 3] & (1 << (at & 7)):
+                return False
+            at = (at + step) & _FILTER_MASK
+        return True
 
 
 _T = TypeVar("_T")
@@ -1025,7 +1034,6 @@ class Store:
             return
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
             self._trim_wal()
-        stored = self._filter
         for pending in group:
             if pending.error is None:
                 b = pending.batch
@@ -1036,8 +1044,6 @@ class Store:
                     unindexed += 1
                     principal = b.request[0]
                     self._added[principal] = self._added.get(principal, 0) + 1
-                    # Before the commit returns: the caller's next lookup must see it.
-                    stored.add(*b.request)
         self._unindexed = 0 if indexing else unindexed
 
     def _encode_snapshot(self, pending: _Pending) -> None:
@@ -1138,11 +1144,11 @@ class Store:
             )
 
     def _stored(self, request: tuple[str, str]) -> bool:
-        """Whether the request id is stored already (committer's thread): no table has it as a
-        unique key any more (see ``requests``), so the committer is what refuses it twice. The
-        filter rules out almost every new one without a read."""
+        """Whether the request id is stored already (committer's thread), adding it to the
+        filter: no table has it as a unique key any more (see ``requests``), so the committer
+        is what refuses it twice. The filter rules out almost every new one without a read."""
         assert self._filter is not None
-        if not self._filter.maybe(*request):
+        if not self._filter.add(*request):
             return False
         return self._writer.execute(_REQUEST_ROW, request).fetchone() is not None
 
@@ -1237,6 +1243,8 @@ class Store:
         if b.request is not None:
             if db.execute(_REQUEST_ROW, b.request).fetchone() is not None:
                 raise _ConflictError(_request_taken(b.request))
+            assert self._filter is not None
+            self._filter.add(*b.request)  # as ``_stored`` does
             db.execute(
                 "INSERT INTO requests (principal, request_id, combat_id, response, at)"
                 " VALUES (?, ?, ?, ?, ?)",
