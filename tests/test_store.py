@@ -152,6 +152,7 @@ async def test_a_version_2_database_is_upgraded_in_place(tmp_path: Path) -> None
     # No unique index on the request id any more: the old row is found by the new index.
     assert "sqlite_autoindex_requests_1" not in found["indexes"]
     assert indexed_requests(tmp_path / "data") == [("alice", "r1", 1)]
+    assert "recent_events_seq" in found["indexes"]
     assert "WITHOUT ROWID" in found["summaries"]
     async with running(store):
         # What the old version stored is all there: the summary, the log, the request id.
@@ -198,6 +199,10 @@ async def test_a_database_over_its_share_of_a_new_quota_is_named_at_start_up(
     async with running(store):
         await store.commit(batch("c1", 1, 200, create=True, pad="x" * 4000))
     store.close()
+    # Packed, as an older daemon left it: the recent events moved at the stop left pages free,
+    # which a commit would take before it needs a new one.
+    with closing(sqlite3.connect(tmp_path / DB_FILE)) as db:
+        db.execute("VACUUM")
     pages = sqlite3.connect(tmp_path / DB_FILE).execute("PRAGMA page_count").fetchone()[0]
     quota = pages + pages // 8  # holds the database, but not in three quarters of it
     with capture_logs() as logs:
@@ -691,6 +696,49 @@ async def test_requests_indexed_many_at_a_time_are_found_and_refused_twice_index
     store.close()
     assert remembered(tmp_path) == {"alice": ["r7", "r8"]}
     assert indexed_requests(tmp_path) == [("alice", "r7", 7)]  # r8 waits for its indexing
+
+
+def event_tables(data_dir: Path) -> dict[str, list[int]]:
+    """The seqs in each table of events."""
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        return {
+            table: [seq for (seq,) in db.execute(f"SELECT seq FROM {table} ORDER BY seq")]
+            for table in ("events", "recent_events")
+        }
+
+
+@pytest.mark.anyio
+async def test_recent_events_are_read_with_the_moved_ones_and_moved_many_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events are appended to ``recent_events`` and moved into ``events`` once their bodies
+    reach ``EVENTS_MOVE_BYTES``: a log split across both is read, counted and continued as one,
+    after a kill too (nothing moved at the end), and a clean stop moves them all."""
+    size = len(msgpack.packb(batch("c1", 1).events[0], use_bin_type=True))  # each as long
+    monkeypatch.setattr(store_module, "EVENTS_MOVE_BYTES", 3 * size)
+    store = Store.open(tmp_path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await store.commit(batch("c1", 1, 2, create=True))
+        await store.commit(batch("c1", 3, 1))  # three waiting: the next commit moves them
+        await store.commit(batch("c1", 4, 2))
+        await store.commit(batch("c1", 6, 1))
+        tg.cancel_scope.cancel()  # killed: no stop, nothing moved at the end
+    store.close()
+    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4, 5], "recent_events": [6]}
+
+    store = reopen(tmp_path)
+    [combat] = loaded(store)
+    assert (combat.last, combat.quarantined) == (6, None)
+    assert [seq for seq, _ in logged(store, combat)] == [1, 2, 3, 4, 5, 6]
+    async with running(store):
+        assert [seq for seq, _ in await store.events_after("c1", 4, 10)] == [5, 6]
+        with pytest.raises(StoreError) as taken:  # its last seq is counted in both tables
+            await store.commit(batch("c1", 6))
+        assert taken.value.code == "conflict"
+        await store.commit(batch("c1", 7))
+    store.close()
+    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4, 5, 6, 7], "recent_events": []}
 
 
 @pytest.mark.anyio

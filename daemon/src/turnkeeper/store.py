@@ -107,6 +107,20 @@ RECENT_ENTRY_BYTES = 450
 ids, and its places in the dict and the principal's deque (about 425 bytes with a UUID for
 request id, measured with ``tracemalloc``)."""
 
+EVENTS_MOVE_BYTES = 2 * 2**20
+"""Bytes of event bodies appended to ``recent_events`` before they are moved into ``events``
+together, in the transaction of the commit that reaches this many (about 8,000 events of a
+command's usual size): the more, the more commands of each combat one move takes (its pages
+are rewritten once for all of them), and the more pages that one commit writes (about 2,000
+at this size, a few milliseconds). Under a quota, at most 1/MOVE_WAL_SHARE of the WAL's share
+(see ``Store.open``)."""
+
+MOVE_WAL_SHARE = 32
+"""A move holds its events twice until it commits (in ``events`` and in the pages it frees of
+``recent_events``) and writes them about twice over into the WAL: under a small quota, small
+moves keep that out of the room for commands (at 1 MiB, a move every 8 KiB keeps as many
+commands in it as before the moves, 107 of 1.5 KB; every 32 KiB, 99)."""
+
 REQUEST_KEYS_EVERY = 4096
 """Remembered requests appended before they are indexed (``request_keys``) together, in the
 transaction of the commit that reaches this many: the larger, the fewer of the index's pages
@@ -158,6 +172,17 @@ CREATE TABLE IF NOT EXISTS events (
     body BLOB NOT NULL,
     PRIMARY KEY (combat_id, seq)
 ) WITHOUT ROWID;
+-- The latest events, appended in commit order and moved into ``events`` EVENTS_MOVE_BYTES at a
+-- time, in key order. ``events`` keeps a combat's events together, so one command's events
+-- land in the middle of its B-tree and rewrite two or three of its pages, for every combat of
+-- a group commit (up to schema version 3); moved together, a combat's events of many commands
+-- rewrite its pages once. Every read takes both tables; a clean stop moves them all.
+CREATE TABLE IF NOT EXISTS recent_events (
+    combat_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS recent_events_seq ON recent_events (combat_id, seq);
 -- Appended in insertion order, with no index on the request id: a key a client chose lands
 -- anywhere in such an index, so every command rewrote a page of it of its own, a third of the
 -- pages of a group commit (up to schema version 3). ``request_keys`` indexes the rows later,
@@ -584,6 +609,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # Requests appended with no index on their id, indexed later many at a time: the rows
     # keep their rowids (their insertion order, which the age prune walks) and are all indexed.
+    # Events appended to a table of their own, moved into ``events`` many at a time.
     3: (
         "CREATE TABLE requests_4 (id INTEGER PRIMARY KEY AUTOINCREMENT, principal TEXT NOT NULL,"
         " request_id TEXT NOT NULL, combat_id TEXT NOT NULL, response BLOB NOT NULL,"
@@ -600,10 +626,28 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " SELECT principal, request_id, id FROM requests ORDER BY principal, request_id",
         "INSERT INTO meta (key, value)"
         " SELECT 'requests_indexed', coalesce(max(id), 0) FROM requests",
+        "CREATE TABLE recent_events (combat_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " body BLOB NOT NULL)",
+        "CREATE UNIQUE INDEX recent_events_seq ON recent_events (combat_id, seq)",
     ),
 }
 """The statements that take a database from each older version to the next one."""
 
+
+_EVENTS_AFTER = (
+    # Both tables' events in one order, merged as read (each side walks its index in seq
+    # order, so a page of a long log reads only its page's rows).
+    "SELECT seq, body FROM events WHERE combat_id = ?1 AND seq > ?2"
+    " UNION ALL SELECT seq, body FROM recent_events WHERE combat_id = ?1 AND seq > ?2"
+    " ORDER BY 1 LIMIT ?3"
+)
+"""A combat's events after a seq, at most a number of them, by (combat id, seq, limit)."""
+
+_LAST_SEQ = (
+    "SELECT max(coalesce((SELECT max(seq) FROM events WHERE combat_id = ?1), 0),"
+    " coalesce((SELECT max(seq) FROM recent_events WHERE combat_id = ?1), 0))"
+)
+"""A combat's last seq stored (0 for none), by combat id."""
 
 _REQUEST_ROW = (
     # Its row by the index, checked to be its own (an indexed row pruned, its key with it, never
@@ -731,6 +775,14 @@ class Store:
         # Remembered requests appended since the last indexing (``_index_requests``), counted
         # from the database at the first transaction (committer's thread).
         self._unindexed: int | None = None
+        # Bytes of the events in ``recent_events``, counted likewise (``_move_events``), and
+        # how many make a move.
+        self._unmoved: int | None = None
+        self._move_bytes = (
+            EVENTS_MOVE_BYTES
+            if wal_limit is None
+            else min(EVENTS_MOVE_BYTES, wal_limit // MOVE_WAL_SHARE)
+        )
         self._recent = _Recent()
         # Every request id stored, built by the committer's thread before its first
         # transaction; until then a request id not in ``_recent`` is looked up in the database.
@@ -938,6 +990,10 @@ class Store:
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 if not queue:
                     if self._closed:
+                        if self._unmoved:
+                            # A stopped store leaves its events in ``events`` alone.
+                            with anyio.CancelScope(shield=True):
+                                await self._committer.run(self._move_all)
                         break
                     self._arrived = asyncio.get_running_loop().create_future()
                     try:
@@ -1004,6 +1060,12 @@ class Store:
                 " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
             ).fetchone()
         indexing = unindexed >= REQUEST_KEYS_EVERY
+        unmoved = self._unmoved
+        if unmoved is None:
+            (unmoved,) = db.execute(
+                "SELECT coalesce(sum(length(body)), 0) FROM recent_events"
+            ).fetchone()
+        moving = unmoved >= self._move_bytes
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -1022,6 +1084,8 @@ class Store:
                     db.execute("RELEASE batch")
             if indexing:
                 self._index_requests()
+            if moving:
+                self._move_events()
             db.execute("COMMIT")
         except sqlite3.Error as e:
             # SQLite may already have rolled back (it does on a full disk); never keep a part.
@@ -1030,7 +1094,7 @@ class Store:
             error = _error(e)
             for pending in group:
                 pending.error = error
-            self._unindexed = unindexed
+            self._unindexed, self._unmoved = unindexed, unmoved
             return
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
             self._trim_wal()
@@ -1040,11 +1104,13 @@ class Store:
                 self._latest_at = max(self._latest_at, b.at)
                 if pending.events:
                     self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
+                    unmoved += sum(len(body) for _, _, body in pending.events)
                 if b.request is not None:
                     unindexed += 1
                     principal = b.request[0]
                     self._added[principal] = self._added.get(principal, 0) + 1
         self._unindexed = 0 if indexing else unindexed
+        self._unmoved = 0 if moving else unmoved
 
     def _encode_snapshot(self, pending: _Pending) -> None:
         """Encode the batch's snapshot (committer's thread): one that fails is left out, since a
@@ -1062,9 +1128,7 @@ class Store:
         db = self._writer
         if db.execute("SELECT 1 FROM combats WHERE combat_id = ?", (combat_id,)).fetchone() is None:
             return None
-        (last,) = db.execute(
-            "SELECT coalesce(max(seq), 0) FROM events WHERE combat_id = ?", (combat_id,)
-        ).fetchone()
+        (last,) = db.execute(_LAST_SEQ, (combat_id,)).fetchone()
         self._last[combat_id] = last
         return int(last)
 
@@ -1125,7 +1189,9 @@ class Store:
                 combats,
             )
         if events:
-            db.executemany("INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", events)
+            db.executemany(
+                "INSERT INTO recent_events (combat_id, seq, body) VALUES (?, ?, ?)", events
+            )
         if requests:
             db.executemany(
                 "INSERT INTO requests (principal, request_id, combat_id, response, at)"
@@ -1169,6 +1235,34 @@ class Store:
             "UPDATE meta SET value = (SELECT coalesce(max(id), value) FROM requests)"
             " WHERE key = 'requests_indexed'"
         )
+
+    def _move_events(self) -> None:
+        """Move every event of ``recent_events`` into ``events`` (committer's thread, inside the
+        transaction of a commit, whose own events it takes too, or alone at a clean stop), in
+        key order, so each page of ``events`` is rewritten once for all it takes. ``OR IGNORE``:
+        a seq is never stored twice by the committer; were one anyway (a file edited by hand),
+        the one in ``events`` stays instead of every later commit failing."""
+        db = self._writer
+        db.execute(
+            "INSERT OR IGNORE INTO events (combat_id, seq, body)"
+            " SELECT combat_id, seq, body FROM recent_events ORDER BY combat_id, seq"
+        )
+        db.execute("DELETE FROM recent_events")
+
+    def _move_all(self) -> None:
+        """Move the recent events in a transaction of their own (committer's thread, at a clean
+        stop). One that fails is left: every read takes both tables anyway."""
+        db = self._writer
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            self._move_events()
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            log.warning("recent_events_not_moved", exc_info=True)
+            return
+        self._unmoved = 0
 
     def _build_filter(self) -> _Filter:
         """A filter of every request id stored (committer's thread, outside a transaction)."""
@@ -1229,16 +1323,15 @@ class Store:
             raise _ConflictError(f"combat {b.combat_id!r} does not exist")
         if pending.events or pending.snapshot is not None:
             # A snapshot alone (see ``Batch``) must be of the log as it ends, like events.
-            (last,) = db.execute(
-                "SELECT coalesce(max(seq), 0) FROM events WHERE combat_id = ?", (b.combat_id,)
-            ).fetchone()
+            (last,) = db.execute(_LAST_SEQ, (b.combat_id,)).fetchone()
             if b.first_seq != last + 1:
                 raise _ConflictError(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
         if pending.events:
             db.executemany(
-                "INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", pending.events
+                "INSERT INTO recent_events (combat_id, seq, body) VALUES (?, ?, ?)",
+                pending.events,
             )
         if b.request is not None:
             if db.execute(_REQUEST_ROW, b.request).fetchone() is not None:
@@ -1403,9 +1496,7 @@ class Store:
         while True:
             with self._loading:
                 rows = self._loader.execute(
-                    "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ?"
-                    " ORDER BY seq LIMIT ?",
-                    (combat_id, expected - 1, MAX_EVENTS_PER_READ),
+                    _EVENTS_AFTER, (combat_id, expected - 1, MAX_EVENTS_PER_READ)
                 ).fetchall()
             for seq, body in rows:
                 if seq != expected:
@@ -1442,15 +1533,20 @@ class Store:
                 )
         # Seqs are unique (the primary key), so 1..last without a gap is exactly last rows.
         count, first, last = db.execute(
-            "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM events"
-            " WHERE combat_id = ?",
+            "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM"
+            " (SELECT seq FROM events WHERE combat_id = ?1"
+            " UNION ALL SELECT seq FROM recent_events WHERE combat_id = ?1)",
             (combat_id,),
         ).fetchone()
         if count != last or first != 1:
             # Only a damaged log pays for finding where: a walk of its seqs.
             expected = 1
             with contextlib.closing(
-                db.execute("SELECT seq FROM events WHERE combat_id = ? ORDER BY seq", (combat_id,))
+                db.execute(
+                    "SELECT seq FROM events WHERE combat_id = ?1"
+                    " UNION ALL SELECT seq FROM recent_events WHERE combat_id = ?1 ORDER BY 1",
+                    (combat_id,),
+                )
             ) as seqs:
                 for (seq,) in seqs:
                     if seq != expected:
@@ -1470,8 +1566,7 @@ class Store:
         Raises ``StoreError("store_failed")`` if a stored event does not decode.
         """
         rows = self._reader.execute(
-            "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ))),
+            _EVENTS_AFTER, (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ)))
         ).fetchall()
         return [(s, self._event(s, body)) for s, body in rows]
 
