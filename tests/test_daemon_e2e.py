@@ -175,7 +175,8 @@ def test_a_corrupt_combat_is_quarantined_and_the_others_still_load(tmp_path: Pat
         c.call("start_combat", request_id="bad-start", combat="bad")
         d.kill()
         db = sqlite3.connect(d.data_dir / "turnkeeper.db")
-        db.execute("UPDATE events SET body = x'c1c1' WHERE combat_id = 'bad' AND seq = 2")
+        for table in ("events", "recent_events"):  # a killed daemon's latest are in the second
+            db.execute(f"UPDATE {table} SET body = x'c1c1' WHERE combat_id = 'bad' AND seq = 2")
         db.commit()
         db.close()
         d.start()

@@ -95,7 +95,7 @@ def test_r16_tables_an_old_data_dir_is_served_unchanged_in_the_default_table(
     with sqlite3.connect(data / DB_FILE) as db:
         (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         tables = set(db.execute("SELECT DISTINCT table_id FROM combats"))
-    assert version == SCHEMA_VERSION == 3
+    assert version == SCHEMA_VERSION == 4
     assert tables == {(DEFAULT_TABLE,)}
 
 

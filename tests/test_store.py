@@ -54,7 +54,7 @@ def test_the_data_directory_is_created_private(tmp_path: Path) -> None:
     assert (data_dir / DB_FILE).exists()
     with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (3,)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (4,)
 
 
 def test_one_store_per_data_directory_and_the_refusal_names_the_holder(tmp_path: Path) -> None:
@@ -144,11 +144,15 @@ async def test_a_version_2_database_is_upgraded_in_place(tmp_path: Path) -> None
     with capture_logs() as logs:
         store = Store.open(tmp_path / "data")
     assert [(e["event"], e["schema_from"], e["schema_to"]) for e in logs] == [
-        ("store_migrated", 2, 3)
+        ("store_migrated", 2, 4)
     ]
     found = schema(tmp_path / "data")
-    assert found["version"] == 3
+    assert found["version"] == 4
     assert "requests_at" not in found["indexes"]
+    # No unique index on the request id any more: the old row is found by the new index.
+    assert "sqlite_autoindex_requests_1" not in found["indexes"]
+    assert indexed_requests(tmp_path / "data") == [("alice", "r1", 1)]
+    assert "recent_events_seq" in found["indexes"]
     assert "WITHOUT ROWID" in found["summaries"]
     async with running(store):
         # What the old version stored is all there: the summary, the log, the request id.
@@ -161,6 +165,12 @@ async def test_a_version_2_database_is_upgraded_in_place(tmp_path: Path) -> None
     assert store.summaries() == [("c1", {"seq": 3})]
     assert store.load_one("c1").last == 3
     store.close()
+
+
+def indexed_requests(data_dir: Path) -> list[tuple[str, str, int]]:
+    """The rows of ``request_keys``: (principal, request id, row of ``requests``)."""
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        return db.execute("SELECT principal, request_id, row FROM request_keys").fetchall()
 
 
 def test_a_migration_that_fails_leaves_the_old_version_whole(tmp_path: Path) -> None:
@@ -189,6 +199,10 @@ async def test_a_database_over_its_share_of_a_new_quota_is_named_at_start_up(
     async with running(store):
         await store.commit(batch("c1", 1, 200, create=True, pad="x" * 4000))
     store.close()
+    # Packed, as an older daemon left it: the recent events moved at the stop left pages free,
+    # which a commit would take before it needs a new one.
+    with closing(sqlite3.connect(tmp_path / DB_FILE)) as db:
+        db.execute("VACUUM")
     pages = sqlite3.connect(tmp_path / DB_FILE).execute("PRAGMA page_count").fetchone()[0]
     quota = pages + pages // 8  # holds the database, but not in three quarters of it
     with capture_logs() as logs:
@@ -637,6 +651,94 @@ async def test_a_request_remembered_before_a_restart_is_found_once_the_filter_is
             await store.commit(batch("c1", 3, request=("alice", "r1"), response="again"))
     store.close()
     assert again.value.code == "conflict"
+
+
+@pytest.mark.anyio
+async def test_requests_indexed_many_at_a_time_are_found_and_refused_twice_indexed_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests are appended unindexed and indexed ``REQUEST_KEYS_EVERY`` at a time: one
+    indexed or still waiting is answered from the database alike (no memory of recent answers
+    here), refused a second time alike, and so after a reopen; a pruned one leaves the index."""
+    monkeypatch.setattr(store_module, "REQUEST_KEYS_EVERY", 3)
+    monkeypatch.setattr(store_module, "MAX_RECENT_PER_PRINCIPAL", 0)
+    for opening in range(2):
+        store = Store.open(tmp_path)
+        async with running(store):
+            if opening == 0:
+                await store.commit(batch("c1", 1, create=True, request=("alice", "r1"), at=1))
+                for seq in range(2, 8):
+                    await store.commit(
+                        batch("c1", seq, request=("alice", f"r{seq}"), response=seq, at=seq)
+                    )
+            # Three waited after the third commit: the fourth indexed them with its own r4, and
+            # the first transaction of the second opening (refused, but it commits) the rest.
+            indexed = [row for _, _, row in indexed_requests(tmp_path)]
+            assert indexed == ([1, 2, 3, 4] if opening == 0 else [1, 2, 3, 4, 5, 6, 7])
+            for seq in range(2, 8):
+                assert await store.lookup_request("alice", f"r{seq}") == ("c1", seq)
+            assert await store.lookup_request("bob", "r2") is None
+            for taken in ("r2", "r7"):
+                with pytest.raises(StoreError) as refused:
+                    await store.commit(batch("c1", 8, request=("alice", taken)))
+                assert refused.value.code == "conflict"
+                assert f"request id {taken!r} of 'alice' is stored already" in str(refused.value)
+        store.close()
+    # The cap prunes the oldest rows and their keys.
+    monkeypatch.setattr(store_module, "PRUNE_EVERY_COMMITS", 1)
+    monkeypatch.setattr(store_module, "MAX_REMEMBERED_REQUESTS", 2)
+    store = Store.open(tmp_path)
+    async with running(store):
+        await store.commit(batch("c1", 8, request=("alice", "r8"), response=8, at=8))
+        await store.commit(batch("c1", 9, at=9))  # written once the prune after r8's commit is done
+        assert await store.lookup_request("alice", "r2") is None
+        assert await store.lookup_request("alice", "r7") == ("c1", 7)
+    store.close()
+    assert remembered(tmp_path) == {"alice": ["r7", "r8"]}
+    assert indexed_requests(tmp_path) == [("alice", "r7", 7)]  # r8 waits for its indexing
+
+
+def event_tables(data_dir: Path) -> dict[str, list[int]]:
+    """The seqs in each table of events."""
+    with closing(sqlite3.connect(data_dir / DB_FILE)) as db:
+        return {
+            table: [seq for (seq,) in db.execute(f"SELECT seq FROM {table} ORDER BY seq")]
+            for table in ("events", "recent_events")
+        }
+
+
+@pytest.mark.anyio
+async def test_recent_events_are_read_with_the_moved_ones_and_moved_many_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events are appended to ``recent_events`` and moved into ``events`` once their bodies
+    reach ``EVENTS_MOVE_BYTES``: a log split across both is read, counted and continued as one,
+    after a kill too (nothing moved at the end), and a clean stop moves them all."""
+    size = len(msgpack.packb(batch("c1", 1).events[0], use_bin_type=True))  # each as long
+    monkeypatch.setattr(store_module, "EVENTS_MOVE_BYTES", 3 * size)
+    store = Store.open(tmp_path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await store.commit(batch("c1", 1, 2, create=True))
+        await store.commit(batch("c1", 3, 1))  # three waiting: the next commit moves them
+        await store.commit(batch("c1", 4, 2))
+        await store.commit(batch("c1", 6, 1))
+        tg.cancel_scope.cancel()  # killed: no stop, nothing moved at the end
+    store.close()
+    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4, 5], "recent_events": [6]}
+
+    store = reopen(tmp_path)
+    [combat] = loaded(store)
+    assert (combat.last, combat.quarantined) == (6, None)
+    assert [seq for seq, _ in logged(store, combat)] == [1, 2, 3, 4, 5, 6]
+    async with running(store):
+        assert [seq for seq, _ in await store.events_after("c1", 4, 10)] == [5, 6]
+        with pytest.raises(StoreError) as taken:  # its last seq is counted in both tables
+            await store.commit(batch("c1", 6))
+        assert taken.value.code == "conflict"
+        await store.commit(batch("c1", 7))
+    store.close()
+    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4, 5, 6, 7], "recent_events": []}
 
 
 @pytest.mark.anyio

@@ -47,7 +47,7 @@ def _ours(name: str) -> bool:
     return name.startswith(("turnkeeper.", "tokens."))
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Written to ``meta`` on creation; a file with another version is refused, never guessed at,
 except the older versions ``_migrate`` upgrades in place (``_MIGRATIONS``)."""
 
@@ -107,6 +107,28 @@ RECENT_ENTRY_BYTES = 450
 ids, and its places in the dict and the principal's deque (about 425 bytes with a UUID for
 request id, measured with ``tracemalloc``)."""
 
+EVENTS_MOVE_BYTES = 2 * 2**20
+"""Bytes of event bodies appended to ``recent_events`` before they are moved into ``events``
+together, in the transaction of the commit that reaches this many (about 8,000 events of a
+command's usual size): the more, the more commands of each combat one move takes (its pages
+are rewritten once for all of them), and the more pages that one commit writes (about 2,000
+at this size, a few milliseconds). Under a quota, at most 1/MOVE_WAL_SHARE of the WAL's share
+(see ``Store.open``)."""
+
+MOVE_WAL_SHARE = 32
+"""A move holds its events twice until it commits (in ``events`` and in the pages it frees of
+``recent_events``) and writes them about twice over into the WAL: under a small quota, small
+moves keep that out of the room for commands (at 1 MiB, a move every 8 KiB keeps as many
+commands in it as before the moves, 107 of 1.5 KB; every 32 KiB, 99)."""
+
+REQUEST_KEYS_EVERY = 4096
+"""Remembered requests appended before they are indexed (``request_keys``) together, in the
+transaction of the commit that reaches this many: the larger, the fewer of the index's pages
+each key costs (each is written once per indexing, however many keys it takes), and the longer
+the walk that finds a request among those not indexed yet (a few milliseconds at this size,
+only for a retry older than the memory of recent answers or a rare false "maybe" of the
+filter), and the more pages that one commit writes."""
+
 FILTER_BITS = 2**24
 """Size of the filter of stored request ids (2 MiB): with ``FILTER_PROBES`` it answers "maybe
 stored" for a request id never stored about once in 500 at a million ids stored (about what
@@ -115,6 +137,8 @@ stored" for a request id never stored about once in 500 at a million ids stored 
 
 FILTER_PROBES = 4
 """Bits one request id sets in the filter."""
+
+_FILTER_MASK = FILTER_BITS - 1
 
 FILTER_REBUILD_KEYS = 2_000_000
 """Request ids added to the filter before it is rebuilt from the database: the ids pruned since
@@ -148,18 +172,44 @@ CREATE TABLE IF NOT EXISTS events (
     body BLOB NOT NULL,
     PRIMARY KEY (combat_id, seq)
 ) WITHOUT ROWID;
+-- The latest events, appended in commit order and moved into ``events`` EVENTS_MOVE_BYTES at a
+-- time, in key order. ``events`` keeps a combat's events together, so one command's events
+-- land in the middle of its B-tree and rewrite two or three of its pages, for every combat of
+-- a group commit (up to schema version 3); moved together, a combat's events of many commands
+-- rewrite its pages once. Every read takes both tables; a clean stop moves them all.
+CREATE TABLE IF NOT EXISTS recent_events (
+    combat_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS recent_events_seq ON recent_events (combat_id, seq);
+-- Appended in insertion order, with no index on the request id: a key a client chose lands
+-- anywhere in such an index, so every command rewrote a page of it of its own, a third of the
+-- pages of a group commit (up to schema version 3). ``request_keys`` indexes the rows later,
+-- many at a time. AUTOINCREMENT: an id is never reused, even once every row is pruned, so the
+-- rows after ``meta.requests_indexed`` are exactly those not indexed yet.
 CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     principal TEXT NOT NULL,
     request_id TEXT NOT NULL,
     combat_id TEXT NOT NULL,
     response BLOB NOT NULL,
-    at REAL NOT NULL,
-    PRIMARY KEY (principal, request_id)
+    at REAL NOT NULL
 );
 -- The cap per principal walks its newest rows by this index; the age rule walks the table in
--- insertion (rowid) order, the batches' order, so an index on ``at`` alone would be one more
+-- insertion (id) order, the batches' order, so an index on ``at`` alone would be one more
 -- B-tree written per command for nothing (it was, up to schema version 2).
 CREATE INDEX IF NOT EXISTS requests_principal_at ON requests (principal, at);
+-- Where each request id's row is, for the rows up to ``meta.requests_indexed``: written
+-- ``REQUEST_KEYS_EVERY`` rows at a time in key order, so one page of it is written once for
+-- all the keys it takes, not once per key. The rows after it are found by a walk of the table's
+-- end (``_REQUEST_ROW``).
+CREATE TABLE IF NOT EXISTS request_keys (
+    principal TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    row INTEGER NOT NULL,
+    PRIMARY KEY (principal, request_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS snapshots (
     combat_id TEXT PRIMARY KEY,
     seq INTEGER NOT NULL,
@@ -340,7 +390,8 @@ class _Recent:
 class _Filter:
     """Every request id the database may hold, as a Bloom filter: ``maybe`` is False only for
     one never added. Its bits are set by the committer's thread alone and read on the event
-    loop: a request id is added before its commit returns, so a lookup never misses it."""
+    loop: a request id is added as its batch is checked, before its commit returns, so a lookup
+    never misses it (one whose commit then fails stays, a wrong "maybe" like any other)."""
 
     def __init__(self) -> None:
         self._bits = bytearray(FILTER_BITS // 8)
@@ -358,28 +409,34 @@ class _Filter:
         again from the database, without the ids pruned since."""
         return self._added - self._built_with > FILTER_REBUILD_KEYS
 
-    @staticmethod
-    def _probes(principal: str, request_id: str) -> list[int]:
-        # Double hashing over one 64-bit hash: ``hash`` is salted per process, and so is the
-        # filter, built anew by each. A list, not a generator: asked once per command.
-        h = hash((principal, request_id))
-        mask = FILTER_BITS - 1
-        at, step = h & mask, (h >> 32) | 1
-        probes = []
-        for _ in range(FILTER_PROBES):
-            probes.append(at)
-            at = (at + step) & mask
-        return probes
+    # The probes: double hashing over one 64-bit hash (``hash`` is salted per process, and so
+    # is the filter, built anew by each), walked inline in both methods, since both run once
+    # per command and a list of probes cost as much as the bits.
 
-    def add(self, principal: str, request_id: str) -> None:
+    def add(self, principal: str, request_id: str) -> bool:
+        """Add the request id; whether the filter had it already (then it may be stored)."""
         bits = self._bits
-        for at in self._probes(principal, request_id):
-            bits[at >> 3] |= 1 << (at & 7)
+        h = hash((principal, request_id))
+        at, step = h & _FILTER_MASK, (h >> 32) | 1
+        had = True
+        for _ in range(FILTER_PROBES):
+            byte, bit = at >> 3, 1 << (at & 7)
+            if not bits[byte] & bit:
+                had = False
+                bits[byte] |= bit
+            at = (at + step) & _FILTER_MASK
         self._added += 1
+        return had
 
     def maybe(self, principal: str, request_id: str) -> bool:
         bits = self._bits
-        return all(bits[at >> 3] & (1 << (at & 7)) for at in self._probes(principal, request_id))
+        h = hash((principal, request_id))
+        at, step = h & _FILTER_MASK, (h >> 32) | 1
+        for _ in range(FILTER_PROBES):
+            if not bits[at >> 3] & (1 << (at & 7)):
+                return False
+            at = (at + step) & _FILTER_MASK
+        return True
 
 
 _T = TypeVar("_T")
@@ -492,6 +549,12 @@ def _conflict(reason: str) -> StoreError:
     return StoreError("conflict", "{reason}", reason=reason)
 
 
+def _request_taken(request: tuple[str, str]) -> str:
+    """Why a batch whose request id is stored already is refused."""
+    principal, request_id = request
+    return f"request id {request_id!r} of {principal!r} is stored already"
+
+
 def _error(e: sqlite3.Error) -> StoreError:
     if isinstance(e, sqlite3.IntegrityError):
         return StoreError("conflict", "{reason}", reason=str(e))
@@ -559,8 +622,63 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE summaries",
         "ALTER TABLE summaries_3 RENAME TO summaries",
     ),
+    # Requests appended with no index on their id, indexed later many at a time: the rows
+    # keep their rowids (their insertion order, which the age prune walks) and are all indexed.
+    # Events appended to a table of their own, moved into ``events`` many at a time.
+    3: (
+        "CREATE TABLE requests_4 (id INTEGER PRIMARY KEY AUTOINCREMENT, principal TEXT NOT NULL,"
+        " request_id TEXT NOT NULL, combat_id TEXT NOT NULL, response BLOB NOT NULL,"
+        " at REAL NOT NULL)",
+        "INSERT INTO requests_4 (id, principal, request_id, combat_id, response, at)"
+        " SELECT rowid, principal, request_id, combat_id, response, at FROM requests"
+        " ORDER BY rowid",
+        "DROP TABLE requests",
+        "ALTER TABLE requests_4 RENAME TO requests",
+        "CREATE INDEX requests_principal_at ON requests (principal, at)",
+        "CREATE TABLE request_keys (principal TEXT NOT NULL, request_id TEXT NOT NULL,"
+        " row INTEGER NOT NULL, PRIMARY KEY (principal, request_id)) WITHOUT ROWID",
+        "INSERT INTO request_keys (principal, request_id, row)"
+        " SELECT principal, request_id, id FROM requests ORDER BY principal, request_id",
+        "INSERT INTO meta (key, value)"
+        " SELECT 'requests_indexed', coalesce(max(id), 0) FROM requests",
+        "CREATE TABLE recent_events (combat_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " body BLOB NOT NULL)",
+        "CREATE UNIQUE INDEX recent_events_seq ON recent_events (combat_id, seq)",
+    ),
 }
 """The statements that take a database from each older version to the next one."""
+
+
+_EVENTS_AFTER = (
+    # Both tables' events in one order, merged as read (each side walks its index in seq
+    # order, so a page of a long log reads only its page's rows).
+    "SELECT seq, body FROM events WHERE combat_id = ?1 AND seq > ?2"
+    " UNION ALL SELECT seq, body FROM recent_events WHERE combat_id = ?1 AND seq > ?2"
+    " ORDER BY 1 LIMIT ?3"
+)
+"""A combat's events after a seq, at most a number of them, by (combat id, seq, limit)."""
+
+_LAST_SEQ = (
+    "SELECT max(coalesce((SELECT max(seq) FROM events WHERE combat_id = ?1), 0),"
+    " coalesce((SELECT max(seq) FROM recent_events WHERE combat_id = ?1), 0))"
+)
+"""A combat's last seq stored (0 for none), by combat id."""
+
+_REQUEST_ROW = (
+    # Its row by the index, checked to be its own (an indexed row pruned, its key with it, never
+    # answers for another), or else among the rows not indexed yet: a walk of the table's end,
+    # by id (the ``+`` keeps the planner from walking the principal's index instead). One
+    # statement, so the indexing of a commit in between cannot hide a row from both halves.
+    "SELECT combat_id, response, at FROM requests"
+    " WHERE id = (SELECT row FROM request_keys WHERE principal = ?1 AND request_id = ?2)"
+    " AND principal = ?1 AND request_id = ?2"
+    " UNION ALL"
+    " SELECT combat_id, response, at FROM requests"
+    " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+    " AND +principal = ?1 AND request_id = ?2"
+    " LIMIT 1"
+)
+"""A remembered request's combat id, response and time by (principal, request id)."""
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -669,6 +787,17 @@ class Store:
         # so a batch is checked against the log without a query: one entry per combat, bounded
         # like the daemon's combats. The committer is the log's only writer (the lock).
         self._last: dict[str, int] = {}
+        # Remembered requests appended since the last indexing (``_index_requests``), counted
+        # from the database at the first transaction (committer's thread).
+        self._unindexed: int | None = None
+        # Bytes of the events in ``recent_events``, counted likewise (``_move_events``), and
+        # how many make a move.
+        self._unmoved: int | None = None
+        self._move_bytes = (
+            EVENTS_MOVE_BYTES
+            if wal_limit is None
+            else min(EVENTS_MOVE_BYTES, wal_limit // MOVE_WAL_SHARE)
+        )
         self._recent = _Recent()
         # Every request id stored, built by the committer's thread before its first
         # transaction; until then a request id not in ``_recent`` is looked up in the database.
@@ -727,6 +856,9 @@ class Store:
                         version=str(version),
                         expected=SCHEMA_VERSION,
                     )
+                writer.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('requests_indexed', 0)"
+                )
                 writer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 wal_limit = None
                 if max_pages is not None:
@@ -873,6 +1005,10 @@ class Store:
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 if not queue:
                     if self._closed:
+                        if self._unmoved:
+                            # A stopped store leaves its events in ``events`` alone.
+                            with anyio.CancelScope(shield=True):
+                                await self._committer.run(self._move_all)
                         break
                     self._arrived = asyncio.get_running_loop().create_future()
                     try:
@@ -911,9 +1047,9 @@ class Store:
 
     def _write(self, group: Sequence[_Pending]) -> None:
         """One transaction for the whole group (committer's thread): one ``executemany`` per table
-        for every batch that fits the log, those that do not refused alone. A request id
-        stored already (the one refusal the checks before the transaction cannot see) rolls it
-        back, and the group is written again, each batch in its own savepoint."""
+        for every batch that fits the log, those that do not refused alone. Should the database
+        refuse a row the checks before the transaction let through, it is rolled back and the
+        group written again, each batch in its own savepoint."""
         db = self._writer
         self.transactions += 1
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
@@ -932,6 +1068,19 @@ class Store:
         for pending in group:
             if pending.batch.snapshot is not None:
                 self._encode_snapshot(pending)
+        unindexed = self._unindexed
+        if unindexed is None:
+            (unindexed,) = db.execute(
+                "SELECT count(*) FROM requests"
+                " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+            ).fetchone()
+        indexing = unindexed >= REQUEST_KEYS_EVERY
+        unmoved = self._unmoved
+        if unmoved is None:
+            (unmoved,) = db.execute(
+                "SELECT coalesce(sum(length(body)), 0) FROM recent_events"
+            ).fetchone()
+        moving = unmoved >= self._move_bytes
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -948,6 +1097,10 @@ class Store:
                         db.execute("ROLLBACK TO batch")
                         pending.error = _conflict(str(e))
                     db.execute("RELEASE batch")
+            if indexing:
+                self._index_requests()
+            if moving:
+                self._move_events()
             db.execute("COMMIT")
         except sqlite3.Error as e:
             # SQLite may already have rolled back (it does on a full disk); never keep a part.
@@ -956,21 +1109,23 @@ class Store:
             error = _error(e)
             for pending in group:
                 pending.error = error
+            self._unindexed, self._unmoved = unindexed, unmoved
             return
         if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
             self._trim_wal()
-        stored = self._filter
         for pending in group:
             if pending.error is None:
                 b = pending.batch
                 self._latest_at = max(self._latest_at, b.at)
                 if pending.events:
                     self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
+                    unmoved += sum(len(body) for _, _, body in pending.events)
                 if b.request is not None:
+                    unindexed += 1
                     principal = b.request[0]
                     self._added[principal] = self._added.get(principal, 0) + 1
-                    # Before the commit returns: the caller's next lookup must see it.
-                    stored.add(*b.request)
+        self._unindexed = 0 if indexing else unindexed
+        self._unmoved = 0 if moving else unmoved
 
     def _encode_snapshot(self, pending: _Pending) -> None:
         """Encode the batch's snapshot (committer's thread): one that fails is left out, since a
@@ -988,9 +1143,7 @@ class Store:
         db = self._writer
         if db.execute("SELECT 1 FROM combats WHERE combat_id = ?", (combat_id,)).fetchone() is None:
             return None
-        (last,) = db.execute(
-            "SELECT coalesce(max(seq), 0) FROM events WHERE combat_id = ?", (combat_id,)
-        ).fetchone()
+        (last,) = db.execute(_LAST_SEQ, (combat_id,)).fetchone()
         self._last[combat_id] = last
         return int(last)
 
@@ -999,6 +1152,7 @@ class Store:
         gets its ``error`` and leaves the log as it was), then insert the rest, a statement
         per table (committer's thread, inside the transaction)."""
         ends: dict[str, int | None] = {}  # each combat's last seq as this group leaves it
+        taken: set[tuple[str, str]] = set()  # the request ids this group stores
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
@@ -1027,12 +1181,16 @@ class Store:
                 pending.error = _conflict(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
+            elif b.request is not None and (b.request in taken or self._stored(b.request)):
+                pending.error = _conflict(_request_taken(b.request))
+            if pending.error is not None:
                 if b.ruleset is not None:
                     combats.pop()
                 continue
             ends[b.combat_id] = last + len(pending.events)
             events.extend(pending.events)
             if b.request is not None:
+                taken.add(b.request)
                 requests.append((*b.request, b.combat_id, pending.response, b.at))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
@@ -1046,7 +1204,9 @@ class Store:
                 combats,
             )
         if events:
-            db.executemany("INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", events)
+            db.executemany(
+                "INSERT INTO recent_events (combat_id, seq, body) VALUES (?, ?, ?)", events
+            )
         if requests:
             db.executemany(
                 "INSERT INTO requests (principal, request_id, combat_id, response, at)"
@@ -1064,11 +1224,71 @@ class Store:
                 snapshots.values(),
             )
 
+    def _stored(self, request: tuple[str, str]) -> bool:
+        """Whether the request id is stored already (committer's thread), adding it to the
+        filter: no table has it as a unique key any more (see ``requests``), so the committer
+        is what refuses it twice. The filter rules out almost every new one without a read."""
+        assert self._filter is not None
+        if not self._filter.add(*request):
+            return False
+        return self._writer.execute(_REQUEST_ROW, request).fetchone() is not None
+
+    def _index_requests(self) -> None:
+        """Index the remembered requests appended since the last time (committer's thread,
+        inside the transaction of a commit, whose own rows it takes too): in key order, so each
+        page of ``request_keys`` is written once for all the keys it takes. ``OR IGNORE``: the
+        committer never stores an id twice, and were one stored twice anyway (a file edited by
+        hand), the first row keeps answering instead of every later commit failing."""
+        db = self._writer
+        db.execute(
+            "INSERT OR IGNORE INTO request_keys (principal, request_id, row)"
+            " SELECT principal, request_id, id FROM requests"
+            " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+            " ORDER BY principal, request_id"
+        )
+        db.execute(
+            "UPDATE meta SET value = (SELECT coalesce(max(id), value) FROM requests)"
+            " WHERE key = 'requests_indexed'"
+        )
+
+    def _move_events(self) -> None:
+        """Move every event of ``recent_events`` into ``events`` (committer's thread, inside the
+        transaction of a commit, whose own events it takes too, or alone at a clean stop), in
+        key order, so each page of ``events`` is rewritten once for all it takes. ``OR IGNORE``:
+        a seq is never stored twice by the committer; were one anyway (a file edited by hand),
+        the one in ``events`` stays instead of every later commit failing."""
+        db = self._writer
+        db.execute(
+            "INSERT OR IGNORE INTO events (combat_id, seq, body)"
+            " SELECT combat_id, seq, body FROM recent_events ORDER BY combat_id, seq"
+        )
+        db.execute("DELETE FROM recent_events")
+
+    def _move_all(self) -> None:
+        """Move the recent events in a transaction of their own (committer's thread, at a clean
+        stop). One that fails is left: every read takes both tables anyway."""
+        db = self._writer
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            self._move_events()
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            log.warning("recent_events_not_moved", exc_info=True)
+            return
+        self._unmoved = 0
+
     def _build_filter(self) -> _Filter:
         """A filter of every request id stored (committer's thread, outside a transaction)."""
         built = _Filter()
         with contextlib.closing(
-            self._writer.execute("SELECT principal, request_id FROM requests")
+            self._writer.execute(
+                # The index is the smaller read: no responses in it.
+                "SELECT principal, request_id FROM request_keys UNION ALL"
+                " SELECT principal, request_id FROM requests"
+                " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
+            )
         ) as rows:
             for principal, request_id in rows:
                 built.add(principal, request_id)
@@ -1118,18 +1338,21 @@ class Store:
             raise _ConflictError(f"combat {b.combat_id!r} does not exist")
         if pending.events or pending.snapshot is not None:
             # A snapshot alone (see ``Batch``) must be of the log as it ends, like events.
-            (last,) = db.execute(
-                "SELECT coalesce(max(seq), 0) FROM events WHERE combat_id = ?", (b.combat_id,)
-            ).fetchone()
+            (last,) = db.execute(_LAST_SEQ, (b.combat_id,)).fetchone()
             if b.first_seq != last + 1:
                 raise _ConflictError(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
         if pending.events:
             db.executemany(
-                "INSERT INTO events (combat_id, seq, body) VALUES (?, ?, ?)", pending.events
+                "INSERT INTO recent_events (combat_id, seq, body) VALUES (?, ?, ?)",
+                pending.events,
             )
         if b.request is not None:
+            if db.execute(_REQUEST_ROW, b.request).fetchone() is not None:
+                raise _ConflictError(_request_taken(b.request))
+            assert self._filter is not None
+            self._filter.add(*b.request)  # as ``_stored`` does
             db.execute(
                 "INSERT INTO requests (principal, request_id, combat_id, response, at)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -1173,7 +1396,7 @@ class Store:
                         break
                     oldest = rowid
             if oldest is not None:
-                db.execute("DELETE FROM requests WHERE rowid <= ?", (oldest,))
+                self._forget_requests("id <= ?1", (oldest,))
             for principal, more in added.items():
                 # An upper bound on the principal's rows: counted once (a walk of its rows),
                 # then grown by what it adds; deletions only make it looser. Under the cap, no
@@ -1187,12 +1410,12 @@ class Store:
                     bound += more
                 if bound > MAX_REMEMBERED_REQUESTS:
                     # The at of the newest row past the cap; NULL (delete nothing) if under it.
-                    deleted = db.execute(
-                        "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests"
-                        " WHERE principal = ?1 AND at <= (SELECT at FROM requests"
-                        " WHERE principal = ?1 ORDER BY at DESC LIMIT 1 OFFSET ?2) LIMIT ?3)",
+                    deleted = self._forget_requests(
+                        "id IN (SELECT id FROM requests WHERE principal = ?1 AND at <= (SELECT at"
+                        " FROM requests WHERE principal = ?1 ORDER BY at DESC LIMIT 1 OFFSET ?2)"
+                        " LIMIT ?3)",
                         (principal, MAX_REMEMBERED_REQUESTS, PRUNE_MAX_ROWS),
-                    ).rowcount
+                    )
                     bound -= deleted
                     if deleted < PRUNE_MAX_ROWS:
                         # All past the cap went (if any were): at most the cap is left.
@@ -1209,6 +1432,24 @@ class Store:
         if len(self._bounds) + len(bounds) > MAX_BOUNDS:
             self._bounds.clear()  # the bounds forgotten are counted again, once each
         self._bounds.update(bounds)
+
+    def _forget_requests(self, where: str, args: tuple[Any, ...]) -> int:
+        """Delete the remembered requests ``where`` says, and their keys (committer's thread,
+        inside the prune's transaction); how many. The rows are listed first, since the keys
+        are found by theirs, and a limited ``where`` must mean the same rows twice: at most
+        ``PRUNE_MAX_ROWS`` of them, in key order, so each page of the index is written once."""
+        db = self._writer
+        rows = db.execute(
+            f"SELECT id, principal, request_id FROM requests WHERE {where}"
+            " ORDER BY principal, request_id",
+            args,
+        ).fetchall()
+        db.executemany(
+            "DELETE FROM request_keys WHERE principal = ? AND request_id = ? AND row = ?",
+            [(principal, request_id, row) for row, principal, request_id in rows],
+        )
+        db.executemany("DELETE FROM requests WHERE id = ?", [(row,) for row, _, _ in rows])
+        return len(rows)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -1270,9 +1511,7 @@ class Store:
         while True:
             with self._loading:
                 rows = self._loader.execute(
-                    "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ?"
-                    " ORDER BY seq LIMIT ?",
-                    (combat_id, expected - 1, MAX_EVENTS_PER_READ),
+                    _EVENTS_AFTER, (combat_id, expected - 1, MAX_EVENTS_PER_READ)
                 ).fetchall()
             for seq, body in rows:
                 if seq != expected:
@@ -1309,15 +1548,20 @@ class Store:
                 )
         # Seqs are unique (the primary key), so 1..last without a gap is exactly last rows.
         count, first, last = db.execute(
-            "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM events"
-            " WHERE combat_id = ?",
+            "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM"
+            " (SELECT seq FROM events WHERE combat_id = ?1"
+            " UNION ALL SELECT seq FROM recent_events WHERE combat_id = ?1)",
             (combat_id,),
         ).fetchone()
         if count != last or first != 1:
             # Only a damaged log pays for finding where: a walk of its seqs.
             expected = 1
             with contextlib.closing(
-                db.execute("SELECT seq FROM events WHERE combat_id = ? ORDER BY seq", (combat_id,))
+                db.execute(
+                    "SELECT seq FROM events WHERE combat_id = ?1"
+                    " UNION ALL SELECT seq FROM recent_events WHERE combat_id = ?1 ORDER BY 1",
+                    (combat_id,),
+                )
             ) as seqs:
                 for (seq,) in seqs:
                     if seq != expected:
@@ -1337,8 +1581,7 @@ class Store:
         Raises ``StoreError("store_failed")`` if a stored event does not decode.
         """
         rows = self._reader.execute(
-            "SELECT seq, body FROM events WHERE combat_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ))),
+            _EVENTS_AFTER, (combat_id, seq, max(0, min(limit, MAX_EVENTS_PER_READ)))
         ).fetchall()
         return [(s, self._event(s, body)) for s, body in rows]
 
@@ -1374,11 +1617,7 @@ class Store:
     def _stored_request(self, principal: str, request_id: str) -> tuple[str, bytes, float] | None:
         """A remembered request's row (worker thread, on the loader's connection)."""
         with self._loading:
-            row = self._loader.execute(
-                "SELECT combat_id, response, at FROM requests"
-                " WHERE principal = ? AND request_id = ?",
-                (principal, request_id),
-            ).fetchone()
+            row = self._loader.execute(_REQUEST_ROW, (principal, request_id)).fetchone()
         return None if row is None else (row[0], row[1], row[2])
 
     @staticmethod
