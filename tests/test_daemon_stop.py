@@ -59,6 +59,6 @@ async def test_a_command_read_as_the_sessions_stop_is_refused_with_shutting_down
             assert isinstance(answer, wire.Response), answer
             assert answer.error is not None
             assert answer.error.code == "shutting_down"
-            assert sessions.hub.summaries() == []
+            assert await sessions.hub.summaries() == []
             await peer.stream.aclose()
             tg.cancel_scope.cancel()

@@ -26,7 +26,7 @@ from daemon import (
 from postgres import lease, sql
 from test_r16_tables import cli
 from test_store_port import running
-from turnkeeper.combats import Hub, follow, registry
+from turnkeeper.combats import Hub, RequestError, follow, registry
 from turnkeeper.combats.combat import UNBUILT
 from turnkeeper.combats.telling import Batch
 from turnkeeper.store import StoreError
@@ -329,6 +329,157 @@ def test_an_event_a_follower_cannot_read_sets_that_combat_aside_and_no_other(
         stop_all(a, b)
 
 
+# -- listing on any daemon -------------------------------------------------------------------
+
+
+def _made_on(c: Client, combat: str, added: int = 0) -> None:
+    """``combat`` with Spider-Man and ``added`` more combatants."""
+    add_spidey(c, combat)
+    for n in range(added):
+        name = f"hero{n}"
+        c.call(
+            "add_combatant",
+            request_id=f"{combat}-{name}",
+            combat=combat,
+            id=name,
+            display_name=name,
+        )
+
+
+def test_list_combats_on_another_daemon_lists_the_combats_made_there_since(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A hosted service behind a load balancer lists a table's combats on any daemon: those
+    A made after B started are listed by B, with A's rows, paged by id across both daemons'
+    combats, and so are the seqs of B's ``subscribe_all``. Reading the list moves no lease.
+    B listed only its own combats."""
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        _made_on(at_a, "a0")
+        _made_on(at_b, "b1")
+        _made_on(at_a, "a2", added=2)
+        _made_on(at_b, "b3", added=1)
+        _made_on(at_a, "a4")
+        owners = {c: lease(postgres_db, c)[0] for c in ("a0", "a2", "a4", "b1", "b3")}
+        expected = at_a.call("list_combats")
+        assert [r["combat"] for r in expected] == ["a0", "a2", "a4", "b1", "b3"]
+        seqs = {r["combat"]: r["seq"] for r in expected}
+        assert seqs == {c: lease(postgres_db, c)[2] for c in owners}
+        assert seqs["a2"] > seqs["a0"]
+        assert {r["ruleset"] for r in expected} == {"marvel"}
+        assert at_b.call("list_combats") == expected
+        pages = [at_b.call("list_combats", limit=2)]
+        while len(pages[-1]) == 2:
+            pages.append(at_b.call("list_combats", after=pages[-1][-1]["combat"], limit=2))
+        assert [[r["combat"] for r in p] for p in pages] == [["a0", "a2"], ["a4", "b1"], ["b3"]]
+        assert [r for p in pages for r in p] == expected
+        assert at_b.call("list_combats", after="a2", limit=2) == expected[2:4]
+        first = b.client().call("subscribe_all", limit=2)
+        assert first == {"seqs": {"a0": seqs["a0"], "a2": seqs["a2"]}, "until": "a2", "more": True}
+        everything = b.client().call("subscribe_all")
+        assert everything == {"seqs": seqs, "until": "b3", "more": False}
+        assert {c: lease(postgres_db, c)[0] for c in owners} == owners
+    finally:
+        stop_all(a, b)
+
+
+def test_a_combat_listed_on_another_daemon_is_followed_from_the_seq_listed(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A ``subscribe_all`` on B names a combat A made since B started at its last seq; every
+    later event of it comes to B's subscriber once, none before. B's answer named no such
+    combat."""
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        _made_on(at_a, "bank")
+        made = lease(postgres_db, "bank")[2]
+        assert at_b.call("subscribe_all")["seqs"] == {"bank": made}
+        last = _add(at_a, "thor")
+        seen = _events(at_b, last - made)
+        assert [(e["combat"], e["seq"]) for e in seen] == [
+            ("bank", s) for s in range(made + 1, last + 1)
+        ]
+    finally:
+        stop_all(a, b)
+
+
+def test_r16_list_combats_on_another_daemon_shows_each_table_its_own_combats_made_there(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """Read from the database, B's list is still cut to the session's tables: a token of
+    table One on B lists One's combats A made and none of Two's, in ``list_combats`` and
+    ``subscribe_all`` alike; Two's token the reverse; the operator both. B listed none of
+    them."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = Daemon(tmp_path / "a", None, "--store", postgres_db)
+    b = Daemon(tmp_path / "b", free_port(), "--store", postgres_db)
+    postgresql.migrate(postgres_db)  # for the CLI: the daemons are not started yet
+    one = cli(a, "table", "add", "One").strip()
+    two = cli(a, "table", "add", "Two").strip()
+    # The tables and tokens are the database's: B's too.
+    secrets = {one: a.token("narrator", "--table", one), two: a.token("observer", "--table", two)}
+    a.start()
+    b.start()
+    try:
+        at_a = a.client()
+        made = {one: [f"{one}/vault", f"{one}/bank"], two: [f"{two}/secret"]}
+        for combat in (*made[one], *made[two]):
+            _made_on(at_a, combat)
+        assert b.tcp_port is not None
+        for table, combats in made.items():
+            at_b = Client.tcp(b.tcp_port)
+            at_b.hello(secrets[table])
+            listed = sorted(combats)
+            assert [r["combat"] for r in at_b.call("list_combats")] == listed
+            assert [r["combat"] for r in at_b.call("list_combats", limit=1)] == listed[:1]
+            assert list(at_b.call("subscribe_all")["seqs"]) == listed
+        everything = sorted([*made[one], *made[two]])
+        assert [r["combat"] for r in b.client().call("list_combats")] == everything
+    finally:
+        stop_all(a, b)
+
+
+def test_a_quarantined_combat_keeps_its_row_among_combats_listed_from_the_database(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A combat B quarantined (an event it cannot read) shows as quarantined in B's list
+    (quarantine is B's alone: the database does not know it), beside combats A made that B
+    never read, listed from their stored rows; A lists it as it reads it. B's list had only
+    the combat it had read."""
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        _made_on(at_a, "bank")
+        made = lease(postgres_db, "bank")[2]
+        at_b.call("subscribe", combat="bank", after=made)
+        newer = msgpack.packb({"event": "from_a_newer_daemon", "at": 1.0})
+        sql(
+            postgres_db,
+            "INSERT INTO turnkeeper.events (combat_id, seq, body) VALUES ('bank', %s, %s)",
+            made + 1,
+            newer,
+        )
+        sql(
+            postgres_db,
+            "UPDATE turnkeeper.combats SET last_seq = %s WHERE combat_id = 'bank'",
+            made + 1,
+        )
+        sql(postgres_db, "SELECT pg_notify(%s, %s)", changes.CHANNEL, f'[["bank", {made + 1}]]')
+        assert _until_refused(b.client(), "bank").code == "combat_quarantined"
+        _made_on(at_a, "cellar")
+        _made_on(at_a, "vault")
+        rows = at_b.call("list_combats")
+        assert [r["combat"] for r in rows] == ["bank", "cellar", "vault"]
+        assert rows[0]["quarantined"].startswith(f"replay failed at event {made + 1}")
+        assert rows[1:] == at_a.call("list_combats", after="bank")
+        assert b.client().call("subscribe_all")["seqs"] == {"cellar": made, "vault": made}
+    finally:
+        stop_all(a, b)
+
+
 # -- two stores in one process, where a race must be forced ----------------------------------
 
 
@@ -483,9 +634,8 @@ async def test_events_a_follower_could_not_tell_are_told_at_its_next_read_not_sk
     read to be told, and that read fails (the server away a moment). The next commit's read
     tells them all, from the first: the seq told had been moved on before the telling."""
     async with _holder_and_follower(postgres_db) as (holder, follower):
-        await _made_with_a_hidden_lurker(holder, "bank")
         watcher = _Seen()
-        follower.subscribe_all(watcher)
+        await follower.subscribe_all(watcher)
         read = follower.store.events_after
         failed: list[int] = []
 
@@ -496,8 +646,7 @@ async def test_events_a_follower_could_not_tell_are_told_at_its_next_read_not_sk
             return await read(combat_id, after, limit)
 
         monkeypatch.setattr(follower.store, "events_after", failing_once)
-        thor = cmd.AddCombatant("thor", "Thor")
-        await holder.execute("p", NARRATOR, "bank", thor, "bank-thor")
+        await _made_with_a_hidden_lurker(holder, "bank")
         await _until(lambda: bool(failed))
         hulk = cmd.AddCombatant("hulk", "Hulk")
         await holder.execute("p", NARRATOR, "bank", hulk, "bank-hulk")
@@ -542,7 +691,7 @@ async def test_a_subscribe_all_keeps_no_more_combats_followed_than_the_bound(
     monkeypatch.setattr(follow, "MAX_FOLLOWED", 2)
     async with _holder_and_follower(postgres_db) as (holder, follower):
         watcher = _Seen()
-        follower.subscribe_all(watcher)
+        await follower.subscribe_all(watcher)
         names = [f"c{n}" for n in range(4)]
         for round_ in ("made", "thor", "hulk"):
             for combat in names:
@@ -568,9 +717,10 @@ async def test_a_subscribe_all_knows_no_more_combats_made_elsewhere_than_max_com
         names = [f"c{n}" for n in range(3)]
         for combat in names:
             await _made_with_a_hidden_lurker(holder, combat)
-        watcher = _Seen()
-        follower.subscribe_all(watcher)
         monkeypatch.setattr(registry, "MAX_COMBATS", 2)
+        watcher = _Seen()
+        # Each listed, two known from its answer on.
+        assert len((await follower.subscribe_all(watcher))["seqs"]) == 3
         for combat in names:
             add = cmd.AddCombatant("thor", "Thor")
             await holder.execute("p", NARRATOR, combat, add, f"{combat}-thor")
@@ -591,7 +741,7 @@ async def test_a_subscribe_all_judges_a_combat_made_elsewhere_by_the_table_told_
     one, two = "t0000000001", "t0000000002"
     async with _holder_and_follower(postgres_db) as (holder, follower):
         watcher = _Seen()
-        follower.subscribe_all(watcher, scope=frozenset({one}))
+        await follower.subscribe_all(watcher, scope=frozenset({one}))
         located: list[str] = []
         locate = follower.store.locate
 
@@ -606,3 +756,54 @@ async def test_a_subscribe_all_judges_a_combat_made_elsewhere_by_the_table_told_
         assert list(_seqs(watcher)) == [f"{one}/vault"]
         assert f"{two}/bank" not in follower.combats
         assert located == []
+
+
+@pytest.mark.anyio
+async def test_a_list_the_database_does_not_answer_in_time_is_store_unavailable(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page read from a database that does not answer is given up after the store's read
+    timeout, answered ``store_unavailable``; a ``subscribe_all`` refused so subscribes
+    nothing, and one asked again once the server answers is served."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        store = follower.store
+        assert isinstance(store, PostgresStore)
+        monkeypatch.setattr(postgresql, "READ_TIMEOUT", 0.2)
+        page = store._combat_page
+
+        def hung(*args: Any) -> Any:
+            time.sleep(1.0)
+            return page(*args)
+
+        monkeypatch.setattr(store, "_combat_page", hung)
+        watcher = _Seen()
+        for read in (follower.summaries(), follower.subscribe_all(watcher)):
+            with pytest.raises(StoreError) as refused:
+                await read
+            assert refused.value.code == "store_unavailable"
+        assert not follower.subscriptions.follows_all(watcher)
+        monkeypatch.setattr(store, "_combat_page", page)
+        await anyio.sleep(1.0)  # the hung read ends, freeing the reader's session
+        assert list((await follower.subscribe_all(watcher))["seqs"]) == ["bank"]
+
+
+@pytest.mark.anyio
+async def test_combats_another_daemon_made_are_known_here_only_while_there_is_room(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``MAX_COMBATS`` a combat made elsewhere is still listed, from the database, but
+    not known here; reading it is refused with ``too_many_combats`` rather than known past
+    the bound. A read added it whatever the bound."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        for combat in ("c0", "c1", "c2"):
+            await _made_with_a_hidden_lurker(holder, combat)
+        monkeypatch.setattr(registry, "MAX_COMBATS", 1)
+        rows = await follower.summaries()
+        assert [r["combat"] for r in rows] == ["c0", "c1", "c2"]
+        assert list(follower.combats) == ["c0"]
+        with pytest.raises(RequestError) as refused:
+            await follower.view("c2", NARRATOR)
+        assert (refused.value.code, refused.value.field) == ("too_many_combats", "combat")
+        assert list(follower.combats) == ["c0"]
+        assert (await follower.view("c0", NARRATOR)) is not None

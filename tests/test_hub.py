@@ -17,7 +17,7 @@ import pytest
 
 from daemon import CALL_TIMEOUT
 from story import OBSERVER, Story, player
-from turnkeeper.combats import Hub, RequestError, deadlines, queries, registry, writer
+from turnkeeper.combats import Hub, RequestError, deadlines, listing, registry, writer
 from turnkeeper.combats import hub as facade
 from turnkeeper.combats.telling import Batch
 from turnkeeper.combats.telling import numbered as shown_to
@@ -123,8 +123,9 @@ async def test_a_quarantined_combats_row_shows_its_reason_cut_short(tmp_path: Pa
     async with anyio.create_task_group() as tg:
         await tg.start(store.run)
         await hub.execute("p", NARRATOR, "bad", c.CreateCombat("bad", "marvel"), "r")
-        hub.combats["bad"].quarantined = "x" * (queries.MAX_REASON_CHARS * 10)
-        assert hub.summaries() == [{"combat": "bad", "quarantined": "x" * queries.MAX_REASON_CHARS}]
+        hub.combats["bad"].quarantined = "x" * (listing.MAX_REASON_CHARS * 10)
+        cut = "x" * listing.MAX_REASON_CHARS
+        assert await hub.summaries() == [{"combat": "bad", "quarantined": cut}]
         await store.stop()
     store.close()
 
@@ -552,7 +553,7 @@ async def test_r16_an_audience_shares_one_batch_per_command_and_sees_only_its_ow
         await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "create")
         for follower in [*gms, told, *players]:
             await hub.subscribe("k", follower, hub.combats["k"].seq)
-        hub.subscribe_all(everywhere)
+        await hub.subscribe_all(everywhere)
         hidden = c.AddCombatant("spy", "Spy", hidden=True)
         await hub.execute("p", NARRATOR, "k", hidden, "hide")
         await hub.execute("p", NARRATOR, "k", c.AddCombatant("ann", "Ann"), "add")
@@ -604,10 +605,10 @@ async def test_a_subscriber_that_leaves_as_it_is_handed_its_batch_cuts_no_one_el
         for follower in leaving:
             follower.hub = hub
             await hub.subscribe("k", follower, hub.combats["k"].seq)
-            hub.subscribe_all(follower)
+            await hub.subscribe_all(follower)
         for follower in others:
             await hub.subscribe("k", follower, hub.combats["k"].seq)
-            hub.subscribe_all(follower)
+            await hub.subscribe_all(follower)
         await hub.execute("p", NARRATOR, "k", c.AddCombatant("ann", "Ann"), "add")
         assert [len(f.batches) for f in others] == [2, 2]
         assert len(leaving[0].batches) + len(leaving[1].batches) >= 2
@@ -636,7 +637,7 @@ async def test_a_subscriber_that_cannot_keep_up_loses_its_record_and_may_subscri
         await tg.start(store.run)
         await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "create")
         await hub.subscribe("k", stalled, hub.combats["k"].seq)
-        hub.subscribe_all(stalled)
+        await hub.subscribe_all(stalled)
         with pytest.raises(RequestError) as twice:
             await hub.subscribe("k", stalled, hub.combats["k"].seq)
         assert twice.value.code == "already_subscribed"

@@ -50,7 +50,7 @@ LIMIT_MODULES = {
     "registry": "turnkeeper.combats.registry",
     "rebuild": "turnkeeper.combats.rebuild",
     "fanout": "turnkeeper.combats.fanout",
-    "queries": "turnkeeper.combats.queries",
+    "listing": "turnkeeper.combats.listing",
     "hooks": "turnkeeper.combats.hooks",
     "clock": "turnkeeper.combats.clock",
     "store": "turnkeeper.store",

@@ -23,6 +23,7 @@ from ..tables import Scope
 from .combat import Combat
 from .errors import RequestError
 from .follow import Follower
+from .listing import Lister
 from .registry import Combats
 from .telling import Batch, audience, numbered, packed
 
@@ -65,8 +66,11 @@ class Subscriber(Protocol):
 class SubscriptionRegistry:
     """Who follows which combat, and who follows all of them (``subscribe_all``)."""
 
-    def __init__(self, store: StorePort, combats: Combats, reader: Follower, rules: RuleBook):
+    def __init__(
+        self, store: StorePort, combats: Combats, reader: Follower, rules: RuleBook, lister: Lister
+    ):
         self._store = store
+        self._lister = lister
         self._combats = combats
         self._reader = reader
         self._rules = rules
@@ -173,25 +177,31 @@ class SubscriptionRegistry:
         self._by_subscriber.setdefault(subscriber, set()).add(combat.id)
         return combat.seq
 
-    def subscribe_all(
+    async def subscribe_all(
         self, subscriber: Subscriber, limit: int | None = None, scope: Scope = None
     ) -> Plain:
         """Live events of every combat, new ones included, from now on. The last seq of each
-        combat of the first page (see ``Combats.page``) is returned, so a client can catch up
+        combat of the first page (see ``Lister.page``) is returned, so a client can catch up
         on any with ``history``; ``until`` is the page's last id and ``more`` whether combats
         follow it, whose seqs ``list_combats`` pages on with. A refused request subscribes
         nothing. ``scope`` is the tables followed (None: every table)."""
         if self.follows_all(subscriber):
             raise RequestError("already_subscribed", "subscribed to all already", "method")
-        page = self._combats.page(None, limit, scope)
-        seqs: dict[str, Plain] = {c.id: c.seq for c in page if c.quarantined is None}
+        page, more = await self._lister.page(None, limit, scope)
+        # Registered with nothing awaited since the page was made (``Lister.page``), and only
+        # if no other ``subscribe_all`` of this subscriber got in while it was read.
+        if self.follows_all(subscriber):
+            raise RequestError("already_subscribed", "subscribed to all already", "method")
+        seqs: dict[str, Plain] = {
+            str(r["combat"]): r["seq"] for r in page if "quarantined" not in r
+        }
         if scope is None:
             _join(self._everywhere, subscriber)
         else:
             self._tables[subscriber] = set()
             self.widen(subscriber, scope)
-        until = page[-1].id if page else None
-        return {"seqs": seqs, "until": until, "more": len(page) < self._combats.count(scope)}
+        until = page[-1]["combat"] if page else None
+        return {"seqs": seqs, "until": until, "more": more}
 
     def widen(self, subscriber: Subscriber, tables: frozenset[str]) -> None:
         """Add ``tables`` to what a ``subscribe_all`` scoped to tables follows (a table its

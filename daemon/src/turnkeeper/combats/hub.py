@@ -28,6 +28,7 @@ from .deadlines import Deadlines
 from .fanout import Subscriber, SubscriptionRegistry
 from .follow import Follower
 from .hooks import HookWorkers
+from .listing import Lister
 from .queries import Queries
 from .rebuild import SNAPSHOT_EVERY, Rebuilder
 from .registry import Combats
@@ -100,13 +101,16 @@ class Hub:
         self.rebuilder = Rebuilder(store, self.registry, self.deadlines, clock, snapshot_every)
         # On a store many daemons share, what this daemon reads but another holds is followed.
         self.follower = Follower(store, self.registry, self.rebuilder)
-        self.subscriptions = SubscriptionRegistry(store, self.registry, self.follower, self.rules)
+        lister = Lister(store, self.registry, self.follower)
+        self.subscriptions = SubscriptionRegistry(
+            store, self.registry, self.follower, self.rules, lister
+        )
         self.follower.publish = self.subscriptions.publish
         self.follower.watched = self.subscriptions.watched
         self.follower.subscribed = self.subscriptions.subscribed
         self.follower.follows_table = self.subscriptions.follows_table
         self.rebuilder.acquired = self.follower.handover
-        self.queries = Queries(store, self.registry, self.follower, self.rules)
+        self.queries = Queries(store, self.registry, self.follower, self.rules, lister)
         self.hooks = HookWorkers()
         self.writer = Writer(
             store=store,
@@ -254,11 +258,11 @@ class Hub:
         """A command result's events with their narrated lines."""
         return self.queries.told(combat_id, events, actor, locale)
 
-    def summaries(
+    async def summaries(
         self, after: str | None = None, limit: int | None = None, scope: Scope = None
     ) -> Plain:
         """One row per combat of a page of ``scope``'s tables (None: every table)."""
-        return self.queries.summaries(after, limit, scope)
+        return await self.queries.summaries(after, limit, scope)
 
     def plugin_listing(self, counters: bool = True) -> Plain:
         """The plugins loaded (with their counters, if ``counters``), failed and skipped. The
@@ -279,12 +283,12 @@ class Hub:
         """Missed events, then live ones (see ``SubscriptionRegistry.subscribe``)."""
         return await self.subscriptions.subscribe(combat_id, subscriber, after, scope)
 
-    def subscribe_all(
+    async def subscribe_all(
         self, subscriber: Subscriber, limit: int | None = None, scope: Scope = None
     ) -> Plain:
         """Live events of every combat of ``scope``'s tables (see
         ``SubscriptionRegistry.subscribe_all``)."""
-        return self.subscriptions.subscribe_all(subscriber, limit, scope)
+        return await self.subscriptions.subscribe_all(subscriber, limit, scope)
 
     def visible(self, combat_id: str, scope: Scope) -> bool:
         """Whether a session of ``scope`` may know of ``combat_id`` (see ``Combats.visible``)."""

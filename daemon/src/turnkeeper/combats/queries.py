@@ -11,18 +11,19 @@ from ..stores.port import StoreError, StorePort
 from ..tables import Scope
 from .combat import Combat
 from .follow import Follower
+from .listing import Lister
 from .registry import Combats
 from .telling import audience, numbered, told
-
-MAX_REASON_CHARS = 200
-"""Longest quarantine reason a ``list_combats`` row shows; the daemon's log has it whole."""
 
 
 class Queries:
     """What clients read of the combats (``Combats``, rebuilt on first use by ``Rebuilder``)."""
 
-    def __init__(self, store: StorePort, combats: Combats, reader: Follower, rules: RuleBook):
+    def __init__(
+        self, store: StorePort, combats: Combats, reader: Follower, rules: RuleBook, lister: Lister
+    ):
         self._store = store
+        self._lister = lister
         self._combats = combats
         self._reader = reader
         self._rules = rules
@@ -94,23 +95,10 @@ class Queries:
         state = self._combats.by_id[combat_id].state
         return told(state, events, actor, locale, self._rules)
 
-    def summaries(
+    async def summaries(
         self, after: str | None = None, limit: int | None = None, scope: Scope = None
     ) -> Plain:
-        """One row per combat of a page of ``scope``'s tables (see ``Combats.page``), for
-        every role (ids, rulesets, phases and rounds are not secret within a table): from the
-        stored summary while a combat is not rebuilt yet."""
-        rows: list[Plain] = []
-        for c in self._combats.page(after, limit, scope):
-            if c.quarantined is not None:
-                reason = c.quarantined[:MAX_REASON_CHARS]
-                rows.append({"combat": c.id, "quarantined": reason})
-                continue
-            known = c.summary or {
-                "ruleset": c.state.ruleset,
-                "phase": c.state.phase,
-                "round": c.state.round,
-            }
-            row = {k: known.get(k) for k in ("ruleset", "phase", "round")}
-            rows.append({"combat": c.id, **row, "seq": c.seq})
-        return rows
+        """One row per combat of a page of ``scope``'s tables (see ``Lister.page``), for
+        every role (ids, rulesets, phases and rounds are not secret within a table)."""
+        rows, _ = await self._lister.page(after, limit, scope)
+        return list(rows)

@@ -21,7 +21,8 @@ from ..stores.port import Batch, LoadedCombat, SharedStore, StoreError, StorePor
 from ..tables import DEFAULT_TABLE, Scope
 from .combat import UNBUILT, Combat, summary
 from .deadlines import Deadlines
-from .registry import Combats, unknown_combat, usable
+from .errors import RequestError
+from .registry import MAX_COMBATS, Combats, unknown_combat, usable
 
 log = structlog.get_logger("turnkeeper.combats")
 
@@ -187,6 +188,13 @@ class Rebuilder:
         if combat_id not in self.combats.by_id and self.shared is not None:
             table = await anyio.to_thread.run_sync(self.shared.locate, combat_id)
             if table is not None and combat_id not in self.combats.by_id:
+                if scope is not None and table not in scope:
+                    raise unknown_combat(combat_id)
+                if not self.combats.has_room():
+                    # Known it would stay, as every combat does: the bound holds for all.
+                    raise RequestError(
+                        "too_many_combats", "at most {limit} combats", "combat", limit=MAX_COMBATS
+                    )
                 self.combats.add(Combat(combat_id, UNBUILT, 0, loaded=False, table=table))
         found = self.combats.known(combat_id)
         if scope is not None and found.table not in scope:

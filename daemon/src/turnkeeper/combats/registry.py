@@ -36,6 +36,17 @@ def unknown_combat(combat_id: str) -> RequestError:
     return RequestError("unknown_combat", "no combat {id!r}", "combat", id=combat_id)
 
 
+def too_large() -> RequestError:
+    """The refusal of a page asked without ``limit`` that would name more than
+    ``MAX_COMBAT_PAGE`` combats."""
+    return RequestError(
+        "result_too_large",
+        "more than {limit} combats: page with after and limit",
+        "limit",
+        limit=MAX_COMBAT_PAGE,
+    )
+
+
 def usable(combat: Combat) -> Combat:
     """``combat``, refused if quarantined."""
     if combat.quarantined is not None:
@@ -143,10 +154,6 @@ class Combats:
             return [self.ids]
         return [self.by_table[t] for t in scope if t in self.by_table]
 
-    def count(self, scope: Scope = None) -> int:
-        """How many combats the tables of ``scope`` hold (None: every table)."""
-        return sum(len(ids) for ids in self._lists(scope))
-
     def page(self, after: str | None, limit: int | None, scope: Scope = None) -> list[Combat]:
         """The combats of ``scope``'s tables (None: every table) whose ids sort after
         ``after`` (all with None), in id order: ``limit`` of them at most, or every one,
@@ -159,13 +166,17 @@ class Combats:
             limit is None
             and sum(len(ids) - s for ids, s in zip(lists, starts, strict=True)) > MAX_COMBAT_PAGE
         ):
-            raise RequestError(
-                "result_too_large",
-                "more than {limit} combats: page with after and limit",
-                "limit",
-                limit=MAX_COMBAT_PAGE,
-            )
-        size = MAX_COMBAT_PAGE if limit is None else limit
+            raise too_large()
+        return self._first(lists, starts, MAX_COMBAT_PAGE if limit is None else limit)
+
+    def first(self, after: str | None, count: int, scope: Scope = None) -> list[Combat]:
+        """Up to ``count`` combats of ``scope``'s tables whose ids sort after ``after``, in
+        id order, however many there are."""
+        lists = self._lists(scope)
+        starts = [0 if after is None else bisect.bisect_right(ids, after) for ids in lists]
+        return self._first(lists, starts, count)
+
+    def _first(self, lists: list[list[str]], starts: list[int], size: int) -> list[Combat]:
         if len(lists) == 1:
             page = lists[0][starts[0] : starts[0] + size]
         else:

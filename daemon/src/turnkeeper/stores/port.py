@@ -9,12 +9,23 @@ which came first; every store raises the same ``StoreError`` codes for the same 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..store import FIRST_EPOCH, Batch, LoadedCombat, StoreError
+
+
+class ListedCombat(NamedTuple):
+    """A combat as a shared store lists it (``SharedStore.combat_page``): its row and its last
+    summary (None if it has none or the summary does not decode)."""
+
+    combat_id: str
+    table: str
+    ruleset: str
+    seq: int
+    summary: Any
 
 
 class StorePort(Protocol):
@@ -110,6 +121,13 @@ class SharedStore(StorePort, Protocol):
     def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
         """The last seq of each of these combats the store holds (any thread)."""
 
+    async def combat_page(
+        self, after: str | None, count: int, tables: frozenset[str] | None
+    ) -> list[ListedCombat]:
+        """Up to ``count`` combats of ``tables`` (None: every table) whose ids sort after
+        ``after`` (from the first with None), in code-point order of their ids, read in a
+        worker thread; ``store_unavailable`` if the server does not answer in time."""
+
     async def follow_changes(
         self,
         woken: Callable[[dict[str, tuple[int, str | None]] | None], None],
@@ -122,4 +140,12 @@ class SharedStore(StorePort, Protocol):
         ``task_group.start`` (then it listens)."""
 
 
-__all__ = ["FIRST_EPOCH", "Batch", "LoadedCombat", "SharedStore", "StoreError", "StorePort"]
+__all__ = [
+    "FIRST_EPOCH",
+    "Batch",
+    "ListedCombat",
+    "LoadedCombat",
+    "SharedStore",
+    "StoreError",
+    "StorePort",
+]

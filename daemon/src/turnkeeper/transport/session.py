@@ -646,7 +646,7 @@ def _seen(session: Session, combat_id: str) -> str:
 
 async def _list_combats(session: Session, params: Mapping[str, Any]) -> Plain:
     after = text(params, "after", required=False)
-    return session.hub.summaries(after, _page_limit(params), session.scope)
+    return await session.hub.summaries(after, _page_limit(params), session.scope)
 
 
 async def _list_plugins(session: Session, params: Mapping[str, Any]) -> Plain:
@@ -686,7 +686,7 @@ async def _unsubscribe(session: Session, params: Mapping[str, Any]) -> Plain:
 
 
 async def _subscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
-    return session.hub.subscribe_all(session, _page_limit(params), session.scope)
+    return await session.hub.subscribe_all(session, _page_limit(params), session.scope)
 
 
 async def _unsubscribe_all(session: Session, params: Mapping[str, Any]) -> Plain:
