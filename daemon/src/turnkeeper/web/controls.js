@@ -75,7 +75,9 @@ function actionFields(scene, prefix, types) {
   const custom = h("input", { name: "custom", maxlength: MAX_ID, autocomplete: "off", "data-testid": prefix + "-custom" });
   const type = select({ name: "type", "data-testid": prefix + "-action-type" }, [], null);
   const description = h("input", { name: "description", maxlength: MAX_TEXT, autocomplete: "off", "data-testid": prefix + "-description" });
-  const targets = scene.lineup.filter((c) => c.status === "active");
+  // Any combatant not removed is a target the daemon takes: a defeated one too (a finishing
+  // blow, help to a fallen ally).
+  const targets = scene.lineup.filter((c) => c.status !== "removed");
   const target = select({ name: "target", "data-testid": prefix + "-target" },
     [["", t("nobody")], ...targets.map((c) => [c.id, c.name])], "");
   const customField = field(t("Which action"), custom);
@@ -357,7 +359,9 @@ export function controls(scene, run, refuse) {
   const narrator = session.role === "narrator";
   const parts = [];
   if (view.phase !== "ended") {
-    if (narrator && (view.phase === "setup" || view.phase === "initiative")) {
+    // start_combat needs an active combatant (no_combatants): none is offered before one is added.
+    const someoneActive = scene.lineup.some((c) => c.status === "active");
+    if (narrator && (view.phase === "setup" || view.phase === "initiative") && someoneActive) {
       parts.push(group(t("Combat"), "combat-controls", null, h("div", { class: "row" },
         button(t("Start combat"), "start-combat", () => run("startCombat", {}), "primary"))));
     }
