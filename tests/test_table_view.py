@@ -189,7 +189,8 @@ def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_pa
     counting down and a condition with its duration; then, by its own buttons, end turn, a
     reservation with its trigger (a refused one first, with the daemon's message; the form keeps
     what was typed when another tool's change redraws the controls), no hold and only movement
-    left to reserve once it is made (R9, R10), a hold (a fraction refused by the page) and when
+    left to reserve once it is made (R9, R10), a hold (a fraction and a number below the
+    daemon's lowest refused by the page) and when
     it is taken, an open reaction window (announced by another tool: the page follows live)
     with claim and pass, finishing the reaction, and undo."""
     with running(tmp_path, http=True) as d:
@@ -217,6 +218,7 @@ def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_pa
         "after reserving: hold 0, reservable movement",
         "end turn: Round 1",
         "hold at 12.5: The number to act at is a whole number, or leave it empty.",
+        "hold at -1000001: The number to act at is no lower than -1000000.",
         "hold: Spider-Man holding",
         "take held turn: acts just after Sabretooth",
         "held turn: Spider-Man, held turn",
@@ -543,7 +545,8 @@ def test_the_forms_offer_only_what_the_rules_and_the_moment_allow(tmp_path: Path
     so and lets no more be ticked; a table whose reactions are all spent still gets its window,
     offered to nobody, as the daemon opens it. The forms take what the daemon takes: a defeated
     target, a defeated combatant's initiative before the order is fixed, and a condition counted
-    on its target's own turns though it names a cause. The page stays 360 px wide."""
+    on its target's own turns though it names a cause; nor does a window offer answers for a
+    combatant defeated since it opened. The page stays 360 px wide."""
     with running(tmp_path, http=True) as d:
         crowd = Narrator(d.client(), "crowd")
         crowd.create("marvel", reaction_refresh="round_start")
@@ -635,6 +638,7 @@ def test_the_forms_offer_only_what_the_rules_and_the_moment_allow(tmp_path: Path
         "offered": 0,
     }
     assert refusals == [("moment_passed", "other")] * 2 + [("combatant_inactive", "other")]
+    assert seen["answersAfterDefeat"] == ["orc"], "nothing offered for the defeated Bat to answer"
     assert "bat" in seen["targets"], "a defeated combatant is a target the daemon takes"
     assert kept["turn"]["combatant"] == "ana"
     assert kept["turn"]["used"] == ["standard"]

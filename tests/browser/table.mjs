@@ -716,6 +716,12 @@ const scenarios = {
     same(await table.turn(), "spidey", "no hold sent for 12.5");
     steps.push(`hold at 12.5: ${fraction.text}`);
     await table.shot("hold-fraction");
+    // Below the lowest number the daemon takes (invalid_value): refused by the page.
+    await table.fill("hold-number", "-1000001");
+    await table.click("hold");
+    await table.untilText("error-message", "no lower");
+    same(await table.turn(), "spidey", "no hold sent for -1000001");
+    steps.push(`hold at -1000001: ${await table.text("error-message")}`);
     await table.fill("hold-number", "");
     await table.click("hold");
     await table.untilShown("hold-spidey");
@@ -1059,13 +1065,17 @@ const scenarios = {
     await keep.untilTurn("bat");
     await keep.unfold("announce-form");
     await keep.locator("offer-orc").check();
+    await keep.locator("offer-bat").check();
     await keep.fill("announce-text", "The bat screeches");
     await keep.click("announce");
-    await keep.untilShown("answer-orc");
+    await keep.untilShown("answer-bat");
     await keep.unfold("manage");
     await keep.choose("manage-who", "bat");
     await keep.click("defeat");
     await keep.untilText("combatant-bat", "Defeated");
+    // The defeated Bat answers nothing: no pass offered for it, only the Orc's.
+    await keep.untilGone("answer-bat");
+    seen.answersAfterDefeat = (await keep.observe()).answers;
     await keep.untilShown("no-moment-ana");
     seen.noMoment = {
       text: await keep.text("no-moment-ana"),

@@ -27,7 +27,7 @@ export const MAX_TEXT = 2000;
 /** The most tags, targets or combatants offered a window in one list (decide.MAX_ITEMS). */
 export const MAX_ITEMS = 32;
 /** The largest number the engine takes for a modifier or a score (MAX_NUMBER, ±1,000,000). */
-const MAX_NUMBER = 1000000;
+export const MAX_NUMBER = 1000000;
 
 /** A titled form; `scope` names what it is about (see rebuildKeepingInput). */
 export function form(title, testid, scope, onsubmit, ...body) {
