@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from daemon import Client, Daemon, create_many, running
+from daemon import CallError, Client, Daemon, create_many, running
 from node import node
 from turnkeeper.combats.registry import MAX_COMBAT_PAGE
 
@@ -189,7 +189,8 @@ def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_pa
     counting down and a condition with its duration; then, by its own buttons, end turn, a
     reservation with its trigger (a refused one first, with the daemon's message; the form keeps
     what was typed when another tool's change redraws the controls), no hold and only movement
-    left to reserve once it is made (R9, R10), a hold (a fraction refused by the page) and when
+    left to reserve once it is made (R9, R10), a hold (a fraction and a number below the
+    daemon's lowest refused by the page) and when
     it is taken, an open reaction window (announced by another tool: the page follows live)
     with claim and pass, finishing the reaction, and undo."""
     with running(tmp_path, http=True) as d:
@@ -217,6 +218,7 @@ def test_narrator_page_shows_the_marvel_combat_live_and_its_controls_work(tmp_pa
         "after reserving: hold 0, reservable movement",
         "end turn: Round 1",
         "hold at 12.5: The number to act at is a whole number, or leave it empty.",
+        "hold at -1000001: The number to act at is no lower than -1000000.",
         "hold: Spider-Man holding",
         "take held turn: acts just after Sabretooth",
         "held turn: Spider-Man, held turn",
@@ -422,7 +424,8 @@ def test_r16_tables_the_page_shows_only_its_tables_combats(tmp_path: Path) -> No
     without the table's prefix, the header names the table, and its combat opens; a combat it
     creates from the picker, named without the prefix, is the table's, and a double click on
     Create combat sends one create_combat and shows no error; a name that the table's prefix
-    makes longer than 128 characters is refused by the page."""
+    makes longer than 128 characters is refused by the page. With nobody in it yet, the new
+    combat offers no Start combat (the daemon refuses it, no_combatants)."""
     with running(tmp_path, http=True) as d:
         argv = [sys.executable, "-m", "turnkeeper.cli", "table", "add", "Friday"]
         made = subprocess.run(
@@ -537,8 +540,13 @@ def test_the_forms_offer_only_what_the_rules_and_the_moment_allow(tmp_path: Path
     come (the daemon refuses the rest, moment_passed); the rule options show, read-only, and
     shape the forms (no window for a marvel reaction spent, till the round's start; dnd3e 3.5
     readies a free action, 3.0 has a delay floor the page refuses to go below; the last to act
-    in a dnd3e round has no moment left to delay to). A window among more combatants than one may be
-    offered to says so and lets no more be ticked, and the page stays 360 px wide."""
+    in a dnd3e round has no moment left to delay to, and a delayer whose every moment has gone
+    is told so, offered none). A window among more combatants than one may be offered to says
+    so and lets no more be ticked; a table whose reactions are all spent still gets its window,
+    offered to nobody, as the daemon opens it. The forms take what the daemon takes: a defeated
+    target, a defeated combatant's initiative before the order is fixed, and a condition counted
+    on its target's own turns though it names a cause; nor does a window offer answers for a
+    combatant defeated since it opened. The page stays 360 px wide."""
     with running(tmp_path, http=True) as d:
         crowd = Narrator(d.client(), "crowd")
         crowd.create("marvel", reaction_refresh="round_start")
@@ -558,7 +566,52 @@ def test_the_forms_offer_only_what_the_rules_and_the_moment_allow(tmp_path: Path
             keep("add_combatant", id=cid, display_name=name, init_mod=mod)
             keep("roll_initiative", combatant=cid, faces=[face])
         keep("start_combat")
-        seen = scenario(d, "rules", tmp_path, token=d.token("narrator"), crowd="crowd", keep="keep")
+        duel = Narrator(d.client(), "duel")
+        duel.create("marvel", window_deadline=120.0)
+        for cid, name, mod in (("ava", "Ava", 2), ("bo", "Bo", 1), ("cy", "Cy", 2)):
+            duel("add_combatant", id=cid, display_name=name, init_mod=mod)
+        duel("roll_initiative", combatant="ava", faces=[4, 4, 4])
+        duel("defeat_combatant", combatant="cy")
+        refusals: list[tuple[str, str]] = []
+
+        def no_moment() -> None:
+            for when, other in (("after", "orc"), ("before", "orc"), ("after", "bat")):
+                try:
+                    keep("take_held_turn", combatant="ana", when=when, other=other)
+                except CallError as refused:
+                    refusals.append((refused.code, refused.field))
+
+        def spend() -> None:
+            # No Fantastic, no bonus round; Cy is out: Ava's turn. Both claim one window.
+            duel("roll_initiative", combatant="bo", faces=[2, 2, 3])
+            duel("start_combat")
+            facts = {"event": "narrated", "text": "A shot"}
+            duel("announce_trigger", facts=facts, offer=["ava", "bo"])
+            view = duel.client.call("get_combat", combat="duel")["view"]
+            for cid in ("ava", "bo"):
+                duel(
+                    "claim_reaction",
+                    window=view["window"]["id"],
+                    combatant=cid,
+                    action={"kind": "attack"},
+                )
+            while (
+                w := duel.client.call("get_combat", combat="duel")["view"]["window"]
+            ) is not None:
+                duel("finish_reaction", window=w["id"], combatant=w["sequence"][w["index"]])
+
+        seen = scenario(
+            d,
+            "rules",
+            tmp_path,
+            {"no-moment": no_moment, "spend": spend},
+            token=d.token("narrator"),
+            crowd="crowd",
+            keep="keep",
+            duel="duel",
+        )
+        kept = keep.client.call("get_combat", combat="keep")["view"]
+        dueled = duel.client.call("get_combat", combat="duel")["view"]
     assert seen["rules"] == {
         "crowd": "RULES Turn timer none Reactions wait only for the answers "
         "A spent reaction comes back at each round's start",
@@ -579,6 +632,32 @@ def test_the_forms_offer_only_what_the_rules_and_the_moment_allow(tmp_path: Path
     assert "speak" in seen["readyKinds"], "3.5 readies a free action"
     assert "When the orc draws" in seen["readied"]
     assert seen["lastDelay"] == {"plan": 0, "delay": 1}, "the last of a round delays with no plan"
+    # Ana delays, the Bat is defeated during a window in its own turn: no moment is left to her.
+    assert seen["noMoment"] == {
+        "text": "No turn before or after which to act is still to come while it holds.",
+        "offered": 0,
+    }
+    assert refusals == [("moment_passed", "other")] * 2 + [("combatant_inactive", "other")]
+    assert seen["answersAfterDefeat"] == ["orc"], "nothing offered for the defeated Bat to answer"
+    assert "bat" in seen["targets"], "a defeated combatant is a target the daemon takes"
+    assert kept["turn"]["combatant"] == "ana"
+    assert kept["turn"]["used"] == ["standard"]
+    # Defeated before the order is fixed, Cy rolled the player's dice from the page.
+    assert seen["duelRollers"] == ["bo", "cy"]
+    assert seen["duelTie"] == ["#ava", "#cy"], "the defeated Cy's exact tie with Ava may be ordered"
+    (dazzled,) = dueled["conditions"]
+    assert [clock["anchor"] for clock in dazzled["clocks"]] == ["bo"], "its own turns: Bo's"
+    # Every reaction at the table spent: the narrator still opens a window, offered to nobody.
+    assert seen["duel"]["spent"] == (
+        "Not offered, their reaction spent until their own next turn: Ava, Bo."
+    )
+    assert seen["duel"]["boxes"] == 0
+    assert seen["duel"]["window"] == {"status": "Open", "offered": "Offered to nobody."}
+    assert seen["duel"]["answers"] == []
+    assert seen["duel"]["close"] == 1
+    window = dueled["window"]
+    assert (window["status"], window["offered"]) == ("open", [])
+    assert window["facts"]["text"] == "The lights go out"
     assert all(size["document"] <= size["viewport"] == 360 for size in seen["sizes"]), seen["sizes"]
 
 

@@ -618,6 +618,8 @@ const scenarios = {
     await picker.untilShown("add-form");
     same(await picker.locator("error").count(), 0, "errors after a double click on Create combat");
     same(gate.requestIds.filter(([method]) => method === "create_combat").length, 1, "create_combat requests");
+    // Nobody in it yet: start_combat would be refused (no_combatants), so it is not offered.
+    same(await picker.locator("start-combat").count(), 0, "Start combat offered with nobody to start");
     await picker.shot("created");
     const created = await picker.page.evaluate(() => new URLSearchParams(location.hash.slice(1)).get("combat"));
     return { options, values, table: await picker.text("table"), created };
@@ -714,6 +716,12 @@ const scenarios = {
     same(await table.turn(), "spidey", "no hold sent for 12.5");
     steps.push(`hold at 12.5: ${fraction.text}`);
     await table.shot("hold-fraction");
+    // Below the lowest number the daemon takes (invalid_value): refused by the page.
+    await table.fill("hold-number", "-1000001");
+    await table.click("hold");
+    await table.untilText("error-message", "no lower");
+    same(await table.turn(), "spidey", "no hold sent for -1000001");
+    steps.push(`hold at -1000001: ${await table.text("error-message")}`);
     await table.fill("hold-number", "");
     await table.click("hold");
     await table.untilShown("hold-spidey");
@@ -1043,6 +1051,85 @@ const scenarios = {
     seen.lastDelay = { plan: await keep.locator("hold-when").count(), delay: await keep.locator("hold").count() };
     await keep.shot("last-delay");
     seen.sizes.push(await bothSizes(keep, "dnd3e-rules"));
+
+    // Round 2: Ana delays, the Orc acts, then the Bat, the last; a window is opened for the Orc
+    // and the Bat is defeated while it is open: its turn is over, the Orc's has been, and a dnd3e
+    // delay never outlasts the round. Ana has no moment left: the page says so, offers none.
+    await keep.click("end-turn");
+    await keep.untilText("round", "Round 2");
+    await keep.untilTurn("ana");
+    await keep.click("hold");
+    await keep.untilShown("held-ana");
+    await keep.untilTurn("orc");
+    await keep.click("end-turn");
+    await keep.untilTurn("bat");
+    await keep.unfold("announce-form");
+    await keep.locator("offer-orc").check();
+    await keep.locator("offer-bat").check();
+    await keep.fill("announce-text", "The bat screeches");
+    await keep.click("announce");
+    await keep.untilShown("answer-bat");
+    await keep.unfold("manage");
+    await keep.choose("manage-who", "bat");
+    await keep.click("defeat");
+    await keep.untilText("combatant-bat", "Defeated");
+    // The defeated Bat answers nothing: no pass offered for it, only the Orc's.
+    await keep.untilGone("answer-bat");
+    seen.answersAfterDefeat = (await keep.observe()).answers;
+    await keep.untilShown("no-moment-ana");
+    seen.noMoment = {
+      text: await keep.text("no-moment-ana"),
+      offered: await keep.locator("held-ana").locator("select, button").count(),
+    };
+    await pause("no-moment");
+    seen.sizes.push(await bothSizes(keep, "no-moment", true));
+    // The window closed, the count reaches Ana's delay floor: her turn, whose action may
+    // target the defeated Bat (the daemon takes any combatant not removed as a target).
+    await keep.click("pass-orc");
+    await keep.untilGone("window-status");
+    await keep.untilTurn("ana");
+    seen.targets = await values(keep, "declare-target");
+    await keep.choose("declare-kind", "attack");
+    await keep.choose("declare-target", "bat");
+    await keep.click("declare");
+    await keep.untilText("turn", "Spent");
+
+    // marvel, before the order is fixed: a defeated combatant still rolls (its player's dice),
+    // and a condition counted on "its own turns" counts the target's even with a cause named.
+    const duel = await TablePage.open(context, "duel", { token: settings.token, combat: settings.duel });
+    await duel.untilShown("roll-form");
+    seen.duelRollers = await values(duel, "roll-who");
+    await duel.choose("roll-who", "cy");
+    await duel.choose("roll-how", "physical");
+    for (const i of [1, 2, 3]) await duel.choose("face-" + i, "4");
+    await duel.click("roll");
+    await duel.until("Cy's total", () =>
+      document.querySelector('[data-testid="combatant-cy"] [data-testid="total"]')?.innerText.includes("14"));
+    // Cy's 14 ties Ava's exactly: the table may order the tie, Cy in it.
+    await duel.untilShown("ties-1");
+    seen.duelTie = await values(duel, "ties-1-1");
+    await duel.unfold("condition-form");
+    await duel.choose("condition-target", "bo");
+    await duel.fill("condition-note", "Dazzled");
+    await duel.choose("condition-source", "ava");
+    await duel.click("apply-condition");
+    await duel.untilText("combatant-bo", "Dazzled");
+    // The table starts and both combatants spend their reactions in one window.
+    await pause("spend");
+    await duel.untilTurn("ava");
+    await duel.unfold("announce-form");
+    await duel.untilText("reaction-spent", "Bo");
+    seen.duel = {
+      spent: await duel.text("reaction-spent"),
+      boxes: await duel.locator("announce-form").locator("input[type=checkbox]").count(),
+    };
+    await duel.fill("announce-text", "The lights go out");
+    await duel.click("announce");
+    await duel.untilShown("window-status");
+    seen.duel.window = { status: await duel.text("window-status"), offered: await duel.locator("window").locator(".empty").innerText() };
+    seen.duel.answers = (await duel.observe()).answers;
+    seen.duel.close = await duel.locator("close-window").count();
+    seen.sizes.push(await bothSizes(duel, "window-for-nobody", true));
     return seen;
   },
 

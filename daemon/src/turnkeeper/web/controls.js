@@ -10,7 +10,7 @@
 import { button, clearWhenDone, field, group, h, select } from "./dom.js";
 import { t } from "./i18n.js";
 import { actionKind, actionType } from "./render.js";
-import { MAX_ID, MAX_TEXT, d616Selects, form, setupControls } from "./setup.js";
+import { MAX_ID, MAX_NUMBER, MAX_TEXT, d616Selects, form, setupControls } from "./setup.js";
 import { turnTimerControl } from "./timer.js";
 
 /** The action kinds each ruleset's catalogue knows, with the action type each is (protocol.md,
@@ -75,7 +75,9 @@ function actionFields(scene, prefix, types) {
   const custom = h("input", { name: "custom", maxlength: MAX_ID, autocomplete: "off", "data-testid": prefix + "-custom" });
   const type = select({ name: "type", "data-testid": prefix + "-action-type" }, [], null);
   const description = h("input", { name: "description", maxlength: MAX_TEXT, autocomplete: "off", "data-testid": prefix + "-description" });
-  const targets = scene.lineup.filter((c) => c.status === "active");
+  // Any combatant not removed is a target the daemon takes: a defeated one too (a finishing
+  // blow, help to a fallen ally).
+  const targets = scene.lineup.filter((c) => c.status !== "removed");
   const target = select({ name: "target", "data-testid": prefix + "-target" },
     [["", t("nobody")], ...targets.map((c) => [c.id, c.name])], "");
   const customField = field(t("Which action"), custom);
@@ -181,7 +183,7 @@ function turnControls(scene, run, refuse) {
   const floor = delayFloor(scene, holder);
   const number = h("input", {
     type: "number", step: 1, name: "number", inputmode: "numeric", "data-testid": "hold-number", class: "narrow",
-    max: place === null ? null : place - 1, min: floor,
+    max: place === null ? null : place - 1, min: floor ?? -MAX_NUMBER,
   });
   // R9: the plan may come with the hold, judged once the turn is held (nobody acting). The
   // last to act in a round must say it here to go before the first of the next: its hold
@@ -198,6 +200,10 @@ function turnControls(scene, run, refuse) {
     }
     if (value !== "" && floor !== null && Number(value) < floor) {
       return refuse(t("A delayed turn acts at {n} or higher: the delay floor.", { n: floor }));
+    }
+    // The daemon takes numbers within ±MAX_NUMBER (invalid_value).
+    if (value !== "" && Number(value) < -MAX_NUMBER) {
+      return refuse(t("The number to act at is no lower than {n}.", { n: -MAX_NUMBER }));
     }
     const said = plan.when && plan.when.value ? { when: plan.when.value, other: plan.other.value } : {};
     return run("hold", { turn: ref, number: value === "" ? null : Number(value), ...said });
@@ -335,7 +341,10 @@ function windowControls(scene, run, refuse) {
   const w = scene.view.window;
   const answered = new Set([...w.passes, ...w.claims.map((claim) => claim.combatant)]);
   if (w.status === "open") {
-    const rows = w.offered.filter((id) => !answered.has(id) && scene.may(id)).map((id) => answerRow(scene, w, id, run, refuse));
+    // One offered and defeated (or removed) since answers nothing: the daemon refuses its claim
+    // and its pass (combatant_inactive) and no longer waits for it.
+    const rows = w.offered.filter((id) => !answered.has(id) && scene.may(id) && scene.byId.get(id)?.status === "active")
+      .map((id) => answerRow(scene, w, id, run, refuse));
     const close = scene.session.role === "narrator"
       ? h("div", { class: "row" }, button(t("Close the window"), "close-window", () => run("closeWindow", { window: w.id })))
       : null;
@@ -357,7 +366,9 @@ export function controls(scene, run, refuse) {
   const narrator = session.role === "narrator";
   const parts = [];
   if (view.phase !== "ended") {
-    if (narrator && (view.phase === "setup" || view.phase === "initiative")) {
+    // start_combat needs an active combatant (no_combatants): none is offered before one is added.
+    const someoneActive = scene.lineup.some((c) => c.status === "active");
+    if (narrator && (view.phase === "setup" || view.phase === "initiative") && someoneActive) {
       parts.push(group(t("Combat"), "combat-controls", null, h("div", { class: "row" },
         button(t("Start combat"), "start-combat", () => run("startCombat", {}), "primary"))));
     }

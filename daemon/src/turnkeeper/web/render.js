@@ -313,7 +313,10 @@ export function reactionWindow(scene) {
       w.facts.actor ? h("span", { class: "muted" }, " · " + scene.name(w.facts.actor)) : null),
     w.action ? h("p", null, t("Waiting to resolve:"), " ", action(scene, w.action)) : null,
     waits ? h("p", { class: "deadline" }, t("Closes in"), " ", countdown("window-countdown", w.deadline, w.opened_at, 10)) : null,
-    answers.length ? h("ul", { class: "items" }, answers) : empty(t("Offered to nobody you can see.")),
+    // The narrator sees everyone: a window offered to nobody (announced while every reaction is
+    // spent) is offered to nobody at all.
+    answers.length ? h("ul", { class: "items" }, answers)
+      : empty(scene.session.role === "narrator" ? t("Offered to nobody.") : t("Offered to nobody you can see.")),
     unseen ? h("p", { class: "muted", "data-testid": "unseen-reactor" }, t("Someone you cannot see is reacting now.")) : null,
     w.status === "resolving" && w.sequence.length
       ? h("p", { class: "muted" }, t("Resolving in order: {names}", { names: scene.names(w.sequence) }))

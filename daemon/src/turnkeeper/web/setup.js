@@ -27,7 +27,7 @@ export const MAX_TEXT = 2000;
 /** The most tags, targets or combatants offered a window in one list (decide.MAX_ITEMS). */
 export const MAX_ITEMS = 32;
 /** The largest number the engine takes for a modifier or a score (MAX_NUMBER, ±1,000,000). */
-const MAX_NUMBER = 1000000;
+export const MAX_NUMBER = 1000000;
 
 /** A titled form; `scope` names what it is about (see rebuildKeepingInput). */
 export function form(title, testid, scope, onsubmit, ...body) {
@@ -241,7 +241,9 @@ export function d616Selects(prefix) {
  * combatant not yet rolled; for a player, its own (R2, R3). */
 function initiativeForm(scene, run, refuse) {
   const marvel = scene.marvel;
-  const waiting = scene.lineup.filter((c) => !c.check && c.status === "active" && scene.may(c.id));
+  // A combatant defeated before the order is fixed still rolls (the daemon takes its check, and
+  // start_combat rolls it if nobody did): its player may have rolled at the table.
+  const waiting = scene.lineup.filter((c) => !c.check && c.status !== "removed" && scene.may(c.id));
   // A group rolls once: one member stands for it.
   const seen = new Set();
   const rollers = waiting.filter((c) => !c.group || (!seen.has(c.group) && seen.add(c.group)));
@@ -333,7 +335,8 @@ function orderingForm(title, testid, choices, send, refuse) {
 function tiesForms(scene, run, refuse) {
   const units = new Map();
   for (const c of scene.lineup) {
-    if (!c.check || c.status !== "active") continue;
+    // A defeated combatant keeps its check and its place (R1): its ties are the table's too.
+    if (!c.check || c.status === "removed") continue;
     const unit = c.group === null ? "#" + c.id : "group:" + c.group;
     if (!units.has(unit)) {
       units.set(unit, {
@@ -384,7 +387,9 @@ function conditionForm(scene, run, refuse) {
     if (n === null) return refuse(t("A condition lasts 1 to 1000 turns."));
     return clearWhenDone(run("applyCondition", {
       target: target.value, type: "custom", rounds: n, boundary: boundary.value,
-      anchor: anchor.value || null, source: source.value || null, note: note.value.trim(),
+      // "Its own turns" is the target's: the daemon's default anchor is the source when one is
+      // named (protocol.md, apply_condition), so the page names the target itself.
+      anchor: anchor.value || target.value, source: source.value || null, note: note.value.trim(),
     }), "condition-form");
   };
   return form(t("Conditions"), "condition-form", "condition", submit,
@@ -409,10 +414,12 @@ function conditionList(scene, run) {
 // Reaction windows ----------------------------------------------------------------------------------
 
 /** A moment the narrator names, offered to the combatants ticked (announce_trigger, R12): the
- * way a trigger said in words (no predicate) gets its window. */
+ * way a trigger said in words (no predicate) gets its window. The daemon opens it offered to
+ * nobody too (it closes at once, or at the window's deadline), so it is opened even when
+ * nobody is ticked or nobody could claim: a table whose reactions are all spent still
+ * narrates its moments. */
 function announceForm(scene, run, refuse) {
   const active = scene.lineup.filter((c) => c.status === "active");
-  if (!active.length) return null;
   // marvel: a claim spends the reaction, and the daemon offers no window to a combatant whose
   // reaction is spent until it comes back, when the `reaction_refresh` option says.
   const spent = scene.marvel ? active.filter((c) => !c.reaction) : [];
@@ -443,7 +450,6 @@ function announceForm(scene, run, refuse) {
     const said = moment.value.trim();
     if (!said) return refuse(t("Say what happens."));
     const offer = boxes.filter(([, box]) => box.checked).map(([id]) => id);
-    if (!offer.length) return refuse(t("Offer it to someone."));
     if (offer.length > MAX_ITEMS) return refuse(t("Offer it to at most {n} combatants.", { n: MAX_ITEMS }));
     return clearWhenDone(run("announceTrigger", { facts: { event: "narrated", text: said }, offer }), "announce-form");
   };
