@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from turnkeeper_sdk import wire
 from turnkeeper_sdk.wire import (
     BEFORE_HELLO,
     ERROR_NOTIFICATION,
@@ -333,6 +334,31 @@ def test_threads_packing_at_once_each_get_their_own_messages() -> None:
     expected = [msgpack.packb([2, "event", [m.params]], use_bin_type=True) for m in messages]
     for offset, result in zip((0, 500, 1000, 1500), results, strict=True):
         assert result == expected[offset:] + expected[:offset]
+
+
+def test_packing_from_inside_a_pack_on_the_same_thread_garbles_neither_message() -> None:
+    # A dict subclass's ``items`` runs Python while msgpack packs it (an SDK user's params
+    # can be one): a message packed there must not go into the middle of the outer one.
+    inner: list[bytes] = []
+
+    class Noisy(dict[str, Any]):
+        def items(self) -> Any:  # type: ignore[override]
+            inner.append(pack_value({"inner": 1}))
+            return super().items()
+
+    outer = pack_value(["head", Noisy(k="v")])
+    assert inner == [msgpack.packb({"inner": 1})]
+    assert outer == msgpack.packb(["head", {"k": "v"}])
+
+
+def test_a_thread_does_not_keep_the_buffer_of_a_message_refused_as_too_large() -> None:
+    with pytest.raises(WireError):
+        pack(Response(2, None, {"blob": ["x" * MAX_STRING_BYTES] * 16}))
+    # msgpack never shrinks a packer's buffer: a kept one would hold the refused message's
+    # size for the thread's life. What packs next gets a new packer, and the right bytes.
+    assert getattr(wire._packers, "packer", None) is None
+    assert decode(pack(END_TURN)) == [END_TURN]
+    assert getattr(wire._packers, "packer", None) is not None
 
 
 def test_a_string_of_max_string_bytes_decodes() -> None:

@@ -218,13 +218,17 @@ _packers = threading.local()
 def _packb(value: Any) -> bytes:
     """``msgpack.packb``, with a packer kept per thread: ``packb`` makes a packer, with its
     256 KiB buffer, for every message, which costs a daemon's reply or event a third more than
-    the encoding itself. A packer is for one thread at a time, and is never re-entered here:
-    nothing packed calls back into Python (no ``default``)."""
-    try:
-        packer = _packers.packer
-    except AttributeError:
-        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    the encoding itself. The packer is taken out while it packs: a dict subclass's ``items``
+    runs Python, which may pack on this thread too, and then packs with a packer of its own
+    rather than into the middle of this message. A packer whose buffer grew past
+    ``MAX_MESSAGE_BYTES`` (a message refused as too large) is not kept: msgpack never shrinks
+    its buffer, and a thread would hold the largest message it ever tried."""
+    packer = _packers.__dict__.pop("packer", None)
+    if packer is None:
+        packer = msgpack.Packer(use_bin_type=True)
     data: bytes = packer.pack(value)  # resets its buffer, also when it raises
+    if len(data) <= MAX_MESSAGE_BYTES:
+        _packers.packer = packer
     return data
 
 
