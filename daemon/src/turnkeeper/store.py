@@ -114,8 +114,8 @@ command's usual size): the more, the more commands of each combat one move takes
 are rewritten once for all of them), and the more pages that one commit writes (about 2,000
 at this size: a review measured such a commit at 45 to 60 ms on a loaded 2-core machine, 12
 to 17 of them the move's statement, against a 3 to 4 ms median commit, once per ~8,000
-events; the commands queued behind it wait as long). Under a quota, at most 1/MOVE_WAL_SHARE of the WAL's share
-(see ``Store.open``)."""
+events; the commands queued behind it wait as long). Under a quota, at most 1/MOVE_WAL_SHARE
+of the WAL's share (see ``Store.open``)."""
 
 MOVE_WAL_SHARE = 32
 """A move holds its events twice until it commits (in ``events`` and in the pages it frees of
@@ -128,8 +128,9 @@ REQUEST_KEYS_EVERY = 4096
 transaction of the commit that reaches this many: the larger, the fewer of the index's pages
 each key costs (each is written once per indexing, however many keys it takes), and the longer
 the walk that finds a request among those not indexed yet (3 to 10 ms at this size with
-1.5 KB answers on a loaded machine, on the committer thread, only for a retry older than the memory of recent answers or a rare false "maybe" of the
-filter), and the more pages that one commit writes."""
+1.5 KB answers on a loaded machine, on the committer thread, only for a retry older than the
+memory of recent answers or a rare false "maybe" of the filter), and the more pages that one
+commit writes."""
 
 FILTER_BITS = 2**24
 """Size of the filter of stored request ids (2 MiB): with ``FILTER_PROBES`` it answers "maybe
