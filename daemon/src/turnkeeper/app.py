@@ -127,12 +127,6 @@ async def serve(
                 tg.start_soon(sessions.run)
                 if config.socket_path is not None:
                     socket_lock = prepare_socket_path(config.socket_path)
-                    unix = await listen_unix(
-                        config.socket_path, lambda: UnixChannel(sessions.accept)
-                    )
-                    bound = os.lstat(config.socket_path)
-                    os.chmod(config.socket_path, PRIVATE_FILE)
-                    tg.start_soon(_listening, unix)
                 if config.tcp_port is not None:
                     tcp = await listen_tcp(
                         config.tcp_host, config.tcp_port, "TCP", lambda: TcpChannel(sessions.accept)
@@ -149,6 +143,15 @@ async def serve(
                     )
                     web_address = address(config.ws_host, config.ws_port)
                     tg.start_soon(_listening, web)
+                if config.socket_path is not None:
+                    # The Unix socket last: a client (a test, a supervisor) that reaches it
+                    # finds every other listener open too.
+                    unix = await listen_unix(
+                        config.socket_path, lambda: UnixChannel(sessions.accept)
+                    )
+                    bound = os.lstat(config.socket_path)
+                    os.chmod(config.socket_path, PRIVATE_FILE)
+                    tg.start_soon(_listening, unix)
                 log.info(
                     "serving",
                     socket=str(config.socket_path),
