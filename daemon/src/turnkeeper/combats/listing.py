@@ -107,7 +107,10 @@ class Lister:
         ):
             return row(combat)
         if combat.loading is not None or combat.lock.locked():
-            return _stored_row(listed)  # being read: that read makes its state
+            # Being read: that read makes its state, and tells a subscriber registered with
+            # this page the events after the seq this daemon has it at (``Follower._follow``,
+            # ``Follower.handover``), whatever the store has now.
+            return {**_stored_row(listed), "seq": combat.seq}
         # Known from an earlier moment and read by nobody here: what the store has now is
         # the truth, and nothing was told from the state it had (a ``subscribe_all`` told of
         # it from now on is told from this seq).
