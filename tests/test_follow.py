@@ -914,3 +914,43 @@ async def test_a_subscribe_all_while_a_read_starts_following_the_combat_is_told_
         await anyio.sleep(1.5)
         answered = told["seqs"]["bank"]
         assert [e["seq"] for e in watcher.sent] == list(range(answered + 1, now + 1))
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_while_missed_events_are_told_page_by_page_is_told_no_duplicate(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``subscribe_all`` made while a combat's missed events are told a page at a time is
+    answered at the last seq told so far, and told the rest once."""
+    monkeypatch.setattr(follow, "PAGE", 1)
+    real_woken = follow.Follower.woken
+
+    def deaf(self: follow.Follower, told: changes.Changes | None) -> None:
+        if told is None or "bank" not in told:
+            real_woken(self, told)
+
+    monkeypatch.setattr(follow.Follower, "woken", deaf)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        first = await _made_with_a_hidden_lurker(holder, "bank")
+        await follower.subscribe_all(_Seen())  # bank watched here from `first`
+        for name in ("hulk", "thor", "loki"):
+            await holder.execute("p", NARRATOR, "bank", cmd.AddCombatant(name, name), name)
+        now = holder.combats["bank"].seq
+        real_read = follower.follower._read
+
+        async def slow(*args: Any) -> Any:
+            found = await real_read(*args)
+            await anyio.sleep(0.3)
+            return found
+
+        monkeypatch.setattr(follower.follower, "_read", slow)
+        follower.follower.missed()  # its events read from the store, a page at a time
+        with anyio.fail_after(SEEN_WITHIN):
+            while not follower.combats["bank"].lock.locked():
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.4)  # a page told, more to come
+        watcher = _Seen()
+        answered = (await follower.subscribe_all(watcher))["seqs"]["bank"]
+        await anyio.sleep(2.0)
+        assert first < answered < now
+        assert [e["seq"] for e in watcher.sent] == list(range(answered + 1, now + 1))

@@ -399,6 +399,7 @@ class Follower:
         its next use and told on from there, so that none of them misses an event."""
         after = combat.seq
         combat.state, combat.seq = state, until
+        combat.told = after
         try:
             while after < until:
                 stored = [(s, b) for s, b in await self._read(combat, after) if s <= until]
@@ -412,11 +413,13 @@ class Follower:
                         reason = f"event {seq} does not decode: {e}"
                         raise self._set_aside(combat, reason) from e
                 self._published(combat, events, [body for _, body in stored])
-                after = stored[-1][0]
+                after = combat.told = stored[-1][0]
         except BaseException:
             combat.state, combat.seq = UNBUILT, after
             combat.views.clear()
             raise
+        finally:
+            combat.told = None
 
     async def _read(self, combat: Combat, after: int) -> list[tuple[int, dict[str, Plain]]]:
         """A page of events after ``after``; raises ``StoreError`` if the store could not be
