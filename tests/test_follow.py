@@ -807,3 +807,150 @@ async def test_combats_another_daemon_made_are_known_here_only_while_there_is_ro
         assert (refused.value.code, refused.value.field) == ("too_many_combats", "combat")
         assert list(follower.combats) == ["c0"]
         assert (await follower.view("c0", NARRATOR)) is not None
+
+
+def test_a_subscribe_all_whose_daemons_listener_was_away_is_told_of_a_combat_made_meanwhile(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """Made on A while B's listener is away: B's ``subscribe_all`` hears of it from the log
+    (the store asked when the listener is back), not at that combat's next commit."""
+    a, b = two_daemons(tmp_path, postgres_db)
+    try:
+        at_a, at_b = a.client(), b.client()
+        assert at_b.call("subscribe_all")["seqs"] == {}
+        assert b.process is not None
+        ended = sql(
+            postgres_db,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            f"turnkeeper listener pid {b.process.pid} %",
+        )
+        assert ended == [(True,)]
+        add_spidey(at_a, "bank")
+        last = lease(postgres_db, "bank")[2]
+        seen = _events(at_b, last)
+        assert [(e["combat"], e["seq"]) for e in seen] == [("bank", s) for s in range(1, last + 1)]
+    finally:
+        stop_all(a, b)
+
+
+@pytest.mark.anyio
+async def test_a_lost_notification_of_a_combat_a_subscribe_all_watches_is_read_from_the_store(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notifications of 'bank' are lost (the follower handed None instead, as after an
+    overflow or a new listening session): its events still reach a ``subscribe_all``."""
+    real = follow.Follower.woken
+
+    def lossy(self: follow.Follower, told: changes.Changes | None) -> None:
+        real(self, None if told is not None and "bank" in told else told)
+
+    monkeypatch.setattr(follow.Follower, "woken", lossy)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        await follower.subscribe_all(watcher)
+        last = await _made_with_a_hidden_lurker(holder, "bank")
+        with anyio.fail_after(SEEN_WITHIN):
+            while len(watcher.sent) < last:
+                await anyio.sleep(0.05)
+        assert [e["seq"] for e in watcher.sent] == list(range(1, last + 1))
+
+
+@pytest.mark.anyio
+async def test_a_commit_heard_while_a_subscribe_all_reads_its_page_is_told_to_it(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another daemon's commit lands after the page was read, its notification heard before
+    the answer is made: the subscriber is answered at a seq and told every event after it."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await follower.summaries()  # bank known here, read by nobody
+        real = follower.store.combat_page
+
+        async def racing(*args: Any) -> Any:
+            rows = await real(*args)
+            hulk = cmd.AddCombatant("hulk", "Hulk")
+            await holder.execute("p", NARRATOR, "bank", hulk, "bank-hulk")
+            await anyio.sleep(0.5)  # its notification handled here meanwhile
+            return rows
+
+        monkeypatch.setattr(follower.store, "combat_page", racing)
+        watcher = _Seen()
+        told = await follower.subscribe_all(watcher)
+        now = holder.combats["bank"].seq
+        answered = told["seqs"]["bank"]
+        with anyio.fail_after(SEEN_WITHIN):
+            while len(watcher.sent) < now - answered:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)  # nothing more comes
+        assert [e["seq"] for e in watcher.sent] == list(range(answered + 1, now + 1))
+        assert answered < now
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_while_a_read_starts_following_the_combat_is_told_no_duplicate(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read here starts following 'bank' (its lock held while its log is read) as a
+    ``subscribe_all`` lists it: told every event after the seq it was answered with, once."""
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        await _made_with_a_hidden_lurker(holder, "bank")
+        await follower.summaries()  # bank known here, read by nobody
+        hulk = cmd.AddCombatant("hulk", "Hulk")
+        await holder.execute("p", NARRATOR, "bank", hulk, "bank-hulk")
+        now = holder.combats["bank"].seq
+        real = follower.rebuilder.read_unleased
+
+        async def slow(combat_id: str) -> Any:
+            found = await real(combat_id)
+            await anyio.sleep(0.5)
+            return found
+
+        monkeypatch.setattr(follower.rebuilder, "read_unleased", slow)
+        watcher = _Seen()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follower.follower.ready, "bank")
+            await anyio.sleep(0.1)
+            told = await follower.subscribe_all(watcher)
+        await anyio.sleep(1.5)
+        answered = told["seqs"]["bank"]
+        assert [e["seq"] for e in watcher.sent] == list(range(answered + 1, now + 1))
+
+
+@pytest.mark.anyio
+async def test_a_subscribe_all_while_missed_events_are_told_page_by_page_is_told_no_duplicate(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``subscribe_all`` made while a combat's missed events are told a page at a time is
+    answered at the last seq told so far, and told the rest once."""
+    monkeypatch.setattr(follow, "PAGE", 1)
+    real_woken = follow.Follower.woken
+
+    def deaf(self: follow.Follower, told: changes.Changes | None) -> None:
+        if told is None or "bank" not in told:
+            real_woken(self, told)
+
+    monkeypatch.setattr(follow.Follower, "woken", deaf)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        first = await _made_with_a_hidden_lurker(holder, "bank")
+        await follower.subscribe_all(_Seen())  # bank watched here from `first`
+        for name in ("hulk", "thor", "loki"):
+            await holder.execute("p", NARRATOR, "bank", cmd.AddCombatant(name, name), name)
+        now = holder.combats["bank"].seq
+        real_read = follower.follower._read
+
+        async def slow(*args: Any) -> Any:
+            found = await real_read(*args)
+            await anyio.sleep(0.3)
+            return found
+
+        monkeypatch.setattr(follower.follower, "_read", slow)
+        follower.follower.missed()  # its events read from the store, a page at a time
+        with anyio.fail_after(SEEN_WITHIN):
+            while not follower.combats["bank"].lock.locked():
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.4)  # a page told, more to come
+        watcher = _Seen()
+        answered = (await follower.subscribe_all(watcher))["seqs"]["bank"]
+        await anyio.sleep(2.0)
+        assert first < answered < now
+        assert [e["seq"] for e in watcher.sent] == list(range(answered + 1, now + 1))

@@ -58,6 +58,10 @@ class Combat:
     followed: bool = False
     """Not held here (another daemon writes it) but read here: ``state`` is kept at ``seq``
     from the log (``turnkeeper.combats.follow``)."""
+    told: int | None = None
+    """While what its subscribers here missed is told a page at a time (``Follower._tell``,
+    ``state`` and ``seq`` already its end's): the last seq told so far, which a subscriber
+    registered meanwhile is answered with and told on from."""
     table: str = DEFAULT_TABLE
     """The table the combat belongs to (``turnkeeper.tables``): set when it is made, never
     changed."""

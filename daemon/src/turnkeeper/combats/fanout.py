@@ -118,6 +118,11 @@ class SubscriptionRegistry:
             return True
         return table in self._by_table if table is not None else bool(self._by_table)
 
+    def tables_followed(self) -> frozenset[str] | None:
+        """The tables whose every combat someone here follows (``subscribe_all``; None: every
+        table)."""
+        return None if self._everywhere else frozenset(self._by_table)
+
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
         return set().union(*self._by_combat.get(combat_id, {}).values())
@@ -200,6 +205,10 @@ class SubscriptionRegistry:
         else:
             self._tables[subscriber] = set()
             self.widen(subscriber, scope)
+        # A commit heard while the page was read, of a combat nobody here watched then, was
+        # dropped, its seq on the page (or its combat) older than its log: read from the
+        # store now that this subscriber watches it, told from the seq it was answered with.
+        self._reader.missed()
         until = page[-1]["combat"] if page else None
         return {"seqs": seqs, "until": until, "more": more}
 

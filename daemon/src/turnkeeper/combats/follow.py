@@ -48,6 +48,18 @@ POLL_SECONDS = 1.0
 """How often the last seqs of the followed combats are read from the store, whatever the
 notifications said: a lost notification delays an event by at most this (and one read)."""
 
+MAX_ASKED = MAX_COMBATS
+"""Combats whose last seqs are read at once when notifications may have gone unheard (the
+latest made first): as many as a daemon knows."""
+
+MISSED_SECONDS = 60.0
+"""How long before the store is asked a combat this daemon does not know may have been made
+elsewhere for it to be taken as one whose notifications went unheard (and told from its first
+event to a ``subscribe_all`` here): the listener is away a second between two sessions, a
+page is read within ``READ_TIMEOUT``, and daemons' clocks differ. One made earlier and never
+heard of here waits for its next commit, as it would had no ``subscribe_all`` followed its
+table then (a ``subscribe_all`` learns of it from ``list_combats``)."""
+
 PAGE = MAX_EVENTS_PER_READ
 """Events one catch-up read takes: as many as a store reads at once."""
 
@@ -71,6 +83,9 @@ class Follower:
         """The tables of those of them this daemon has not heard of, as told with them."""
         self._wake = anyio.Event()
         self._poll_now = False
+        self._ask_tables = False
+        """Whether to read the last seqs of every combat of the tables a ``subscribe_all`` here
+        follows, not only of the followed ones: notifications may have gone unheard."""
         self._full = False
         """Whether the last combat heard of could not be known for want of room (logged once
         until there is room again)."""
@@ -84,6 +99,9 @@ class Follower:
         """Whether any subscriber here follows the whole of a table (``subscribe_all``;
         None: of any table): then a combat of it another daemon made since this one started
         is known here when it is heard of."""
+        self.tables_followed: Callable[[], frozenset[str] | None] = lambda: frozenset()
+        """The tables whose every combat a subscriber here follows (``subscribe_all``; None:
+        every table)."""
 
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat to read: the one this daemon holds, else (on a shared store) the one it
@@ -147,9 +165,22 @@ class Follower:
         """A notification: these combats' logs reached these seqs, each of this table (None:
         not told), or (None) some may have gone untold, so the store is asked."""
         if changes is None:
-            self._poll_now = True
-            self._wake.set()
+            self.missed()
             return
+        self._heard(changes)
+
+    def missed(self) -> None:
+        """Notifications may have gone unheard (the listener's session was lost, the queue
+        overflowed, or a ``subscribe_all`` was registered after some of its combats' were
+        dropped, nobody here watching them yet): the store is asked for the last seqs of the
+        followed combats and of every combat of the tables a ``subscribe_all`` here follows
+        (which a followed combat's poll does not cover: one nobody follows yet, made on
+        another daemon, or let go past ``MAX_FOLLOWED``), in one read however many asked."""
+        self._poll_now = True
+        self._ask_tables = True
+        self._wake.set()
+
+    def _heard(self, changes: dict[str, tuple[int, str | None]]) -> None:
         for combat_id, (last, table) in changes.items():
             combat = self._combats.by_id.get(combat_id)
             if combat is None:
@@ -205,6 +236,24 @@ class Follower:
         return self._combats.set_aside(combat, reason)
 
     async def _poll(self, shared: SharedStore) -> None:
+        if self._ask_tables:
+            self._ask_tables = False
+            tables = self.tables_followed()
+            if tables is None or tables:
+                try:
+                    asked = await anyio.to_thread.run_sync(shared.last_seqs_of, tables, MAX_ASKED)
+                except StoreError as e:
+                    self._ask_tables = True  # asked again at the next poll
+                    log.warning("follow_poll_failed", reason=e.message)
+                else:
+                    since = time.time() - MISSED_SECONDS
+                    self._heard(
+                        {
+                            combat_id: (last, table)
+                            for combat_id, (last, table, made) in asked.items()
+                            if made >= since or combat_id in self._combats.by_id
+                        }
+                    )
         ids = list(self._followed)
         if not ids:
             return
@@ -350,6 +399,7 @@ class Follower:
         its next use and told on from there, so that none of them misses an event."""
         after = combat.seq
         combat.state, combat.seq = state, until
+        combat.told = after
         try:
             while after < until:
                 stored = [(s, b) for s, b in await self._read(combat, after) if s <= until]
@@ -363,11 +413,13 @@ class Follower:
                         reason = f"event {seq} does not decode: {e}"
                         raise self._set_aside(combat, reason) from e
                 self._published(combat, events, [body for _, body in stored])
-                after = stored[-1][0]
+                after = combat.told = stored[-1][0]
         except BaseException:
             combat.state, combat.seq = UNBUILT, after
             combat.views.clear()
             raise
+        finally:
+            combat.told = None
 
     async def _read(self, combat: Combat, after: int) -> list[tuple[int, dict[str, Plain]]]:
         """A page of events after ``after``; raises ``StoreError`` if the store could not be

@@ -26,7 +26,8 @@ def row(combat: Combat) -> dict[str, Plain]:
         "phase": combat.state.phase,
         "round": combat.state.round,
     }
-    return {"combat": combat.id, **_shown(known), "seq": combat.seq}
+    seq = combat.seq if combat.told is None else combat.told
+    return {"combat": combat.id, **_shown(known), "seq": seq}
 
 
 def _shown(summary: dict[str, Plain]) -> dict[str, Plain]:
@@ -107,7 +108,11 @@ class Lister:
         ):
             return row(combat)
         if combat.loading is not None or combat.lock.locked():
-            return _stored_row(listed)  # being read: that read makes its state
+            # Being read: that read makes its state, and tells a subscriber registered with
+            # this page the events after the seq this daemon has it at (``Follower._follow``,
+            # ``Follower.handover``), whatever the store has now.
+            seq = combat.seq if combat.told is None else combat.told
+            return {**_stored_row(listed), "seq": seq}
         # Known from an earlier moment and read by nobody here: what the store has now is
         # the truth, and nothing was told from the state it had (a ``subscribe_all`` told of
         # it from now on is told from this seq).

@@ -121,6 +121,12 @@ class SharedStore(StorePort, Protocol):
     def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
         """The last seq of each of these combats the store holds (any thread)."""
 
+    def last_seqs_of(
+        self, tables: frozenset[str] | None, count: int
+    ) -> dict[str, tuple[int, str, float]]:
+        """The last seq, table and making time (``time.time()``) of up to ``count`` combats of
+        ``tables`` (None: every table), the latest made first (any thread)."""
+
     async def combat_page(
         self, after: str | None, count: int, tables: frozenset[str] | None
     ) -> list[ListedCombat]:

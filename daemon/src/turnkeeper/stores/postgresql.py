@@ -1695,6 +1695,25 @@ class PostgresStore:
             )
         return {str(c): int(s) for c, s in rows}
 
+    def last_seqs_of(
+        self, tables: frozenset[str] | None, count: int
+    ) -> dict[str, tuple[int, str, float]]:
+        """The last seq, table and making time of up to ``count`` combats of ``tables`` (None:
+        every table), the latest made first (any thread): what a daemon whose notifications
+        may have gone unheard compares with what it told."""
+        where = "" if tables is None else " WHERE table_id = ANY(%s::text[])"
+        params: tuple[Any, ...] = () if tables is None else (sorted(tables),)
+        with self._loading:
+            rows = self._read(
+                "loader",
+                lambda db: db.execute(
+                    f"SELECT combat_id, last_seq, table_id, created_at FROM {SCHEMA}.combats"
+                    f"{where} ORDER BY position DESC LIMIT {int(count)}",
+                    params,
+                ).fetchall(),
+            )
+        return {str(c): (int(s), str(t), float(m)) for c, s, t, m in rows}
+
     async def follow_changes(
         self,
         woken: Callable[[changes.Changes | None], None],
