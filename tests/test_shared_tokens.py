@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, on_store, stop_all
@@ -20,7 +21,7 @@ from test_r16_tables import _answer, _final_error
 from turnkeeper.auth import digest
 from turnkeeper.stores import postgresql
 from turnkeeper.stores.postgresql import SCHEMA
-from turnkeeper.stores.tokens import REREAD_SECONDS
+from turnkeeper.stores.tokens import REREAD_SECONDS, SharedTokens
 from turnkeeper.transport.session import TOKEN_CHECK_SECONDS
 
 NOTIFIED_BOUND = 2.0
@@ -132,6 +133,32 @@ def test_a_token_revoked_on_one_daemon_ends_its_sessions_on_the_other(
     assert took < NOTIFIED_BOUND, took
     assert _refused(b, token["secret"])
     gm_a.close()
+
+
+def test_a_revocation_heard_wakes_the_sessions_check_at_once(postgres_db: str) -> None:
+    """The copy a daemon reads on a revocation's notification wakes its sessions' check
+    (``TokenBook.changed``) at once, not at the check's next tick: revocation reaches the
+    sessions in the notification's milliseconds."""
+    postgresql.migrate(postgres_db)
+    maker, daemon = SharedTokens(postgres_db), SharedTokens(postgres_db)
+    record, _ = maker.add("observer")
+    daemon.read()
+
+    async def revoked_while_the_check_waits() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.run)
+            with anyio.fail_after(CALL_TIMEOUT):
+                async with anyio.create_task_group() as check:
+                    check.start_soon(daemon.changed)
+                    await anyio.to_thread.run_sync(maker.revoke, record.id)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(revoked_while_the_check_waits)
+        assert record.id not in {r.id for r in daemon.load().tokens}
+    finally:
+        maker.close()
+        daemon.close()
 
 
 def test_a_revocation_whose_notification_is_lost_reaches_the_other_daemon_by_the_reread(

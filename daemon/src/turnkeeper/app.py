@@ -122,7 +122,7 @@ async def serve(
                 await tg.start(hub.run_follow)  # listening before serving: no commit unheard
                 tg.start_soon(Watchdog(plugins).run)
                 tg.start_soon(hub.warm)
-                tg.start_soon(tokens.run)
+                await tg.start(tokens.run)  # listening before serving: no change unheard
                 tg.start_soon(sessions.watch_tokens)
                 tg.start_soon(sessions.run)
                 if config.socket_path is not None:

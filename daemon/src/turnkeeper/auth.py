@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+import anyio
 import structlog
+from anyio.abc import TaskStatus
 
 from turnkeeper_engine import Actor
 from turnkeeper_engine.errors import Arg, ProtocolError, TemplatedError
@@ -375,8 +377,15 @@ class TokenBook(ABC):
     def load(self) -> Contents:
         """The tokens and tables for a running daemon: at once, never an error."""
 
-    async def run(self) -> None:  # noqa: B027 - a file needs no task: it is read as it changes
-        """Keep ``load`` current while the daemon runs, if that takes a task."""
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep ``load`` current while the daemon runs, if that takes a task; started once
+        it keeps it current. A file needs none: it is read as it changes."""
+        task_status.started()
+
+    async def changed(self) -> None:
+        """Return when ``load`` has a new copy, if the book knows when: else never, and the
+        sessions' check finds a new copy by asking ``load`` (a file is looked at then)."""
+        await anyio.sleep_forever()
 
     async def lookup(self, secret: str) -> Principal | None:
         """``authenticate``, for a hello: a book that may lag behind where tokens are kept

@@ -15,9 +15,10 @@ check never waits for the database. The copy is read again:
   token made a moment ago through another daemon works there at once), and when a table
   method or a ``create_combat`` names a table the copy does not have.
 
-The sessions' own check (``Sessions.watch_tokens``, every ``TOKEN_CHECK_SECONDS``) then ends
-the sessions of a revoked token. A daemon that cannot reach the database keeps its last copy
-(and says so in its log) until it can again; it serves no command meanwhile either.
+The sessions' own check (``Sessions.watch_tokens``) then ends the sessions of a revoked token,
+woken by each new copy (``changed``) rather than at its ``TOKEN_CHECK_SECONDS`` tick. A daemon
+that cannot reach the database keeps its last copy (and says so in its log) until it can again;
+it serves no command meanwhile either.
 
 The rows mirror the data directory's ``tokens.json`` (``turnkeeper.auth.Tokens``) field for
 field, the SHA-256 of each secret and never the secret; ``turnkeeper token import`` copies a
@@ -26,13 +27,15 @@ data directory's file into the database.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import psycopg
 import psycopg.sql
 import structlog
@@ -103,6 +106,14 @@ class SharedTokens(TokenBook):
         """The fingerprint of the rows the copy was read from (``_fingerprint``)."""
         self._lookups: anyio.CapacityLimiter | None = None
         """``LOOKUP_THREADS``, made in the event loop at the first look-up."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop's, while ``run`` runs: a thread that read a new copy wakes the
+        sessions' check through it. None in a command, which has no sessions."""
+        self._new_copy: anyio.Event | None = None
+        """Set (and made again) in the event loop each time the copy is a new one."""
+        self._waking = threading.Lock()
+        self._wake_due = False
+        """A wake is on its way to the loop: one at a time, however many copies are read."""
 
     # Reading -------------------------------------------------------------------------------------
 
@@ -130,14 +141,21 @@ class SharedTokens(TokenBook):
         found = self.authenticate(secret)
         if found is not None:
             return found
-        return await anyio.to_thread.run_sync(self._look_up, secret, limiter=self._limiter())
+        if not await anyio.to_thread.run_sync(self._look_up, secret, limiter=self._limiter()):
+            return None
+        # Asked of the copy in the event loop, with no wait before the session takes it: a
+        # copy revoking the token read meanwhile is the one asked, or the sessions' check
+        # sees it after the session has its principal, never between the two.
+        return self.authenticate(secret)
 
     def _limiter(self) -> anyio.CapacityLimiter:
         if self._lookups is None:
             self._lookups = anyio.CapacityLimiter(LOOKUP_THREADS)
         return self._lookups
 
-    def _look_up(self, secret: str) -> Principal | None:
+    def _look_up(self, secret: str) -> bool:
+        """Whether ``secret``'s hash is in the database (and if so the copy is read again)."""
+
         def known(db: _Connection) -> bool:
             row = db.execute(
                 f"SELECT 1 FROM {SCHEMA}.tokens WHERE hash = %s", (digest(secret),)
@@ -146,7 +164,7 @@ class SharedTokens(TokenBook):
                 self._reload(db)
             return row is not None
 
-        return self.authenticate(secret) if self._reading_again(known) else None
+        return self._reading_again(known)
 
     async def refresh(self) -> None:
         await anyio.to_thread.run_sync(self.read, limiter=self._limiter())
@@ -161,7 +179,31 @@ class SharedTokens(TokenBook):
             # a new copy.
             if contents != self._contents:
                 self._contents = contents
+                self._wake()
             return self._contents
+
+    def _wake(self) -> None:
+        """Tell the event loop the copy is a new one (``changed``), without waiting for it:
+        the thread may hold the session the loop waits for (``close``)."""
+        loop = self._loop
+        if loop is None:
+            return
+        with self._waking:
+            if self._wake_due:
+                return  # the wake on its way finds this copy: it is swapped in already
+            self._wake_due = True
+        with suppress(RuntimeError):  # the loop closed: the daemon is stopping
+            loop.call_soon_threadsafe(self._tell_new_copy)
+
+    def _tell_new_copy(self) -> None:
+        with self._waking:
+            self._wake_due = False
+        if self._new_copy is not None:
+            self._new_copy.set()
+            self._new_copy = anyio.Event()
+
+    async def changed(self) -> None:
+        await (self._new_copy or anyio.Event()).wait()
 
     def _reread(self, db: _Connection) -> None:
         """The periodic read: whole only if the rows' fingerprint is not the copy's, so that
@@ -170,21 +212,34 @@ class SharedTokens(TokenBook):
         if _fingerprint(db) != self._print:
             self._reload(db)
 
-    async def run(self) -> None:
-        """Listen on ``CHANNEL`` and read again what it says changed, until cancelled."""
-        thread = threading.Thread(target=self._listen, name="turnkeeper-tokens", daemon=True)
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on ``CHANNEL`` and read again what it says changed, until cancelled;
+        started once the listening session listens (or failed to), so that a daemon serving
+        hears every change from then on."""
+        listening = threading.Event()
+        thread = threading.Thread(
+            target=self._listen, args=(listening,), name="turnkeeper-tokens", daemon=True
+        )
+        self._new_copy = anyio.Event()
+        self._loop = asyncio.get_running_loop()
         thread.start()
         try:
+            await anyio.to_thread.run_sync(listening.wait, abandon_on_cancel=True)
+            task_status.started()
             await anyio.sleep_forever()
         finally:
+            self._loop = None
             self._closed.set()
 
-    def _listen(self) -> None:
+    def _listen(self, listening: threading.Event) -> None:
         while not self._closed.is_set():
             db: _Connection | None = None
             try:
                 db = _connect(self.location, "tokens")
                 db.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(CHANNEL)))
+                listening.set()
                 self._reload(db)  # what changed while nobody listened
                 last = time.monotonic()
                 while not self._closed.is_set():
@@ -197,6 +252,7 @@ class SharedTokens(TokenBook):
                         last = time.monotonic()
             except psycopg.Error as e:
                 log.warning("tokens_listener_lost", reason=_reason(e, self.location))
+                listening.set()  # serve meanwhile on the copy read at the start
                 self._closed.wait(RECONNECT_PAUSE)
             finally:
                 if db is not None:

@@ -142,7 +142,10 @@ class Sessions:
         that only listen: checking at each request alone would leave a subscriber reading on."""
         seen: object = None
         while True:
-            await anyio.sleep(TOKEN_CHECK_SECONDS)
+            # At once when the book says it has a new copy (a revocation another daemon
+            # notified), else at the tick, which finds a changed file.
+            with anyio.move_on_after(TOKEN_CHECK_SECONDS):
+                await self.tokens.changed()
             try:
                 records = self.tokens.load()
             except (AuthError, OSError, ValueError, TypeError):
