@@ -442,6 +442,54 @@ def test_a_daemon_whose_listener_cannot_listen_again_reads_over_its_look_up_sess
         daemon.close()
 
 
+def test_a_table_method_that_cannot_look_its_table_up_is_refused_with_tokens_unavailable(
+    pair: tuple[Daemon, Daemon], postgres_db: str, postgres_server: str
+) -> None:
+    """A table method naming a table the copy does not have looks it up; when the database
+    cannot be reached that is ``tokens_unavailable``, as for a change, not a raw
+    ``store_unavailable``. Before the fix, it was ``store_unavailable``."""
+    _, b = pair
+    assert b.process is not None
+    operator = b.client()
+    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
+    with psycopg.connect(postgres_db, autocommit=True) as other:
+        try:
+            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name LIKE %s",
+                (f"turnkeeper tokens pid {b.process.pid} %",),
+            )
+            with pytest.raises(CallError) as refused:
+                operator.call("list_tokens", table="t00000000zz")
+            assert (refused.value.code, refused.value.field) == ("tokens_unavailable", "method")
+        finally:
+            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    operator.close()
+
+
+def test_a_change_committed_whose_copy_cannot_be_read_again_still_answers_its_secret(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change commits and the read of the copy after it fails: the new token is answered
+    with its secret (which is kept nowhere else), not reported as failed. Before the fix, the
+    committed token was answered as store_unavailable and its secret lost."""
+    postgresql.migrate(postgres_db)
+    book = SharedTokens(postgres_db)
+    book.read()
+
+    def lost(db: object) -> None:
+        raise psycopg.OperationalError("the session was lost after the commit")
+
+    monkeypatch.setattr(book, "_reload", lost)
+    try:
+        record, secret = book.add("observer")
+        rows = sql(postgres_db, f"SELECT hash FROM {SCHEMA}.tokens WHERE token_id = %s", record.id)
+        assert rows == [(digest(secret),)]
+    finally:
+        book.close()
+
+
 def test_a_table_and_token_no_daemon_was_told_of_work_at_once_looked_up_on_a_miss(
     pair: tuple[Daemon, Daemon], postgres_db: str
 ) -> None:

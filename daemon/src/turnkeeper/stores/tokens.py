@@ -327,7 +327,13 @@ class SharedTokens(TokenBook):
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
                 yield db
                 db.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
-            self._reload(db)
+            try:
+                self._reload(db)
+            except psycopg.Error as e:
+                # The change is committed: its caller gets its result (a new token's secret,
+                # which is nowhere else), and the copy catches up at the next read (the
+                # notification, the periodic look, a look-up).
+                log.warning("tokens_reload_failed", reason=_reason(e, self.location))
 
     def add(
         self,
