@@ -21,6 +21,7 @@ from postgres import sql
 from test_r16_tables import _answer, _final_error
 from turnkeeper.auth import digest
 from turnkeeper.stores import postgresql
+from turnkeeper.stores.changes import RECONNECT_PAUSE
 from turnkeeper.stores.postgresql import SCHEMA
 from turnkeeper.stores.tokens import REREAD_SECONDS, STALE_SECONDS, SharedTokens
 from turnkeeper.transport.session import TOKEN_CHECK_SECONDS
@@ -301,6 +302,33 @@ def test_token_import_brings_a_data_directorys_tokens_into_the_database(
     assert "token import needs --store postgresql://" in nowhere.stderr
 
 
+def test_token_import_of_a_secret_the_database_has_under_another_id_is_refused_clearly(
+    postgres_db: str, tmp_path: Path
+) -> None:
+    """A token file whose token has the secret of another token in the database (its id
+    changed by hand, say): the import is refused whole with one clear line naming the token
+    and exit code 2, no traceback. Before the fix, UNIQUE(hash) surfaced as a store error."""
+    postgresql.migrate(postgres_db)
+    home = ("--data-dir", str(tmp_path / "home"))
+    made = turnkeeper("token", "add", "observer", *home).stdout
+    token_id = made.split()[0]
+    turnkeeper("token", "import", "--store", postgres_db, *home)
+    turnkeeper("table", "add", "Guild", *home)  # new to the database: not imported either
+    sql(
+        postgres_db,
+        f"UPDATE {SCHEMA}.tokens SET token_id = '0000beef' WHERE token_id = %s",
+        token_id,
+    )
+    clash = turnkeeper("token", "import", "--store", postgres_db, *home, check=False)
+    assert clash.returncode == 2, clash.stderr
+    assert clash.stderr.splitlines() == [
+        f"turnkeeper: token: token {token_id!r} has the secret of token '0000beef' in the"
+        " database already"
+    ]
+    assert sql(postgres_db, f"SELECT token_id FROM {SCHEMA}.tokens") == [("0000beef",)]
+    assert sql(postgres_db, f"SELECT count(*) FROM {SCHEMA}.tables") == [(0,)]
+
+
 def test_an_existing_database_upgrades_in_place_and_keeps_its_combats(
     tmp_path: Path, postgres_db: str
 ) -> None:
@@ -422,7 +450,8 @@ def test_a_daemon_whose_listener_cannot_listen_again_reads_over_its_look_up_sess
     postgresql.migrate(postgres_db)
     daemon = SharedTokens(postgres_db)
     daemon.read()  # the look-up session, open from now on
-    monkeypatch.setattr(tokens, "STALE_SECONDS", 1.0)
+    # Short, so that the test is: the listener's tries, a RECONNECT_PAUSE apart, each read.
+    monkeypatch.setattr(tokens, "STALE_SECONDS", RECONNECT_PAUSE + 1.5)
 
     def refused(*args: object) -> None:
         raise psycopg.OperationalError("new connections refused")
@@ -432,7 +461,7 @@ def test_a_daemon_whose_listener_cannot_listen_again_reads_over_its_look_up_sess
     async def listener_away() -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(daemon.run)
-            await anyio.sleep(3 * tokens.STALE_SECONDS)
+            await anyio.sleep(2 * tokens.STALE_SECONDS)
             assert not daemon.stale()
             tg.cancel_scope.cancel()
 

@@ -414,7 +414,8 @@ class SharedTokens(TokenBook):
         """Copy a token file's tables and tokens (``Tokens.read``) into the database, in one
         transaction; returns how many tables and tokens were new. One already there, the same
         in every field, is left as it is, so an import can be run again; one there with the
-        same id and anything else different refuses the whole import."""
+        same id and anything else different, or a token whose secret another token there has,
+        refuses the whole import."""
         with self._changing() as db:
             there = _fetch(db)
             tables = {t.id: t for t in there.tables}
@@ -432,6 +433,7 @@ class SharedTokens(TokenBook):
                         "table",
                         id=t.id,
                     )
+            hashes = {r.hash: r.id for r in there.tokens}
             for r in contents.tokens:
                 if r.id in tokens and tokens[r.id] != r:
                     raise AuthError(
@@ -439,6 +441,16 @@ class SharedTokens(TokenBook):
                         "token {id!r} is in the database already, and is another token",
                         "token",
                         id=r.id,
+                    )
+                # Said here, not left to UNIQUE(hash): its error names no token.
+                other = hashes.get(r.hash, r.id)
+                if other != r.id:
+                    raise AuthError(
+                        "invalid_value",
+                        "token {id!r} has the secret of token {other!r} in the database already",
+                        "token",
+                        id=r.id,
+                        other=other,
                     )
             if len(tables) + len(new_tables) > MAX_TABLES:
                 raise AuthError("limit_reached", "at most {limit} tables", "name", limit=MAX_TABLES)
