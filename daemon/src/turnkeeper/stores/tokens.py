@@ -152,6 +152,13 @@ class SharedTokens(TokenBook):
         read_at = self._read_at
         return read_at is None or time.monotonic() - read_at > STALE_SECONDS
 
+    def still_valid(self, principal: Principal) -> bool:
+        # A stale copy vouches for no token (the sessions say ``tokens_unavailable``, asking
+        # ``stale`` first): its revocations may not have been heard.
+        if principal.key.startswith("token:") and self.stale():
+            return False
+        return super().still_valid(principal)
+
     async def lookup(self, secret: str) -> Principal | None:
         found = self.authenticate(secret)
         if found is not None:

@@ -477,16 +477,16 @@ class Session:
         if METHODS[method].kind != "session":
             if self.principal is None:
                 raise RequestError("hello_required", "say hello first", "method")
-            if not self.sessions.tokens.still_valid(self.principal):
-                self.close_with(
-                    wire.WireError("token_revoked", "the token of this session has been revoked")
-                )
-                raise RequestError("token_revoked", "the token of this session has been revoked")
             if self.principal.key.startswith("token:") and self.sessions.tokens.stale():
                 self.close_with(_tokens_unavailable())
                 raise RequestError(
                     "tokens_unavailable", "the tokens cannot be read now: say hello again later"
                 )
+            if not self.sessions.tokens.still_valid(self.principal):
+                self.close_with(
+                    wire.WireError("token_revoked", "the token of this session has been revoked")
+                )
+                raise RequestError("token_revoked", "the token of this session has been revoked")
             if self.principal.host:
                 self._follow_tables(self.principal)
 
