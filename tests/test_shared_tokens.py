@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, on_store, stop_all
@@ -20,8 +21,9 @@ from postgres import sql
 from test_r16_tables import _answer, _final_error
 from turnkeeper.auth import digest
 from turnkeeper.stores import postgresql
+from turnkeeper.stores.changes import RECONNECT_PAUSE
 from turnkeeper.stores.postgresql import SCHEMA
-from turnkeeper.stores.tokens import REREAD_SECONDS, SharedTokens
+from turnkeeper.stores.tokens import REREAD_SECONDS, STALE_SECONDS, SharedTokens
 from turnkeeper.transport.session import TOKEN_CHECK_SECONDS
 
 NOTIFIED_BOUND = 2.0
@@ -31,6 +33,9 @@ busy test machine."""
 
 REREAD_BOUND = REREAD_SECONDS + TOKEN_CHECK_SECONDS + 2.0
 """The same when the notification is lost: the periodic read of the tables and tokens."""
+
+STALE_BOUND = STALE_SECONDS + TOKEN_CHECK_SECONDS + 2.0
+"""Seconds, at most, before a daemon that can read no tokens ends its token sessions."""
 
 
 @pytest.fixture
@@ -297,6 +302,33 @@ def test_token_import_brings_a_data_directorys_tokens_into_the_database(
     assert "token import needs --store postgresql://" in nowhere.stderr
 
 
+def test_token_import_of_a_secret_the_database_has_under_another_id_is_refused_clearly(
+    postgres_db: str, tmp_path: Path
+) -> None:
+    """A token file whose token has the secret of another token in the database (its id
+    changed by hand, say): the import is refused whole with one clear line naming the token
+    and exit code 2, no traceback. Before the fix, UNIQUE(hash) surfaced as a store error."""
+    postgresql.migrate(postgres_db)
+    home = ("--data-dir", str(tmp_path / "home"))
+    made = turnkeeper("token", "add", "observer", *home).stdout
+    token_id = made.split()[0]
+    turnkeeper("token", "import", "--store", postgres_db, *home)
+    turnkeeper("table", "add", "Guild", *home)  # new to the database: not imported either
+    sql(
+        postgres_db,
+        f"UPDATE {SCHEMA}.tokens SET token_id = '0000beef' WHERE token_id = %s",
+        token_id,
+    )
+    clash = turnkeeper("token", "import", "--store", postgres_db, *home, check=False)
+    assert clash.returncode == 2, clash.stderr
+    assert clash.stderr.splitlines() == [
+        f"turnkeeper: token: token {token_id!r} has the secret of token '0000beef' in the"
+        " database already"
+    ]
+    assert sql(postgres_db, f"SELECT token_id FROM {SCHEMA}.tokens") == [("0000beef",)]
+    assert sql(postgres_db, f"SELECT count(*) FROM {SCHEMA}.tables") == [(0,)]
+
+
 def test_an_existing_database_upgrades_in_place_and_keeps_its_combats(
     tmp_path: Path, postgres_db: str
 ) -> None:
@@ -348,6 +380,143 @@ def test_a_daemon_whose_token_sessions_are_lost_still_finds_new_tokens_and_revoc
     gm_a.call("revoke_token", table="default", id=token["id"])
     assert _ended(on_b, REREAD_BOUND) == "token_revoked"
     gm_a.close()
+
+
+def _hello_code(d: Daemon, secret: str) -> str:
+    c = Client.unix(d.socket)
+    try:
+        c.hello(secret)
+    except CallError as e:
+        return e.code
+    finally:
+        c.close()
+    return "ok"
+
+
+def test_a_daemon_that_can_read_no_tokens_ends_its_token_sessions_until_it_can(
+    pair: tuple[Daemon, Daemon], postgres_db: str, postgres_server: str
+) -> None:
+    """B's sessions for tokens are lost and new sessions refused (a connection limit,
+    pg_hba, datallowconn) while another daemon's open session revokes a token: B does not
+    honour the revoked token for ever on its old copy. Within STALE_SECONDS it ends its token
+    sessions with tokens_unavailable and refuses token hellos; its operator's session goes
+    on. Once it can read again, the revocation is in force and other tokens work.
+    Before the fix, B kept serving the revoked token without bound."""
+    a, b = pair
+    assert b.process is not None
+    gm_a = a.client()
+    kept = gm_a.call("add_token", table="default", role="observer")
+    revoked = gm_a.call("add_token", table="default", role="observer")
+    listener = _hello(b, revoked["secret"])
+    listener.call("subscribe_all")  # a session that only listens: no request to refuse
+    operator = b.client()
+    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
+    other = psycopg.connect(postgres_db, autocommit=True)  # another daemon's, open already
+    try:
+        sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        ended = other.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            (f"turnkeeper tokens pid {b.process.pid} %",),
+        ).fetchall()
+        assert len(ended) == 2
+        started = time.monotonic()
+        with other.transaction():
+            other.execute(f"DELETE FROM {SCHEMA}.tokens WHERE token_id = %s", (revoked["id"],))
+            other.execute("SELECT pg_notify('turnkeeper_tokens', '')")
+        assert _ended(listener, STALE_BOUND) == "tokens_unavailable"
+        took = time.monotonic() - started
+        assert took < STALE_BOUND, took
+        assert _hello_code(b, kept["secret"]) == "tokens_unavailable"
+        assert operator.call("list_tables")[0]["table"] == "default"
+    finally:
+        other.close()
+        sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    deadline = time.monotonic() + REREAD_BOUND
+    while _hello_code(b, kept["secret"]) != "ok":
+        assert time.monotonic() < deadline
+        time.sleep(TOKEN_CHECK_SECONDS)
+    assert _hello_code(b, revoked["secret"]) == "unauthenticated"
+    for c in (gm_a, operator):
+        c.close()
+
+
+def test_a_daemon_whose_listener_cannot_listen_again_reads_over_its_look_up_session(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listening session that cannot be opened again while the look-up session is still
+    open: the copy is kept current over the look-up session, and never goes stale."""
+    from turnkeeper.stores import tokens
+
+    postgresql.migrate(postgres_db)
+    daemon = SharedTokens(postgres_db)
+    daemon.read()  # the look-up session, open from now on
+    # Short, so that the test is: the listener's tries, a RECONNECT_PAUSE apart, each read.
+    monkeypatch.setattr(tokens, "STALE_SECONDS", RECONNECT_PAUSE + 1.5)
+
+    def refused(*args: object) -> None:
+        raise psycopg.OperationalError("new connections refused")
+
+    monkeypatch.setattr(tokens, "_connect", refused)
+
+    async def listener_away() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.run)
+            await anyio.sleep(2 * tokens.STALE_SECONDS)
+            assert not daemon.stale()
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(listener_away)
+    finally:
+        daemon.close()
+
+
+def test_a_table_method_that_cannot_look_its_table_up_is_refused_with_tokens_unavailable(
+    pair: tuple[Daemon, Daemon], postgres_db: str, postgres_server: str
+) -> None:
+    """A table method naming a table the copy does not have looks it up; when the database
+    cannot be reached that is ``tokens_unavailable``, as for a change, not a raw
+    ``store_unavailable``. Before the fix, it was ``store_unavailable``."""
+    _, b = pair
+    assert b.process is not None
+    operator = b.client()
+    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
+    with psycopg.connect(postgres_db, autocommit=True) as other:
+        try:
+            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name LIKE %s",
+                (f"turnkeeper tokens pid {b.process.pid} %",),
+            )
+            with pytest.raises(CallError) as refused:
+                operator.call("list_tokens", table="t00000000zz")
+            assert (refused.value.code, refused.value.field) == ("tokens_unavailable", "method")
+        finally:
+            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    operator.close()
+
+
+def test_a_change_committed_whose_copy_cannot_be_read_again_still_answers_its_secret(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change commits and the read of the copy after it fails: the new token is answered
+    with its secret (which is kept nowhere else), not reported as failed. Before the fix, the
+    committed token was answered as store_unavailable and its secret lost."""
+    postgresql.migrate(postgres_db)
+    book = SharedTokens(postgres_db)
+    book.read()
+
+    def lost(db: object) -> None:
+        raise psycopg.OperationalError("the session was lost after the commit")
+
+    monkeypatch.setattr(book, "_reload", lost)
+    try:
+        record, secret = book.add("observer")
+        rows = sql(postgres_db, f"SELECT hash FROM {SCHEMA}.tokens WHERE token_id = %s", record.id)
+        assert rows == [(digest(secret),)]
+    finally:
+        book.close()
 
 
 def test_a_table_and_token_no_daemon_was_told_of_work_at_once_looked_up_on_a_miss(

@@ -387,6 +387,13 @@ class TokenBook(ABC):
         sessions' check finds a new copy by asking ``load`` (a file is looked at then)."""
         await anyio.sleep_forever()
 
+    def stale(self) -> bool:
+        """True while ``load`` is too old to vouch for a token: the book could not read where
+        tokens are kept for longer than it allows. The daemon then ends its token sessions and
+        refuses token hellos (``tokens_unavailable``); its operator's, by uid, go on. A file
+        is never stale: it is read as it changes."""
+        return False
+
     async def lookup(self, secret: str) -> Principal | None:
         """``authenticate``, for a hello: a book that may lag behind where tokens are kept
         looks an unknown secret up there before it refuses it."""

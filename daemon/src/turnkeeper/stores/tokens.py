@@ -17,8 +17,10 @@ check never waits for the database. The copy is read again:
 
 The sessions' own check (``Sessions.watch_tokens``) then ends the sessions of a revoked token,
 woken by each new copy (``changed``) rather than at its ``TOKEN_CHECK_SECONDS`` tick. A daemon
-that cannot reach the database keeps its last copy (and says so in its log) until it can again;
-it serves no command meanwhile either.
+that cannot read the tokens keeps its last copy (and says so in its log) for ``STALE_SECONDS``
+at most: then it ends its token sessions and refuses token hellos (``stale``) until a read
+succeeds again, so that a revocation it could not hear is never honoured late without bound
+(its other sessions to the database may still serve commands meanwhile).
 
 The rows mirror the data directory's ``tokens.json`` (``turnkeeper.auth.Tokens``) field for
 field, the SHA-256 of each secret and never the secret; ``turnkeeper token import`` copies a
@@ -73,6 +75,13 @@ REREAD_SECONDS = 5.0
 and a read if it changed): the bound on a revocation whose notification was lost (the
 listening session was away) or that was made by hand."""
 
+STALE_SECONDS = 2 * REREAD_SECONDS + 2.0
+"""Seconds a daemon trusts its copy after its last successful read (or look at the
+fingerprint): two periodic looks missed, and a margin for one slow read. Past it the copy is
+``stale`` and no token is honoured until a read succeeds again: a listening session that died
+and cannot be opened again (a connection limit, pg_hba, ``datallowconn``) must not keep a
+revoked token valid for ever."""
+
 CHANGE_LOCK = 0x746B_544F_4B45_4E53
 """The advisory lock every change takes for its transaction: two changes at once (two
 daemons, a daemon and the CLI) each see the other's, as ``tokens.lock`` does for the file,
@@ -104,6 +113,8 @@ class SharedTokens(TokenBook):
         self._closed = threading.Event()
         self._print: str | None = None
         """The fingerprint of the rows the copy was read from (``_fingerprint``)."""
+        self._read_at: float | None = None
+        """``time.monotonic()`` of the last read that succeeded (``stale``); None before any."""
         self._lookups: anyio.CapacityLimiter | None = None
         """``LOOKUP_THREADS``, made in the event loop at the first look-up."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -136,6 +147,17 @@ class SharedTokens(TokenBook):
 
     def load(self) -> Contents:
         return self._contents
+
+    def stale(self) -> bool:
+        read_at = self._read_at
+        return read_at is None or time.monotonic() - read_at > STALE_SECONDS
+
+    def still_valid(self, principal: Principal) -> bool:
+        # A stale copy vouches for no token (the sessions say ``tokens_unavailable``, asking
+        # ``stale`` first): its revocations may not have been heard.
+        if principal.key.startswith("token:") and self.stale():
+            return False
+        return super().still_valid(principal)
 
     async def lookup(self, secret: str) -> Principal | None:
         found = self.authenticate(secret)
@@ -175,6 +197,7 @@ class SharedTokens(TokenBook):
                 db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 contents = _fetch(db)
                 self._print = _fingerprint(db)
+            self._read_at = time.monotonic()
             # Kept as it was when nothing changed: the sessions' check looks again only at
             # a new copy.
             if contents != self._contents:
@@ -211,6 +234,8 @@ class SharedTokens(TokenBook):
         nothing (the server hashes them; the daemon reads one row)."""
         if _fingerprint(db) != self._print:
             self._reload(db)
+        else:
+            self._read_at = time.monotonic()  # the copy is the database's still
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -253,6 +278,10 @@ class SharedTokens(TokenBook):
             except psycopg.Error as e:
                 log.warning("tokens_listener_lost", reason=_reason(e, self.location))
                 listening.set()  # serve meanwhile on the copy read at the start
+                # The look-up session may still be open where a new one is refused: it keeps
+                # the copy current (and not ``stale``) while this one cannot listen.
+                with suppress(StoreError), self._db() as session:
+                    self._reread(session)
                 self._closed.wait(RECONNECT_PAUSE)
             finally:
                 if db is not None:
@@ -305,7 +334,13 @@ class SharedTokens(TokenBook):
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
                 yield db
                 db.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
-            self._reload(db)
+            try:
+                self._reload(db)
+            except psycopg.Error as e:
+                # The change is committed: its caller gets its result (a new token's secret,
+                # which is nowhere else), and the copy catches up at the next read (the
+                # notification, the periodic look, a look-up).
+                log.warning("tokens_reload_failed", reason=_reason(e, self.location))
 
     def add(
         self,
@@ -386,7 +421,8 @@ class SharedTokens(TokenBook):
         """Copy a token file's tables and tokens (``Tokens.read``) into the database, in one
         transaction; returns how many tables and tokens were new. One already there, the same
         in every field, is left as it is, so an import can be run again; one there with the
-        same id and anything else different refuses the whole import."""
+        same id and anything else different, or a token whose secret another token there has,
+        refuses the whole import."""
         with self._changing() as db:
             there = _fetch(db)
             tables = {t.id: t for t in there.tables}
@@ -404,6 +440,7 @@ class SharedTokens(TokenBook):
                         "table",
                         id=t.id,
                     )
+            hashes = {r.hash: r.id for r in there.tokens}
             for r in contents.tokens:
                 if r.id in tokens and tokens[r.id] != r:
                     raise AuthError(
@@ -411,6 +448,16 @@ class SharedTokens(TokenBook):
                         "token {id!r} is in the database already, and is another token",
                         "token",
                         id=r.id,
+                    )
+                # Said here, not left to UNIQUE(hash): its error names no token.
+                other = hashes.get(r.hash, r.id)
+                if other != r.id:
+                    raise AuthError(
+                        "invalid_value",
+                        "token {id!r} has the secret of token {other!r} in the database already",
+                        "token",
+                        id=r.id,
+                        other=other,
                     )
             if len(tables) + len(new_tables) > MAX_TABLES:
                 raise AuthError("limit_reached", "at most {limit} tables", "name", limit=MAX_TABLES)

@@ -110,7 +110,14 @@ async def _managed(session: Session, params: Mapping[str, Any]) -> str:
     assert table is not None
     tokens = session.sessions.tokens
     if table not in tokens.managed(principal):
-        await tokens.refresh()
+        try:
+            await tokens.refresh()
+        except StoreError as e:
+            # As a change that cannot reach the database is refused (``_changed``): the
+            # table methods have one code for it.
+            raise RequestError(
+                "tokens_unavailable", "the tokens cannot be read now: retry later", "method"
+            ) from e
         if table not in tokens.managed(principal):
             raise unknown_table(table)
     return table

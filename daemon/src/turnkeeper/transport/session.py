@@ -146,6 +146,11 @@ class Sessions:
             # notified), else at the tick, which finds a changed file.
             with anyio.move_on_after(TOKEN_CHECK_SECONDS):
                 await self.tokens.changed()
+            if self.tokens.stale():
+                for session in list(self.connections):
+                    if session.principal is not None and session.principal.key.startswith("token:"):
+                        session.close_with(_tokens_unavailable())
+                continue
             try:
                 records = self.tokens.load()
             except (AuthError, OSError, ValueError, TypeError):
@@ -164,6 +169,12 @@ class Sessions:
                     )
                 else:
                     session.rescope(self.tokens.scope(session.principal))
+
+
+def _tokens_unavailable() -> wire.WireError:
+    return wire.WireError(
+        "tokens_unavailable", "the tokens cannot be read now: say hello again later"
+    )
 
 
 def _tables_changed() -> wire.WireError:
@@ -466,6 +477,11 @@ class Session:
         if METHODS[method].kind != "session":
             if self.principal is None:
                 raise RequestError("hello_required", "say hello first", "method")
+            if self.principal.key.startswith("token:") and self.sessions.tokens.stale():
+                self.close_with(_tokens_unavailable())
+                raise RequestError(
+                    "tokens_unavailable", "the tokens cannot be read now: say hello again later"
+                )
             if not self.sessions.tokens.still_valid(self.principal):
                 self.close_with(
                     wire.WireError("token_revoked", "the token of this session has been revoked")
@@ -588,6 +604,10 @@ async def _principal(session: Session, token: object) -> Principal:
     if token is not None:
         if not isinstance(token, str):
             raise RequestError("invalid_params", "a string", "token")
+        if session.sessions.tokens.stale():
+            raise RequestError(
+                "tokens_unavailable", "the tokens cannot be read now: retry later", "token"
+            )
         principal = await session.sessions.tokens.lookup(token)
         if principal is None:
             raise RequestError("unauthenticated", "unknown or revoked token", "token")
