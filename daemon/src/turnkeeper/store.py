@@ -107,14 +107,15 @@ RECENT_ENTRY_BYTES = 450
 ids, and its places in the dict and the principal's deque (about 425 bytes with a UUID for
 request id, measured with ``tracemalloc``)."""
 
-EVENTS_MOVE_BYTES = 2 * 2**20
+EVENTS_MOVE_BYTES = 2**18
 """Bytes of event bodies appended to ``recent_events`` before they are moved into ``events``
-together, in the transaction of the commit that reaches this many (about 8,000 events of a
+together, in the transaction of the commit that reaches this many (about 1,000 events of a
 command's usual size): the more, the more commands of each combat one move takes (its pages
-are rewritten once for all of them), and the more pages that one commit writes (about 2,000
-at this size: a review measured such a commit at 45 to 60 ms on a loaded 2-core machine, 12
-to 17 of them the move's statement, against a 3 to 4 ms median commit, once per ~8,000
-events; the commands queued behind it wait as long). Under a quota, at most 1/MOVE_WAL_SHARE
+are rewritten once for all of them), and the longer that one commit takes, with every command
+queued behind it. At 2 MiB a review measured such a commit at 45 to 60 ms (12 to 17 of them
+the move's statement) against a 3 to 4 ms median, and at 2,000 commands/s offered the slowest
+answers doubled (50 to 62 ms against 17 to 33 before the moves); at 256 KiB they were 18 to
+38 ms, with the same commands/s in the closed loop. Under a quota, at most 1/MOVE_WAL_SHARE
 of the WAL's share (see ``Store.open``)."""
 
 MOVE_WAL_SHARE = 32
