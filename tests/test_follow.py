@@ -4,6 +4,7 @@ lease. Real PostgreSQL, two real ``turnkeeper serve`` subprocesses."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -37,6 +38,21 @@ from turnkeeper_engine import commands as cmd
 
 SEEN_WITHIN = 10.0
 """Seconds a subscriber on the other daemon may wait for an event (a poll is one second)."""
+
+
+def _append_unreadable(dsn: str, combat: str, seq: int) -> None:
+    """Append to ``combat``'s log, at ``seq``, an event no daemon of this version can read (as
+    a newer daemon would in a rolling upgrade), and notify it as a commit would."""
+    newer = msgpack.packb({"event": "from_a_newer_daemon", "at": 1.0})
+    sql(
+        dsn,
+        "INSERT INTO turnkeeper.events (combat_id, seq, body) VALUES (%s, %s, %s)",
+        combat,
+        seq,
+        newer,
+    )
+    sql(dsn, "UPDATE turnkeeper.combats SET last_seq = %s WHERE combat_id = %s", seq, combat)
+    sql(dsn, "SELECT pg_notify(%s, %s)", changes.CHANNEL, json.dumps([[combat, seq]]))
 
 
 def test_a_group_commits_combats_are_told_in_payloads_postgresql_takes() -> None:
@@ -300,19 +316,7 @@ def test_an_event_a_follower_cannot_read_sets_that_combat_aside_and_no_other(
         made = lease(postgres_db, "vault")[2]
         for combat in ("bank", "vault"):
             assert watcher.call("subscribe", combat=combat, after=made)["seq"] == made
-        newer = msgpack.packb({"event": "from_a_newer_daemon", "at": 1.0})
-        sql(
-            postgres_db,
-            "INSERT INTO turnkeeper.events (combat_id, seq, body) VALUES ('bank', %s, %s)",
-            made + 1,
-            newer,
-        )
-        sql(
-            postgres_db,
-            "UPDATE turnkeeper.combats SET last_seq = %s WHERE combat_id = 'bank'",
-            made + 1,
-        )
-        sql(postgres_db, "SELECT pg_notify(%s, %s)", changes.CHANNEL, f'[["bank", {made + 1}]]')
+        _append_unreadable(postgres_db, "bank", made + 1)
         refused = _until_refused(at_b, "bank")
         assert (refused.code, refused.field) == ("combat_quarantined", "combat")
         assert f"event {made + 1}" in refused.message
@@ -455,19 +459,7 @@ def test_a_quarantined_combat_keeps_its_row_among_combats_listed_from_the_databa
         _made_on(at_a, "bank")
         made = lease(postgres_db, "bank")[2]
         at_b.call("subscribe", combat="bank", after=made)
-        newer = msgpack.packb({"event": "from_a_newer_daemon", "at": 1.0})
-        sql(
-            postgres_db,
-            "INSERT INTO turnkeeper.events (combat_id, seq, body) VALUES ('bank', %s, %s)",
-            made + 1,
-            newer,
-        )
-        sql(
-            postgres_db,
-            "UPDATE turnkeeper.combats SET last_seq = %s WHERE combat_id = 'bank'",
-            made + 1,
-        )
-        sql(postgres_db, "SELECT pg_notify(%s, %s)", changes.CHANNEL, f'[["bank", {made + 1}]]')
+        _append_unreadable(postgres_db, "bank", made + 1)
         assert _until_refused(b.client(), "bank").code == "combat_quarantined"
         _made_on(at_a, "cellar")
         _made_on(at_a, "vault")
