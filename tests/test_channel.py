@@ -252,3 +252,37 @@ def test_a_loop_that_is_gone_leaves_no_flusher_behind() -> None:
         asyncio.run(main())
     gc.collect()
     assert len(channel_module._flushers) <= before
+
+
+def test_a_closed_channel_and_its_session_are_freed_without_the_cyclic_collector() -> None:
+    """A session holds its channel and the channel the session's handler: once the peer is
+    gone the two must not stay a cycle, which (decoder buffers and all, about 100 KiB) only a
+    full collection frees, rarely run in a daemon with many resident combats."""
+    import gc
+    import weakref
+
+    class Session:
+        def __init__(self, channel: Channel) -> None:
+            self.channel = channel
+            channel.at_once = self.handle
+
+        def handle(self, _item: wire.Message | wire.WireError) -> bool:
+            return False
+
+    async def main() -> weakref.ref[Session]:
+        channel, peer = await _channel()
+        session = Session(channel)
+        peer.send(wire.pack_value([0, 1, "hello", {}]))
+        assert await channel.next(wire.Limits(1 << 16, 10_000)) is not None
+        peer.close()
+        assert await channel.next(wire.Limits(1 << 16, 10_000)) is None
+        channel.close()  # as a session does once its peer is gone
+        await channel.wait_closed()
+        return weakref.ref(session)
+
+    gc.disable()
+    try:
+        gone = asyncio.run(main())
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -191,6 +191,10 @@ class Channel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and self.gone is None:
             self.gone = "peer_gone"  # a reset or a broken pipe, not a close
+        # No message arrives any more: the session's handler, which holds its session and so
+        # this channel, is let go, so that the two are freed by reference counting when the
+        # session ends rather than left (decoder buffers and all) to a full collection.
+        self.at_once = None
         self._eof = self._closing = True
         self._wake()
         self._wake_room()
