@@ -43,8 +43,9 @@ COMBATANTS = 10
 TARGET_KIB = 50.0
 BUSY_COMMANDS = 500
 """Commands each part-2 combat gets after its start: well past the 200 that undo reaches."""
-SETTLE_SECONDS = 1.0
-"""Pause before reading VmRSS: the last replies and closed connections are let go."""
+SETTLE_SECONDS = 2.0
+"""Pause before reading VmRSS: the last replies and closed connections are let go, and what
+they freed given back (``turnkeeper.transport.trim.TRIM_DELAY`` after the last close)."""
 
 
 def _creator(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:

@@ -26,6 +26,8 @@ import anyio
 
 from turnkeeper_sdk import wire
 
+from . import trim
+
 if TYPE_CHECKING:
     from ..combats.telling import Batch
 
@@ -202,6 +204,7 @@ class Channel(asyncio.Protocol):
             self._stall.cancel()
         if not self._lost.done():
             self._lost.set_result(None)
+        trim.after_close(self._loop)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
