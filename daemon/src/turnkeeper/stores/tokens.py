@@ -13,7 +13,12 @@ check never waits for the database. The copy is read again:
   lost with that session, or a row changed by hand, is made up for within that bound;
 - when a hello brings a secret the copy does not know, and its hash is in the database (a
   token made a moment ago through another daemon works there at once), and when a table
-  method or a ``create_combat`` names a table the copy does not have.
+  method or a ``create_combat`` names a table the copy does not have (or has with other
+  managers) and the database has it.
+
+Notifications heard while a read is under way are taken together, and one read follows for
+all of them: a bridge making and revoking tokens in a loop costs each daemon about one read
+per read's duration, not one per change.
 
 The sessions' own check (``Sessions.watch_tokens``) then ends the sessions of a revoked token,
 woken by each new copy (``changed``) rather than at its ``TOKEN_CHECK_SECONDS`` tick. A daemon
@@ -182,14 +187,39 @@ class SharedTokens(TokenBook):
             row = db.execute(
                 f"SELECT 1 FROM {SCHEMA}.tokens WHERE hash = %s", (digest(secret),)
             ).fetchone()
-            if row is not None:
+            # A look-up queued behind another of the same secret finds it read already.
+            if row is not None and self.authenticate(secret) is None:
                 self._reload(db)
             return row is not None
 
         return self._reading_again(known)
 
-    async def refresh(self) -> None:
-        await anyio.to_thread.run_sync(self.read, limiter=self._limiter())
+    async def refresh(self, table: str) -> None:
+        await anyio.to_thread.run_sync(self._look_up_table, table, limiter=self._limiter())
+
+    def _look_up_table(self, table: str) -> None:
+        """Read the copy again only if the database's row of ``table`` and its managers are
+        not the copy's. A table method or ``create_combat`` naming a table the copy does not
+        have then costs one indexed statement, as a hello with an unknown secret does, and
+        not a whole read: a bridge naming made-up tables (or another's) in a loop cannot keep
+        the look-up thread reading, and the hellos queued behind it wait for one statement
+        each. Run on that thread, after the look-ups queued before it, so a table that one
+        of them read already is not read again."""
+
+        def differs(db: _Connection) -> None:
+            row = db.execute(
+                f"SELECT coalesce(array_agg(m.token_id ORDER BY m.position)"
+                " FILTER (WHERE m.token_id IS NOT NULL), '{}')"
+                f" FROM {SCHEMA}.tables t LEFT JOIN {SCHEMA}.table_managers m USING (table_id)"
+                " WHERE t.table_id = %s GROUP BY t.table_id",
+                (table,),
+            ).fetchone()
+            there = None if row is None else tuple(row[0])
+            kept = next((t.managers for t in self._contents.tables if t.id == table), None)
+            if there != kept:
+                self._reload(db)
+
+        self._reading_again(differs)
 
     def _reload(self, db: _Connection) -> Contents:
         with self._reading:
@@ -270,6 +300,7 @@ class SharedTokens(TokenBook):
                 while not self._closed.is_set():
                     heard = any(True for _ in db.notifies(timeout=LISTEN_WAIT, stop_after=1))
                     if heard:
+                        _drain(db)
                         self._reload(db)
                         last = time.monotonic()
                     elif time.monotonic() - last >= REREAD_SECONDS:
@@ -474,6 +505,15 @@ class SharedTokens(TokenBook):
                     if manager in kept:
                         _insert_manager(db, t.id, manager)
         return len(new_tables), len(new_tokens)
+
+
+def _drain(db: _Connection) -> None:
+    """Take every notification already received (while the last read ran, or in the socket
+    now) without waiting: the read that follows covers all of their changes, so a burst of
+    changes costs one read, not one each. A change that commits after that read has begun
+    notifies after it too, and that notification makes the next read."""
+    for _ in db.notifies(timeout=0):
+        pass
 
 
 def _fetch(db: _Connection) -> Contents:
