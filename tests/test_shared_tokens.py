@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -618,6 +619,83 @@ def test_a_burst_of_changes_costs_the_other_daemon_a_few_reads_and_ends_exact(
         assert found.key == f"token:{kept.id}"
     finally:
         maker.close()
+        daemon.close()
+
+
+def test_a_daemons_own_changes_are_read_once_each_and_anothers_still_heard(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon reads its copy again after each change it commits; its listener does not
+    read again for that change's notification, but does for another daemon's. Before the
+    fix: two reads for each own change (its own notification read for again)."""
+    postgresql.migrate(postgres_db)
+    other, daemon = SharedTokens(postgres_db), SharedTokens(postgres_db)
+    daemon.read()
+    reads = _counting_reads(daemon, monkeypatch)
+    changes = 20
+
+    def own_changes() -> None:
+        for _ in range(changes // 2):
+            record, _ = daemon.add("observer")
+            daemon.revoke(record.id)
+
+    async def changing() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.run)  # one read as it listens
+            await anyio.to_thread.run_sync(own_changes)
+            record, _ = await anyio.to_thread.run_sync(other.add, "observer")
+            with anyio.fail_after(CALL_TIMEOUT):
+                while record.id not in {r.id for r in daemon.load().tokens}:
+                    await anyio.sleep(0.01)
+                seen = -1
+                while seen != len(reads):
+                    seen = len(reads)
+                    await anyio.sleep(0.5)
+            assert len(reads) == 1 + changes + 1, len(reads)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(changing)
+    finally:
+        other.close()
+        daemon.close()
+
+
+def test_an_own_change_whose_read_failed_is_read_by_the_listener(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read after a daemon's own commit fails: its listener, which does not read for
+    its own notifications, reads for that one, well before the periodic look."""
+    from turnkeeper.stores import tokens
+
+    postgresql.migrate(postgres_db)
+    daemon = SharedTokens(postgres_db)
+    daemon.read()
+    monkeypatch.setattr(tokens, "REREAD_SECONDS", 10 * CALL_TIMEOUT)
+    reload = daemon._reload
+    failed: list[None] = []
+
+    def once_lost_after_the_commit(db: Any) -> Any:
+        if not failed and threading.current_thread().name != "turnkeeper-tokens":
+            failed.append(None)
+            raise psycopg.OperationalError("the session was lost after the commit")
+        return reload(db)
+
+    monkeypatch.setattr(daemon, "_reload", once_lost_after_the_commit)
+
+    async def changing() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.run)
+            record, _ = await anyio.to_thread.run_sync(daemon.add, "observer")
+            assert failed
+            with anyio.fail_after(CALL_TIMEOUT):
+                while record.id not in {r.id for r in daemon.load().tokens}:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(changing)
+    finally:
         daemon.close()
 
 
