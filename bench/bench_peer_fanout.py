@@ -7,8 +7,10 @@ the client is ``peer_client.mjs``, the kit's client opening views 8 at a time (s
 
 For each system: a writer sends COUNT updates INTERVAL ms apart (``end_turn`` for the daemon, an
 ``update encounter`` of a 10-combatant encounter for the relay); latency is each view's receipt
-minus the update's send, on the one wall clock of this host; server CPU per update is the server
-process's utime + stime (``/proc/PID/stat``) over the writer's run divided by the updates.
+(the time its TCP socket's read returned the bytes, parsed only after the run, for both
+systems: see ``peer_client.mjs``) minus the update's send, on the one wall clock of this host;
+server CPU per update is the server process's utime + stime (``/proc/PID/stat``) over the
+writer's run divided by the updates.
 
 Needs Node.js 20+ and, once, ``npm install socket.io socket.io-client ws @msgpack/msgpack`` in a
 scratch folder: done on first use in ``$TMPDIR/turnkeeper-bench-<uid>/node`` (``--node-modules``
