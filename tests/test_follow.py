@@ -946,3 +946,31 @@ async def test_a_subscribe_all_while_missed_events_are_told_page_by_page_is_told
         await anyio.sleep(2.0)
         assert first < answered < now
         assert [e["seq"] for e in watcher.sent] == list(range(answered + 1, now + 1))
+
+
+@pytest.mark.anyio
+async def test_a_combat_nobody_here_follows_yet_whose_notifications_are_lost_is_polled(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every notification of 'bank' is lost and nothing tells the follower to ask the store
+    (no new listening session, no overflow): a ``subscribe_all`` made before 'bank' existed
+    is told its every event, by the periodic poll of the combats changed since its
+    watermark, which covers combats nobody here followed when they changed."""
+    real = follow.Follower.woken
+
+    def deaf(self: follow.Follower, told: changes.Changes | None) -> None:
+        if told is not None and "bank" not in told:
+            real(self, told)
+
+    monkeypatch.setattr(follow.Follower, "woken", deaf)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        assert (await follower.subscribe_all(watcher))["seqs"] == {}
+        await anyio.sleep(follow.POLL_SECONDS * 1.5)  # the answer's own asking done
+        last = await _made_with_a_hidden_lurker(holder, "bank")
+        with anyio.fail_after(SEEN_WITHIN):
+            while len(watcher.sent) < last:
+                await anyio.sleep(0.05)
+        await _made_with_a_hidden_lurker(holder, "vault")  # heard: the follower listens on
+        await anyio.sleep(follow.POLL_SECONDS * 1.5)
+        assert [e["seq"] for e in watcher.sent if e["combat"] == "bank"] == list(range(1, last + 1))
