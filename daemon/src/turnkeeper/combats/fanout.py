@@ -118,11 +118,6 @@ class SubscriptionRegistry:
             return True
         return table in self._by_table if table is not None else bool(self._by_table)
 
-    def tables_followed(self) -> frozenset[str] | None:
-        """The tables whose every combat someone here follows (``subscribe_all``; None: every
-        table)."""
-        return None if self._everywhere else frozenset(self._by_table)
-
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
         return set().union(*self._by_combat.get(combat_id, {}).values())

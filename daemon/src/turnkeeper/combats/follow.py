@@ -6,13 +6,13 @@ at, and back, over and over.
 A followed combat is the registry's own ``Combat``, not held (``loaded`` false) but kept at
 its log's end (``followed``): read from its snapshot and log at first, then advanced by
 reading the events after its seq whenever a commit's notification (``StorePort.follow_changes``)
-or the periodic poll (``POLL_SECONDS``) of the combats changed since a watermark says its
-log grew: the log is the truth, a
-notification only the wake-up. Each event read is published to this daemon's subscribers by
-the same registry and per-audience telling as a command's, in seq order. Being one object,
-the combat passes between following and holding with its subscribers' place: acquiring it
-tells them what its last holder appended since (``handover``), before this daemon's first
-command on it; letting it go leaves its state at the seq they were told (``released``)."""
+or the periodic poll of the combats changed since a watermark (``POLL_SECONDS``) says its log
+grew: the log is the truth, a notification only the wake-up. Each event read is published to
+this daemon's subscribers by the same registry and per-audience telling as a command's, in seq
+order. Being one object, the combat passes between following and holding with its subscribers'
+place: acquiring it tells them what its last holder appended since (``handover``), before this
+daemon's first command on it; letting it go leaves its state at the seq they were told
+(``released``)."""
 
 from __future__ import annotations
 
@@ -94,9 +94,6 @@ class Follower:
         """Whether any subscriber here follows the whole of a table (``subscribe_all``;
         None: of any table): then a combat of it another daemon made since this one started
         is known here when it is heard of."""
-        self.tables_followed: Callable[[], frozenset[str] | None] = lambda: frozenset()
-        """The tables whose every combat a subscriber here follows (``subscribe_all``; None:
-        every table)."""
 
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat to read: the one this daemon holds, else (on a shared store) the one it
