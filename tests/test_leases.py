@@ -957,6 +957,67 @@ def test_r13_a_deadline_nobody_holds_fires_on_its_own_after_a_restart(
         stop_all(d)
 
 
+def _at_schema_5(dsn: str) -> None:
+    """The database made again at schema version 5 by the migrations, with its combats as
+    they were, written as a daemon of that version writes them: no stored deadline."""
+    columns = {
+        "combats": "combat_id, table_id, ruleset, created_at, last_seq",
+        "events": "combat_id, seq, body",
+        "snapshots": "combat_id, seq, body",
+        "summaries": "combat_id, body",
+    }
+    kept = {
+        name: sql(dsn, f"SELECT {listed} FROM {SCHEMA}.{name}") for name, listed in columns.items()
+    }
+    with psycopg.connect(dsn) as db, db.transaction():
+        db.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+        db.execute(f"CREATE SCHEMA {SCHEMA}")
+        db.execute(
+            f"CREATE TABLE {SCHEMA}.schema_migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in postgresql.MIGRATIONS[:5]:
+            db.execute(migration.sql.encode())
+            db.execute(
+                f"INSERT INTO {SCHEMA}.schema_migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+        with db.cursor() as cur:
+            for name, rows in kept.items():
+                if rows:
+                    marks = ", ".join(["%s"] * len(rows[0]))
+                    cur.executemany(
+                        f"INSERT INTO {SCHEMA}.{name} ({columns[name]}) VALUES ({marks})", rows
+                    )
+
+
+def test_r13_a_deadline_of_a_combat_last_written_before_version_6_fires_with_nobody_holding_it(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A combat whose turn runs out, in a database at schema version 5 (no stored deadlines):
+    once migrated, its deadline fires with no command or read for the combat, once."""
+    d = Daemon(tmp_path, None, "--store", postgres_db).start()
+    try:
+        with d.client() as gm:
+            _setup(gm, "old", turn_time_limit=1.0, turn_warning=0.0)
+            started = gm.call("start_combat", request_id="start", combat="old")
+        (turn,) = [e for e in started["events"] if e["event"] == "turn_started"]
+        assert d.stop() == 0
+        _at_schema_5(postgres_db)
+        time.sleep(max(0.0, turn["deadline"] + 0.5 - time.time()))
+        d.start()  # migrates to this version first
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while logged_seqs(postgres_db, "old")[-1] == started["seq"]:
+            assert time.monotonic() < deadline, "the deadline never fired"
+            time.sleep(0.05)
+        with d.client() as gm:
+            history = gm.call("history", combat="old", after=started["seq"])
+        expired = [e for e in history["events"] if e["event"] == "turn_timer_expired"]
+        assert [e["combatant"] for e in expired] == ["ann"]
+    finally:
+        stop_all(d)
+
+
 def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
     tmp_path: Path, postgres_db: str
 ) -> None:

@@ -118,14 +118,16 @@ class SharedStore(StorePort, Protocol):
     def read_one(self, combat_id: str) -> LoadedCombat:
         """``load_one`` without the lease: the log as it stands (a followed combat)."""
 
-    def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
-        """The last seq of each of these combats the store holds (any thread)."""
+    def changed_since(
+        self, watermark: int, after: str, count: int
+    ) -> tuple[int, list[tuple[str, int, str, int]]]:
+        """The watermark to ask from next, and up to ``count`` combats changed at
+        ``watermark`` or later (past ``after`` among those of ``watermark`` itself), in order
+        of their change then id, each with its last seq, table and change (any thread)."""
 
-    def last_seqs_of(
-        self, tables: frozenset[str] | None, count: int
-    ) -> dict[str, tuple[int, str, float]]:
-        """The last seq, table and making time (``time.time()``) of up to ``count`` combats of
-        ``tables`` (None: every table), the latest made first (any thread)."""
+    def horizon(self) -> int:
+        """A watermark from which ``changed_since`` finds every change not committed yet
+        (any thread)."""
 
     async def combat_page(
         self, after: str | None, count: int, tables: frozenset[str] | None

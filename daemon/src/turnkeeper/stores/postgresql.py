@@ -191,6 +191,8 @@ class Migration:
     version: int
     name: str
     sql: str
+    then: Callable[[psycopg.Connection[Any]], None] | None = None
+    """What the migration does past SQL, in its transaction, after ``sql``."""
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -352,6 +354,22 @@ CREATE TABLE {SCHEMA}.table_managers (
 CREATE INDEX combats_table_page ON {SCHEMA}.combats (table_id, combat_id COLLATE "C");
 CREATE INDEX combats_page ON {SCHEMA}.combats (combat_id COLLATE "C");
 """,
+    ),
+    Migration(
+        9,
+        "each combat's last change, and the deadlines of combats written before version 6",
+        f"""
+-- The transaction that last grew the combat's log (or made it), set by each commit with
+-- last_seq: a daemon asks which combats changed since a watermark (``changed_since``), every
+-- combat covered, a page at a time, where a lost notification would otherwise go unnoticed.
+-- A transaction id, not a sequence: a transaction that took a lower sequence value may commit
+-- after one that took a higher, whereas every transaction whose id is below a snapshot's xmin
+-- has ended. 0: not changed since this migration.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN changed xid8 NOT NULL DEFAULT '0';
+ALTER TABLE {SCHEMA}.combats ALTER COLUMN changed SET DEFAULT pg_current_xact_id();
+CREATE INDEX combats_changed ON {SCHEMA}.combats (changed, combat_id COLLATE "C");
+""",
+        then=lambda db: _stored_deadlines(db),
     ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
@@ -696,6 +714,8 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
         for migration in MIGRATIONS:
             if migration.version > version:
                 db.execute(migration.sql.encode())
+                if migration.then is not None:
+                    migration.then(db)
                 db.execute(
                     f"INSERT INTO {SCHEMA}.schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),
@@ -704,6 +724,43 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     for migration in applied:
         log.info("store_migrated", version=migration.version, name=migration.name)
     return applied
+
+
+DEADLINES_PAGE = 1000
+"""Combats whose deadlines ``_stored_deadlines`` reads and writes at once."""
+
+
+def _stored_deadlines(db: psycopg.Connection[Any]) -> None:
+    """Give each combat without a stored deadline the one its summary tells. A row last
+    written before version 6 has none until its next commit, so a deadline of it that fell
+    due while nobody held it waited for a read or a command (``adopt_due`` finds combats by
+    it). Every commit on PostgreSQL has written the combat's summary with its next deadline
+    (``combats.combat.summary``), the very value a commit since version 6 stores: no
+    combat needs folding from its log. A summary that does not decode is left alone (its
+    combat is rebuilt on its first use). Read a page at a time by a cursor of the
+    migration's transaction, so memory stays bounded at any number of combats."""
+    with db.cursor(name="turnkeeper_deadlines") as rows:
+        rows.itersize = DEADLINES_PAGE
+        rows.execute(
+            f"SELECT c.combat_id, s.body FROM {SCHEMA}.combats c"
+            f" JOIN {SCHEMA}.summaries s USING (combat_id) WHERE c.deadline IS NULL"
+        )
+        while page := rows.fetchmany(DEADLINES_PAGE):
+            found: dict[str, float] = {}
+            for combat_id, body in page:
+                try:
+                    deadline = _deadline(_unpack(body))
+                except ValueError:
+                    continue
+                if deadline is not None:
+                    found[combat_id] = deadline
+            if found:
+                db.execute(
+                    f"UPDATE {SCHEMA}.combats c SET deadline = u.deadline"
+                    " FROM unnest(%s::text[], %s::float8[]) AS u (combat_id, deadline)"
+                    " WHERE c.combat_id = u.combat_id",
+                    (list(found), list(found.values())),
+                )
 
 
 def _reason(e: Exception, location: str) -> str:
@@ -1460,6 +1517,7 @@ class PostgresStore:
             # daemon that lost the lease leaves no snapshot, summary or answer either).
             cursor = db.execute(
                 f"UPDATE {SCHEMA}.combats c SET last_seq = u.last,"
+                " changed = pg_current_xact_id(),"
                 " deadline = CASE WHEN u.summed THEN u.deadline ELSE c.deadline END"
                 " FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::int8[], %s::bool[],"
                 " %s::float8[]) AS u (combat_id, expected, last, epoch, summed, deadline)"
@@ -1549,7 +1607,8 @@ class PostgresStore:
                     pending.events,
                 )
                 cur.execute(
-                    f"UPDATE {SCHEMA}.combats SET last_seq = %s WHERE combat_id = %s",
+                    f"UPDATE {SCHEMA}.combats SET last_seq = %s, changed = pg_current_xact_id()"
+                    " WHERE combat_id = %s",
                     (last + len(pending.events), b.combat_id),
                 )
             if b.request is not None:
@@ -1682,37 +1741,47 @@ class PostgresStore:
         with self._loading:
             return self._read("loader", partial(self._load_combat, combat_id))
 
-    def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
-        """The last seq of each combat of ``combat_ids`` the store holds (any thread)."""
+    def changed_since(
+        self, watermark: int, after: str, count: int
+    ) -> tuple[int, list[tuple[str, int, str, int]]]:
+        """Up to ``count`` combats whose log grew (or that were made) in a transaction whose
+        id is ``watermark`` or more, ordered by it then by id, past ``after`` among those of
+        ``watermark`` itself: each with its last seq, table and that transaction's id (any
+        thread). With them, the
+        watermark to ask from next: the oldest transaction still running as they were read,
+        every one before it ended, so that a combat changed since and not among them is
+        found from it (one changed at the watermark or later is found again, harmlessly).
+        Pages on with the last combat's (``changed``, id); the watermark of the first page
+        is the one to keep. Its cost is the rows found, by the ``combats_changed`` index,
+        whatever the number of combats."""
         with self._loading:
             rows = self._read(
                 "loader",
                 lambda db: db.execute(
-                    f"SELECT combat_id, last_seq FROM {SCHEMA}.combats"
-                    " WHERE combat_id = ANY(%s::text[])",
-                    (combat_ids,),
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, c.*"
+                    " FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+                    f"SELECT combat_id, last_seq, table_id, changed::text FROM {SCHEMA}.combats"
+                    ' WHERE (changed, combat_id COLLATE "C") > (%s::xid8, %s)'
+                    ' ORDER BY changed, combat_id COLLATE "C" LIMIT %s) AS c ON true',
+                    (str(watermark), after, count),
                 ).fetchall(),
             )
-        return {str(c): int(s) for c, s in rows}
+        horizon = int(rows[0][0])
+        return horizon, [
+            (str(c), int(s), str(t), int(x)) for _, c, s, t, x in rows if c is not None
+        ]
 
-    def last_seqs_of(
-        self, tables: frozenset[str] | None, count: int
-    ) -> dict[str, tuple[int, str, float]]:
-        """The last seq, table and making time of up to ``count`` combats of ``tables`` (None:
-        every table), the latest made first (any thread): what a daemon whose notifications
-        may have gone unheard compares with what it told."""
-        where = "" if tables is None else " WHERE table_id = ANY(%s::text[])"
-        params: tuple[Any, ...] = () if tables is None else (sorted(tables),)
+    def horizon(self) -> int:
+        """The oldest transaction still running (any thread): a combat whose change is not
+        committed yet is changed at it or later (``changed_since``)."""
         with self._loading:
-            rows = self._read(
+            (row,) = self._read(
                 "loader",
                 lambda db: db.execute(
-                    f"SELECT combat_id, last_seq, table_id, created_at FROM {SCHEMA}.combats"
-                    f"{where} ORDER BY position DESC LIMIT {int(count)}",
-                    params,
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
                 ).fetchall(),
             )
-        return {str(c): (int(s), str(t), float(m)) for c, s, t, m in rows}
+        return int(row[0])
 
     async def follow_changes(
         self,
