@@ -36,10 +36,12 @@ from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.events import CombatCreated, CommandRecorded
+from turnkeeper_engine.model import ActionSpec
 from turnkeeper_engine.pipeline import RefusedError
 from turnkeeper_engine.plain import event_to_plain
-from turnkeeper_sdk import wire
+from turnkeeper_sdk import hookimpl, wire
 from turnkeeper_sdk.client import CallError
+from turnkeeper_sdk.plugins import PluginHost
 
 FAILOVER_SECONDS = 5.0
 """Issue 12's bound: a dead owner's combats are served by another daemon within this."""
@@ -1053,3 +1055,45 @@ async def test_a_repeat_in_a_group_is_refused_alone_and_nothing_of_it_is_kept(
     finally:
         first.close()
         second.close()
+
+
+class _Announcer:
+    """A plugin with a before hook whose proposal commits a command of its own."""
+
+    @hookimpl
+    def before_action_declared(self, combatant: Any) -> cmd.Command:
+        return cmd.RecordOutcome("note", f"{combatant.id} is about to act")
+
+
+@pytest.mark.anyio
+async def test_a_repeat_of_a_command_with_before_hooks_is_looked_up_before_they_run(
+    postgres_db: str,
+) -> None:
+    """A before hook may commit a command of its own ahead of the one it stands before: a
+    repeat decided anew would run it again before its commit found the id, if the engine
+    accepted it again (today's hooks stand before commands it does not: a turn's ref is
+    stale by then). So such commands are looked up first, on a shared store too: the retry
+    gets the first result and nothing more is appended."""
+    first = PostgresStore.open(postgres_db, lease_seconds=60)
+    second = PostgresStore.open(postgres_db, lease_seconds=60)
+    plugins = PluginHost()
+    plugins.register(_Announcer(), "announcer")
+    try:
+        async with running(first), running(second):
+            at_first, at_second = Hub(first), Hub(second, plugins=plugins)
+            await at_first.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "c")
+            for who in ("a", "b"):
+                await at_first.execute("p", NARRATOR, "bank", cmd.AddCombatant(who, who), who)
+            await at_first.execute("p", NARRATOR, "bank", cmd.StartCombat(), "start")
+            turn = at_first.combats["bank"].state.turn
+            assert turn is not None
+            declare = cmd.DeclareAction(turn.ref, ActionSpec("attack"))
+            declared = await at_first.execute("p", NARRATOR, "bank", declare, "declare")
+            at_first.rebuilder.forget(at_first.combats["bank"])
+            await first.release("bank")
+            assert await at_second.execute("p", NARRATOR, "bank", declare, "declare") == declared
+            assert logged_seqs(postgres_db, "bank") == list(range(1, declared["seq"] + 1))
+    finally:
+        first.close()
+        second.close()
+        plugins.stop()
