@@ -22,7 +22,7 @@ import pytest
 import postgres
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, add_spidey
 from test_store_port import batch, event, loaded, logged, running
-from turnkeeper.store import StoreError
+from turnkeeper.store import REQUEST_MEMORY_SECONDS, StoreError
 from turnkeeper.stores import open_store, postgresql
 from turnkeeper.stores.postgresql import SCHEMA, SCHEMA_VERSION, PostgresStore, migrate
 from turnkeeper_sdk import wire
@@ -735,3 +735,38 @@ async def test_a_change_committed_after_a_later_one_is_found_from_the_watermark(
     assert [row[3] for row in before] == sorted(row[3] for row in before)
     assert len({row[0] for row in before}) == len(before)
     assert {c: s for c, s, _, _ in after} == {"a": 2, "b": 2, "c": 2, "slow": 7}
+
+
+@pytest.mark.anyio
+async def test_request_ids_are_stamped_and_pruned_by_the_servers_clock_not_a_daemons(
+    postgres_db: str,
+) -> None:
+    """A daemon whose wall clock runs two days ahead (its commands' times with it) prunes no
+    other daemon's request ids: each id is stamped with the server's time, and pruned once
+    older than a day by the server's clock, whichever daemon prunes."""
+    here = PostgresStore.open(postgres_db)
+    ahead = PostgresStore.open(postgres_db)
+    try:
+        async with running(here), running(ahead):
+            await here.commit(batch("c1", 1, create=True, request=("al", "kept"), response=1))
+            await here.commit(batch("c1", 2, request=("al", "old"), response=2))
+            _sql(  # stored two days ago, by the server's clock
+                postgres_db,
+                f"UPDATE {SCHEMA}.requests SET at = extract(epoch FROM now()) - 2 * %s"
+                " WHERE request_id = 'old'",
+                REQUEST_MEMORY_SECONDS,
+            )
+            future = time.time() + 2 * REQUEST_MEMORY_SECONDS
+            made = batch("c2", 1, create=True, request=("al", "ahead"), response=3, at=future)
+            await ahead.commit(made)
+            await ahead._committer.run(ahead._prune)
+            rows = _sql(
+                postgres_db,
+                "SELECT request_id, abs(at - extract(epoch FROM now())) < 60"
+                f" FROM {SCHEMA}.requests ORDER BY request_id",
+            )
+            assert rows == [("ahead", True), ("kept", True)]
+            assert await ahead.lookup_request("al", "kept") == ("c1", 1)
+    finally:
+        here.close()
+        ahead.close()

@@ -18,6 +18,7 @@ import anyio
 from turnkeeper_engine import Actor, RuleBook, State
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
+from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
 
@@ -238,46 +239,35 @@ class Writer:
         # In flight from here: the lookup may wait for a database read, and a retry arriving
         # meanwhile must wait for this one's answer, not run beside it.
         in_flight[key] = None
+        shared = self.rebuilder.shared
+        hooks = self.pipeline.hooks
         try:
-            # ``_first_result``, spelled out: every command asks, and is almost never a retry.
-            remembered = await self.store.lookup_request(principal, request_id)
+            if shared is None or (hooks is not None and hooks.before_hooks(command)):
+                # ``_first_result``, spelled out: every command asks, and is almost never a
+                # retry. Before hooks may commit commands of their own (proposals), which a
+                # repeat must not run again: they are asked before too.
+                remembered = await self.store.lookup_request(principal, request_id)
+                unread = False
+            else:
+                # On a shared store the commit finds a repeat (the database refuses to store
+                # its id again, and nothing of it is kept): no read before a new command, only
+                # once it ends otherwise than committed.
+                remembered = shared.recent_request(principal, request_id)
+                unread = remembered is None
             if remembered is not None:
                 return _first(remembered, combat_id, actor, command)
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
-            if isinstance(command, cmd.CreateCombat):
-                async with self.combats.creating(combat_id):
-                    combat = Combat(
-                        combat_id, State(), 0, table=table_of(combat_id), epoch=FIRST_EPOCH
-                    )
-                    ticket.ruleset = command.ruleset
-                    result = await self.run(combat, ticket, actor, command)
-                    self.combats.add(combat)
-                    return result
-            found = self.combats.by_id.get(combat_id)
-            if (
-                found is None
-                or not found.loaded
-                or found.quarantined is not None
-                or (scope is not None and found.table not in scope)
-            ):
-                # Not known, not rebuilt yet, quarantined or another table's: ``ready`` knows
-                # what to do.
-                found = await self.rebuilder.ready(combat_id, scope)
-                if self.rebuilder.shared is not None:
-                    # Its lease held now: the same request in flight at the daemon that held
-                    # it (a client's retry racing its original) was committed before it let go.
-                    first = await self._first_result(key, combat_id, actor, command)
-                    if first is not None:
-                        return first
-            return await self.run(found, ticket, actor, command)
-        except RefusedError as e:
-            if e.code != "conflict" or self.rebuilder.shared is None:
+            result = await self._apply(ticket, actor, combat_id, command, scope, looked=not unread)
+        except ProtocolError as e:
+            if shared is None or not (unread or e.code == "conflict"):
                 raise
-            # The database refused to store the id again: another daemon stored it (or made
-            # the combat) unseen by this one's filter, and its result is the one to give.
+            # The database refused to store the id again (another daemon stored it, or made the
+            # combat, unseen by this one's filter), or a command not looked up before changed
+            # nothing or was refused, decided on a state after its first time: the first
+            # result, if there is one, is the one to give.
             first = await self._first_result(key, combat_id, actor, command)
             if first is None:
-                if isinstance(command, cmd.CreateCombat):
+                if e.code == "conflict" and isinstance(command, cmd.CreateCombat):
                     # Its id was not stored: the combat row was, by a daemon this one has not
                     # heard of it from (ids carry their table, so it is the caller's table's).
                     raise RequestError(
@@ -289,6 +279,50 @@ class Writer:
             done = in_flight.pop(key)
             if done is not None:
                 done.set()
+        if unread and ticket.result is None:
+            # Nothing committed, so nothing stored the id: it may be a repeat, decided anew.
+            first = await self._first_result(key, combat_id, actor, command)
+            if first is not None:
+                return first
+        return result
+
+    async def _apply(
+        self,
+        ticket: _Ticket,
+        actor: Actor,
+        combat_id: str,
+        command: cmd.Command,
+        scope: Scope,
+        *,
+        looked: bool,
+    ) -> Plain:
+        """``execute``'s command, its id not remembered as far as was ``looked`` up."""
+        if isinstance(command, cmd.CreateCombat):
+            async with self.combats.creating(combat_id):
+                combat = Combat(combat_id, State(), 0, table=table_of(combat_id), epoch=FIRST_EPOCH)
+                ticket.ruleset = command.ruleset
+                result = await self.run(combat, ticket, actor, command)
+                self.combats.add(combat)
+                return result
+        found = self.combats.by_id.get(combat_id)
+        if (
+            found is None
+            or not found.loaded
+            or found.quarantined is not None
+            or (scope is not None and found.table not in scope)
+        ):
+            # Not known, not rebuilt yet, quarantined or another table's: ``ready`` knows
+            # what to do.
+            found = await self.rebuilder.ready(combat_id, scope)
+            if looked and self.rebuilder.shared is not None:
+                # Its lease held now: the same request in flight at the daemon that held
+                # it (a client's retry racing its original) was committed before it let go.
+                # (Not looked up before, a repeat is found as it ends, whatever it does.)
+                assert ticket.request is not None
+                first = await self._first_result(ticket.request, combat_id, actor, command)
+                if first is not None:
+                    return first
+        return await self.run(found, ticket, actor, command)
 
     async def _first_result(
         self, key: tuple[str, str], combat_id: str, actor: Actor, command: cmd.Command

@@ -832,6 +832,9 @@ class PostgresStore:
         self.transactions = 0
         self._touched: set[str] = set()
         self._latest_at = 0.0
+        self._server_offset: float | None = None
+        """The server's clock less this daemon's (``_read_server_clock``): request rows are
+        stamped with the server's time, so that one clock ages every daemon's."""
         # Each combat's last seq as the committer last wrote or read it: the expected seq of
         # its next conditional append. Forgotten when a transaction fails or a reconnection
         # makes what reached the server unknown.
@@ -1198,6 +1201,8 @@ class PostgresStore:
                     self._reconnect()
                 if self._filter is None or self._filter.worn:
                     self._filter = self._build_filter()
+                if self._server_offset is None:
+                    self._read_server_clock()
                 over = self._over_quota(group)
                 break
             except LOST as e:
@@ -1443,6 +1448,7 @@ class PostgresStore:
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
         deadlines: dict[str, float | None] = {}  # and the deadline its summary gives
         snapshots: dict[str, tuple[int, bytes]] = {}
+        stamp = self._server_now()
         last: int | None
         for pending in group:
             b = pending.batch
@@ -1487,7 +1493,7 @@ class PostgresStore:
             ends[b.combat_id] = last + len(pending.events)
             events.extend(pending.events)
             if b.request is not None:
-                requests.append((*b.request, b.combat_id, pending.response, b.at))
+                requests.append((*b.request, b.combat_id, pending.response, stamp))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
                 deadlines[b.combat_id] = _deadline(b.summary)
@@ -1616,7 +1622,7 @@ class PostgresStore:
                     f"INSERT INTO {SCHEMA}.requests"
                     " (principal, request_id, combat_id, response, at)"
                     " VALUES (%s, %s, %s, %s, %s)",
-                    (*b.request, b.combat_id, pending.response, b.at),
+                    (*b.request, b.combat_id, pending.response, self._server_now()),
                 )
             if pending.summary is not None:
                 cur.execute(
@@ -1636,17 +1642,34 @@ class PostgresStore:
                     (b.combat_id, last + len(pending.events), pending.snapshot),
                 )
 
+    def _read_server_clock(self) -> None:
+        """Learn the server's clock against this daemon's (committer's thread): the middle of
+        the round trip is taken as the moment the server read its own."""
+        before = time.time()
+        now = "SELECT extract(epoch FROM clock_timestamp())::float8"
+        row = self._writer.execute(now).fetchone()
+        after = time.time()
+        assert row is not None
+        self._server_offset = row[0] - (before + after) / 2
+
+    def _server_now(self) -> float:
+        """The server's time now, by this daemon's clock and the offset last read."""
+        return time.time() + (self._server_offset or 0.0)
+
     def _prune(self) -> None:
         """Forget requests older than REQUEST_MEMORY_SECONDS or past MAX_REMEMBERED_REQUESTS
-        (as the SQLite store's ``_prune``); a failed prune is dropped and runs again later."""
+        (as the SQLite store's ``_prune``); a failed prune is dropped and runs again later.
+        Ages are by the server's clock, the one that stamped every daemon's rows: a daemon
+        whose own clock runs ahead prunes no other daemon's ids early."""
         db = self._writer
-        cutoff = self._latest_at - REQUEST_MEMORY_SECONDS
         touched, self._touched = self._touched, set()
+        with contextlib.suppress(psycopg.Error):
+            self._read_server_clock()  # kept in step as the clocks drift apart
         with contextlib.suppress(psycopg.Error), db.transaction():
             db.execute(
-                f"DELETE FROM {SCHEMA}.requests WHERE ctid IN"
-                f" (SELECT ctid FROM {SCHEMA}.requests WHERE at < %s LIMIT %s)",
-                (cutoff, PRUNE_MAX_ROWS),
+                f"DELETE FROM {SCHEMA}.requests WHERE ctid IN (SELECT ctid FROM {SCHEMA}.requests"
+                " WHERE at < extract(epoch FROM now())::float8 - %s LIMIT %s)",
+                (REQUEST_MEMORY_SECONDS, PRUNE_MAX_ROWS),
             )
             for principal in touched:
                 db.execute(
@@ -1957,6 +1980,14 @@ class PostgresStore:
         finally:
             self._reading.release()
 
+    def recent_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
+        """The answer this daemon gave lately to a request id, from memory, or None: no read,
+        so None does not say that no daemon stored the id (see ``SharedStore``)."""
+        found = self._recent.get(principal, request_id)
+        if found is None or found[2] < self._latest_at - REQUEST_MEMORY_SECONDS:
+            return None
+        return self._answer(principal, request_id, found)
+
     async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The combat id and response remembered for a retried request, or None if forgotten:
         from memory when recent, ruled out by the filter when never stored (only while this
@@ -1974,6 +2005,12 @@ class PostgresStore:
             found = await anyio.to_thread.run_sync(self._stored_request, principal, request_id)
             if found is None:
                 return None
+        return self._answer(principal, request_id, found)
+
+    @staticmethod
+    def _answer(
+        principal: str, request_id: str, found: tuple[str, bytes, float]
+    ) -> tuple[str, Any]:
         combat_id, body, _ = found
         try:
             return combat_id, _unpack(body)
