@@ -810,6 +810,32 @@ async def test_an_answer_never_waits_for_its_snapshot(tmp_path: Path) -> None:
     assert (combat.snapshot, combat.last) == ((3, {"at": 3}), 3)
 
 
+@pytest.mark.anyio
+async def test_a_failing_move_aside_is_tried_again_after_the_next_commit_not_in_a_spin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The work aside (here a move of recent events) failing, the commands still commit, and
+    it is tried once per commit, never again and again while the queue is empty."""
+    monkeypatch.setattr(store_module, "EVENTS_MOVE_BYTES", 1)
+
+    def refused(self: Store) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "_move_events", refused)
+    store = Store.open(tmp_path)
+    with capture_logs() as logs:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+            for seq in range(2, 5):
+                await anyio.wait_all_tasks_blocked()
+                await store.commit(batch("c1", seq))
+            await anyio.wait_all_tasks_blocked()
+            monkeypatch.undo()  # the clean stop moves them
+    store.close()
+    assert [e["event"] for e in logs] == ["store_aside_failed"] * 4
+    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4], "recent_events": []}
+
+
 KILLED_MID_SNAPSHOT = r"""
 import dataclasses, sys, threading, anyio
 sys.path.insert(0, sys.argv[2])

@@ -135,14 +135,15 @@ request id, measured with ``tracemalloc``)."""
 
 EVENTS_MOVE_BYTES = 2**18
 """Bytes of event bodies appended to ``recent_events`` before they are moved into ``events``
-together, in the transaction of the commit that reaches this many (about 1,000 events of a
-command's usual size): the more, the more commands of each combat one move takes (its pages
-are rewritten once for all of them), and the longer that one commit takes, with every command
-queued behind it. At 2 MiB a review measured such a commit at 45 to 60 ms (12 to 17 of them
-the move's statement) against a 3 to 4 ms median, and at 2,000 commands/s offered the slowest
-answers doubled (50 to 62 ms against 17 to 33 before the moves); at 256 KiB they were 18 to
-38 ms, with the same commands/s in the closed loop. Under a quota, at most 1/MOVE_WAL_SHARE
-of the WAL's share (see ``Store.open``)."""
+together, in a transaction aside (``Store._write_aside``) once this many wait (about 1,000
+events of a command's usual size): the more, the more commands of each combat one move takes
+(its pages are rewritten once for all of them), and the longer that transaction takes, with
+every command that arrives meanwhile waiting for it. When a move still ran in the transaction
+of the commit that reached this many, a review measured such a commit at 45 to 60 ms with
+2 MiB (12 to 17 of them the move's statement) against a 3 to 4 ms median, and at 2,000
+commands/s offered the slowest answers doubled (50 to 62 ms against 17 to 33 before the
+moves); at 256 KiB they were 18 to 38 ms, with the same commands/s in the closed loop. Under
+a quota, at most 1/MOVE_WAL_SHARE of the WAL's share (see ``Store.open``)."""
 
 MOVE_WAL_SHARE = 32
 """A move holds its events twice until it commits (in ``events`` and in the pages it frees of
@@ -151,13 +152,13 @@ moves keep that out of the room for commands (at 1 MiB, a move every 8 KiB keeps
 commands in it as before the moves, 107 of 1.5 KB; every 32 KiB, 99)."""
 
 REQUEST_KEYS_EVERY = 4096
-"""Remembered requests appended before they are indexed (``request_keys``) together, in the
-transaction of the commit that reaches this many: the larger, the fewer of the index's pages
-each key costs (each is written once per indexing, however many keys it takes), and the longer
-the walk that finds a request among those not indexed yet (3 to 10 ms at this size with
-1.5 KB answers on a loaded machine, on the committer thread, only for a retry older than the
-memory of recent answers or a rare false "maybe" of the filter), and the more pages that one
-commit writes."""
+"""Remembered requests appended before they are indexed (``request_keys``) together, in a
+transaction aside (``Store._write_aside``) once this many wait: the larger, the fewer of the
+index's pages each key costs (each is written once per indexing, however many keys it takes),
+and the longer the walk that finds a request among those not indexed yet (3 to 10 ms at this
+size with 1.5 KB answers on a loaded machine, on the committer thread, only for a retry older
+than the memory of recent answers or a rare false "maybe" of the filter), and the more pages
+that one transaction writes."""
 
 FILTER_BITS = 2**24
 """Size of the filter of stored request ids (2 MiB): with ``FILTER_PROBES`` it answers "maybe
@@ -896,6 +897,9 @@ class Store:
         # The snapshots of batches committed, by combat, waiting for ``_write_aside``: the
         # log's end each is of, and what makes it (committer's thread).
         self._held: dict[str, tuple[int, Callable[[], Any]]] = {}
+        # ``transactions`` when ``_write_aside`` last failed (a full disk, say): not tried
+        # again before the next group commits.
+        self._aside_failed = -1
         self._move_bytes = (
             EVENTS_MOVE_BYTES
             if wal_limit is None
@@ -1242,6 +1246,8 @@ class Store:
     def _aside_due(self, *, idle: bool) -> bool:
         """Whether ``_write_aside`` has work (``idle``: the queue is empty) or must run even
         before the queued batches (event loop, between the committer's jobs)."""
+        if self._aside_failed == self.transactions:
+            return False  # tried again after the next group's transaction, not in a spin
         held = len(self._held)
         unmoved = self._unmoved or 0
         unindexed = self._unindexed or 0
@@ -1287,6 +1293,7 @@ class Store:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             log.warning("store_aside_failed", snapshots=len(rows), exc_info=True)
+            self._aside_failed = self.transactions
             return
         if moving:
             self._unmoved = 0
@@ -1393,7 +1400,7 @@ class Store:
 
     def _index_requests(self) -> None:
         """Index the remembered requests appended since the last time (committer's thread,
-        inside the transaction of a commit, whose own rows it takes too): in key order, so each
+        inside the transaction of ``_write_aside``): in key order, so each
         page of ``request_keys`` is written once for all the keys it takes. ``OR IGNORE``: the
         committer never stores an id twice, and were one stored twice anyway (a file edited by
         hand), the first row keeps answering instead of every later commit failing."""
@@ -1411,7 +1418,7 @@ class Store:
 
     def _move_events(self) -> None:
         """Move every event of ``recent_events`` into ``events`` (committer's thread, inside the
-        transaction of a commit, whose own events it takes too, or alone at a clean stop), in
+        transaction of ``_write_aside``, or alone at a clean stop), in
         key order, so each page of ``events`` is rewritten once for all it takes. ``OR IGNORE``:
         a seq is never stored twice by the committer; were one anyway (a file edited by hand),
         the one in ``events`` stays instead of every later commit failing."""
@@ -1472,10 +1479,11 @@ class Store:
         transaction).
 
         Run once a commit leaves the WAL over half its share, so the next transaction starts
-        with the other half free for what it adds. A checkpoint that cannot finish (a reader
-        kept it waiting past the busy timeout, or the disk failed) is left: the check before
-        the next transaction runs it again, and refuses that transaction if the WAL is still
-        over half its share.
+        with the other half free for what it adds; without a quota, once it leaves the WAL over
+        ``WAL_MAX_BYTES``. The checkpointer's rounds (``_Checkpointer``) do the usual copying.
+        A checkpoint that cannot finish (a reader kept it waiting past the busy timeout, or the
+        disk failed) is left: the check before the next transaction runs it again, and refuses
+        that transaction if the WAL is still over half its share.
         """
         with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
             self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
