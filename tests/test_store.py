@@ -265,6 +265,35 @@ async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_
 
 
 @pytest.mark.anyio
+async def test_the_wal_is_copied_beside_the_commits_and_restarted_once_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No commit checkpoints (SQLite's own checkpoints are off): the checkpointer copies the WAL
+    from its own connection, and once it has copied a long one, the committer starts it again
+    from its start when no batch is queued, so the file stops growing under steady writes."""
+    monkeypatch.setattr(store_module, "CHECKPOINT_SECONDS", 1e6)  # one round, at the first commit
+    monkeypatch.setattr(store_module, "WAL_RESTART_BYTES", 64 * 1024)
+    wal = tmp_path / (DB_FILE + "-wal")
+    store = Store.open(tmp_path)
+    assert store._writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        for seq in range(2, 40):
+            await store.commit(batch("c1", seq, pad="x" * 8000))
+        grown = wal.stat().st_size
+        assert grown > 38 * 8000  # nothing copied back in a commit
+        await anyio.to_thread.run_sync(store._checkpointer.round)
+        assert store._checkpointer.caught_up
+        for seq in range(40, 60):  # half as many frames as before the restart
+            await store.commit(batch("c1", seq, pad="x" * 8000))
+        assert not store._checkpointer.caught_up
+        assert wal.stat().st_size == grown  # written again from its start, not grown
+    [combat] = loaded(store)
+    assert [s for s, _ in logged(store, combat)] == list(range(1, 60))
+    store.close()
+
+
+@pytest.mark.anyio
 async def test_a_commit_cancelled_while_it_waits_learns_its_outcome_then_is_cancelled(
     tmp_path: Path,
 ) -> None:

@@ -110,6 +110,14 @@ pages) ran inside a ``COMMIT``, on the committer's thread: every command queued 
 for a copy of 4 MB and an fsync of the database. A round every second copies each page written
 many times in that second once, and keeps the WAL to about a second of writes."""
 
+WAL_RESTART_BYTES = 16 * 2**20
+"""Frames in the WAL past which the committer restarts it (``Store._restart_wal``) once the
+checkpointer has copied them: passive checkpoints, run beside the writes, rarely leave every
+frame copied just as the next write begins, which is when SQLite starts the WAL again from its
+start, so under steady writes the WAL would only grow. The restart copies what the passive
+passes left (the last moments' frames) and syncs, between two transactions when no batch is
+queued; one a reader holds up is not waited for, and tried again after the next round."""
+
 CHECKPOINT_PASSES = 8
 """Most checkpoints one round of the checkpointer runs (see ``_Checkpointer.round``)."""
 
@@ -559,7 +567,11 @@ class _Checkpointer:
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
-        """Checkpoints run so far."""
+        """Passive checkpoints run so far."""
+        self.caught_up = False
+        """Set when a round copied every frame of a WAL longer than ``WAL_RESTART_BYTES``:
+        the committer restarts it (``Store._restart_wal``) when no batch is queued."""
+        (self._page_size,) = connection.execute("PRAGMA page_size").fetchone()
 
     def nudge(self) -> None:
         """Ask for a round (committer's thread, after a commit); starts the thread at first."""
@@ -593,8 +605,10 @@ class _Checkpointer:
                     ).fetchone()
                 self.passes += 1
                 if busy or (frames, copied) == seen or frames <= 0 or copied < frames:
-                    return  # the same as the last pass (nothing new), or a reader holds frames
+                    break  # the same as the last pass (nothing new), or a reader holds frames
                 seen = (frames, copied)
+            if not busy and copied == frames and frames * self._page_size >= WAL_RESTART_BYTES:
+                self.caught_up = True
         except sqlite3.Error:
             log.warning("wal_checkpoint_failed", exc_info=True)
 
@@ -979,7 +993,7 @@ class Store:
                 reader = _connect(path)
                 loader = _connect(path)
                 checkpoints = _connect(path)
-                for connection in (reader, loader, checkpoints):
+                for connection in (reader, loader):
                     connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             except BaseException:
                 writer.close()
@@ -1123,6 +1137,10 @@ class Store:
                                 # A stopped store leaves its events in ``events`` alone.
                                 await self._committer.run(self._move_all)
                         break
+                    if self._checkpointer.caught_up:
+                        with anyio.CancelScope(shield=True):
+                            await self._committer.run(self._restart_wal)
+                        continue
                     if self._aside_due(idle=True):
                         with anyio.CancelScope(shield=True):
                             await self._committer.run(self._write_aside)
@@ -1487,6 +1505,20 @@ class Store:
         """
         with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
             self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _restart_wal(self) -> None:
+        """Copy the frames the checkpointer's last round left and start the WAL again from its
+        start (committer's thread, outside a transaction, with no batch queued): see
+        ``WAL_RESTART_BYTES``. A reader on an older snapshot is not waited for (the committer
+        would wait with it): the checkpoint copies what it can and the next round retries."""
+        self._checkpointer.caught_up = False
+        db = self._writer
+        with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
+            db.execute("PRAGMA busy_timeout=0")
+            try:
+                db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            finally:
+                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
     def _write_batch(self, pending: _Pending) -> None:
         db = self._writer
