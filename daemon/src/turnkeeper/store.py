@@ -1131,7 +1131,8 @@ class Store:
                 if not queue:
                     if self._closed:
                         with anyio.CancelScope(shield=True):
-                            while self._held:
+                            # Until all are written, or a try fails (it drops what it took).
+                            while self._held and self._aside_failed != self.transactions:
                                 await self._committer.run(self._write_aside)
                             if self._unmoved:
                                 # A stopped store leaves its events in ``events`` alone.
@@ -1190,17 +1191,15 @@ class Store:
         group written again, each batch in its own savepoint."""
         db = self._writer
         self.transactions += 1
-        if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
-            self._trim_wal()  # the last one failed: a commit now could take the WAL past its share
-            if self._wal_size() > self._wal_limit // 2:
-                full = StoreError(
-                    "store_full",
-                    "the write-ahead log {path} cannot be checkpointed within the quota",
-                    path=str(self._wal),
-                )
-                for pending in group:
-                    pending.error = full
-                return
+        if not self._wal_has_room():
+            full = StoreError(
+                "store_full",
+                "the write-ahead log {path} cannot be checkpointed within the quota",
+                path=str(self._wal),
+            )
+            for pending in group:
+                pending.error = full
+            return
         if self._filter is None or self._filter.worn:
             self._filter = self._build_filter()
         unindexed = self._unindexed
@@ -1261,6 +1260,15 @@ class Store:
                     self._held[b.combat_id] = (b.first_seq + len(pending.events) - 1, b.snapshot)
         self._unindexed, self._unmoved = unindexed, unmoved
 
+    def _wal_has_room(self) -> bool:
+        """Whether a transaction may start under the quota (committer's thread): a WAL over half
+        its share is checkpointed first (the last try failed), and if it still is, a transaction
+        now could take it past its share."""
+        if self._wal_limit is None or self._wal_size() <= self._wal_limit // 2:
+            return True
+        self._trim_wal()
+        return self._wal_size() <= self._wal_limit // 2
+
     def _aside_due(self, *, idle: bool) -> bool:
         """Whether ``_write_aside`` has work (``idle``: the queue is empty) or must run even
         before the queued batches (event loop, between the committer's jobs)."""
@@ -1286,6 +1294,9 @@ class Store:
         fails is logged and dropped (its snapshots with it: a snapshot only shortens a start's
         replay); its moves and indexing are tried again."""
         db = self._writer
+        if not self._wal_has_room():
+            self._aside_failed = self.transactions
+            return
         rows: list[tuple[str, int, bytes]] = []
         for combat_id in list(self._held)[:ASIDE_SNAPSHOTS]:
             seq, make = self._held.pop(combat_id)
