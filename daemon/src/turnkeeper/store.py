@@ -914,6 +914,8 @@ class Store:
         # ``transactions`` when ``_write_aside`` last failed (a full disk, say): not tried
         # again before the next group commits.
         self._aside_failed = -1
+        # Set by a commit that left the WAL over its bound (``_trim_wal``).
+        self._trim_due = False
         self._move_bytes = (
             EVENTS_MOVE_BYTES
             if wal_limit is None
@@ -1169,6 +1171,9 @@ class Store:
                 finally:
                     for pending in group:
                         pending.settle()
+                if self._trim_due:
+                    with anyio.CancelScope(shield=True):
+                        await self._committer.run(self._trim_wal)
                 if self.transactions % PRUNE_EVERY_COMMITS == 0:
                     with anyio.CancelScope(shield=True):
                         await self._committer.run(self._prune)
@@ -1241,7 +1246,7 @@ class Store:
             return
         bound = WAL_MAX_BYTES if self._wal_limit is None else self._wal_limit // 2
         if self._wal_size() > bound:
-            self._trim_wal()
+            self._trim_due = True  # once the group's answers are out, before the next group
         else:
             self._checkpointer.nudge()
         for pending in group:
@@ -1507,13 +1512,15 @@ class Store:
         """Copy the WAL into the database and truncate it (committer's thread, outside a
         transaction).
 
-        Run once a commit leaves the WAL over half its share, so the next transaction starts
-        with the other half free for what it adds; without a quota, once it leaves the WAL over
-        ``WAL_MAX_BYTES``. The checkpointer's rounds (``_Checkpointer``) do the usual copying.
+        Run once a commit leaves the WAL over half its share (after that group's answers), so
+        the next transaction starts with the other half free for what it adds; without a
+        quota, once it leaves the WAL over ``WAL_MAX_BYTES``. The checkpointer's rounds
+        (``_Checkpointer``) do the usual copying.
         A checkpoint that cannot finish (a reader kept it waiting past the busy timeout, or the
         disk failed) is left: the check before the next transaction runs it again, and refuses
         that transaction if the WAL is still over half its share.
         """
+        self._trim_due = False
         with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
             self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
