@@ -210,8 +210,10 @@ def _inside(inside: dict[str, Any], seconds: float) -> str:
         f"transaction ms p50/p99/max {spread(column(1))}, its COMMIT {spread(column(2))}; "
         f"snapshots encoded in {times(3)}, moves {times(4)}, indexings {times(5)}; "
         f"prunes {len(inside['prunes_ms'])} ({max(inside['prunes_ms'], default=0):.1f} ms max), "
-        f"checkpoints {len(inside['checkpoints_ms'])} "
-        f"({max(inside['checkpoints_ms'], default=0):.1f} ms max)\n"
+        f"checkpoints by the committer {len(inside['checkpoints_ms'])} "
+        f"({max(inside['checkpoints_ms'], default=0):.1f} ms max), "
+        f"transactions aside {len(inside.get('asides_ms', []))} "
+        f"({max(inside.get('asides_ms', []), default=0):.1f} ms max)\n"
         f"    CPU by thread (cores): {threads}"
     )
 

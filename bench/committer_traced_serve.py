@@ -2,12 +2,16 @@
 with the store's committer methods wrapped to record, per transaction, the batches in its group,
 the time from its start to its end, the time of its ``COMMIT`` statement (the WAL write and its
 fsync, and a checkpoint if SQLite runs one inside it), snapshot encodings, event moves, request
-indexings, prunes and checkpoints; and the CPU time of each thread (``/proc/self/task``).
+indexings, prunes, the transactions aside (``_write_aside``: snapshots, moves and indexings
+written after the answers, where the daemon has them) and the committer's checkpoints; and the
+CPU time of each thread (``/proc/self/task``).
 
 On SIGUSR1 the process writes what it recorded since the last SIGUSR1 (and clears it) to the file
 named by ``TURNKEEPER_BENCH_COMMITTER_OUT`` as JSON: ``{"commits": [[batches, total_ms,
-commit_ms, snapshot_ms, moved, indexed], ...], "prunes_ms": [...], "checkpoints_ms": [...],
-"threads": {name: cpu_seconds}}``. ``bench_latency.py --committer`` reads it around its window.
+commit_ms, snapshot_ms, move_ms, index_ms], ...], "prunes_ms": [...], "checkpoints_ms":
+[...], "asides_ms": [...], "threads": {name: cpu_seconds}}``. A snapshot encoded, events moved
+or requests indexed in a transaction aside count in ``asides_ms``, not in the commit's row.
+``bench_latency.py --committer`` reads it around its window.
 
     TURNKEEPER_BENCH_COMMITTER_OUT=/tmp/c.json python bench/committer_traced_serve.py serve ...
 
@@ -35,6 +39,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _commits: list[list[float]] = []
 _prunes: list[float] = []
 _checkpoints: list[float] = []
+_asides: list[float] = []
 _current: dict[str, float] = {}
 _lock = threading.Lock()
 
@@ -103,7 +108,7 @@ def _wrap(store: Any) -> None:
 
     @wraps(write)
     def _write(self: Any, group: Any) -> None:
-        _current.clear()
+        _current.clear()  # what a transaction aside timed before is not this commit's
         t = time.perf_counter()
         try:
             write(self, group)
@@ -122,7 +127,7 @@ def _wrap(store: Any) -> None:
 
     cls._write = _write
 
-    for name, into in (("_prune", _prunes), ("_checkpoint", _checkpoints)):
+    for name, into in (("_prune", _prunes), ("_write_aside", _asides)):
         inner = getattr(cls, name, None)
         if inner is None:
             continue
@@ -161,11 +166,11 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
             "commits": list(_commits),
             "prunes_ms": list(_prunes),
             "checkpoints_ms": list(_checkpoints),
+            "asides_ms": list(_asides),
             "threads": _threads(),
         }
-        _commits.clear()
-        _prunes.clear()
-        _checkpoints.clear()
+        for recorded in (_commits, _prunes, _checkpoints, _asides):
+            recorded.clear()
     Path(os.environ[OUT_VARIABLE]).write_text(json.dumps(figures))
 
 
