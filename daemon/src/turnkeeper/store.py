@@ -99,9 +99,14 @@ ASIDE_OVERDUE = 4
 past it, it runs between two groups rather than waiting for an empty queue."""
 
 ASIDE_SNAPSHOTS = 4
-"""Snapshots one transaction aside (``Store._write_aside``) encodes and writes: every command
-that arrives meanwhile waits for them, so a handful at a time (a large combat's takes a few
-ms to encode)."""
+"""Held snapshots past which the work aside runs between two groups (``ASIDE_OVERDUE`` times
+this many), rather than waiting for an empty queue."""
+
+ASIDE_SNAPSHOT_SECONDS = 0.002
+"""Time one transaction aside (``Store._write_aside``) spends encoding snapshots before it
+writes what it has (at least one): every command that arrives meanwhile waits for it, so the
+small states of most combats go several at a time, and a large one (62 KB, about 4 ms to
+encode) alone."""
 
 CHECKPOINT_SECONDS = 1.0
 """Least time between two rounds of the checkpointer (``_Checkpointer``), which copies the WAL
@@ -1293,7 +1298,7 @@ class Store:
     def _write_aside(self) -> None:
         """What no command's answer waits for, in a transaction of its own (committer's thread,
         once the answers of the last group are settled, when no batch is queued or when it is
-        overdue): up to ``ASIDE_SNAPSHOTS`` held snapshots, encoded here; the indexing of
+        overdue): the held snapshots ``ASIDE_SNAPSHOT_SECONDS`` encode here; the indexing of
         remembered requests; the move of the recent events. A kill before it commits leaves
         each combat's previous snapshot, and the events and requests where they were. One that
         fails is logged and dropped (its snapshots with it: a snapshot only shortens a start's
@@ -1303,7 +1308,10 @@ class Store:
             self._aside_failed = self.transactions
             return
         rows: list[tuple[str, int, bytes]] = []
-        for combat_id in list(self._held)[:ASIDE_SNAPSHOTS]:
+        until = time.perf_counter() + ASIDE_SNAPSHOT_SECONDS
+        for n, combat_id in enumerate(list(self._held)):
+            if n and time.perf_counter() >= until:
+                break
             seq, make = self._held.pop(combat_id)
             body = self._encode_snapshot(combat_id, make)
             if body is not None:
