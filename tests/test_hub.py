@@ -19,7 +19,7 @@ from daemon import CALL_TIMEOUT
 from story import OBSERVER, Story, player
 from turnkeeper.combats import Hub, RequestError, deadlines, listing, registry, writer
 from turnkeeper.combats import hub as facade
-from turnkeeper.combats.telling import Batch
+from turnkeeper.combats.telling import Batch, numbered_packed
 from turnkeeper.combats.telling import numbered as shown_to
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
@@ -27,7 +27,8 @@ from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.model import TriggerFacts, TurnRef
-from turnkeeper_engine.plain import command_from_plain, from_shared, to_shared
+from turnkeeper_engine.plain import command_from_plain, event_to_plain, from_shared, to_shared
+from turnkeeper_sdk import wire
 
 
 @pytest.fixture
@@ -750,3 +751,45 @@ def test_a_serving_daemon_collects_its_youngest_generation_less_often() -> None:
         assert gc.get_threshold() == (facade.GC_YOUNG, *default[1:])
     finally:
         gc.set_threshold(*default)
+
+
+def test_events_packed_once_are_the_bytes_msgpack_would_pack() -> None:
+    """A command's events are packed once, as the store's rows, and the caller's view of them
+    is spliced from those bytes: for every audience, hidden events and events shown changed
+    included, the bytes are exactly msgpack's packing of what ``numbered`` shows."""
+    s = Story("marvel")
+    s.add("v", "Vera")
+    s.add("h", "Assassin", hidden=True)
+    s.roll("v", 4, 4, 4)
+    s.roll("h", 6, 6, 6)
+    s.do(c.RevealCombatant("h"))
+    log = list(enumerate(s.log, start=1))
+    plains = [event_to_plain(e) for _, e in log]
+    packer = msgpack.Packer(use_bin_type=True)
+    rows = [packer.pack(p) for p in plains]
+    for actor in (NARRATOR, OBSERVER, player("u2")):
+        expected = shown_to(log, s.state, actor, plains, rules=BUNDLED_RULES)
+        shown, items = numbered_packed(log, s.state, actor, plains, rows, packer)
+        assert shown == expected
+        assert items == [msgpack.packb(item, use_bin_type=True) for item in expected]
+    assert len(numbered_packed(log, s.state, OBSERVER, plains, rows, packer)[0]) < len(log)
+
+
+@pytest.mark.anyio
+async def test_a_command_result_carries_the_bytes_of_its_plain_value(tmp_path: Path) -> None:
+    """The reply to a command is spliced from bytes packed once: it is byte for byte the reply
+    its plain value makes, and a retry is answered the same value from the remembered bytes."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "c", c.CreateCombat("c", "marvel"), "r0")
+        add = c.AddCombatant("v", "Vera")
+        result = await hub.execute("p", NARRATOR, "c", add, "r1")
+        assert isinstance(result, wire.PackedMap)
+        plain = msgpack.unpackb(msgpack.packb(dict(result), use_bin_type=True), raw=False)
+        reply = wire.pack(wire.Response(7, None, result))
+        assert reply == wire.pack(wire.Response(7, None, plain))
+        assert await hub.execute("p", NARRATOR, "c", add, "r1") == plain
+        await store.stop()
+    store.close()

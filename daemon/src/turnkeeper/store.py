@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import sqlite3
 import threading
@@ -249,9 +250,12 @@ class StoreError(ProtocolError):
         return f"{self.code}: {self.message}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Batch:
     """One command's durable effect: its events, and the combat or request record it creates.
+    Made once per command and never changed after (the committer's thread reads it): not
+    frozen, for a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__`` and cost twice as much, once per command.
 
     ``events`` are plain events stored at ``first_seq``, ``first_seq + 1``, …; ``ruleset`` is set
     when the batch creates the combat; ``request`` is ``(principal, request_id)`` and ``response``
@@ -285,6 +289,12 @@ class Batch:
     was decided on a state another daemon may have moved past, had the lease gone away and
     come back meanwhile. None: whatever epoch the daemon holds it at. A store of one daemon's
     own ignores it."""
+    rows: tuple[bytes, ...] | None = None
+    """``events`` packed with msgpack already, one per event, when the caller packed them for
+    its own use too: the store writes these bytes rather than packing the events again."""
+    remembered: bytes | None = None
+    """The reply remembered for a retry packed with msgpack already, likewise, in place of
+    ``response`` (then None); with ``request`` only."""
 
 
 @dataclass(frozen=True)
@@ -915,10 +925,15 @@ class Store:
         else's transaction.
         """
         pack = self._packer.pack
+        rows = tuple(map(pack, batch.events)) if batch.rows is None else batch.rows
+        response = batch.remembered
+        if response is None and batch.request is not None:
+            response = pack(batch.response)
         pending = _Pending(
             batch,
-            [(batch.combat_id, batch.first_seq + i, pack(e)) for i, e in enumerate(batch.events)],
-            None if batch.request is None else pack(batch.response),
+            # ``zip``, not a comprehension: no frame of its own per command.
+            list(zip(itertools.repeat(batch.combat_id), itertools.count(batch.first_seq), rows)),
+            response,
             None if batch.summary is None else pack(batch.summary),
         )
         queue = self._queue

@@ -14,12 +14,14 @@ from functools import partial
 from typing import Any
 
 import anyio
+import msgpack  # type: ignore[import-untyped]
 
 from turnkeeper_engine import Actor, RuleBook, State
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.pipeline import Applied, Pipeline, RefusedError
 from turnkeeper_engine.plain import Plain, command_to_plain, event_to_plain, to_shared
+from turnkeeper_sdk import wire
 
 from ..stores.port import FIRST_EPOCH, Batch, StoreError, StorePort
 from ..tables import Scope, table_of
@@ -30,7 +32,16 @@ from .fanout import SubscriptionRegistry
 from .hooks import HookWorkers, Room
 from .rebuild import Rebuilder
 from .registry import Combats
-from .telling import numbered
+from .telling import numbered_packed
+
+# A command's result, ``{"combat": …, "seq": …, "events": […]}``, and what is remembered for a
+# retry, ``{"fingerprint": …, "result": …}``, are made from bytes packed already: their maps'
+# heads and keys, as msgpack packs them.
+_RESULT_HEAD = msgpack.Packer().pack_map_header(3) + msgpack.packb("combat")
+_SEQ = msgpack.packb("seq")
+_EVENTS = msgpack.packb("events")
+_REMEMBERED_HEAD = msgpack.Packer().pack_map_header(2) + msgpack.packb("fingerprint")
+_RESULT = msgpack.packb("result")
 
 FINGERPRINT_BYTES = 16
 """Digest size of a request's fingerprint: 128 bits, so no two commands one principal sends
@@ -122,7 +133,8 @@ class _CombatLog:
         the caller's result when it came with a request id (retries get it back)."""
         writer, combat = self._writer, self._combat
         events = list(enumerate(applied.events, start=applied.first))
-        plains = [event_to_plain(e) for e in applied.events]
+        # ``map``, not a comprehension: no frame of its own per command.
+        plains = list(map(event_to_plain, applied.events))
         last = applied.seq
         state = applied.after
         every = writer.snapshot_every
@@ -135,19 +147,38 @@ class _CombatLog:
         snapshot = last - combat.snapshot_seq >= every
         request = ticket.request if ticket is not None else None
         response: Plain = None
-        remembered: Plain = None
+        remembered: bytes | None = None
+        packer = writer.packer
+        rows = tuple(map(packer.pack, plains))
         if ticket is not None and request is not None:
-            # Only a client's command has a caller to answer, now and on a retry.
-            shown = numbered(events, state, applied.actor, plains, rules=writer.rules)
-            response = {"combat": combat.id, "seq": last, "events": shown}
-            remembered = {"fingerprint": ticket.fingerprint, "result": response}
+            # Only a client's command has a caller to answer, now and on a retry. Its events
+            # are packed once, as the store's rows: the answer remembered for a retry and the
+            # reply are made of those bytes (``telling.numbered_packed``).
+            shown, items = numbered_packed(events, state, applied.actor, plains, rows, packer)
+            packed = b"".join(
+                (
+                    _RESULT_HEAD,
+                    packer.pack(combat.id),
+                    _SEQ,
+                    packer.pack(last),
+                    _EVENTS,
+                    packer.pack_array_header(len(items)),
+                    *items,
+                )
+            )
+            response = wire.PackedMap(packed, combat=combat.id, seq=last, events=shown)
+            remembered = b"".join(
+                (_REMEMBERED_HEAD, packer.pack(ticket.fingerprint), _RESULT, packed)
+            )
         batch = Batch(
             combat_id=combat.id,
             first_seq=applied.first,
             events=tuple(plains),
             ruleset=ticket.ruleset if ticket is not None else None,
             request=request,
-            response=remembered,
+            response=None,
+            remembered=remembered,
+            rows=rows,
             at=applied.now,
             snapshot=partial(to_shared, state) if snapshot else None,
             summary=summary(state, last),
@@ -211,6 +242,9 @@ class Writer:
         self.observes = observes
         """Whether a committed command's after hooks have anything to do (the plugin host's
         ``after_due``); None: all of them do."""
+        self.packer = msgpack.Packer(use_bin_type=True)
+        """The event loop's packer for commands' rows and results (one packer is not for two
+        threads at once): reused, it packs in half the time ``msgpack.packb`` takes."""
         self._in_flight: dict[tuple[str, str], anyio.Event | None] = {}
         """Request ids being applied, with the event a retry of one waits on (made by the
         first retry: a request is almost never retried while in flight)."""
