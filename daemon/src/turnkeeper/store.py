@@ -377,11 +377,16 @@ class _Recent:
     def add(
         self, principal: str, request_id: str, combat_id: str, response: bytes, at: float
     ) -> None:
-        if (principal, request_id) in self._answers:
+        key = (principal, request_id)
+        answers = self._answers
+        if key in answers:
             return  # the store refuses a request id twice; nothing to remember again
-        self._answers[(principal, request_id)] = (combat_id, response, at)
+        answers[key] = (combat_id, response, at)
         self._bytes += len(response) + RECENT_ENTRY_BYTES
-        ids = self._by_principal.setdefault(principal, deque())
+        ids = self._by_principal.get(principal)
+        if ids is None:
+            # Not ``setdefault``: it would make a deque, and drop it, for every request.
+            ids = self._by_principal[principal] = deque()
         ids.append(request_id)
         # Never more than the store keeps (see ``Store._prune``): memory must not answer for
         # a request the database has forgotten.
