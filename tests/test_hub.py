@@ -773,6 +773,11 @@ def test_events_packed_once_are_the_bytes_msgpack_would_pack() -> None:
         assert shown == expected
         assert items == [msgpack.packb(item, use_bin_type=True) for item in expected]
     assert len(numbered_packed(log, s.state, OBSERVER, plains, rows, packer)[0]) < len(log)
+    # Maps too wide for a one-byte head are packed whole, with the same bytes.
+    wide = [dict(p, **{f"x{n}": n for n in range(15)}) for p in plains]
+    expected = shown_to(log, s.state, NARRATOR, wide, rules=BUNDLED_RULES)
+    _, items = numbered_packed(log, s.state, NARRATOR, wide, [packer.pack(p) for p in wide], packer)
+    assert items == [msgpack.packb(item, use_bin_type=True) for item in expected]
 
 
 @pytest.mark.anyio

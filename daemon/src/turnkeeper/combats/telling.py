@@ -61,6 +61,8 @@ def numbered(
 
 
 _SEQ = msgpack.packb("seq")
+_FIXMAP_HEADS = tuple(bytes((0x80 + n,)) for n in range(16))
+"""The head of a msgpack map of n entries, for n up to 15."""
 
 
 def numbered_packed(
@@ -75,7 +77,7 @@ def numbered_packed(
     sees as it is was packed already (``rows``, its plain form as stored) and is not packed
     again, its ``seq`` put in front of that map's entries, as ``numbered``'s dict has them.
     ``packer`` packs the rest (a seq, an event the actor sees changed)."""
-    pack, head = packer.pack, packer.pack_map_header
+    pack = packer.pack
     shown: list[Plain] = []
     encoded: list[bytes] = []
     for i, (seq, event) in enumerate(events):
@@ -86,9 +88,11 @@ def numbered_packed(
             body = plains[i]
             item: dict[str, Plain] = {"seq": seq, **body}
             row = rows[i]
-            # An event's map has a handful of entries, under a one-byte head (a fixmap's).
-            if 0x80 <= row[0] <= 0x8F and "seq" not in body:
-                encoded.append(head(len(item)) + _SEQ + pack(seq) + row[1:])
+            # An event's map has a handful of entries, under a one-byte head (a fixmap's, of
+            # up to 15): one more entry makes it the next head.
+            entries = row[0] - 0x80
+            if 0 <= entries < 15 and "seq" not in body:
+                encoded.append(_FIXMAP_HEADS[entries + 1] + _SEQ + pack(seq) + row[1:])
             else:
                 encoded.append(pack(item))
         else:

@@ -167,9 +167,7 @@ class _CombatLog:
                 )
             )
             response = wire.PackedMap(packed, combat=combat.id, seq=last, events=shown)
-            remembered = b"".join(
-                (_REMEMBERED_HEAD, packer.pack(ticket.fingerprint), _RESULT, packed)
-            )
+            remembered = _REMEMBERED_HEAD + packer.pack(ticket.fingerprint) + _RESULT + packed
         batch = Batch(
             combat_id=combat.id,
             first_seq=applied.first,
