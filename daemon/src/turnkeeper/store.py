@@ -337,10 +337,6 @@ class _Outcome(asyncio.Future[None]):
         return False
 
 
-def _outcome() -> _Outcome:
-    return _Outcome(loop=asyncio.get_running_loop())
-
-
 @dataclass(slots=True, eq=False)
 class _Pending:
     """A batch on its way to disk, with the rows already encoded (the snapshot's in the
@@ -351,8 +347,10 @@ class _Pending:
     response: bytes | None
     summary: bytes | None
     snapshot: bytes | None = None
-    done: _Outcome = field(default_factory=_outcome)
-    """Resolved by the committer once the outcome is known (``error``)."""
+    done: _Outcome = field(default_factory=_Outcome)
+    """Resolved by the committer once the outcome is known (``error``). Made on the event
+    loop (``commit``), whose future it is: the class itself is the factory, with no Python
+    function around it to ask for the loop."""
     error: StoreError | None = None
 
     def settle(self) -> None:
