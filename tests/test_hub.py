@@ -707,18 +707,30 @@ def _fields_shown(tp: Any, seen: set[Any]) -> list[str]:
 
 
 def test_a_request_fingerprint_stands_for_every_field_of_every_command() -> None:
-    """The fingerprint digests a command's repr: one that left a field out would let a reused
-    request id with another command pass as a retry."""
+    """The fingerprint reads every field of a command and of the values nested in it, and
+    ``fingerprint_v2`` (still recognised) digested a command's repr: one that left a field out
+    would let a reused request id with another command pass as a retry."""
     seen: set[Any] = set()
     assert [h for command in c.COMMANDS.values() for h in _fields_shown(command, seen)] == []
-    one = writer.fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("x",)))
-    other = writer.fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("y",)))
-    assert one != other
+    for fingerprint in (writer.fingerprint, writer.fingerprint_v2):
+        one = fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("x",)))
+        other = fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("y",)))
+        assert one != other
+    turn = TurnRef(round=1, combatant="a")
+    later = dataclasses.replace(turn, round=2)
+    assert writer.fingerprint("k", NARRATOR, c.Hold(turn)) != writer.fingerprint(
+        "k", NARRATOR, c.Hold(later)
+    )
+    # A class with one field, and one with none: the class's name tells them apart.
+    undo = writer.fingerprint("k", NARRATOR, c.Undo())
+    assert undo != writer.fingerprint("k", NARRATOR, c.EndTurn(turn))
+    assert len(undo) == 2 * writer.FINGERPRINT_BYTES
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("older", ["fingerprint_v1", "fingerprint_v2"])
 async def test_a_retry_an_older_daemon_remembered_is_answered_after_an_upgrade(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, older: str
 ) -> None:
     """Requests stored with the fingerprint daemons before this one wrote are still recognised:
     a client retrying across the upgrade gets its first result back, and a different command
@@ -729,8 +741,8 @@ async def test_a_retry_an_older_daemon_remembered_is_answered_after_an_upgrade(
         await tg.start(store.run)
         await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "r1")
         add = c.AddCombatant("a", "A")
-        with monkeypatch.context() as older:
-            older.setattr(writer, "fingerprint", writer.fingerprint_v1)
+        with monkeypatch.context() as before:
+            before.setattr(writer, "fingerprint", getattr(writer, older))
             first = await hub.execute("p", NARRATOR, "k", add, "r2")
         seq = hub.combats["k"].seq
         assert await hub.execute("p", NARRATOR, "k", add, "r2") == first
