@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import sqlite3
 import threading
@@ -289,9 +290,12 @@ class StoreError(ProtocolError):
         return f"{self.code}: {self.message}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Batch:
     """One command's durable effect: its events, and the combat or request record it creates.
+    Made once per command and never changed after (the committer's thread reads it): not
+    frozen, for a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__`` and cost twice as much, once per command.
 
     ``events`` are plain events stored at ``first_seq``, ``first_seq + 1``, …; ``ruleset`` is set
     when the batch creates the combat; ``request`` is ``(principal, request_id)`` and ``response``
@@ -327,6 +331,12 @@ class Batch:
     was decided on a state another daemon may have moved past, had the lease gone away and
     come back meanwhile. None: whatever epoch the daemon holds it at. A store of one daemon's
     own ignores it."""
+    rows: tuple[bytes, ...] | None = None
+    """``events`` packed with msgpack already, one per event, when the caller packed them for
+    its own use too: the store writes these bytes rather than packing the events again."""
+    remembered: bytes | None = None
+    """The reply remembered for a retry packed with msgpack already, likewise, in place of
+    ``response`` (then None); with ``request`` only."""
 
 
 @dataclass(frozen=True)
@@ -369,22 +379,19 @@ class _Outcome(asyncio.Future[None]):
         return False
 
 
-def _outcome() -> _Outcome:
-    return _Outcome(loop=asyncio.get_running_loop())
-
-
 @dataclass(slots=True, eq=False)
 class _Pending:
-    """A batch on its way to disk, with the rows already encoded (the snapshot's in the
-    committer's thread) and the waiter's outcome."""
+    """A batch on its way to disk, with the rows already encoded and the waiter's outcome (its
+    snapshot is encoded later, in the committer's transaction aside)."""
 
     batch: Batch
     events: list[tuple[str, int, bytes]]
     response: bytes | None
     summary: bytes | None
-    snapshot: bytes | None = None
-    done: _Outcome = field(default_factory=_outcome)
-    """Resolved by the committer once the outcome is known (``error``)."""
+    done: _Outcome = field(default_factory=_Outcome)
+    """Resolved by the committer once the outcome is known (``error``). Made on the event
+    loop (``commit``), whose future it is: the class itself is the factory, with no Python
+    function around it to ask for the loop."""
     error: StoreError | None = None
 
     def settle(self) -> None:
@@ -409,11 +416,16 @@ class _Recent:
     def add(
         self, principal: str, request_id: str, combat_id: str, response: bytes, at: float
     ) -> None:
-        if (principal, request_id) in self._answers:
+        key = (principal, request_id)
+        answers = self._answers
+        if key in answers:
             return  # the store refuses a request id twice; nothing to remember again
-        self._answers[(principal, request_id)] = (combat_id, response, at)
+        answers[key] = (combat_id, response, at)
         self._bytes += len(response) + RECENT_ENTRY_BYTES
-        ids = self._by_principal.setdefault(principal, deque())
+        ids = self._by_principal.get(principal)
+        if ids is None:
+            # Not ``setdefault``: it would make a deque, and drop it, for every request.
+            ids = self._by_principal[principal] = deque()
         ids.append(request_id)
         # Never more than the store keeps (see ``Store._prune``): memory must not answer for
         # a request the database has forgotten.
@@ -1043,10 +1055,15 @@ class Store:
         else's transaction.
         """
         pack = self._packer.pack
+        rows = tuple(map(pack, batch.events)) if batch.rows is None else batch.rows
+        response = batch.remembered
+        if response is None and batch.request is not None:
+            response = pack(batch.response)
         pending = _Pending(
             batch,
-            [(batch.combat_id, batch.first_seq + i, pack(e)) for i, e in enumerate(batch.events)],
-            None if batch.request is None else pack(batch.response),
+            # ``zip``, not a comprehension: no frame of its own per command.
+            list(zip(itertools.repeat(batch.combat_id), itertools.count(batch.first_seq), rows)),
+            response,
             None if batch.summary is None else pack(batch.summary),
         )
         queue = self._queue

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import os
 import socket
@@ -1105,10 +1106,15 @@ class PostgresStore:
         ``turnkeeper.store.Store.commit``'s: ``conflict`` for this batch alone, ``store_full``
         or ``store_failed`` for its whole transaction (nothing of it kept)."""
         pack = self._packer.pack
+        rows = tuple(map(pack, batch.events)) if batch.rows is None else batch.rows
+        response = batch.remembered
+        if response is None and batch.request is not None:
+            response = pack(batch.response)
         pending = _Pending(
             batch,
-            [(batch.combat_id, batch.first_seq + i, pack(e)) for i, e in enumerate(batch.events)],
-            None if batch.request is None else pack(batch.response),
+            # ``zip``, not a comprehension: no frame of its own per command.
+            list(zip(itertools.repeat(batch.combat_id), itertools.count(batch.first_seq), rows)),
+            response,
             None if batch.summary is None else pack(batch.summary),
         )
         try:
