@@ -4,7 +4,7 @@ subscriber's read returned the bytes (before decoding).
 
 The subscribers live in worker processes and the writer in this one, so both ends read the one
 wall clock of this host (``time.time()``), never a per-process ``perf_counter``. A subscriber
-process stamps each read as its event loop gets it and decodes them all after the run, so what
+process stamps each read as its epoll loop gets it and decodes them all after the run, so what
 it measures is when the daemon's bytes came, not how long this Python client took to decode
 the reads of its other connections first.
 
@@ -18,7 +18,8 @@ WebSocket against a socket.io relay is ``bench_peer_fanout.py``.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import os
+import select
 import socket
 import time
 from pathlib import Path
@@ -35,6 +36,8 @@ LISTEN_LIMIT = 120.0
 """Seconds a subscriber process listens at most, whatever the parent says."""
 MAX_RECEIPTS = 2_000_000
 """Reads one subscriber process keeps at most (its memory bound)."""
+POLL_SECONDS = 0.05
+"""How long a subscriber process waits for a read before it looks whether to stop."""
 
 
 async def _setup(sock: Path) -> None:
@@ -47,7 +50,7 @@ async def _setup(sock: Path) -> None:
 
 
 def _subscriber(spec: dict[str, Any], ready: Any, stop: Any) -> Any:
-    return asyncio.run(_listen(spec, ready, stop))
+    return _listen(spec, ready, stop)
 
 
 def _subscribed(path: Path, after: int) -> tuple[socket.socket, wire.Decoder]:
@@ -74,45 +77,42 @@ def _subscribed(path: Path, after: int) -> tuple[socket.socket, wire.Decoder]:
     return sock, decoder
 
 
-class _Stamped(asyncio.Protocol):
-    """A subscribed connection's reads, each kept whole with the wall time it came at and
-    decoded only once the run is over: a process holding hundreds of subscribers then stamps
-    each read as it comes, not behind the decoding of the reads that came just before it on
-    its other connections (which measured this client, not the daemon)."""
-
-    def __init__(self, reads: list[tuple[float, bytes]], budget: list[int]) -> None:
-        self.reads = reads
-        self.budget = budget
-        """Reads this process may still keep, shared by its connections (its memory bound)."""
-
-    def data_received(self, data: bytes) -> None:
-        if self.budget[0] > 0:
-            self.budget[0] -= 1
-            self.reads.append((time.time(), data))
-
-
-async def _listen(spec: dict[str, Any], ready: Any, stop: Any) -> list[tuple[int, float]]:
-    loop = asyncio.get_running_loop()
+def _listen(spec: dict[str, Any], ready: Any, stop: Any) -> list[tuple[int, float]]:
+    """Every read of this process's subscribed connections, kept whole with the wall time it
+    came at and decoded only once the run is over: the process then stamps each read as it
+    comes, not behind the decoding of the reads that came just before it on its other
+    connections (which measured this client, not the daemon). Read by a bare epoll loop, which
+    costs a read about a microsecond where an asyncio protocol's cost several: on 2 cores the
+    subscriber processes share the CPU with the daemon, so what they spend shows up in the
+    daemon's figures as much as in their own."""
     subscribed = [_subscribed(Path(spec["socket"]), spec["after"]) for _ in range(spec["conns"])]
-    budget = [MAX_RECEIPTS]
-    streams: list[tuple[wire.Decoder, list[tuple[float, bytes]]]] = []
-    transports = []
-    for sock, decoder in subscribed:
-        reads: list[tuple[float, bytes]] = []
-        transport, _ = await loop.create_unix_connection(
-            lambda reads=reads: _Stamped(reads, budget), sock=sock
-        )
-        transports.append(transport)
-        streams.append((decoder, reads))
-    await loop.run_in_executor(None, ready)
-    until = loop.time() + LISTEN_LIMIT
-    while not stop.is_set() and loop.time() < until:
-        await asyncio.sleep(0.05)
-    for transport in transports:
-        transport.close()
+    streams: dict[int, tuple[wire.Decoder, list[tuple[float, bytes]]]] = {
+        sock.fileno(): (decoder, []) for sock, decoder in subscribed
+    }
+    reads = {fd: got for fd, (_, got) in streams.items()}
+    budget = MAX_RECEIPTS
+    with select.epoll() as poller:
+        for sock, _ in subscribed:
+            sock.setblocking(False)
+            poller.register(sock.fileno(), select.EPOLLIN)
+        ready()
+        until = time.monotonic() + LISTEN_LIMIT
+        while not stop.is_set() and time.monotonic() < until:
+            for fd, _ in poller.poll(POLL_SECONDS):
+                try:
+                    data = os.read(fd, tk.RECV_BYTES)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    poller.unregister(fd)  # the daemon closed it: the run shows it undelivered
+                elif budget > 0:
+                    budget -= 1
+                    reads[fd].append((time.time(), data))
+    for sock, _ in subscribed:
+        sock.close()
     receipts: list[tuple[int, float]] = []
-    for decoder, reads in streams:
-        for at, chunk in reads:
+    for decoder, got in streams.values():
+        for at, chunk in got:
             for item in decoder.feed(chunk):
                 if isinstance(item, wire.Notification) and item.method == "event":
                     receipts.append((item.params["seq"], at))

@@ -6,11 +6,20 @@ first). Measured in each repetition against:
 
 - the ``asyncio.Protocol`` echo (``asyncio_echo.py``) under the same schedule: the floor of the
   client and the machine;
+- the durable echo (``durable_echo.py``): the same, answering once the requests are committed
+  to SQLite (WAL, ``synchronous=FULL``) by a group-committing thread: the floor of the disk,
+  which the daemon's p99 is read against;
 - the daemon as started by default, for the p99 target;
 - the daemon with ``--snapshot-every 100`` and without snapshots (``--snapshot-every`` far beyond
   what a run writes), for the snapshot target.
 
     python bench/bench_latency.py --seconds 5 --reps 3
+    python bench/bench_latency.py --seconds 5 --reps 3 --committer  # and the committer's timings
+
+With ``--committer`` the daemons run under ``committer_traced_serve.py``, and each run also
+prints what the committer recorded in the window (transactions, batches per transaction, the
+time of each and of its ``COMMIT``, snapshot encodings, event moves, request indexings, prunes,
+checkpoints) and each thread's CPU.
 
 Targets (issue 11): p99 at most 10 ms at 2,000 commands/s over 50 connections; with
 ``--snapshot-every 100``, p99 within 10% of that without snapshots.
@@ -18,11 +27,16 @@ Targets (issue 11): p99 at most 10 ms at 2,000 commands/s over 50 connections; w
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import committer_traced_serve as traced
 import tkbench as tk
 
 TARGET_P99_MS = 10.0
@@ -33,12 +47,30 @@ KEPT_UP = 0.95
 """A server that answers less than this share of the offered load in the window has fallen
 behind: its latency then grows with the window, and comparing two such p99s means nothing."""
 SERVERS: dict[str, tuple[str, ...] | None] = {
-    # name: daemon options, or None for the echo baseline
+    # name: daemon options, or None for an echo baseline (``ECHOES``)
     "asyncio-echo": None,
+    "durable-echo": None,
     "daemon": (),
     "no snapshots": ("--snapshot-every", NO_SNAPSHOTS),
     "snapshot-every 100": ("--snapshot-every", "100"),
 }
+
+
+def _durable_echo(root: Path) -> tk.Server:
+    """The floor of a durable command on this disk (``durable_echo.py``)."""
+    sock = root / "run" / "durable-echo.sock"
+    argv = [
+        sys.executable,
+        str(tk.BENCH / "durable_echo.py"),
+        "--socket",
+        str(sock),
+        "--data-dir",
+        str(root / "data"),
+    ]
+    return tk.Server(argv, sock, root / "durable-echo.log")
+
+
+ECHOES = {"asyncio-echo": tk.asyncio_echo, "durable-echo": _durable_echo}
 
 
 def _worker(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
@@ -97,18 +129,46 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
     return await tk.open_loop(conns, call, spec["rate"], spec["warmup"], spec["seconds"])
 
 
-def _measure(server: tk.Server, spec: dict[str, Any]) -> dict[str, float]:
+def _traced(server: tk.Server, out: Path | None) -> dict[str, Any] | None:
+    """What ``committer_traced_serve.py`` recorded since the last call (None without it)."""
+    if out is None:
+        return None
+    out.unlink(missing_ok=True)
+    os.kill(server.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            figures: dict[str, Any] = json.loads(out.read_text())
+            return figures
+        except (FileNotFoundError, json.JSONDecodeError):
+            time.sleep(0.01)
+    raise RuntimeError(f"{out} not written")
+
+
+def _measure(
+    server: tk.Server, spec: dict[str, Any], out: Path | None
+) -> tuple[dict[str, float], dict[str, Any] | None]:
     workers = tk.Workers.spawn(_worker, [spec])
     try:
         workers.wait_ready()
         workers.start()
         time.sleep(0.1 + spec["warmup"])  # open_loop starts 0.1 s after go
+        before = _traced(server, out)
         cpu_before = server.cpu_seconds()
         time.sleep(spec["seconds"])
         server_cpu = server.cpu_seconds() - cpu_before
+        after = _traced(server, out)
         [run] = workers.results()
     finally:
         workers.terminate()
+    inside = None
+    if before is not None and after is not None:
+        inside = after | {
+            "threads": {
+                name: cpu - before["threads"].get(name, 0.0)
+                for name, cpu in after["threads"].items()
+            }
+        }
     latencies, in_window = run.latencies_ms, run.answered_in_window
     return {
         "served": in_window / spec["seconds"],
@@ -120,7 +180,42 @@ def _measure(server: tk.Server, spec: dict[str, Any]) -> dict[str, float]:
         "server_cpu": server_cpu / spec["seconds"],
         "cpu_us": server_cpu / in_window * 1e6 if in_window else float("nan"),
         "client_cpu": run.client_cpu_s / spec["seconds"],
-    }
+    }, inside
+
+
+def _inside(inside: dict[str, Any], seconds: float) -> str:
+    """A line of what the committer recorded in the window (``--committer``)."""
+    commits = inside["commits"]
+
+    def spread(values: list[float]) -> str:
+        if not values:
+            return "-"
+        return f"{tk.percentile(values, 50):.2f}/{tk.percentile(values, 99):.2f}/{max(values):.2f}"
+
+    def column(i: int) -> list[float]:
+        return [row[i] for row in commits]
+
+    def times(i: int) -> str:
+        taken = [v for v in column(i) if v > 0]
+        return f"{len(taken)} ({max(taken, default=0):.1f} ms max)"
+
+    threads = ", ".join(
+        f"{name.split('/')[0]} {cpu / seconds:.2f}"
+        for name, cpu in sorted(inside["threads"].items(), key=lambda kv: -kv[1])
+        if cpu > 0
+    )
+    return (
+        f"    committer: {len(commits) / seconds:.0f} transactions/s, batches each "
+        f"p50/max {tk.percentile(column(0), 50):.0f}/{max(column(0), default=0):.0f}; "
+        f"transaction ms p50/p99/max {spread(column(1))}, its COMMIT {spread(column(2))}; "
+        f"snapshots encoded in {times(3)}, moves {times(4)}, indexings {times(5)}; "
+        f"prunes {len(inside['prunes_ms'])} ({max(inside['prunes_ms'], default=0):.1f} ms max), "
+        f"checkpoints by the committer {len(inside['checkpoints_ms'])} "
+        f"({max(inside['checkpoints_ms'], default=0):.1f} ms max), "
+        f"transactions aside {len(inside.get('asides_ms', []))} "
+        f"({max(inside.get('asides_ms', []), default=0):.1f} ms max)\n"
+        f"    CPU by thread (cores): {threads}"
+    )
 
 
 def main() -> None:
@@ -131,6 +226,12 @@ def main() -> None:
         type=float,
         help="offered commands/s for the two snapshot servers (default: --rate)",
     )
+    parser.add_argument(
+        "--committer",
+        action="store_true",
+        help="run the daemons under committer_traced_serve.py and print, per run, the"
+        " committer's timings and each thread's CPU in the window",
+    )
     args = parser.parse_args()
     print(tk.machine())
     snapshot_rate = args.snapshot_rate or args.rate
@@ -138,7 +239,14 @@ def main() -> None:
     for rep in range(args.reps):
         for name, options in SERVERS.items():
             root = tk.workdir(f"latency-{rep}-{name.replace(' ', '-')}")
-            made = tk.asyncio_echo(root) if options is None else tk.daemon(root, *options)
+            out = root / "committer.json" if args.committer and options is not None else None
+            if options is None:
+                made = ECHOES[name](root)
+            elif out is not None:
+                os.environ[traced.OUT_VARIABLE] = str(out)
+                made = tk.daemon(root, *options, entry=(traced.__file__,))
+            else:
+                made = tk.daemon(root, *options)
             server = made.start()
             try:
                 spec = {
@@ -150,7 +258,7 @@ def main() -> None:
                     "warmup": args.warmup,
                     "seconds": args.seconds,
                 }
-                figures = _measure(server, spec)
+                figures, inside = _measure(server, spec, out)
             finally:
                 server.stop()
             runs[name].append(figures)
@@ -163,6 +271,8 @@ def main() -> None:
                 f"client_cpu={figures['client_cpu']:.2f}",
                 flush=True,
             )
+            if inside is not None:
+                print(_inside(inside, args.seconds), flush=True)
 
     def med(name: str, key: str) -> float:
         return tk.median([r[key] for r in runs[name]])
@@ -195,6 +305,7 @@ def main() -> None:
                 tk.fmt(p99),
                 tk.fmt(med(name, "max")),
                 f"{p99 / med('asyncio-echo', 'p99'):.1f}x",
+                f"{p99 / med('durable-echo', 'p99'):.1f}x",
                 f"{p99 / base:.2f}x",
                 f"{med(name, 'server_cpu'):.2f}",
                 tk.fmt(med(name, "cpu_us"), 1),
@@ -210,6 +321,7 @@ def main() -> None:
         "p99 ms",
         "max ms",
         "p99 / echo",
+        "p99 / durable echo",
         "p99 / no snapshots",
         "server cpu",
         "server µs/command",

@@ -7,8 +7,12 @@ the client is ``peer_client.mjs``, the kit's client opening views 8 at a time (s
 
 For each system: a writer sends COUNT updates INTERVAL ms apart (``end_turn`` for the daemon, an
 ``update encounter`` of a 10-combatant encounter for the relay); latency is each view's receipt
-minus the update's send, on the one wall clock of this host; server CPU per update is the server
-process's utime + stime (``/proc/PID/stat``) over the writer's run divided by the updates.
+(the time its TCP socket's read returned the bytes, parsed only after the run, for both
+systems: see ``peer_client.mjs``) minus the update's send, on the one wall clock of this host;
+server CPU per update is the server process's utime + stime (``/proc/PID/stat``) over the
+writer's run divided by the updates. Where the time goes is shown beside: per update (medians),
+when its first view got it, from then to its last view (the server's writes to every view), and
+the daemon's reply to the writer (its commit; "-" for the relay, which answers nothing).
 
 Needs Node.js 20+ and, once, ``npm install socket.io socket.io-client ws @msgpack/msgpack`` in a
 scratch folder: done on first use in ``$TMPDIR/turnkeeper-bench-<uid>/node`` (``--node-modules``
@@ -195,13 +199,27 @@ def _measure(
             raise RuntimeError(f"{kind} views failed: {(root / 'subs.log').read_text()[-500:]}")
     finally:
         server.stop()
-    sent = {int(k): v for k, v in json.loads(writer_out.read_text())["sent"].items()}
+    wrote = json.loads(writer_out.read_text())
+    sent = {int(k): v for k, v in wrote["sent"].items()}
     got = json.loads(subs_out.read_text())
     latencies = [at - sent[int(key)] for key, at in got["receipts"] if int(key) in sent]
+    # Each update's first and last receipt over all views: the first is the server's way in
+    # (for the daemon, its durable commit) and its first write; from first to last, its writes
+    # to every view (and any view the client read late).
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for key, at in got["receipts"]:
+        if int(key) in sent:
+            first[int(key)] = min(first.get(int(key), at), at)
+            last[int(key)] = max(last.get(int(key), at), at)
     return {
         "p50": tk.percentile(latencies, 50),
         "p99": tk.percentile(latencies, 99),
         "max": max(latencies, default=float("nan")),
+        "first": tk.median([at - sent[key] for key, at in first.items()]),
+        "spread": tk.median([last[key] - first[key] for key in first]),
+        # The daemon's answer to the writer (its commit); the relay answers nothing.
+        "reply_p50": tk.percentile(wrote["replies"], 50),
         "cpu_ms": cpu / args.updates * 1000,
         "delivered": len(latencies) / (len(sent) * got["conns"]) if sent else float("nan"),
     }
@@ -237,7 +255,9 @@ def main() -> None:
                     continue
                 print(
                     f"rep {rep} {kind} {views:3} views: p50={figures['p50']:.2f} ms "
-                    f"p99={figures['p99']:.2f} ms max={figures['max']:.2f} ms "
+                    f"p99={figures['p99']:.2f} ms max={figures['max']:.2f} ms; "
+                    f"first view {figures['first']:.2f} ms, last-first {figures['spread']:.2f} ms, "
+                    f"writer reply p50 {tk.fmt(figures['reply_p50'])} ms; "
                     f"cpu={figures['cpu_ms']:.2f} ms/update delivered={figures['delivered']:.1%}",
                     flush=True,
                 )
@@ -254,7 +274,7 @@ def main() -> None:
 
         for kind in ("ii", "tk"):
             if not ok[kind]:
-                rows.append([views, kind, "refused", "", "", "", "", "", "", ""])
+                rows.append([views, kind, "refused", "", "", "", "", "", "", "", "", "", ""])
                 continue
             cpu_ratio = med(kind, "cpu_ms") / med("ii", "cpu_ms") if ok["ii"] else float("nan")
             met = ""
@@ -268,6 +288,9 @@ def main() -> None:
                     tk.fmt(med(kind, "p50")),
                     tk.fmt(med(kind, "p99")),
                     tk.fmt(med(kind, "max")),
+                    tk.fmt(med(kind, "first")),
+                    tk.fmt(med(kind, "spread")),
+                    tk.fmt(med(kind, "reply_p50")),
                     tk.fmt(med(kind, "cpu_ms")),
                     f"{cpu_ratio:.1f}x",
                     f"{med(kind, 'delivered'):.1%}",
@@ -281,6 +304,9 @@ def main() -> None:
         "p50 ms",
         "p99 ms",
         "max ms",
+        "first view ms",
+        "last - first ms",
+        "writer reply p50 ms",
         "CPU ms/update",
         "CPU / relay",
         "delivered",

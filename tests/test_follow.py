@@ -946,3 +946,57 @@ async def test_a_subscribe_all_while_missed_events_are_told_page_by_page_is_told
         await anyio.sleep(2.0)
         assert first < answered < now
         assert [e["seq"] for e in watcher.sent] == list(range(answered + 1, now + 1))
+
+
+@pytest.mark.anyio
+async def test_a_combat_nobody_here_follows_yet_whose_notifications_are_lost_is_polled(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every notification of 'bank' is lost and nothing tells the follower to ask the store
+    (no new listening session, no overflow): a ``subscribe_all`` made before 'bank' existed
+    is told its every event, by the periodic poll of the combats changed since its
+    watermark, which covers combats nobody here followed when they changed."""
+    real = follow.Follower.woken
+
+    def deaf(self: follow.Follower, told: changes.Changes | None) -> None:
+        if told is not None and "bank" not in told:
+            real(self, told)
+
+    monkeypatch.setattr(follow.Follower, "woken", deaf)
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        assert (await follower.subscribe_all(watcher))["seqs"] == {}
+        await anyio.sleep(follow.POLL_SECONDS * 1.5)  # the answer's own asking done
+        last = await _made_with_a_hidden_lurker(holder, "bank")
+        with anyio.fail_after(SEEN_WITHIN):
+            while len(watcher.sent) < last:
+                await anyio.sleep(0.05)
+        await _made_with_a_hidden_lurker(holder, "vault")  # heard: the follower listens on
+        await anyio.sleep(follow.POLL_SECONDS * 1.5)
+        assert [e["seq"] for e in watcher.sent if e["combat"] == "bank"] == list(range(1, last + 1))
+
+
+@pytest.mark.anyio
+async def test_r16_a_combat_of_another_table_the_poll_finds_stays_unknown_to_a_subscribe_all(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every notification is lost: the poll finds the combats of every table that changed,
+    and a ``subscribe_all`` of one table is told its own table's combat alone, the other
+    never known here."""
+    real = follow.Follower.woken
+
+    def deaf(self: follow.Follower, told: changes.Changes | None) -> None:
+        if told is None:
+            real(self, told)
+
+    monkeypatch.setattr(follow.Follower, "woken", deaf)
+    one, two = "t0000000001", "t0000000002"
+    async with _holder_and_follower(postgres_db) as (holder, follower):
+        watcher = _Seen()
+        await follower.subscribe_all(watcher, scope=frozenset({one}))
+        await _made_with_a_hidden_lurker(holder, f"{two}/bank")
+        last = await _made_with_a_hidden_lurker(holder, f"{one}/vault")
+        await _until(lambda: _seqs(watcher).get(f"{one}/vault", [0])[-1] == last)
+        await anyio.sleep(follow.POLL_SECONDS * 1.5)  # another poll, nothing more
+        assert list(_seqs(watcher)) == [f"{one}/vault"]
+        assert f"{two}/bank" not in follower.combats

@@ -19,7 +19,7 @@ from daemon import CALL_TIMEOUT
 from story import OBSERVER, Story, player
 from turnkeeper.combats import Hub, RequestError, deadlines, listing, registry, writer
 from turnkeeper.combats import hub as facade
-from turnkeeper.combats.telling import Batch
+from turnkeeper.combats.telling import Batch, numbered_packed
 from turnkeeper.combats.telling import numbered as shown_to
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
@@ -27,7 +27,8 @@ from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
 from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.model import TriggerFacts, TurnRef
-from turnkeeper_engine.plain import command_from_plain, from_shared, to_shared
+from turnkeeper_engine.plain import command_from_plain, event_to_plain, from_shared, to_shared
+from turnkeeper_sdk import wire
 
 
 @pytest.fixture
@@ -706,18 +707,30 @@ def _fields_shown(tp: Any, seen: set[Any]) -> list[str]:
 
 
 def test_a_request_fingerprint_stands_for_every_field_of_every_command() -> None:
-    """The fingerprint digests a command's repr: one that left a field out would let a reused
-    request id with another command pass as a retry."""
+    """The fingerprint reads every field of a command and of the values nested in it, and
+    ``fingerprint_v2`` (still recognised) digested a command's repr: one that left a field out
+    would let a reused request id with another command pass as a retry."""
     seen: set[Any] = set()
     assert [h for command in c.COMMANDS.values() for h in _fields_shown(command, seen)] == []
-    one = writer.fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("x",)))
-    other = writer.fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("y",)))
-    assert one != other
+    for fingerprint in (writer.fingerprint, writer.fingerprint_v2):
+        one = fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("x",)))
+        other = fingerprint("k", NARRATOR, c.AddCombatant("a", "A", tags=("y",)))
+        assert one != other
+    turn = TurnRef(round=1, combatant="a")
+    later = dataclasses.replace(turn, round=2)
+    assert writer.fingerprint("k", NARRATOR, c.Hold(turn)) != writer.fingerprint(
+        "k", NARRATOR, c.Hold(later)
+    )
+    # A class with one field, and one with none: the class's name tells them apart.
+    undo = writer.fingerprint("k", NARRATOR, c.Undo())
+    assert undo != writer.fingerprint("k", NARRATOR, c.EndTurn(turn))
+    assert len(undo) == 2 * writer.FINGERPRINT_BYTES
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("older", ["fingerprint_v1", "fingerprint_v2"])
 async def test_a_retry_an_older_daemon_remembered_is_answered_after_an_upgrade(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, older: str
 ) -> None:
     """Requests stored with the fingerprint daemons before this one wrote are still recognised:
     a client retrying across the upgrade gets its first result back, and a different command
@@ -728,8 +741,8 @@ async def test_a_retry_an_older_daemon_remembered_is_answered_after_an_upgrade(
         await tg.start(store.run)
         await hub.execute("p", NARRATOR, "k", c.CreateCombat("k", "marvel"), "r1")
         add = c.AddCombatant("a", "A")
-        with monkeypatch.context() as older:
-            older.setattr(writer, "fingerprint", writer.fingerprint_v1)
+        with monkeypatch.context() as before:
+            before.setattr(writer, "fingerprint", getattr(writer, older))
             first = await hub.execute("p", NARRATOR, "k", add, "r2")
         seq = hub.combats["k"].seq
         assert await hub.execute("p", NARRATOR, "k", add, "r2") == first
@@ -750,3 +763,50 @@ def test_a_serving_daemon_collects_its_youngest_generation_less_often() -> None:
         assert gc.get_threshold() == (facade.GC_YOUNG, *default[1:])
     finally:
         gc.set_threshold(*default)
+
+
+def test_events_packed_once_are_the_bytes_msgpack_would_pack() -> None:
+    """A command's events are packed once, as the store's rows, and the caller's view of them
+    is spliced from those bytes: for every audience, hidden events and events shown changed
+    included, the bytes are exactly msgpack's packing of what ``numbered`` shows."""
+    s = Story("marvel")
+    s.add("v", "Vera")
+    s.add("h", "Assassin", hidden=True)
+    s.roll("v", 4, 4, 4)
+    s.roll("h", 6, 6, 6)
+    s.do(c.RevealCombatant("h"))
+    log = list(enumerate(s.log, start=1))
+    plains = [event_to_plain(e) for _, e in log]
+    packer = msgpack.Packer(use_bin_type=True)
+    rows = [packer.pack(p) for p in plains]
+    for actor in (NARRATOR, OBSERVER, player("u2")):
+        expected = shown_to(log, s.state, actor, plains, rules=BUNDLED_RULES)
+        shown, items = numbered_packed(log, s.state, actor, plains, rows, packer)
+        assert shown == expected
+        assert items == [msgpack.packb(item, use_bin_type=True) for item in expected]
+    assert len(numbered_packed(log, s.state, OBSERVER, plains, rows, packer)[0]) < len(log)
+    # Maps too wide for a one-byte head are packed whole, with the same bytes.
+    wide = [dict(p, **{f"x{n}": n for n in range(15)}) for p in plains]
+    expected = shown_to(log, s.state, NARRATOR, wide, rules=BUNDLED_RULES)
+    _, items = numbered_packed(log, s.state, NARRATOR, wide, [packer.pack(p) for p in wide], packer)
+    assert items == [msgpack.packb(item, use_bin_type=True) for item in expected]
+
+
+@pytest.mark.anyio
+async def test_a_command_result_carries_the_bytes_of_its_plain_value(tmp_path: Path) -> None:
+    """The reply to a command is spliced from bytes packed once: it is byte for byte the reply
+    its plain value makes, and a retry is answered the same value from the remembered bytes."""
+    store = Store.open(tmp_path)
+    hub = Hub(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await hub.execute("p", NARRATOR, "c", c.CreateCombat("c", "marvel"), "r0")
+        add = c.AddCombatant("v", "Vera")
+        result = await hub.execute("p", NARRATOR, "c", add, "r1")
+        assert isinstance(result, wire.PackedMap)
+        plain = msgpack.unpackb(msgpack.packb(dict(result), use_bin_type=True), raw=False)
+        reply = wire.pack(wire.Response(7, None, result))
+        assert reply == wire.pack(wire.Response(7, None, plain))
+        assert await hub.execute("p", NARRATOR, "c", add, "r1") == plain
+        await store.stop()
+    store.close()

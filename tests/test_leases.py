@@ -24,7 +24,7 @@ from postgres import lease as _lease
 from postgres import logged_seqs, sql
 from test_daemon_clock import _setup
 from test_hub import _Now, _started, _until_changed
-from test_store_port import batch, event, logged, running
+from test_store_port import _outcomes, batch, event, logged, running
 from turnkeeper.combats import Hub, RequestError, clock, rebuild
 from turnkeeper.combats.combat import UNBUILT, Combat
 from turnkeeper.combats.deadlines import Deadlines
@@ -36,10 +36,12 @@ from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.events import CombatCreated, CommandRecorded
+from turnkeeper_engine.model import ActionSpec
 from turnkeeper_engine.pipeline import RefusedError
 from turnkeeper_engine.plain import event_to_plain
-from turnkeeper_sdk import wire
+from turnkeeper_sdk import hookimpl, wire
 from turnkeeper_sdk.client import CallError
+from turnkeeper_sdk.plugins import PluginHost
 
 FAILOVER_SECONDS = 5.0
 """Issue 12's bound: a dead owner's combats are served by another daemon within this."""
@@ -957,6 +959,67 @@ def test_r13_a_deadline_nobody_holds_fires_on_its_own_after_a_restart(
         stop_all(d)
 
 
+def _at_schema_5(dsn: str) -> None:
+    """The database made again at schema version 5 by the migrations, with its combats as
+    they were, written as a daemon of that version writes them: no stored deadline."""
+    columns = {
+        "combats": "combat_id, table_id, ruleset, created_at, last_seq",
+        "events": "combat_id, seq, body",
+        "snapshots": "combat_id, seq, body",
+        "summaries": "combat_id, body",
+    }
+    kept = {
+        name: sql(dsn, f"SELECT {listed} FROM {SCHEMA}.{name}") for name, listed in columns.items()
+    }
+    with psycopg.connect(dsn) as db, db.transaction():
+        db.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+        db.execute(f"CREATE SCHEMA {SCHEMA}")
+        db.execute(
+            f"CREATE TABLE {SCHEMA}.schema_migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in postgresql.MIGRATIONS[:5]:
+            db.execute(migration.sql.encode())
+            db.execute(
+                f"INSERT INTO {SCHEMA}.schema_migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+        with db.cursor() as cur:
+            for name, rows in kept.items():
+                if rows:
+                    marks = ", ".join(["%s"] * len(rows[0]))
+                    cur.executemany(
+                        f"INSERT INTO {SCHEMA}.{name} ({columns[name]}) VALUES ({marks})", rows
+                    )
+
+
+def test_r13_a_deadline_of_a_combat_last_written_before_version_6_fires_with_nobody_holding_it(
+    tmp_path: Path, postgres_db: str
+) -> None:
+    """A combat whose turn runs out, in a database at schema version 5 (no stored deadlines):
+    once migrated, its deadline fires with no command or read for the combat, once."""
+    d = Daemon(tmp_path, None, "--store", postgres_db).start()
+    try:
+        with d.client() as gm:
+            _setup(gm, "old", turn_time_limit=1.0, turn_warning=0.0)
+            started = gm.call("start_combat", request_id="start", combat="old")
+        (turn,) = [e for e in started["events"] if e["event"] == "turn_started"]
+        assert d.stop() == 0
+        _at_schema_5(postgres_db)
+        time.sleep(max(0.0, turn["deadline"] + 0.5 - time.time()))
+        d.start()  # migrates to this version first
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while logged_seqs(postgres_db, "old")[-1] == started["seq"]:
+            assert time.monotonic() < deadline, "the deadline never fired"
+            time.sleep(0.05)
+        with d.client() as gm:
+            history = gm.call("history", combat="old", after=started["seq"])
+        expired = [e for e in history["events"] if e["event"] == "turn_timer_expired"]
+        assert [e["combatant"] for e in expired] == ["ann"]
+    finally:
+        stop_all(d)
+
+
 def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
     tmp_path: Path, postgres_db: str
 ) -> None:
@@ -971,3 +1034,127 @@ def test_a_daemon_stopped_cleanly_lets_its_combats_go_at_once(
         assert _lease(postgres_db, "bank")[1:] == (2, added["seq"])
     finally:
         stop_all(a, b)
+
+
+@pytest.mark.anyio
+async def test_a_shared_store_reads_no_request_id_before_a_command_and_finds_a_repeat_as_it_ends(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon not alone on its database decides a new command with no read of its request
+    id. A retry of a command another daemon committed, landing where the combat is now held,
+    is decided anew on the newer state: accepted, its commit finds the id stored (nothing of it
+    kept); refused, or changing nothing, the id is read then. Either way the client gets the
+    first result, and an id reused for another command is refused."""
+    reads: list[str] = []
+    stored = PostgresStore._stored_request
+
+    def counted(self: PostgresStore, principal: str, request_id: str) -> Any:
+        reads.append(request_id)
+        return stored(self, principal, request_id)
+
+    monkeypatch.setattr(PostgresStore, "_stored_request", counted)
+    first = PostgresStore.open(postgres_db, lease_seconds=60)
+    second = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(first), running(second):
+            assert not second._leases.alone  # it saw the first as it opened
+            at_first, at_second = Hub(first), Hub(second)
+            note = cmd.RecordOutcome("note", "one")
+            hulk = cmd.AddCombatant("hulk", "Hulk")
+            await at_first.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "c")
+            noted = await at_first.execute("p", NARRATOR, "bank", note, "note")
+            added = await at_first.execute("p", NARRATOR, "bank", hulk, "hulk")
+            at_first.rebuilder.forget(at_first.combats["bank"])
+            await first.release("bank")
+            reads.clear()
+            # New commands on the second daemon: its load and commits, no read of their ids.
+            await at_second.execute("p", NARRATOR, "bank", cmd.RecordOutcome("note", "2"), "2")
+            last = await at_second.execute("p", NARRATOR, "bank", cmd.AddCombatant("x", "X"), "x")
+            assert reads == []
+            # Accepted again on the newer state: the commit finds the id; nothing appended.
+            assert await at_second.execute("p", NARRATOR, "bank", note, "note") == noted
+            # Refused on the newer state (hulk is there): the id is read.
+            assert await at_second.execute("p", NARRATOR, "bank", hulk, "hulk") == added
+            other = cmd.RecordOutcome("note", "another")
+            with pytest.raises(RequestError) as reused:
+                await at_second.execute("p", NARRATOR, "bank", other, "note")
+            assert reused.value.code == "request_id_reused"
+            assert reads == ["note", "hulk", "note"]  # the repeats' only
+            assert logged_seqs(postgres_db, "bank") == list(range(1, last["seq"] + 1))
+            assert at_second.combats["bank"].seq == last["seq"]
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.anyio
+async def test_a_repeat_in_a_group_is_refused_alone_and_nothing_of_it_is_kept(
+    postgres_db: str,
+) -> None:
+    """A batch whose request id another daemon stored, committed in one group with others:
+    it alone is refused (``conflict``, its events rolled back with its savepoint), the others
+    land, and the first answer is the one remembered."""
+    first = PostgresStore.open(postgres_db, lease_seconds=60)
+    second = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(first), running(second):
+            await first.commit(batch("c1", 1, create=True, request=("al", "r"), response=1))
+            await second.commit(batch("c2", 1, create=True))
+            outcomes = await _outcomes(
+                second,
+                {
+                    "repeat": batch("c2", 2, request=("al", "r"), response=2),
+                    "other": batch("c3", 1, create=True, request=("al", "s"), response=3),
+                    "plain": batch("c2x", 1, create=True),
+                },
+            )
+            assert outcomes == {"repeat": "conflict", "other": "ok", "plain": "ok"}
+            assert logged_seqs(postgres_db, "c2") == [1]
+            assert logged_seqs(postgres_db, "c3") == [1]
+            assert await second.lookup_request("al", "r") == ("c1", 1)
+            assert await second.lookup_request("al", "s") == ("c3", 3)
+    finally:
+        first.close()
+        second.close()
+
+
+class _Announcer:
+    """A plugin with a before hook whose proposal commits a command of its own."""
+
+    @hookimpl
+    def before_action_declared(self, combatant: Any) -> cmd.Command:
+        return cmd.RecordOutcome("note", f"{combatant.id} is about to act")
+
+
+@pytest.mark.anyio
+async def test_a_repeat_of_a_command_with_before_hooks_is_looked_up_before_they_run(
+    postgres_db: str,
+) -> None:
+    """A before hook may commit a command of its own ahead of the one it stands before: a
+    repeat decided anew would run it again before its commit found the id, if the engine
+    accepted it again (today's hooks stand before commands it does not: a turn's ref is
+    stale by then). So such commands are looked up first, on a shared store too: the retry
+    gets the first result and nothing more is appended."""
+    first = PostgresStore.open(postgres_db, lease_seconds=60)
+    second = PostgresStore.open(postgres_db, lease_seconds=60)
+    plugins = PluginHost()
+    plugins.register(_Announcer(), "announcer")
+    try:
+        async with running(first), running(second):
+            at_first, at_second = Hub(first), Hub(second, plugins=plugins)
+            await at_first.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "c")
+            for who in ("a", "b"):
+                await at_first.execute("p", NARRATOR, "bank", cmd.AddCombatant(who, who), who)
+            await at_first.execute("p", NARRATOR, "bank", cmd.StartCombat(), "start")
+            turn = at_first.combats["bank"].state.turn
+            assert turn is not None
+            declare = cmd.DeclareAction(turn.ref, ActionSpec("attack"))
+            declared = await at_first.execute("p", NARRATOR, "bank", declare, "declare")
+            at_first.rebuilder.forget(at_first.combats["bank"])
+            await first.release("bank")
+            assert await at_second.execute("p", NARRATOR, "bank", declare, "declare") == declared
+            assert logged_seqs(postgres_db, "bank") == list(range(1, declared["seq"] + 1))
+    finally:
+        first.close()
+        second.close()
+        plugins.stop()

@@ -22,7 +22,7 @@ import pytest
 import postgres
 from daemon import CALL_TIMEOUT, CallError, Client, Daemon, add_spidey
 from test_store_port import batch, event, loaded, logged, running
-from turnkeeper.store import StoreError
+from turnkeeper.store import REQUEST_MEMORY_SECONDS, StoreError
 from turnkeeper.stores import open_store, postgresql
 from turnkeeper.stores.postgresql import SCHEMA, SCHEMA_VERSION, PostgresStore, migrate
 from turnkeeper_sdk import wire
@@ -690,3 +690,83 @@ def test_a_session_ended_idle_in_its_transaction_is_lost_not_a_refusal(postgres_
     assert isinstance(ended.value, psycopg.errors.IdleInTransactionSessionTimeout)
     assert isinstance(ended.value, postgresql.LOST)
     assert postgresql._error(ended.value, postgres_db).code == "store_unavailable"
+
+
+def _changed(store: PostgresStore, watermark: int) -> list[tuple[str, int, str, int]]:
+    """Every combat changed from ``watermark`` on, read two at a time."""
+    rows, changed, after = [], watermark, ""
+    while True:
+        _, page = store.changed_since(changed, after, 2)
+        rows += page
+        if len(page) < 2:
+            return rows
+        after, changed = page[-1][0], page[-1][3]
+
+
+@pytest.mark.anyio
+async def test_a_change_committed_after_a_later_one_is_found_from_the_watermark(
+    postgres_db: str,
+) -> None:
+    """Which combats changed since a watermark, a page at a time, each once, in order of
+    change: a commit whose transaction began before the watermark was read and ends after
+    later ones is found from it."""
+    store = PostgresStore.open(postgres_db)
+    try:
+        async with running(store):
+            for combat in ("a", "b", "c", "slow"):
+                await store.commit(batch(combat, 1, 1, create=True))
+            with psycopg.connect(postgres_db) as early:
+                # Its transaction id comes before the watermark and the commits below.
+                early.execute("SELECT pg_current_xact_id()")
+                watermark = store.horizon()
+                for combat in ("c", "a", "b"):
+                    await store.commit(batch(combat, 2, 1))
+                before = _changed(store, watermark)
+                early.execute(
+                    f"UPDATE {SCHEMA}.combats SET last_seq = 7, changed = pg_current_xact_id()"
+                    " WHERE combat_id = 'slow'"
+                )
+            after = _changed(store, watermark)
+    finally:
+        store.close()
+    # Other sessions on the server may hold the watermark further back: "slow" made earlier.
+    ours = [(c, s) for c, s, _, _ in before if c != "slow"]
+    assert ours == [("c", 2), ("a", 2), ("b", 2)]
+    assert [row[3] for row in before] == sorted(row[3] for row in before)
+    assert len({row[0] for row in before}) == len(before)
+    assert {c: s for c, s, _, _ in after} == {"a": 2, "b": 2, "c": 2, "slow": 7}
+
+
+@pytest.mark.anyio
+async def test_request_ids_are_stamped_and_pruned_by_the_servers_clock_not_a_daemons(
+    postgres_db: str,
+) -> None:
+    """A daemon whose wall clock runs two days ahead (its commands' times with it) prunes no
+    other daemon's request ids: each id is stamped with the server's time, and pruned once
+    older than a day by the server's clock, whichever daemon prunes."""
+    here = PostgresStore.open(postgres_db)
+    ahead = PostgresStore.open(postgres_db)
+    try:
+        async with running(here), running(ahead):
+            await here.commit(batch("c1", 1, create=True, request=("al", "kept"), response=1))
+            await here.commit(batch("c1", 2, request=("al", "old"), response=2))
+            _sql(  # stored two days ago, by the server's clock
+                postgres_db,
+                f"UPDATE {SCHEMA}.requests SET at = extract(epoch FROM now()) - 2 * %s"
+                " WHERE request_id = 'old'",
+                REQUEST_MEMORY_SECONDS,
+            )
+            future = time.time() + 2 * REQUEST_MEMORY_SECONDS
+            made = batch("c2", 1, create=True, request=("al", "ahead"), response=3, at=future)
+            await ahead.commit(made)
+            await ahead._committer.run(ahead._prune)
+            rows = _sql(
+                postgres_db,
+                "SELECT request_id, abs(at - extract(epoch FROM now())) < 60"
+                f" FROM {SCHEMA}.requests ORDER BY request_id",
+            )
+            assert rows == [("ahead", True), ("kept", True)]
+            assert await ahead.lookup_request("al", "kept") == ("c1", 1)
+    finally:
+        here.close()
+        ahead.close()

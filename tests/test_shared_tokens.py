@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -555,3 +556,225 @@ def test_a_table_and_token_no_daemon_was_told_of_work_at_once_looked_up_on_a_mis
     _, session = _session(b, secret)
     assert session["table"] == "t00000000a1"
     assert time.monotonic() - started < REREAD_SECONDS
+
+
+def _counting_reads(book: SharedTokens, monkeypatch: pytest.MonkeyPatch) -> list[None]:
+    """One item per whole read of ``book``'s copy from now on (the real read runs)."""
+    reads: list[None] = []
+    reload = book._reload
+
+    def counted(db: Any) -> Any:
+        reads.append(None)
+        return reload(db)
+
+    monkeypatch.setattr(book, "_reload", counted)
+    return reads
+
+
+def test_a_burst_of_changes_costs_the_other_daemon_a_few_reads_and_ends_exact(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bridge adds and revokes tokens in a loop through one daemon while the other's read
+    is under way: the other takes every notification heard meanwhile together and reads
+    once for them, not once each, and its copy ends as the database's (the last revoked
+    token refused, the kept one known). Before the fix: one read per notification."""
+    postgresql.migrate(postgres_db)
+    maker, daemon = SharedTokens(postgres_db), SharedTokens(postgres_db)
+    kept, kept_secret = maker.add("observer")
+    daemon.read()
+    changes = 60
+    revoked_secret = ""
+
+    def burst() -> None:
+        nonlocal revoked_secret
+        for _ in range(changes // 2):
+            record, revoked_secret = maker.add("observer")
+            maker.revoke(record.id)
+
+    async def while_a_read_is_under_way() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.run)
+            reads = _counting_reads(daemon, monkeypatch)
+            # Held as a slow read holds it: the listener hears the first change and waits
+            # in its read, while the others' notifications arrive.
+            with daemon._reading:
+                await anyio.to_thread.run_sync(burst)
+            with anyio.fail_after(CALL_TIMEOUT):
+                while daemon.load() != maker.load():
+                    await anyio.sleep(0.01)
+                # The copy is exact at the first read after the burst; reads owed to
+                # notifications heard meanwhile would follow it back to back.
+                seen = -1
+                while seen != len(reads):
+                    seen = len(reads)
+                    await anyio.sleep(0.5)
+            assert len(reads) <= 3, len(reads)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(while_a_read_is_under_way)
+        assert daemon.authenticate(revoked_secret) is None
+        found = daemon.authenticate(kept_secret)
+        assert found is not None
+        assert found.key == f"token:{kept.id}"
+    finally:
+        maker.close()
+        daemon.close()
+
+
+def test_a_daemons_own_changes_are_read_once_each_and_anothers_still_heard(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon reads its copy again after each change it commits; its listener does not
+    read again for that change's notification, but does for another daemon's. Before the
+    fix: two reads for each own change (its own notification read for again)."""
+    postgresql.migrate(postgres_db)
+    other, daemon = SharedTokens(postgres_db), SharedTokens(postgres_db)
+    daemon.read()
+    reads = _counting_reads(daemon, monkeypatch)
+    changes = 20
+
+    def own_changes() -> None:
+        for _ in range(changes // 2):
+            record, _ = daemon.add("observer")
+            daemon.revoke(record.id)
+
+    async def changing() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.run)  # one read as it listens
+            await anyio.to_thread.run_sync(own_changes)
+            record, _ = await anyio.to_thread.run_sync(other.add, "observer")
+            with anyio.fail_after(CALL_TIMEOUT):
+                while record.id not in {r.id for r in daemon.load().tokens}:
+                    await anyio.sleep(0.01)
+                seen = -1
+                while seen != len(reads):
+                    seen = len(reads)
+                    await anyio.sleep(0.5)
+            assert len(reads) == 1 + changes + 1, len(reads)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(changing)
+    finally:
+        other.close()
+        daemon.close()
+
+
+def test_an_own_change_whose_read_failed_is_read_by_the_listener(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read after a daemon's own commit fails: its listener, which does not read for
+    its own notifications, reads for that one, well before the periodic look."""
+    from turnkeeper.stores import tokens
+
+    postgresql.migrate(postgres_db)
+    daemon = SharedTokens(postgres_db)
+    daemon.read()
+    monkeypatch.setattr(tokens, "REREAD_SECONDS", 10 * CALL_TIMEOUT)
+    reload = daemon._reload
+    failed: list[None] = []
+
+    def once_lost_after_the_commit(db: Any) -> Any:
+        if not failed and threading.current_thread().name != "turnkeeper-tokens":
+            failed.append(None)
+            raise psycopg.OperationalError("the session was lost after the commit")
+        return reload(db)
+
+    monkeypatch.setattr(daemon, "_reload", once_lost_after_the_commit)
+
+    async def changing() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.run)
+            record, _ = await anyio.to_thread.run_sync(daemon.add, "observer")
+            assert failed
+            with anyio.fail_after(CALL_TIMEOUT):
+                while record.id not in {r.id for r in daemon.load().tokens}:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(changing)
+    finally:
+        daemon.close()
+
+
+def test_a_token_revoked_at_the_end_of_a_burst_on_one_daemon_is_refused_on_the_other(
+    pair: tuple[Daemon, Daemon],
+) -> None:
+    """A bridge loops add_token and revoke_token on A: B, taking the burst's notifications
+    together, still ends with the database's tokens: the session of the token revoked last
+    ends, its hello is refused, and a token kept through the burst still works."""
+    a, b = pair
+    gm_a = a.client()
+    kept = gm_a.call("add_token", table="default", role="observer")
+    last = gm_a.call("add_token", table="default", role="observer")
+    listener = _hello(b, last["secret"])
+    listener.call("subscribe_all")  # a session that only listens: no request to refuse
+    for _ in range(30):
+        made = gm_a.call("add_token", table="default", role="observer")
+        gm_a.call("revoke_token", table="default", id=made["id"])
+    gm_a.call("revoke_token", table="default", id=last["id"])
+    assert _final_error(listener) == "token_revoked"
+    assert _refused(b, last["secret"])
+    assert _hello_code(b, kept["secret"]) == "ok"
+    gm_a.close()
+
+
+def test_a_table_the_database_does_not_have_is_looked_up_without_a_whole_read(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table method naming a table the copy lacks looks that table up alone: made-up
+    tables (a hostile or buggy bridge's loop) cost no whole read, so they cannot keep the
+    look-up thread the hellos share reading; a table made through another daemon is read
+    once, however many requests name it. Before the fix: a whole read for each."""
+    postgresql.migrate(postgres_db)
+    maker, daemon = SharedTokens(postgres_db), SharedTokens(postgres_db)
+    daemon.read()
+    reads = _counting_reads(daemon, monkeypatch)
+
+    async def named(tables: list[str]) -> None:
+        for table in tables:
+            await daemon.refresh(table)
+
+    try:
+        anyio.run(named, [f"t{n:010x}" for n in range(100)])
+        assert reads == []
+        made = maker.add_table("Guild")
+        anyio.run(named, [made.id] * 10)
+        assert len(reads) == 1
+        assert made.id in daemon.load().table_ids()
+    finally:
+        maker.close()
+        daemon.close()
+
+
+def test_a_create_combat_that_cannot_look_its_table_up_is_refused_with_tokens_unavailable(
+    pair: tuple[Daemon, Daemon], postgres_db: str, postgres_server: str
+) -> None:
+    """The operator's create_combat naming a table the copy does not have looks it up; when
+    the database cannot be reached that is ``tokens_unavailable`` (field ``combat_id``), as
+    for a table method's look-up, and nothing is created. Before the fix: store_unavailable."""
+    _, b = pair
+    assert b.process is not None
+    operator = b.client()
+    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
+    with psycopg.connect(postgres_db, autocommit=True) as other:
+        try:
+            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name LIKE %s",
+                (f"turnkeeper tokens pid {b.process.pid} %",),
+            )
+            with pytest.raises(CallError) as refused:
+                operator.call(
+                    "create_combat",
+                    request_id="c1",
+                    combat_id="t00000000ff/brawl",
+                    ruleset="marvel",
+                )
+            assert (refused.value.code, refused.value.field) == ("tokens_unavailable", "combat_id")
+        finally:
+            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    operator.close()

@@ -9,8 +9,11 @@ import dataclasses
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import threading
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +262,35 @@ async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_
     assert [s for s, _ in logged(store, combat)] == list(range(1, seq + 1))
     store.close()
     reader.close()
+
+
+@pytest.mark.anyio
+async def test_the_wal_is_copied_beside_the_commits_and_restarted_once_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No commit checkpoints (SQLite's own checkpoints are off): the checkpointer copies the WAL
+    from its own connection, and once it has copied a long one, the committer starts it again
+    from its start when no batch is queued, so the file stops growing under steady writes."""
+    monkeypatch.setattr(store_module, "CHECKPOINT_SECONDS", 1e6)  # one round, at the first commit
+    monkeypatch.setattr(store_module, "WAL_RESTART_BYTES", 64 * 1024)
+    wal = tmp_path / (DB_FILE + "-wal")
+    store = Store.open(tmp_path)
+    assert store._writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        for seq in range(2, 40):
+            await store.commit(batch("c1", seq, pad="x" * 8000))
+        grown = wal.stat().st_size
+        assert grown > 38 * 8000  # nothing copied back in a commit
+        await anyio.to_thread.run_sync(store._checkpointer.round)
+        assert store._checkpointer.caught_up
+        for seq in range(40, 60):  # half as many frames as before the restart
+            await store.commit(batch("c1", seq, pad="x" * 8000))
+        assert not store._checkpointer.caught_up
+        assert wal.stat().st_size == grown  # written again from its start, not grown
+    [combat] = loaded(store)
+    assert [s for s, _ in logged(store, combat)] == list(range(1, 60))
+    store.close()
 
 
 @pytest.mark.anyio
@@ -671,10 +703,10 @@ async def test_requests_indexed_many_at_a_time_are_found_and_refused_twice_index
                     await store.commit(
                         batch("c1", seq, request=("alice", f"r{seq}"), response=seq, at=seq)
                     )
-            # Three waited after the third commit: the fourth indexed them with its own r4, and
-            # the first transaction of the second opening (refused, but it commits) the rest.
+            # Indexed in a transaction of their own once three wait and no batch is queued:
+            # after the third commit and after the sixth; r7 waits, over the reopen too.
             indexed = [row for _, _, row in indexed_requests(tmp_path)]
-            assert indexed == ([1, 2, 3, 4] if opening == 0 else [1, 2, 3, 4, 5, 6, 7])
+            assert indexed == [1, 2, 3, 4, 5, 6]
             for seq in range(2, 8):
                 assert await store.lookup_request("alice", f"r{seq}") == ("c1", seq)
             assert await store.lookup_request("bob", "r2") is None
@@ -695,7 +727,7 @@ async def test_requests_indexed_many_at_a_time_are_found_and_refused_twice_index
         assert await store.lookup_request("alice", "r7") == ("c1", 7)
     store.close()
     assert remembered(tmp_path) == {"alice": ["r7", "r8"]}
-    assert indexed_requests(tmp_path) == [("alice", "r7", 7)]  # r8 waits for its indexing
+    assert indexed_requests(tmp_path) == []  # r7 and r8 wait for their indexing
 
 
 def event_tables(data_dir: Path) -> dict[str, list[int]]:
@@ -720,25 +752,26 @@ async def test_recent_events_are_read_with_the_moved_ones_and_moved_many_at_a_ti
     async with anyio.create_task_group() as tg:
         await tg.start(store.run)
         await store.commit(batch("c1", 1, 2, create=True))
-        await store.commit(batch("c1", 3, 1))  # three waiting: the next commit moves them
-        await store.commit(batch("c1", 4, 2))
-        await store.commit(batch("c1", 6, 1))
+        # Three waiting, and no batch queued: moved in a transaction of their own.
+        await store.commit(batch("c1", 3, 1))
+        await store.commit(batch("c1", 4, 1))
+        await store.commit(batch("c1", 5, 1))
         tg.cancel_scope.cancel()  # killed: no stop, nothing moved at the end
     store.close()
-    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4, 5], "recent_events": [6]}
+    assert event_tables(tmp_path) == {"events": [1, 2, 3], "recent_events": [4, 5]}
 
     store = reopen(tmp_path)
     [combat] = loaded(store)
-    assert (combat.last, combat.quarantined) == (6, None)
-    assert [seq for seq, _ in logged(store, combat)] == [1, 2, 3, 4, 5, 6]
+    assert (combat.last, combat.quarantined) == (5, None)
+    assert [seq for seq, _ in logged(store, combat)] == [1, 2, 3, 4, 5]
     async with running(store):
-        assert [seq for seq, _ in await store.events_after("c1", 4, 10)] == [5, 6]
+        assert [seq for seq, _ in await store.events_after("c1", 2, 10)] == [3, 4, 5]
         with pytest.raises(StoreError) as taken:  # its last seq is counted in both tables
-            await store.commit(batch("c1", 6))
+            await store.commit(batch("c1", 5))
         assert taken.value.code == "conflict"
-        await store.commit(batch("c1", 7))
+        await store.commit(batch("c1", 6))
     store.close()
-    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4, 5, 6, 7], "recent_events": []}
+    assert event_tables(tmp_path) == {"events": [1, 2, 3, 4, 5, 6], "recent_events": []}
 
 
 @pytest.mark.anyio
@@ -761,12 +794,131 @@ async def test_a_snapshot_is_encoded_in_the_committers_thread_and_a_failing_one_
         await store.commit(dataclasses.replace(batch("c1", 4), snapshot=snapshot))
         with capture_logs() as logs:
             await store.commit(dataclasses.replace(batch("c1", 5), snapshot=broken))
+            await store.stop()  # the snapshot is encoded after the answer, by the stop at last
     [combat] = loaded(store)
     store.close()
     assert len(encoded_in) == 1
     assert loop_thread not in encoded_in
     assert [e["event"] for e in logs] == ["snapshot_not_encoded"]
     assert (combat.snapshot, combat.last) == ((4, {"round": 3}), 5)
+
+
+@pytest.mark.anyio
+async def test_an_answer_never_waits_for_its_snapshot(tmp_path: Path) -> None:
+    """The snapshot of a batch is encoded and written after the batch's answer, in a
+    transaction of its own: the commit has returned while the snapshot is still being made,
+    and a later batch of the combat (whose snapshot is newer) leaves only its own."""
+    started, release = threading.Event(), threading.Event()
+    making: list[int] = []
+    answered: list[int] = []
+
+    def slow(seq: int) -> Any:
+        making.append(seq)
+        started.set()
+        release.wait(10)
+        return {"at": seq}
+
+    async def commit(seq: int) -> None:
+        await store.commit(dataclasses.replace(batch("c1", seq), snapshot=partial(slow, seq)))
+        answered.append(seq)
+
+    store = Store.open(tmp_path)
+    async with running(store), anyio.create_task_group() as tg:
+        await store.commit(batch("c1", 1, create=True))
+        tg.start_soon(commit, 2)
+        assert await anyio.to_thread.run_sync(started.wait, 10)
+        await anyio.wait_all_tasks_blocked()
+        answers_while_made = list(answered)
+        tg.start_soon(commit, 3)  # queued behind the snapshot's transaction
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    [combat] = loaded(store)
+    store.close()
+    assert answers_while_made == [2]
+    assert (making, answered) == ([2, 3], [2, 3])
+    assert (combat.snapshot, combat.last) == ((3, {"at": 3}), 3)
+
+
+@pytest.mark.anyio
+async def test_a_failing_move_aside_is_tried_again_after_the_next_commit_not_in_a_spin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The work aside (here a move of recent events) failing, the commands still commit, and
+    it is tried once per commit, never again and again while the queue is empty."""
+    monkeypatch.setattr(store_module, "EVENTS_MOVE_BYTES", 1)
+
+    def refused(self: Store) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "_move_events", refused)
+    store = Store.open(tmp_path)
+    with capture_logs() as logs:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True))
+            for seq in range(2, 5):
+                await store.commit(batch("c1", seq))
+    store.close()
+    # Tried after each commit, and once more by the clean stop.
+    assert [e["event"] for e in logs] == ["store_aside_failed"] * 4 + ["recent_events_not_moved"]
+    assert event_tables(tmp_path) == {"events": [], "recent_events": [1, 2, 3, 4]}
+
+
+KILLED_MID_SNAPSHOT = r"""
+import dataclasses, sys, threading, anyio
+sys.path.insert(0, sys.argv[2])
+from test_store_port import batch
+from turnkeeper.store import Store
+
+def stuck():
+    sys.stdout.write("making\n")
+    sys.stdout.flush()
+    threading.Event().wait()
+
+async def main():
+    store = Store.open(__import__("pathlib").Path(sys.argv[1]))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await store.commit(batch("c1", 1, 2, create=True))
+        await store.commit(dataclasses.replace(batch("c1", 3), snapshot=lambda: {"at": 3}))
+        await store.stop()
+    store.close()
+    store = Store.open(__import__("pathlib").Path(sys.argv[1]))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        await store.commit(dataclasses.replace(batch("c1", 4, 2), snapshot=stuck))
+        sys.stdout.write("answered\n")
+        sys.stdout.flush()
+        await anyio.sleep(60)
+
+anyio.run(main)
+"""
+
+
+def test_a_kill_while_a_snapshot_is_made_leaves_the_previous_one(tmp_path: Path) -> None:
+    """Killed (SIGKILL) after a batch's answer, while its snapshot is being made: the batch is
+    in the log, and the combat's snapshot is the one before it."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_MID_SNAPSHOT)
+    data = tmp_path / "data"
+    with subprocess.Popen(
+        [sys.executable, str(script), str(data), str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdout is not None
+        # A batch whose answer waited for its snapshot would never be answered: killed anyway.
+        timer = threading.Timer(30, child.kill)
+        timer.start()
+        said = {child.stdout.readline().strip() for _ in range(2)}
+        timer.cancel()
+        child.kill()
+        child.wait()
+    assert said == {"answered", "making"}
+    store = Store.open(data)
+    [combat] = loaded(store)
+    assert (combat.snapshot, combat.last, combat.quarantined) == ((3, {"at": 3}), 5, None)
+    assert [seq for seq, _ in logged(store, combat)] == [4, 5]
+    store.close()
 
 
 @pytest.mark.anyio

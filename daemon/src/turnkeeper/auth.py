@@ -399,8 +399,9 @@ class TokenBook(ABC):
         looks an unknown secret up there before it refuses it."""
         return self.authenticate(secret)
 
-    async def refresh(self) -> None:  # noqa: B027 - a file's ``load`` is up to date
-        """Bring ``load`` up to date now, for a request that found no table it names."""
+    async def refresh(self, table: str) -> None:  # noqa: B027 - a file's ``load`` is up to date
+        """Bring ``table`` in ``load`` up to date now, for a request that found it missing
+        (or not managed by its caller)."""
 
     def close(self) -> None:  # noqa: B027 - a file is held open by nothing
         """Let go of what the book holds open."""

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -92,6 +94,44 @@ holds each commit until a checkpoint copies it into the database, and SQLite's o
 neither keep it under a given size nor shrink its file: without a share of its own it would grow
 past any quota. A quarter keeps checkpoints rare under a quota of a few MiB or more."""
 
+ASIDE_OVERDUE = 4
+"""Times its usual size (``ASIDE_SNAPSHOTS`` held snapshots, ``EVENTS_MOVE_BYTES``,
+``REQUEST_KEYS_EVERY``) that the work aside may grow to while batches keep the queue busy:
+past it, it runs between two groups rather than waiting for an empty queue."""
+
+ASIDE_SNAPSHOTS = 4
+"""Held snapshots past which the work aside runs between two groups (``ASIDE_OVERDUE`` times
+this many), rather than waiting for an empty queue."""
+
+ASIDE_SNAPSHOT_SECONDS = 0.002
+"""Time one transaction aside (``Store._write_aside``) spends encoding snapshots before it
+writes what it has (at least one): every command that arrives meanwhile waits for it, so the
+small states of most combats go several at a time, and a large one (62 KB, about 4 ms to
+encode) alone."""
+
+CHECKPOINT_SECONDS = 1.0
+"""Least time between two rounds of the checkpointer (``_Checkpointer``), which copies the WAL
+into the database from a thread and connection of its own. SQLite's own checkpoint (every 1,000
+pages) ran inside a ``COMMIT``, on the committer's thread: every command queued behind it waited
+for a copy of 4 MB and an fsync of the database. A round every second copies each page written
+many times in that second once, and keeps the WAL to about a second of writes."""
+
+WAL_RESTART_BYTES = 16 * 2**20
+"""Frames in the WAL past which the committer restarts it (``Store._restart_wal``) once the
+checkpointer has copied them: passive checkpoints, run beside the writes, rarely leave every
+frame copied just as the next write begins, which is when SQLite starts the WAL again from its
+start, so under steady writes the WAL would only grow. The restart copies what the passive
+passes left (the last moments' frames) and syncs, between two transactions when no batch is
+queued; one a reader holds up is not waited for, and tried again after the next round."""
+
+CHECKPOINT_PASSES = 8
+"""Most checkpoints one round of the checkpointer runs (see ``_Checkpointer.round``)."""
+
+WAL_MAX_BYTES = 64 * 2**20
+"""Without a quota, a WAL file past this size is truncated by the committer itself, between two
+transactions (``_trim_wal``): the checkpointer's rounds run beside the writes and may never find
+the log still long enough to restart it, and the WAL would grow without end."""
+
 MAX_RECENT_PER_PRINCIPAL = 1000
 """Answers to a principal's latest requests kept in memory, so a retry is answered without a
 database read: a client retries what it had in flight when its connection dropped, a few at
@@ -109,14 +149,15 @@ request id, measured with ``tracemalloc``)."""
 
 EVENTS_MOVE_BYTES = 2**18
 """Bytes of event bodies appended to ``recent_events`` before they are moved into ``events``
-together, in the transaction of the commit that reaches this many (about 1,000 events of a
-command's usual size): the more, the more commands of each combat one move takes (its pages
-are rewritten once for all of them), and the longer that one commit takes, with every command
-queued behind it. At 2 MiB a review measured such a commit at 45 to 60 ms (12 to 17 of them
-the move's statement) against a 3 to 4 ms median, and at 2,000 commands/s offered the slowest
-answers doubled (50 to 62 ms against 17 to 33 before the moves); at 256 KiB they were 18 to
-38 ms, with the same commands/s in the closed loop. Under a quota, at most 1/MOVE_WAL_SHARE
-of the WAL's share (see ``Store.open``)."""
+together, in a transaction aside (``Store._write_aside``) once this many wait (about 1,000
+events of a command's usual size): the more, the more commands of each combat one move takes
+(its pages are rewritten once for all of them), and the longer that transaction takes, with
+every command that arrives meanwhile waiting for it. When a move still ran in the transaction
+of the commit that reached this many, a review measured such a commit at 45 to 60 ms with
+2 MiB (12 to 17 of them the move's statement) against a 3 to 4 ms median, and at 2,000
+commands/s offered the slowest answers doubled (50 to 62 ms against 17 to 33 before the
+moves); at 256 KiB they were 18 to 38 ms, with the same commands/s in the closed loop. Under
+a quota, at most 1/MOVE_WAL_SHARE of the WAL's share (see ``Store.open``)."""
 
 MOVE_WAL_SHARE = 32
 """A move holds its events twice until it commits (in ``events`` and in the pages it frees of
@@ -125,13 +166,13 @@ moves keep that out of the room for commands (at 1 MiB, a move every 8 KiB keeps
 commands in it as before the moves, 107 of 1.5 KB; every 32 KiB, 99)."""
 
 REQUEST_KEYS_EVERY = 4096
-"""Remembered requests appended before they are indexed (``request_keys``) together, in the
-transaction of the commit that reaches this many: the larger, the fewer of the index's pages
-each key costs (each is written once per indexing, however many keys it takes), and the longer
-the walk that finds a request among those not indexed yet (3 to 10 ms at this size with
-1.5 KB answers on a loaded machine, on the committer thread, only for a retry older than the
-memory of recent answers or a rare false "maybe" of the filter), and the more pages that one
-commit writes."""
+"""Remembered requests appended before they are indexed (``request_keys``) together, in a
+transaction aside (``Store._write_aside``) once this many wait: the larger, the fewer of the
+index's pages each key costs (each is written once per indexing, however many keys it takes),
+and the longer the walk that finds a request among those not indexed yet (3 to 10 ms at this
+size with 1.5 KB answers on a loaded machine, on the committer thread, only for a retry older
+than the memory of recent answers or a rare false "maybe" of the filter), and the more pages
+that one transaction writes."""
 
 FILTER_BITS = 2**24
 """Size of the filter of stored request ids (2 MiB): with ``FILTER_PROBES`` it answers "maybe
@@ -249,9 +290,12 @@ class StoreError(ProtocolError):
         return f"{self.code}: {self.message}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Batch:
     """One command's durable effect: its events, and the combat or request record it creates.
+    Made once per command and never changed after (the committer's thread reads it): not
+    frozen, for a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__`` and cost twice as much, once per command.
 
     ``events`` are plain events stored at ``first_seq``, ``first_seq + 1``, …; ``ruleset`` is set
     when the batch creates the combat; ``request`` is ``(principal, request_id)`` and ``response``
@@ -269,8 +313,10 @@ class Batch:
     """When the caller takes a snapshot, what makes the combat's state after this batch into
     plain data: called in the committer's thread, so a large state never stalls the event loop
     (it must only read what it was given, e.g. ``partial(to_shared, state)`` of an immutable
-    state). Written in the same transaction, so a kill mid-snapshot leaves the previous one;
-    one that fails to encode is logged and left out, and the batch commits without it. A batch
+    state). Written in the batch's transaction or, by the SQLite store, in a transaction of its
+    own after the batch's answer (``Store._write_aside``): either way a kill leaves the previous
+    snapshot or this one, never a part; one that fails to encode is logged and left out, and
+    the batch commits without it. A batch
     of no events may carry one (of the state at ``first_seq - 1``, the end of the log): a
     rebuild that could not start from the stored snapshot leaves a fresh one for the next."""
     summary: Any = None
@@ -285,6 +331,12 @@ class Batch:
     was decided on a state another daemon may have moved past, had the lease gone away and
     come back meanwhile. None: whatever epoch the daemon holds it at. A store of one daemon's
     own ignores it."""
+    rows: tuple[bytes, ...] | None = None
+    """``events`` packed with msgpack already, one per event, when the caller packed them for
+    its own use too: the store writes these bytes rather than packing the events again."""
+    remembered: bytes | None = None
+    """The reply remembered for a retry packed with msgpack already, likewise, in place of
+    ``response`` (then None); with ``request`` only."""
 
 
 @dataclass(frozen=True)
@@ -327,22 +379,19 @@ class _Outcome(asyncio.Future[None]):
         return False
 
 
-def _outcome() -> _Outcome:
-    return _Outcome(loop=asyncio.get_running_loop())
-
-
 @dataclass(slots=True, eq=False)
 class _Pending:
-    """A batch on its way to disk, with the rows already encoded (the snapshot's in the
-    committer's thread) and the waiter's outcome."""
+    """A batch on its way to disk, with the rows already encoded and the waiter's outcome (its
+    snapshot is encoded later, in the committer's transaction aside)."""
 
     batch: Batch
     events: list[tuple[str, int, bytes]]
     response: bytes | None
     summary: bytes | None
-    snapshot: bytes | None = None
-    done: _Outcome = field(default_factory=_outcome)
-    """Resolved by the committer once the outcome is known (``error``)."""
+    done: _Outcome = field(default_factory=_Outcome)
+    """Resolved by the committer once the outcome is known (``error``). Made on the event
+    loop (``commit``), whose future it is: the class itself is the factory, with no Python
+    function around it to ask for the loop."""
     error: StoreError | None = None
 
     def settle(self) -> None:
@@ -367,11 +416,16 @@ class _Recent:
     def add(
         self, principal: str, request_id: str, combat_id: str, response: bytes, at: float
     ) -> None:
-        if (principal, request_id) in self._answers:
+        key = (principal, request_id)
+        answers = self._answers
+        if key in answers:
             return  # the store refuses a request id twice; nothing to remember again
-        self._answers[(principal, request_id)] = (combat_id, response, at)
+        answers[key] = (combat_id, response, at)
         self._bytes += len(response) + RECENT_ENTRY_BYTES
-        ids = self._by_principal.setdefault(principal, deque())
+        ids = self._by_principal.get(principal)
+        if ids is None:
+            # Not ``setdefault``: it would make a deque, and drop it, for every request.
+            ids = self._by_principal[principal] = deque()
         ids.append(request_id)
         # Never more than the store keeps (see ``Store._prune``): memory must not answer for
         # a request the database has forgotten.
@@ -510,6 +564,78 @@ class _CommitterThread:
         if self._ending is not None:
             self._ending.join()
             self._ending = None
+
+
+class _Checkpointer:
+    """Copies the WAL into the database (``PRAGMA wal_checkpoint(PASSIVE)``) from a thread and a
+    connection of its own, woken by the committer after a commit, at most every
+    ``CHECKPOINT_SECONDS``: the writer's own checkpoints are off (``wal_autocheckpoint=0``), so
+    no ``COMMIT`` waits for one. A passive checkpoint never waits for the writer nor blocks it.
+    A round repeats until it finds nothing new to copy: frames committed while it copied would
+    otherwise stay, and the writer restarts the WAL from its start only once every frame is in
+    the database. A failed round is logged and left: the next one copies what it did not."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        self._wake = threading.Event()
+        self.lock = threading.Lock()
+        """Held by each checkpoint: ``Store._trim_wal`` takes it too, so that its checkpoint
+        waits for one of these to end rather than fail on SQLite's busy timeout."""
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+        """Passive checkpoints run so far."""
+        self.caught_up = False
+        """Set when a round copied every frame of a WAL longer than ``WAL_RESTART_BYTES``:
+        the committer restarts it (``Store._restart_wal``) when no batch is queued."""
+        (self._page_size,) = connection.execute("PRAGMA page_size").fetchone()
+
+    def nudge(self) -> None:
+        """Ask for a round (committer's thread, after a commit); starts the thread at first."""
+        if self._thread is None and not self._closing.is_set():
+            self._thread = threading.Thread(
+                target=self._serve, name="turnkeeper-checkpointer", daemon=True
+            )
+            self._thread.start()
+        self._wake.set()
+
+    def _serve(self) -> None:
+        last = 0.0
+        while True:
+            self._wake.wait()
+            # The commits while it waits are copied in the same round.
+            if self._closing.wait(max(0.0, last + CHECKPOINT_SECONDS - time.monotonic())):
+                return
+            self._wake.clear()
+            last = time.monotonic()
+            self.round()
+
+    def round(self) -> None:
+        """Copy what the WAL holds into the database, until a pass finds nothing new (at most
+        CHECKPOINT_PASSES passes: under writes that never pause, the next round goes on)."""
+        seen = None
+        try:
+            for _ in range(CHECKPOINT_PASSES):
+                with self.lock:
+                    busy, frames, copied = self._connection.execute(
+                        "PRAGMA wal_checkpoint(PASSIVE)"
+                    ).fetchone()
+                self.passes += 1
+                if busy or (frames, copied) == seen or frames <= 0 or copied < frames:
+                    break  # the same as the last pass (nothing new), or a reader holds frames
+                seen = (frames, copied)
+            if not busy and copied == frames and frames * self._page_size >= WAL_RESTART_BYTES:
+                self.caught_up = True
+        except sqlite3.Error:
+            log.warning("wal_checkpoint_failed", exc_info=True)
+
+    def close(self) -> None:
+        """End the thread (after the round it runs, if any) and close its connection."""
+        self._closing.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._connection.close()
 
 
 def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -756,6 +882,7 @@ class Store:
         writer: sqlite3.Connection,
         reader: sqlite3.Connection,
         loader: sqlite3.Connection,
+        checkpoints: sqlite3.Connection,
         lock: int,
         wal_limit: int | None,
     ) -> None:
@@ -768,6 +895,7 @@ class Store:
         # the loop's connection would pin what the loop's reads see to its start.
         self._loader = loader
         self._loading = threading.Lock()
+        self._checkpointer = _Checkpointer(checkpoints)
         # The batches waiting for the committer (at most COMMIT_QUEUE), on the event loop: a
         # deque and a future to wake each side, since every command passes here.
         self._queue: deque[_Pending] = deque()
@@ -797,6 +925,14 @@ class Store:
         # Bytes of the events in ``recent_events``, counted likewise (``_move_events``), and
         # how many make a move.
         self._unmoved: int | None = None
+        # The snapshots of batches committed, by combat, waiting for ``_write_aside``: the
+        # log's end each is of, and what makes it (committer's thread).
+        self._held: dict[str, tuple[int, Callable[[], Any]]] = {}
+        # ``transactions`` when ``_write_aside`` last failed (a full disk, say): not tried
+        # again before the next group commits.
+        self._aside_failed = -1
+        # Set by a commit that left the WAL over its bound (``_trim_wal``).
+        self._trim_due = False
         self._move_bytes = (
             EVENTS_MOVE_BYTES
             if wal_limit is None
@@ -864,6 +1000,8 @@ class Store:
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('requests_indexed', 0)"
                 )
                 writer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                # The checkpointer's thread copies the WAL, never a COMMIT (``_Checkpointer``).
+                writer.execute("PRAGMA wal_autocheckpoint=0")
                 wal_limit = None
                 if max_pages is not None:
                     wal_pages = max(1, max_pages // WAL_SHARE)
@@ -873,6 +1011,7 @@ class Store:
                     _warn_if_full(writer, path, max_pages - wal_pages, max_pages, page_size)
                 reader = _connect(path)
                 loader = _connect(path)
+                checkpoints = _connect(path)
                 for connection in (reader, loader):
                     connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             except BaseException:
@@ -889,13 +1028,14 @@ class Store:
         except BaseException:
             os.close(lock)
             raise
-        return cls(writer, reader, loader, lock, wal_limit)
+        return cls(writer, reader, loader, checkpoints, lock, wal_limit)
 
     def close(self) -> None:
         """Close the database. Call after ``run`` has returned (or was never started)."""
         self._committer.close()
         self._committer.join()
         self._closed = True
+        self._checkpointer.close()
         self._reader.close()
         self._loader.close()
         self._writer.close()
@@ -915,10 +1055,15 @@ class Store:
         else's transaction.
         """
         pack = self._packer.pack
+        rows = tuple(map(pack, batch.events)) if batch.rows is None else batch.rows
+        response = batch.remembered
+        if response is None and batch.request is not None:
+            response = pack(batch.response)
         pending = _Pending(
             batch,
-            [(batch.combat_id, batch.first_seq + i, pack(e)) for i, e in enumerate(batch.events)],
-            None if batch.request is None else pack(batch.response),
+            # ``zip``, not a comprehension: no frame of its own per command.
+            list(zip(itertools.repeat(batch.combat_id), itertools.count(batch.first_seq), rows)),
+            response,
             None if batch.summary is None else pack(batch.summary),
         )
         queue = self._queue
@@ -1009,11 +1154,22 @@ class Store:
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 if not queue:
                     if self._closed:
-                        if self._unmoved:
-                            # A stopped store leaves its events in ``events`` alone.
-                            with anyio.CancelScope(shield=True):
+                        with anyio.CancelScope(shield=True):
+                            # Until all are written, or a try fails (it drops what it took).
+                            while self._held and self._aside_failed != self.transactions:
+                                await self._committer.run(self._write_aside)
+                            if self._unmoved:
+                                # A stopped store leaves its events in ``events`` alone.
                                 await self._committer.run(self._move_all)
                         break
+                    if self._checkpointer.caught_up:
+                        with anyio.CancelScope(shield=True):
+                            await self._committer.run(self._restart_wal)
+                        continue
+                    if self._aside_due(idle=True):
+                        with anyio.CancelScope(shield=True):
+                            await self._committer.run(self._write_aside)
+                        continue
                     self._arrived = asyncio.get_running_loop().create_future()
                     try:
                         await self._arrived
@@ -1037,9 +1193,15 @@ class Store:
                 finally:
                     for pending in group:
                         pending.settle()
+                if self._trim_due:
+                    with anyio.CancelScope(shield=True):
+                        await self._committer.run(self._trim_wal)
                 if self.transactions % PRUNE_EVERY_COMMITS == 0:
                     with anyio.CancelScope(shield=True):
                         await self._committer.run(self._prune)
+                if self._aside_due(idle=False):
+                    with anyio.CancelScope(shield=True):
+                        await self._committer.run(self._write_aside)
         finally:
             self._committer.close()
             self._close_queue()
@@ -1056,35 +1218,28 @@ class Store:
         group written again, each batch in its own savepoint."""
         db = self._writer
         self.transactions += 1
-        if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
-            self._trim_wal()  # the last one failed: a commit now could take the WAL past its share
-            if self._wal_size() > self._wal_limit // 2:
-                full = StoreError(
-                    "store_full",
-                    "the write-ahead log {path} cannot be checkpointed within the quota",
-                    path=str(self._wal),
-                )
-                for pending in group:
-                    pending.error = full
-                return
+        if not self._wal_has_room():
+            full = StoreError(
+                "store_full",
+                "the write-ahead log {path} cannot be checkpointed within the quota",
+                path=str(self._wal),
+            )
+            for pending in group:
+                pending.error = full
+            return
         if self._filter is None or self._filter.worn:
             self._filter = self._build_filter()
-        for pending in group:
-            if pending.batch.snapshot is not None:
-                self._encode_snapshot(pending)
         unindexed = self._unindexed
         if unindexed is None:
             (unindexed,) = db.execute(
                 "SELECT count(*) FROM requests"
                 " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
             ).fetchone()
-        indexing = unindexed >= REQUEST_KEYS_EVERY
         unmoved = self._unmoved
         if unmoved is None:
             (unmoved,) = db.execute(
                 "SELECT coalesce(sum(length(body)), 0) FROM recent_events"
             ).fetchone()
-        moving = unmoved >= self._move_bytes
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -1101,10 +1256,6 @@ class Store:
                         db.execute("ROLLBACK TO batch")
                         pending.error = _conflict(str(e))
                     db.execute("RELEASE batch")
-            if indexing:
-                self._index_requests()
-            if moving:
-                self._move_events()
             db.execute("COMMIT")
         except sqlite3.Error as e:
             # SQLite may already have rolled back (it does on a full disk); never keep a part.
@@ -1115,8 +1266,11 @@ class Store:
                 pending.error = error
             self._unindexed, self._unmoved = unindexed, unmoved
             return
-        if self._wal_limit is not None and self._wal_size() > self._wal_limit // 2:
-            self._trim_wal()
+        bound = WAL_MAX_BYTES if self._wal_limit is None else self._wal_limit // 2
+        if self._wal_size() > bound:
+            self._trim_due = True  # once the group's answers are out, before the next group
+        else:
+            self._checkpointer.nudge()
         for pending in group:
             if pending.error is None:
                 b = pending.batch
@@ -1128,18 +1282,92 @@ class Store:
                     unindexed += 1
                     principal = b.request[0]
                     self._added[principal] = self._added.get(principal, 0) + 1
-        self._unindexed = 0 if indexing else unindexed
-        self._unmoved = 0 if moving else unmoved
+                if b.snapshot is not None:
+                    # The log's end after this batch; a later one of the combat replaces it.
+                    self._held[b.combat_id] = (b.first_seq + len(pending.events) - 1, b.snapshot)
+        self._unindexed, self._unmoved = unindexed, unmoved
 
-    def _encode_snapshot(self, pending: _Pending) -> None:
-        """Encode the batch's snapshot (committer's thread): one that fails is left out, since a
-        snapshot only shortens the next start's replay, and the batch commits without it."""
-        make = pending.batch.snapshot
-        assert make is not None
+    def _wal_has_room(self) -> bool:
+        """Whether a transaction may start under the quota (committer's thread): a WAL over half
+        its share is checkpointed first (the last try failed), and if it still is, a transaction
+        now could take it past its share."""
+        if self._wal_limit is None or self._wal_size() <= self._wal_limit // 2:
+            return True
+        self._trim_wal()
+        return self._wal_size() <= self._wal_limit // 2
+
+    def _aside_due(self, *, idle: bool) -> bool:
+        """Whether ``_write_aside`` has work (``idle``: the queue is empty) or must run even
+        before the queued batches (event loop, between the committer's jobs)."""
+        if self._aside_failed == self.transactions:
+            return False  # tried again after the next group's transaction, not in a spin
+        held = len(self._held)
+        unmoved = self._unmoved or 0
+        unindexed = self._unindexed or 0
+        if idle:
+            return bool(held) or unmoved >= self._move_bytes or unindexed >= REQUEST_KEYS_EVERY
+        return (
+            held >= ASIDE_OVERDUE * ASIDE_SNAPSHOTS
+            or unmoved >= ASIDE_OVERDUE * self._move_bytes
+            or unindexed >= ASIDE_OVERDUE * REQUEST_KEYS_EVERY
+        )
+
+    def _write_aside(self) -> None:
+        """What no command's answer waits for, in a transaction of its own (committer's thread,
+        once the answers of the last group are settled, when no batch is queued or when it is
+        overdue): the held snapshots ``ASIDE_SNAPSHOT_SECONDS`` encode here; the indexing of
+        remembered requests; the move of the recent events. A kill before it commits leaves
+        each combat's previous snapshot, and the events and requests where they were. One that
+        fails is logged and dropped (its snapshots with it: a snapshot only shortens a start's
+        replay); its moves and indexing are tried again."""
+        db = self._writer
+        if not self._wal_has_room():
+            self._aside_failed = self.transactions
+            return
+        rows: list[tuple[str, int, bytes]] = []
+        until = time.perf_counter() + ASIDE_SNAPSHOT_SECONDS
+        for n, combat_id in enumerate(list(self._held)):
+            if n and time.perf_counter() >= until:
+                break
+            seq, make = self._held.pop(combat_id)
+            body = self._encode_snapshot(combat_id, make)
+            if body is not None:
+                rows.append((combat_id, seq, body))
+        unmoved, unindexed = self._unmoved or 0, self._unindexed or 0
+        moving = unmoved >= self._move_bytes
+        indexing = unindexed >= REQUEST_KEYS_EVERY
         try:
-            pending.snapshot = _pack(make())
+            db.execute("BEGIN IMMEDIATE")
+            if rows:
+                db.executemany(
+                    "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
+                    rows,
+                )
+            if indexing:
+                self._index_requests()
+            if moving:
+                self._move_events()
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            log.warning("store_aside_failed", snapshots=len(rows), exc_info=True)
+            self._aside_failed = self.transactions
+            return
+        if moving:
+            self._unmoved = 0
+        if indexing:
+            self._unindexed = 0
+        self._checkpointer.nudge()
+
+    def _encode_snapshot(self, combat_id: str, make: Callable[[], Any]) -> bytes | None:
+        """A held snapshot encoded (committer's thread), or None for one that fails: it is left
+        out, since a snapshot only shortens the next start's replay."""
+        try:
+            return _pack(make())
         except Exception:
-            log.exception("snapshot_not_encoded", combat=pending.batch.combat_id)
+            log.exception("snapshot_not_encoded", combat=combat_id)
+            return None
 
     def _stored_last(self, combat_id: str) -> int | None:
         """The combat's last seq in the database (0 for no event), or None for no such
@@ -1162,7 +1390,6 @@ class Store:
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         # One row per combat, the group's last: the earlier ones would be overwritten at once.
         summaries: dict[str, bytes] = {}
-        snapshots: dict[str, tuple[str, int, bytes]] = {}
         for pending in group:
             b = pending.batch
             if b.combat_id in ends:
@@ -1181,7 +1408,7 @@ class Store:
                 pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
                 continue
             # A snapshot alone (see ``Batch``) must be of the log as it ends, like events.
-            if (pending.events or pending.snapshot is not None) and b.first_seq != last + 1:
+            if (pending.events or b.snapshot is not None) and b.first_seq != last + 1:
                 pending.error = _conflict(
                     f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
@@ -1198,8 +1425,6 @@ class Store:
                 requests.append((*b.request, b.combat_id, pending.response, b.at))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
-            if pending.snapshot is not None:
-                snapshots[b.combat_id] = (b.combat_id, last + len(pending.events), pending.snapshot)
         db = self._writer
         if combats:
             db.executemany(
@@ -1222,11 +1447,6 @@ class Store:
                 "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)",
                 summaries.items(),
             )
-        if snapshots:
-            db.executemany(
-                "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
-                snapshots.values(),
-            )
 
     def _stored(self, request: tuple[str, str]) -> bool:
         """Whether the request id is stored already (committer's thread), adding it to the
@@ -1239,7 +1459,7 @@ class Store:
 
     def _index_requests(self) -> None:
         """Index the remembered requests appended since the last time (committer's thread,
-        inside the transaction of a commit, whose own rows it takes too): in key order, so each
+        inside the transaction of ``_write_aside``): in key order, so each
         page of ``request_keys`` is written once for all the keys it takes. ``OR IGNORE``: the
         committer never stores an id twice, and were one stored twice anyway (a file edited by
         hand), the first row keeps answering instead of every later commit failing."""
@@ -1257,7 +1477,7 @@ class Store:
 
     def _move_events(self) -> None:
         """Move every event of ``recent_events`` into ``events`` (committer's thread, inside the
-        transaction of a commit, whose own events it takes too, or alone at a clean stop), in
+        transaction of ``_write_aside``, or alone at a clean stop), in
         key order, so each page of ``events`` is rewritten once for all it takes. ``OR IGNORE``:
         a seq is never stored twice by the committer; were one anyway (a file edited by hand),
         the one in ``events`` stays instead of every later commit failing."""
@@ -1317,14 +1537,31 @@ class Store:
         """Copy the WAL into the database and truncate it (committer's thread, outside a
         transaction).
 
-        Run once a commit leaves the WAL over half its share, so the next transaction starts
-        with the other half free for what it adds. A checkpoint that cannot finish (a reader
-        kept it waiting past the busy timeout, or the disk failed) is left: the check before
-        the next transaction runs it again, and refuses that transaction if the WAL is still
-        over half its share.
+        Run once a commit leaves the WAL over half its share (after that group's answers), so
+        the next transaction starts with the other half free for what it adds; without a
+        quota, once it leaves the WAL over ``WAL_MAX_BYTES``. The checkpointer's rounds
+        (``_Checkpointer``) do the usual copying.
+        A checkpoint that cannot finish (a reader kept it waiting past the busy timeout, or the
+        disk failed) is left: the check before the next transaction runs it again, and refuses
+        that transaction if the WAL is still over half its share.
         """
-        with contextlib.suppress(sqlite3.Error):
+        self._trim_due = False
+        with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
             self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _restart_wal(self) -> None:
+        """Copy the frames the checkpointer's last round left and start the WAL again from its
+        start (committer's thread, outside a transaction, with no batch queued): see
+        ``WAL_RESTART_BYTES``. A reader on an older snapshot is not waited for (the committer
+        would wait with it): the checkpoint copies what it can and the next round retries."""
+        self._checkpointer.caught_up = False
+        db = self._writer
+        with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
+            db.execute("PRAGMA busy_timeout=0")
+            try:
+                db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            finally:
+                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
     def _write_batch(self, pending: _Pending) -> None:
         db = self._writer
@@ -1340,7 +1577,7 @@ class Store:
             is None
         ):
             raise _ConflictError(f"combat {b.combat_id!r} does not exist")
-        if pending.events or pending.snapshot is not None:
+        if pending.events or b.snapshot is not None:
             # A snapshot alone (see ``Batch``) must be of the log as it ends, like events.
             (last,) = db.execute(_LAST_SEQ, (b.combat_id,)).fetchone()
             if b.first_seq != last + 1:
@@ -1366,11 +1603,6 @@ class Store:
             db.execute(
                 "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)",
                 (b.combat_id, pending.summary),
-            )
-        if pending.snapshot is not None:
-            db.execute(
-                "INSERT OR REPLACE INTO snapshots (combat_id, seq, body) VALUES (?, ?, ?)",
-                (b.combat_id, b.first_seq + len(pending.events) - 1, pending.snapshot),
             )
 
     def _prune(self) -> None:

@@ -212,6 +212,19 @@ class Packed(bytes):
     commands) is encoded once. Anywhere else it would be sent as a bin value."""
 
 
+class PackedMap(dict[str, Any]):
+    """A map that carries its own encoding, ``packed``, made with it by whoever built both
+    (a command's result, whose events were packed already for the store): as a response's
+    ``result``, :func:`pack` puts those bytes in as they are. Anywhere else it is the map it
+    is. It must not change once made, or the two would tell different things."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, packed: bytes, /, **entries: Any) -> None:
+        super().__init__(entries)
+        self.packed = Packed(packed)
+
+
 _packers = threading.local()
 
 
@@ -273,14 +286,18 @@ def pack(message: Message) -> bytes:
 
     The error carries the message's msgid, so a server can answer a request with it instead.
     """
-    if isinstance(message, Response) and isinstance(message.result, Packed):
+    result = message.result if isinstance(message, Response) else None
+    if type(result) is PackedMap:
+        result = result.packed
+    if isinstance(result, Packed):
+        assert isinstance(message, Response)
         if message.error is None:
             # ``[1, msgid, nil, result]``: the array's head, the msgid, nil, the result's bytes.
-            data = b"".join((b"\x94\x01", _packb(message.msgid), b"\xc0", message.result))
+            data = b"".join((b"\x94\x01", _packb(message.msgid), b"\xc0", result))
         else:
             # The array ``[1, msgid, error]``, told it holds four items, then the result's bytes.
             head = _packb(_to_array(message)[:3])
-            data = b"\x94" + head[1:] + message.result
+            data = b"\x94" + head[1:] + result
     else:
         data = _packb(_to_array(message))
     if len(data) > MAX_MESSAGE_BYTES:

@@ -118,11 +118,6 @@ class SubscriptionRegistry:
             return True
         return table in self._by_table if table is not None else bool(self._by_table)
 
-    def tables_followed(self) -> frozenset[str] | None:
-        """The tables whose every combat someone here follows (``subscribe_all``; None: every
-        table)."""
-        return None if self._everywhere else frozenset(self._by_table)
-
     def subscribers(self, combat_id: str) -> set[Subscriber]:
         """Who follows ``combat_id`` by ``subscribe`` (a copy)."""
         return set().union(*self._by_combat.get(combat_id, {}).values())
@@ -192,6 +187,9 @@ class SubscriptionRegistry:
         nothing. ``scope`` is the tables followed (None: every table)."""
         if self.follows_all(subscriber):
             raise RequestError("already_subscribed", "subscribed to all already", "method")
+        # Taken before the page is read: every commit the page does not show changed at it or
+        # later, where the store is asked from below.
+        since = await self._reader.horizon()
         page, more = await self._lister.page(None, limit, scope)
         # Registered with nothing awaited since the page was made (``Lister.page``), and only
         # if no other ``subscribe_all`` of this subscriber got in while it was read.
@@ -206,9 +204,10 @@ class SubscriptionRegistry:
             self._tables[subscriber] = set()
             self.widen(subscriber, scope)
         # A commit heard while the page was read, of a combat nobody here watched then, was
-        # dropped, its seq on the page (or its combat) older than its log: read from the
-        # store now that this subscriber watches it, told from the seq it was answered with.
-        self._reader.missed()
+        # dropped, its seq on the page (or its combat) older than its log: the combats changed
+        # since ``since`` are read from the store now that this subscriber watches them, each
+        # told from the seq it was answered with.
+        self._reader.missed(since)
         until = page[-1]["combat"] if page else None
         return {"seqs": seqs, "until": until, "more": more}
 

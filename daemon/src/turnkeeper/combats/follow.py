@@ -6,12 +6,13 @@ at, and back, over and over.
 A followed combat is the registry's own ``Combat``, not held (``loaded`` false) but kept at
 its log's end (``followed``): read from its snapshot and log at first, then advanced by
 reading the events after its seq whenever a commit's notification (``StorePort.follow_changes``)
-or the periodic poll (``POLL_SECONDS``) says its log grew: the log is the truth, a
-notification only the wake-up. Each event read is published to this daemon's subscribers by
-the same registry and per-audience telling as a command's, in seq order. Being one object,
-the combat passes between following and holding with its subscribers' place: acquiring it
-tells them what its last holder appended since (``handover``), before this daemon's first
-command on it; letting it go leaves its state at the seq they were told (``released``)."""
+or the periodic poll of the combats changed since a watermark (``POLL_SECONDS``) says its log
+grew: the log is the truth, a notification only the wake-up. Each event read is published to
+this daemon's subscribers by the same registry and per-audience telling as a command's, in seq
+order. Being one object, the combat passes between following and holding with its subscribers'
+place: acquiring it tells them what its last holder appended since (``handover``), before this
+daemon's first command on it; letting it go leaves its state at the seq they were told
+(``released``)."""
 
 from __future__ import annotations
 
@@ -45,20 +46,12 @@ commit, told from the seq its subscribers were. One with subscribers is kept, wh
 per-connection bounds on subscriptions bound."""
 
 POLL_SECONDS = 1.0
-"""How often the last seqs of the followed combats are read from the store, whatever the
-notifications said: a lost notification delays an event by at most this (and one read)."""
+"""How often the store is asked which combats changed since the last time, whatever the
+notifications said (``SharedStore.changed_since``): a lost notification delays an event by
+at most this (and one read), for any combat, followed here or not yet."""
 
-MAX_ASKED = MAX_COMBATS
-"""Combats whose last seqs are read at once when notifications may have gone unheard (the
-latest made first): as many as a daemon knows."""
-
-MISSED_SECONDS = 60.0
-"""How long before the store is asked a combat this daemon does not know may have been made
-elsewhere for it to be taken as one whose notifications went unheard (and told from its first
-event to a ``subscribe_all`` here): the listener is away a second between two sessions, a
-page is read within ``READ_TIMEOUT``, and daemons' clocks differ. One made earlier and never
-heard of here waits for its next commit, as it would had no ``subscribe_all`` followed its
-table then (a ``subscribe_all`` learns of it from ``list_combats``)."""
+POLL_PAGE = 1000
+"""Changed combats one query of a poll reads: a poll reads as many pages as changed."""
 
 PAGE = MAX_EVENTS_PER_READ
 """Events one catch-up read takes: as many as a store reads at once."""
@@ -83,9 +76,11 @@ class Follower:
         """The tables of those of them this daemon has not heard of, as told with them."""
         self._wake = anyio.Event()
         self._poll_now = False
-        self._ask_tables = False
-        """Whether to read the last seqs of every combat of the tables a ``subscribe_all`` here
-        follows, not only of the followed ones: notifications may have gone unheard."""
+        self._watermark: int | None = None
+        """Where the next poll reads the store's changes from: every combat changed since the
+        last poll read them (or since this daemon listened) changed at it or later."""
+        self._since: int | None = None
+        """An earlier watermark to read from at the next poll (``missed``)."""
         self._full = False
         """Whether the last combat heard of could not be known for want of room (logged once
         until there is room again)."""
@@ -99,9 +94,6 @@ class Follower:
         """Whether any subscriber here follows the whole of a table (``subscribe_all``;
         None: of any table): then a combat of it another daemon made since this one started
         is known here when it is heard of."""
-        self.tables_followed: Callable[[], frozenset[str] | None] = lambda: frozenset()
-        """The tables whose every combat a subscriber here follows (``subscribe_all``; None:
-        every table)."""
 
     async def ready(self, combat_id: str, scope: Scope = None) -> Combat:
         """The combat to read: the one this daemon holds, else (on a shared store) the one it
@@ -169,15 +161,28 @@ class Follower:
             return
         self._heard(changes)
 
-    def missed(self) -> None:
-        """Notifications may have gone unheard (the listener's session was lost, the queue
-        overflowed, or a ``subscribe_all`` was registered after some of its combats' were
-        dropped, nobody here watching them yet): the store is asked for the last seqs of the
-        followed combats and of every combat of the tables a ``subscribe_all`` here follows
-        (which a followed combat's poll does not cover: one nobody follows yet, made on
-        another daemon, or let go past ``MAX_FOLLOWED``), in one read however many asked."""
+    async def horizon(self) -> int | None:
+        """A watermark from which the store finds every change not committed yet: its
+        oldest running transaction, or, if the store could not be reached, the last poll's
+        (where the next poll would read from: no later). None on a store of the daemon's
+        own."""
+        if self._shared is None:
+            return None
+        try:
+            return await anyio.to_thread.run_sync(self._shared.horizon)
+        except StoreError as e:
+            log.warning("follow_poll_failed", reason=e.message)
+            return self._watermark
+
+    def missed(self, since: int | None = None) -> None:
+        """Notifications may have gone unheard (the listener's session was lost or its queue
+        overflowed), or were dropped (``since``: a ``subscribe_all`` was registered after
+        commits of combats nobody here watched then, which changed at ``since`` or later):
+        the store is asked at once which combats changed, from ``since`` if it is earlier
+        than the next poll would."""
+        if since is not None:
+            self._since = since if self._since is None else min(self._since, since)
         self._poll_now = True
-        self._ask_tables = True
         self._wake.set()
 
     def _heard(self, changes: dict[str, tuple[int, str | None]]) -> None:
@@ -207,6 +212,8 @@ class Follower:
             return
         async with anyio.create_task_group() as tg:
             await tg.start(shared.follow_changes, self.woken)
+            # Before serving, so that nothing followed here changed before the watermark.
+            self._watermark = await self.horizon()
             task_status.started()
             polled = time.monotonic()
             while True:
@@ -236,36 +243,38 @@ class Follower:
         return self._combats.set_aside(combat, reason)
 
     async def _poll(self, shared: SharedStore) -> None:
-        if self._ask_tables:
-            self._ask_tables = False
-            tables = self.tables_followed()
-            if tables is None or tables:
+        """Hear every combat changed since the watermark, a page at a time: a combat followed
+        here, or one of a table a ``subscribe_all`` here follows (``_heard``, as a
+        notification of it would be), whoever holds it. The first page's watermark is the
+        next one (a combat changed as the later pages were read is read again then)."""
+        watermark, since = self._watermark, self._since
+        self._since = None
+        if watermark is None or (since is not None and since < watermark):
+            if since is None:  # the store was not reached at the start: from now on
                 try:
-                    asked = await anyio.to_thread.run_sync(shared.last_seqs_of, tables, MAX_ASKED)
+                    self._watermark = await anyio.to_thread.run_sync(shared.horizon)
                 except StoreError as e:
-                    self._ask_tables = True  # asked again at the next poll
                     log.warning("follow_poll_failed", reason=e.message)
-                else:
-                    since = time.time() - MISSED_SECONDS
-                    self._heard(
-                        {
-                            combat_id: (last, table)
-                            for combat_id, (last, table, made) in asked.items()
-                            if made >= since or combat_id in self._combats.by_id
-                        }
-                    )
-        ids = list(self._followed)
-        if not ids:
-            return
+                return
+            watermark = since
+        changed, after, horizon = watermark, "", None
         try:
-            lasts = await anyio.to_thread.run_sync(shared.last_seqs, ids)
+            while True:
+                found, rows = await anyio.to_thread.run_sync(
+                    shared.changed_since, changed, after, POLL_PAGE
+                )
+                if horizon is None:
+                    horizon = found
+                self._heard({combat_id: (last, table) for combat_id, last, table, _ in rows})
+                if len(rows) < POLL_PAGE:
+                    break
+                after, changed = rows[-1][0], rows[-1][3]
         except StoreError as e:
+            if since is not None:  # read from it at the next poll
+                self._since = since if self._since is None else min(self._since, since)
             log.warning("follow_poll_failed", reason=e.message)
             return
-        for combat_id, last in lasts.items():
-            combat = self._followed.get(combat_id)
-            if combat is not None and combat.seq < last:
-                self._due[combat_id] = last
+        self._watermark = horizon
 
     async def _found(self, shared: SharedStore, combat_id: str, table: str | None) -> Combat | None:
         """A combat another daemon made since this one started, of ``table`` (None: not

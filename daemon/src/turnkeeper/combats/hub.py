@@ -109,7 +109,6 @@ class Hub:
         self.follower.watched = self.subscriptions.watched
         self.follower.subscribed = self.subscriptions.subscribed
         self.follower.follows_table = self.subscriptions.follows_table
-        self.follower.tables_followed = self.subscriptions.tables_followed
         self.rebuilder.acquired = self.follower.handover
         self.queries = Queries(store, self.registry, self.follower, self.rules, lister)
         self.hooks = HookWorkers()

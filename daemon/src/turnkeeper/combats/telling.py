@@ -4,8 +4,10 @@ what a command's caller, a subscriber and a ``history`` page are shown."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import accumulate
+
+import msgpack  # type: ignore[import-untyped]
 
 from turnkeeper_engine import Actor, RuleBook, State, view, visible
 from turnkeeper_engine import events as ev
@@ -56,6 +58,48 @@ def numbered(
                 item["summary"] = narrate(seen, told, locale, rules=rules)
             shown.append(item)
     return shown
+
+
+_SEQ = msgpack.packb("seq")
+_FIXMAP_HEADS = tuple(bytes((0x80 + n,)) for n in range(16))
+"""The head of a msgpack map of n entries, for n up to 15."""
+
+
+def numbered_packed(
+    events: list[tuple[int, ev.Event]],
+    state: State,
+    actor: Actor,
+    plains: list[dict[str, Plain]],
+    rows: Sequence[bytes],
+    packer: msgpack.Packer,
+) -> tuple[list[Plain], list[bytes]]:
+    """``numbered`` without a locale, with each shown event's msgpack encoding: one the actor
+    sees as it is was packed already (``rows``, its plain form as stored) and is not packed
+    again, its ``seq`` put in front of that map's entries, as ``numbered``'s dict has them.
+    ``packer`` packs the rest (a seq, an event the actor sees changed)."""
+    pack = packer.pack
+    shown: list[Plain] = []
+    encoded: list[bytes] = []
+    for i, (seq, event) in enumerate(events):
+        seen = visible(event, state, actor, seq)
+        if seen is None:
+            continue
+        if seen is event:
+            body = plains[i]
+            item: dict[str, Plain] = {"seq": seq, **body}
+            row = rows[i]
+            # An event's map has a handful of entries, under a one-byte head (a fixmap's, of
+            # up to 15): one more entry makes it the next head.
+            entries = row[0] - 0x80
+            if 0 <= entries < 15 and "seq" not in body:
+                encoded.append(_FIXMAP_HEADS[entries + 1] + _SEQ + pack(seq) + row[1:])
+            else:
+                encoded.append(pack(item))
+        else:
+            item = {"seq": seq, **event_to_plain(seen)}
+            encoded.append(pack(item))
+        shown.append(item)
+    return shown, encoded
 
 
 def told(state: State, events: Plain, actor: Actor, locale: str, rules: RuleBook) -> list[Plain]:

@@ -89,7 +89,16 @@ class SharedStore(StorePort, Protocol):
     a time. ``load_one`` acquires the combat's lease first (asking its holder to let it go,
     or waiting for a dead holder's to run out); a commit for a combat whose lease this daemon
     does not hold, or holds at another epoch than its batch's (``Batch.epoch``), is refused
-    with ``combat_moved``, nothing of it kept."""
+    with ``combat_moved``, nothing of it kept.
+
+    A request id is checked by the commit that stores it, not only by a read before: a batch
+    whose id any daemon stored already is refused alone with ``conflict``, nothing of it kept,
+    so a command may be decided on ``recent_request``'s None and its repeat found there
+    (then ``lookup_request`` reads the first answer)."""
+
+    def recent_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
+        """The combat id and response this daemon remembers in memory for a request id, or
+        None: without a read, so None does not say no daemon stored it."""
 
     def acquire(self, combat_id: str) -> None:
         """Take the combat's lease unless it is held, as ``load_one`` does first (any thread;
@@ -118,14 +127,16 @@ class SharedStore(StorePort, Protocol):
     def read_one(self, combat_id: str) -> LoadedCombat:
         """``load_one`` without the lease: the log as it stands (a followed combat)."""
 
-    def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
-        """The last seq of each of these combats the store holds (any thread)."""
+    def changed_since(
+        self, watermark: int, after: str, count: int
+    ) -> tuple[int, list[tuple[str, int, str, int]]]:
+        """The watermark to ask from next, and up to ``count`` combats changed at
+        ``watermark`` or later (past ``after`` among those of ``watermark`` itself), in order
+        of their change then id, each with its last seq, table and change (any thread)."""
 
-    def last_seqs_of(
-        self, tables: frozenset[str] | None, count: int
-    ) -> dict[str, tuple[int, str, float]]:
-        """The last seq, table and making time (``time.time()``) of up to ``count`` combats of
-        ``tables`` (None: every table), the latest made first (any thread)."""
+    def horizon(self) -> int:
+        """A watermark from which ``changed_since`` finds every change not committed yet
+        (any thread)."""
 
     async def combat_page(
         self, after: str | None, count: int, tables: frozenset[str] | None

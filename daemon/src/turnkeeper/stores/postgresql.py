@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import os
 import socket
@@ -191,6 +192,8 @@ class Migration:
     version: int
     name: str
     sql: str
+    then: Callable[[psycopg.Connection[Any]], None] | None = None
+    """What the migration does past SQL, in its transaction, after ``sql``."""
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -352,6 +355,22 @@ CREATE TABLE {SCHEMA}.table_managers (
 CREATE INDEX combats_table_page ON {SCHEMA}.combats (table_id, combat_id COLLATE "C");
 CREATE INDEX combats_page ON {SCHEMA}.combats (combat_id COLLATE "C");
 """,
+    ),
+    Migration(
+        9,
+        "each combat's last change, and the deadlines of combats written before version 6",
+        f"""
+-- The transaction that last grew the combat's log (or made it), set by each commit with
+-- last_seq: a daemon asks which combats changed since a watermark (``changed_since``), every
+-- combat covered, a page at a time, where a lost notification would otherwise go unnoticed.
+-- A transaction id, not a sequence: a transaction that took a lower sequence value may commit
+-- after one that took a higher, whereas every transaction whose id is below a snapshot's xmin
+-- has ended. 0: not changed since this migration.
+ALTER TABLE {SCHEMA}.combats ADD COLUMN changed xid8 NOT NULL DEFAULT '0';
+ALTER TABLE {SCHEMA}.combats ALTER COLUMN changed SET DEFAULT pg_current_xact_id();
+CREATE INDEX combats_changed ON {SCHEMA}.combats (changed, combat_id COLLATE "C");
+""",
+        then=lambda db: _stored_deadlines(db),
     ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
@@ -696,6 +715,8 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
         for migration in MIGRATIONS:
             if migration.version > version:
                 db.execute(migration.sql.encode())
+                if migration.then is not None:
+                    migration.then(db)
                 db.execute(
                     f"INSERT INTO {SCHEMA}.schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),
@@ -704,6 +725,43 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     for migration in applied:
         log.info("store_migrated", version=migration.version, name=migration.name)
     return applied
+
+
+DEADLINES_PAGE = 1000
+"""Combats whose deadlines ``_stored_deadlines`` reads and writes at once."""
+
+
+def _stored_deadlines(db: psycopg.Connection[Any]) -> None:
+    """Give each combat without a stored deadline the one its summary tells. A row last
+    written before version 6 has none until its next commit, so a deadline of it that fell
+    due while nobody held it waited for a read or a command (``adopt_due`` finds combats by
+    it). Every commit on PostgreSQL has written the combat's summary with its next deadline
+    (``combats.combat.summary``), the very value a commit since version 6 stores: no
+    combat needs folding from its log. A summary that does not decode is left alone (its
+    combat is rebuilt on its first use). Read a page at a time by a cursor of the
+    migration's transaction, so memory stays bounded at any number of combats."""
+    with db.cursor(name="turnkeeper_deadlines") as rows:
+        rows.itersize = DEADLINES_PAGE
+        rows.execute(
+            f"SELECT c.combat_id, s.body FROM {SCHEMA}.combats c"
+            f" JOIN {SCHEMA}.summaries s USING (combat_id) WHERE c.deadline IS NULL"
+        )
+        while page := rows.fetchmany(DEADLINES_PAGE):
+            found: dict[str, float] = {}
+            for combat_id, body in page:
+                try:
+                    deadline = _deadline(_unpack(body))
+                except ValueError:
+                    continue
+                if deadline is not None:
+                    found[combat_id] = deadline
+            if found:
+                db.execute(
+                    f"UPDATE {SCHEMA}.combats c SET deadline = u.deadline"
+                    " FROM unnest(%s::text[], %s::float8[]) AS u (combat_id, deadline)"
+                    " WHERE c.combat_id = u.combat_id",
+                    (list(found), list(found.values())),
+                )
 
 
 def _reason(e: Exception, location: str) -> str:
@@ -775,6 +833,9 @@ class PostgresStore:
         self.transactions = 0
         self._touched: set[str] = set()
         self._latest_at = 0.0
+        self._server_offset: float | None = None
+        """The server's clock less this daemon's (``_read_server_clock``): request rows are
+        stamped with the server's time, so that one clock ages every daemon's."""
         # Each combat's last seq as the committer last wrote or read it: the expected seq of
         # its next conditional append. Forgotten when a transaction fails or a reconnection
         # makes what reached the server unknown.
@@ -1045,10 +1106,15 @@ class PostgresStore:
         ``turnkeeper.store.Store.commit``'s: ``conflict`` for this batch alone, ``store_full``
         or ``store_failed`` for its whole transaction (nothing of it kept)."""
         pack = self._packer.pack
+        rows = tuple(map(pack, batch.events)) if batch.rows is None else batch.rows
+        response = batch.remembered
+        if response is None and batch.request is not None:
+            response = pack(batch.response)
         pending = _Pending(
             batch,
-            [(batch.combat_id, batch.first_seq + i, pack(e)) for i, e in enumerate(batch.events)],
-            None if batch.request is None else pack(batch.response),
+            # ``zip``, not a comprehension: no frame of its own per command.
+            list(zip(itertools.repeat(batch.combat_id), itertools.count(batch.first_seq), rows)),
+            response,
             None if batch.summary is None else pack(batch.summary),
         )
         try:
@@ -1141,6 +1207,8 @@ class PostgresStore:
                     self._reconnect()
                 if self._filter is None or self._filter.worn:
                     self._filter = self._build_filter()
+                if self._server_offset is None:
+                    self._read_server_clock()
                 over = self._over_quota(group)
                 break
             except LOST as e:
@@ -1386,6 +1454,7 @@ class PostgresStore:
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
         deadlines: dict[str, float | None] = {}  # and the deadline its summary gives
         snapshots: dict[str, tuple[int, bytes]] = {}
+        stamp = self._server_now()
         last: int | None
         for pending in group:
             b = pending.batch
@@ -1430,7 +1499,7 @@ class PostgresStore:
             ends[b.combat_id] = last + len(pending.events)
             events.extend(pending.events)
             if b.request is not None:
-                requests.append((*b.request, b.combat_id, pending.response, b.at))
+                requests.append((*b.request, b.combat_id, pending.response, stamp))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
                 deadlines[b.combat_id] = _deadline(b.summary)
@@ -1460,6 +1529,7 @@ class PostgresStore:
             # daemon that lost the lease leaves no snapshot, summary or answer either).
             cursor = db.execute(
                 f"UPDATE {SCHEMA}.combats c SET last_seq = u.last,"
+                " changed = pg_current_xact_id(),"
                 " deadline = CASE WHEN u.summed THEN u.deadline ELSE c.deadline END"
                 " FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::int8[], %s::bool[],"
                 " %s::float8[]) AS u (combat_id, expected, last, epoch, summed, deadline)"
@@ -1549,7 +1619,8 @@ class PostgresStore:
                     pending.events,
                 )
                 cur.execute(
-                    f"UPDATE {SCHEMA}.combats SET last_seq = %s WHERE combat_id = %s",
+                    f"UPDATE {SCHEMA}.combats SET last_seq = %s, changed = pg_current_xact_id()"
+                    " WHERE combat_id = %s",
                     (last + len(pending.events), b.combat_id),
                 )
             if b.request is not None:
@@ -1557,7 +1628,7 @@ class PostgresStore:
                     f"INSERT INTO {SCHEMA}.requests"
                     " (principal, request_id, combat_id, response, at)"
                     " VALUES (%s, %s, %s, %s, %s)",
-                    (*b.request, b.combat_id, pending.response, b.at),
+                    (*b.request, b.combat_id, pending.response, self._server_now()),
                 )
             if pending.summary is not None:
                 cur.execute(
@@ -1577,17 +1648,34 @@ class PostgresStore:
                     (b.combat_id, last + len(pending.events), pending.snapshot),
                 )
 
+    def _read_server_clock(self) -> None:
+        """Learn the server's clock against this daemon's (committer's thread): the middle of
+        the round trip is taken as the moment the server read its own."""
+        before = time.time()
+        now = "SELECT extract(epoch FROM clock_timestamp())::float8"
+        row = self._writer.execute(now).fetchone()
+        after = time.time()
+        assert row is not None
+        self._server_offset = row[0] - (before + after) / 2
+
+    def _server_now(self) -> float:
+        """The server's time now, by this daemon's clock and the offset last read."""
+        return time.time() + (self._server_offset or 0.0)
+
     def _prune(self) -> None:
         """Forget requests older than REQUEST_MEMORY_SECONDS or past MAX_REMEMBERED_REQUESTS
-        (as the SQLite store's ``_prune``); a failed prune is dropped and runs again later."""
+        (as the SQLite store's ``_prune``); a failed prune is dropped and runs again later.
+        Ages are by the server's clock, the one that stamped every daemon's rows: a daemon
+        whose own clock runs ahead prunes no other daemon's ids early."""
         db = self._writer
-        cutoff = self._latest_at - REQUEST_MEMORY_SECONDS
         touched, self._touched = self._touched, set()
+        with contextlib.suppress(psycopg.Error):
+            self._read_server_clock()  # kept in step as the clocks drift apart
         with contextlib.suppress(psycopg.Error), db.transaction():
             db.execute(
-                f"DELETE FROM {SCHEMA}.requests WHERE ctid IN"
-                f" (SELECT ctid FROM {SCHEMA}.requests WHERE at < %s LIMIT %s)",
-                (cutoff, PRUNE_MAX_ROWS),
+                f"DELETE FROM {SCHEMA}.requests WHERE ctid IN (SELECT ctid FROM {SCHEMA}.requests"
+                " WHERE at < extract(epoch FROM now())::float8 - %s LIMIT %s)",
+                (REQUEST_MEMORY_SECONDS, PRUNE_MAX_ROWS),
             )
             for principal in touched:
                 db.execute(
@@ -1682,37 +1770,47 @@ class PostgresStore:
         with self._loading:
             return self._read("loader", partial(self._load_combat, combat_id))
 
-    def last_seqs(self, combat_ids: list[str]) -> dict[str, int]:
-        """The last seq of each combat of ``combat_ids`` the store holds (any thread)."""
+    def changed_since(
+        self, watermark: int, after: str, count: int
+    ) -> tuple[int, list[tuple[str, int, str, int]]]:
+        """Up to ``count`` combats whose log grew (or that were made) in a transaction whose
+        id is ``watermark`` or more, ordered by it then by id, past ``after`` among those of
+        ``watermark`` itself: each with its last seq, table and that transaction's id (any
+        thread). With them, the
+        watermark to ask from next: the oldest transaction still running as they were read,
+        every one before it ended, so that a combat changed since and not among them is
+        found from it (one changed at the watermark or later is found again, harmlessly).
+        Pages on with the last combat's (``changed``, id); the watermark of the first page
+        is the one to keep. Its cost is the rows found, by the ``combats_changed`` index,
+        whatever the number of combats."""
         with self._loading:
             rows = self._read(
                 "loader",
                 lambda db: db.execute(
-                    f"SELECT combat_id, last_seq FROM {SCHEMA}.combats"
-                    " WHERE combat_id = ANY(%s::text[])",
-                    (combat_ids,),
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, c.*"
+                    " FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+                    f"SELECT combat_id, last_seq, table_id, changed::text FROM {SCHEMA}.combats"
+                    ' WHERE (changed, combat_id COLLATE "C") > (%s::xid8, %s)'
+                    ' ORDER BY changed, combat_id COLLATE "C" LIMIT %s) AS c ON true',
+                    (str(watermark), after, count),
                 ).fetchall(),
             )
-        return {str(c): int(s) for c, s in rows}
+        horizon = int(rows[0][0])
+        return horizon, [
+            (str(c), int(s), str(t), int(x)) for _, c, s, t, x in rows if c is not None
+        ]
 
-    def last_seqs_of(
-        self, tables: frozenset[str] | None, count: int
-    ) -> dict[str, tuple[int, str, float]]:
-        """The last seq, table and making time of up to ``count`` combats of ``tables`` (None:
-        every table), the latest made first (any thread): what a daemon whose notifications
-        may have gone unheard compares with what it told."""
-        where = "" if tables is None else " WHERE table_id = ANY(%s::text[])"
-        params: tuple[Any, ...] = () if tables is None else (sorted(tables),)
+    def horizon(self) -> int:
+        """The oldest transaction still running (any thread): a combat whose change is not
+        committed yet is changed at it or later (``changed_since``)."""
         with self._loading:
-            rows = self._read(
+            (row,) = self._read(
                 "loader",
                 lambda db: db.execute(
-                    f"SELECT combat_id, last_seq, table_id, created_at FROM {SCHEMA}.combats"
-                    f"{where} ORDER BY position DESC LIMIT {int(count)}",
-                    params,
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
                 ).fetchall(),
             )
-        return {str(c): (int(s), str(t), float(m)) for c, s, t, m in rows}
+        return int(row[0])
 
     async def follow_changes(
         self,
@@ -1888,6 +1986,14 @@ class PostgresStore:
         finally:
             self._reading.release()
 
+    def recent_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
+        """The answer this daemon gave lately to a request id, from memory, or None: no read,
+        so None does not say that no daemon stored the id (see ``SharedStore``)."""
+        found = self._recent.get(principal, request_id)
+        if found is None or found[2] < self._latest_at - REQUEST_MEMORY_SECONDS:
+            return None
+        return self._answer(principal, request_id, found)
+
     async def lookup_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The combat id and response remembered for a retried request, or None if forgotten:
         from memory when recent, ruled out by the filter when never stored (only while this
@@ -1905,6 +2011,12 @@ class PostgresStore:
             found = await anyio.to_thread.run_sync(self._stored_request, principal, request_id)
             if found is None:
                 return None
+        return self._answer(principal, request_id, found)
+
+    @staticmethod
+    def _answer(
+        principal: str, request_id: str, found: tuple[str, bytes, float]
+    ) -> tuple[str, Any]:
         combat_id, body, _ = found
         try:
             return combat_id, _unpack(body)

@@ -8,12 +8,19 @@ check never waits for the database. The copy is read again:
 - whenever a change commits, from any daemon or ``turnkeeper token``/``table`` command: each
   change notifies ``CHANNEL`` in its transaction, and every daemon listens on it
   (``SharedTokens.run``), so a revocation reaches the other daemons' copies in milliseconds;
+  a daemon's own change is read again right after its commit, and its notification (which
+  names that daemon) is not read for again;
 - every ``REREAD_SECONDS`` whatever it heard (when a fingerprint of the rows, which the server
   hashes, is not the copy's), and when its listening session is opened again: a notification
   lost with that session, or a row changed by hand, is made up for within that bound;
 - when a hello brings a secret the copy does not know, and its hash is in the database (a
   token made a moment ago through another daemon works there at once), and when a table
-  method or a ``create_combat`` names a table the copy does not have.
+  method or a ``create_combat`` names a table the copy does not have (or has with other
+  managers) and the database has it.
+
+Notifications heard while a read is under way are taken together, and one read follows for
+all of them: a bridge making and revoking tokens in a loop costs each daemon about one read
+per read's duration, not one per change.
 
 The sessions' own check (``Sessions.watch_tokens``) then ends the sessions of a revoked token,
 woken by each new copy (``changed``) rather than at its ``TOKEN_CHECK_SECONDS`` tick. A daemon
@@ -30,6 +37,7 @@ data directory's file into the database.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -122,6 +130,12 @@ class SharedTokens(TokenBook):
         sessions' check through it. None in a command, which has no sessions."""
         self._new_copy: anyio.Event | None = None
         """Set (and made again) in the event loop each time the copy is a new one."""
+        self._me = secrets.token_hex(8)
+        """The payload of this book's notifications: its listener knows its own changes,
+        which ``_changing`` reads again after their commit, and does not read for them."""
+        self._owed = False
+        """A change of this book committed and its read after it failed: the listener reads
+        at its next turn, though it heard nothing else."""
         self._waking = threading.Lock()
         self._wake_due = False
         """A wake is on its way to the loop: one at a time, however many copies are read."""
@@ -182,14 +196,39 @@ class SharedTokens(TokenBook):
             row = db.execute(
                 f"SELECT 1 FROM {SCHEMA}.tokens WHERE hash = %s", (digest(secret),)
             ).fetchone()
-            if row is not None:
+            # A look-up queued behind another of the same secret finds it read already.
+            if row is not None and self.authenticate(secret) is None:
                 self._reload(db)
             return row is not None
 
         return self._reading_again(known)
 
-    async def refresh(self) -> None:
-        await anyio.to_thread.run_sync(self.read, limiter=self._limiter())
+    async def refresh(self, table: str) -> None:
+        await anyio.to_thread.run_sync(self._look_up_table, table, limiter=self._limiter())
+
+    def _look_up_table(self, table: str) -> None:
+        """Read the copy again only if the database's row of ``table`` and its managers are
+        not the copy's. A table method or ``create_combat`` naming a table the copy does not
+        have then costs one indexed statement, as a hello with an unknown secret does, and
+        not a whole read: a bridge naming made-up tables (or another's) in a loop cannot keep
+        the look-up thread reading, and the hellos queued behind it wait for one statement
+        each. Run on that thread, after the look-ups queued before it, so a table that one
+        of them read already is not read again."""
+
+        def differs(db: _Connection) -> None:
+            row = db.execute(
+                f"SELECT coalesce(array_agg(m.token_id ORDER BY m.position)"
+                " FILTER (WHERE m.token_id IS NOT NULL), '{}')"
+                f" FROM {SCHEMA}.tables t LEFT JOIN {SCHEMA}.table_managers m USING (table_id)"
+                " WHERE t.table_id = %s GROUP BY t.table_id",
+                (table,),
+            ).fetchone()
+            there = None if row is None else tuple(row[0])
+            kept = next((t.managers for t in self._contents.tables if t.id == table), None)
+            if there != kept:
+                self._reload(db)
+
+        self._reading_again(differs)
 
     def _reload(self, db: _Connection) -> Contents:
         with self._reading:
@@ -268,8 +307,15 @@ class SharedTokens(TokenBook):
                 self._reload(db)  # what changed while nobody listened
                 last = time.monotonic()
                 while not self._closed.is_set():
-                    heard = any(True for _ in db.notifies(timeout=LISTEN_WAIT, stop_after=1))
+                    heard = {n.payload for n in db.notifies(timeout=LISTEN_WAIT, stop_after=1)}
                     if heard:
+                        heard |= _drain(db)
+                    # This book's own changes were read again after their commits
+                    # (``_changing``), unless that read failed (``_owed``): then this read
+                    # is owed, whatever was heard. One that fails ends this session, and
+                    # the next one reads as it listens.
+                    if heard - {self._me} or self._owed:
+                        self._owed = False
                         self._reload(db)
                         last = time.monotonic()
                     elif time.monotonic() - last >= REREAD_SECONDS:
@@ -333,13 +379,15 @@ class SharedTokens(TokenBook):
             with db.transaction():
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
                 yield db
-                db.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
+                db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self._me))
             try:
                 self._reload(db)
             except psycopg.Error as e:
                 # The change is committed: its caller gets its result (a new token's secret,
-                # which is nowhere else), and the copy catches up at the next read (the
-                # notification, the periodic look, a look-up).
+                # which is nowhere else), and the copy catches up at the next read (its own
+                # notification, which the listener reads for then; the periodic look; a
+                # look-up).
+                self._owed = True
                 log.warning("tokens_reload_failed", reason=_reason(e, self.location))
 
     def add(
@@ -474,6 +522,15 @@ class SharedTokens(TokenBook):
                     if manager in kept:
                         _insert_manager(db, t.id, manager)
         return len(new_tables), len(new_tokens)
+
+
+def _drain(db: _Connection) -> set[str]:
+    """Take every notification already received (while the last read ran, or in the socket
+    now) without waiting, and return their payloads: the read that follows covers all of
+    their changes, so a burst of changes costs one read, not one each. A change that commits
+    after that read has begun notifies after it too, and that notification makes the next
+    read."""
+    return {n.payload for n in db.notifies(timeout=0)}
 
 
 def _fetch(db: _Connection) -> Contents:

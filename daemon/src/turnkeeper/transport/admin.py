@@ -73,7 +73,14 @@ async def look_for_table(session: Session, combat_id: str) -> None:
             return
     elif table in scope or not principal.host:
         return
-    await tokens.refresh()
+    try:
+        await tokens.refresh(table)
+    except StoreError as e:
+        # As a table method's look-up is (``_managed``): nothing was done, and the tokens,
+        # not the combats, could not be read.
+        raise RequestError(
+            "tokens_unavailable", "the tokens cannot be read now: retry later", "combat_id"
+        ) from e
     if scope is not None:
         session.rescope(tokens.scope(principal))
 
@@ -111,7 +118,7 @@ async def _managed(session: Session, params: Mapping[str, Any]) -> str:
     tokens = session.sessions.tokens
     if table not in tokens.managed(principal):
         try:
-            await tokens.refresh()
+            await tokens.refresh(table)
         except StoreError as e:
             # As a change that cannot reach the database is refused (``_changed``): the
             # table methods have one code for it.
