@@ -381,13 +381,15 @@ class _Outcome(asyncio.Future[None]):
 
 @dataclass(slots=True, eq=False)
 class _Pending:
-    """A batch on its way to disk, with the rows already encoded and the waiter's outcome (its
-    snapshot is encoded later, in the committer's transaction aside)."""
+    """A batch on its way to disk, with the rows already encoded and the waiter's outcome.
+    ``snapshot`` is the PostgreSQL store's, encoded in its committer's thread for the group's
+    transaction; this store encodes snapshots later, in its transaction aside."""
 
     batch: Batch
     events: list[tuple[str, int, bytes]]
     response: bytes | None
     summary: bytes | None
+    snapshot: bytes | None = None
     done: _Outcome = field(default_factory=_Outcome)
     """Resolved by the committer once the outcome is known (``error``). Made on the event
     loop (``commit``), whose future it is: the class itself is the factory, with no Python
