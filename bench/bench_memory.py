@@ -18,6 +18,10 @@ The baseline is the idle daemon's own VmRSS (read before the load, in the same r
 
     python bench/bench_memory.py --combats 10000 --busy 200 --tracemalloc --reps 1
 
+``--report FILE`` keeps each part-2 measure's details: the resident KiB by kind of mapping
+(glibc's main heap, anonymous mappings, the rest) for VmRSS, and for tracemalloc the largest
+tracebacks (as deep as ``TURNKEEPER_BENCH_TRACE_FRAMES``) and pymalloc's arena statistics.
+
 Target: at most 50 KB (here KiB, the unit of /proc) per combat, after 500 commands (issue 11).
 """
 
@@ -39,8 +43,9 @@ COMBATANTS = 10
 TARGET_KIB = 50.0
 BUSY_COMMANDS = 500
 """Commands each part-2 combat gets after its start: well past the 200 that undo reaches."""
-SETTLE_SECONDS = 1.0
-"""Pause before reading VmRSS: the last replies and closed connections are let go."""
+SETTLE_SECONDS = 2.0
+"""Pause before reading VmRSS: the last replies and closed connections are let go, and what
+they freed given back (``turnkeeper.transport.trim.TRIM_DELAY`` after the last close)."""
 
 
 def _creator(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
@@ -161,6 +166,23 @@ def _created(args: argparse.Namespace) -> list[list[str]]:
     ]
 
 
+def _mappings(pid: int) -> dict[str, int]:
+    """The process's resident KiB by kind of mapping (/proc/<pid>/smaps): the main heap
+    (``brk``, where glibc's main arena and pymalloc's small arenas below its mmap threshold
+    go), anonymous mappings (pymalloc's 1 MiB arenas, other glibc arenas such as a thread's,
+    large blocks) and the rest (code, libraries, files)."""
+    kinds = {"heap": 0, "anon": 0, "other": 0}
+    kind = "other"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(maxsplit=6)
+        if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:
+            name = head[5] if len(head) > 5 else ""
+            kind = "heap" if name == "[heap]" else "anon" if not name else "other"
+        elif line.startswith("Rss:"):
+            kinds[kind] += int(head[1])
+    return kinds
+
+
 def _traced(server: tk.Server, out: Path) -> dict[str, float]:
     """The traced daemon's Python allocations, in KiB, after a garbage collection: in all
     (``total``), by part (see ``traced_serve.PARTS``), and the store's recent answers."""
@@ -172,6 +194,8 @@ def _traced(server: tk.Server, out: Path) -> dict[str, float]:
             raise RuntimeError("the traced daemon did not report its allocations")
         time.sleep(0.05)
     report = json.loads(out.read_text())
+    if REPORT is not None:
+        REPORT.append(report)
     kib = {part: float(size) / 1024 for part, size in report["by_part"].items()}
     return {"total": report["current"] / 1024, **kib, "recent": report["recent_answers"] / 1024}
 
@@ -183,6 +207,11 @@ TRACED_PARTS = {
     "other": "allocated elsewhere",
 }
 """The per-combat rows the tracemalloc pass adds for each part of its growth."""
+
+
+REPORT: list[Any] | None = None
+"""With ``--report``, what each measure saw beyond its total: the VmRSS passes' mappings
+(``_mappings``), the tracemalloc pass's whole report (largest tracebacks, pymalloc's arenas)."""
 
 
 def _busy_rows(args: argparse.Namespace, traced: bool) -> list[list[str]]:
@@ -205,7 +234,12 @@ def _busy_rows(args: argparse.Namespace, traced: bool) -> list[list[str]]:
 
         def measure(server: tk.Server = server, out: Path = out) -> dict[str, float]:
             time.sleep(SETTLE_SECONDS)
-            return _traced(server, out) if traced else {"total": float(server.rss_kib())}
+            if traced:
+                return _traced(server, out)
+            measured = {"total": float(server.rss_kib())}
+            if REPORT is not None:
+                REPORT.append(_mappings(server.pid))
+            return measured
 
         try:
             idle = measure()
@@ -281,7 +315,12 @@ def main() -> None:
         help="combats of the tracemalloc pass: tracing slows the daemon, and Python's own "
         "allocations need no crowd to rise above the noise that VmRSS has",
     )
+    parser.add_argument(
+        "--report", type=Path, help="write the details of each measure of part 2 here (JSON)"
+    )
     args = parser.parse_args()
+    global REPORT
+    REPORT = [] if args.report else None
     print(tk.machine())
     rows = _created(args) if args.combats else []
     if args.busy:
@@ -293,6 +332,8 @@ def main() -> None:
         f"combats (part 2); medians of {args.reps} repetitions\n"
     )
     print(tk.table(["figure", "measured", "baseline", "ratio", "target", "met?"], rows))
+    if args.report:
+        args.report.write_text(json.dumps(REPORT, indent=1))
 
 
 if __name__ == "__main__":

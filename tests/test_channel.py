@@ -252,3 +252,72 @@ def test_a_loop_that_is_gone_leaves_no_flusher_behind() -> None:
         asyncio.run(main())
     gc.collect()
     assert len(channel_module._flushers) <= before
+
+
+def test_a_closed_channel_and_its_session_are_freed_without_the_cyclic_collector() -> None:
+    """A session holds its channel and the channel the session's handler: once the peer is
+    gone the two must not stay a cycle, which (decoder buffers and all, about 100 KiB) only a
+    full collection frees, rarely run in a daemon with many resident combats."""
+    import gc
+    import weakref
+
+    class Session:
+        def __init__(self, channel: Channel) -> None:
+            self.channel = channel
+            channel.at_once = self.handle
+
+        def handle(self, _item: wire.Message | wire.WireError) -> bool:
+            return False
+
+    async def main() -> weakref.ref[Session]:
+        channel, peer = await _channel()
+        session = Session(channel)
+        peer.send(wire.pack_value([0, 1, "hello", {}]))
+        assert await channel.next(wire.Limits(1 << 16, 10_000)) is not None
+        peer.close()
+        assert await channel.next(wire.Limits(1 << 16, 10_000)) is None
+        channel.close()  # as a session does once its peer is gone
+        await channel.wait_closed()
+        return weakref.ref(session)
+
+    gc.disable()
+    try:
+        gone = asyncio.run(main())
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
+def _resident_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_memory_freed_in_the_heap_goes_back_to_the_system_once_connections_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Buffers under glibc's mmap threshold, freed below a value that lives on, stay resident
+    until something trims the heap: closed connections have it done once their burst is over."""
+    from turnkeeper.transport import trim
+
+    monkeypatch.setattr(trim, "TRIM_DELAY", 0.05)
+    chunks = [b"x" * (64 * 1024 - 100) for _ in range(400)]  # 25 MiB from the heap, touched
+    stays = chunks[::10]  # between the freed ones: the heap cannot shrink from its top
+    del chunks
+    freed = _resident_kib()
+
+    async def main() -> None:
+        for _ in range(3):
+            channel, peer = await _channel()
+            peer.close()
+            assert await channel.next(wire.Limits(1 << 16, 10_000)) is None
+            channel.close()
+            await channel.wait_closed()
+        await asyncio.sleep(0.3)
+
+    asyncio.run(main())
+    assert _resident_kib() < freed - 15 * 1024
+    assert stays

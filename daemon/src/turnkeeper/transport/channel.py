@@ -26,6 +26,8 @@ import anyio
 
 from turnkeeper_sdk import wire
 
+from . import trim
+
 if TYPE_CHECKING:
     from ..combats.telling import Batch
 
@@ -191,6 +193,10 @@ class Channel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None and self.gone is None:
             self.gone = "peer_gone"  # a reset or a broken pipe, not a close
+        # No message arrives any more: the session's handler, which holds its session and so
+        # this channel, is let go, so that the two are freed by reference counting when the
+        # session ends rather than left (decoder buffers and all) to a full collection.
+        self.at_once = None
         self._eof = self._closing = True
         self._wake()
         self._wake_room()
@@ -198,6 +204,7 @@ class Channel(asyncio.Protocol):
             self._stall.cancel()
         if not self._lost.done():
             self._lost.set_result(None)
+        trim.after_close(self._loop)
 
     def pause_writing(self) -> None:
         self._writing_paused = True

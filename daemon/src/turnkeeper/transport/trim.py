@@ -1,0 +1,53 @@
+"""Memory that closed connections freed, given back to the system.
+
+A connection's buffers (its msgpack decoder, 41 KiB, and that decoder's 64 KiB buffer) are
+under glibc's mmap threshold, so they come from its heap, and glibc returns heap memory to the
+system only from the top, which the combats' long-lived values soon sit above: a hundred
+connections closed would stay in the daemon's resident memory for good, free but held. glibc's
+``malloc_trim`` gives back every free page wherever it is. It walks the whole heap (a few
+milliseconds on the event loop at tens of megabytes), so it runs once a burst of closes is over
+(``TRIM_DELAY``), never per command. Elsewhere than glibc there is nothing to call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import weakref
+from collections.abc import Callable
+
+TRIM_DELAY = 1.0
+"""Seconds after a connection closes before the freed memory is given back: the closes of that
+while share one trim, so a daemon whose clients come and go trims at most once a second."""
+
+
+def _find_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to give back this way
+        return None
+    return trim
+
+
+_TRIM = _find_trim()
+_due: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+"""Loops with a trim already scheduled (the daemon has one; tests run many in turn)."""
+
+
+def after_close(loop: asyncio.AbstractEventLoop) -> None:
+    """A connection served on ``loop`` closed: give back what it freed, ``TRIM_DELAY`` from now
+    unless a trim is already due then."""
+    if _TRIM is None or loop in _due or loop.is_closed():
+        return
+    _due.add(loop)
+    loop.call_later(TRIM_DELAY, _trim, loop)
+
+
+def _trim(loop: asyncio.AbstractEventLoop) -> None:
+    _due.discard(loop)
+    assert _TRIM is not None
+    _TRIM(0)
