@@ -242,9 +242,14 @@ class Writer:
         shared = self.rebuilder.shared
         hooks = self.pipeline.hooks
         try:
-            if shared is None or (hooks is not None and hooks.before_hooks(command)):
+            if (
+                shared is None
+                or shared.alone
+                or (hooks is not None and hooks.before_hooks(command))
+            ):
                 # ``_first_result``, spelled out: every command asks, and is almost never a
-                # retry. Before hooks may commit commands of their own (proposals), which a
+                # retry. Alone on its database, the store's filter answers a new id without a
+                # read. Before hooks may commit commands of their own (proposals), which a
                 # repeat must not run again: they are asked before too.
                 remembered = await self.store.lookup_request(principal, request_id)
                 unread = False

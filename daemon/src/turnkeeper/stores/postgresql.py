@@ -66,6 +66,7 @@ from ..store import (
     _pack,
     _Pending,
     _Recent,
+    _request_taken,
     _unpack,
     _unpack_event,
 )
@@ -1249,16 +1250,15 @@ class PostgresStore:
                             except _FencedError:
                                 pending.error = _moved(pending.batch.combat_id)
                             except (psycopg.errors.IntegrityError, psycopg.DataError) as e:
+                                request = pending.batch.request
                                 if (
                                     isinstance(e, psycopg.errors.UniqueViolation)
                                     and e.diag.constraint_name == "requests_pkey"
+                                    and request is not None
                                 ):
-                                    # Another daemon stored the id, unseen by the renewals:
-                                    # the filter no longer rules ids out.
-                                    self._leases.shared("a request id stored by another daemon")
-                                pending.error = _error(
-                                    e, self._location
-                                )  # the server's words to the log
+                                    pending.error = self._repeated(pending.batch, request)
+                                else:  # the server's words to the log
+                                    pending.error = _error(e, self._location)
                         changes.notify(db, _appended(group))
                         committing = True
                 break
@@ -1294,6 +1294,16 @@ class PostgresStore:
                 if b.request is not None:
                     self._touched.add(b.request[0])
                     stored.add(*b.request)
+
+    def _repeated(self, batch: Batch, request: tuple[str, str]) -> StoreError:
+        """The refusal of a batch whose request id the database holds already: a retry of a
+        command answered before, logged as such (not as a store error: a storm of retries
+        after a failover is no fault). Alone, the daemon looked the id up first and its filter
+        knew every id it stored, so another daemon stored this one, unseen by the renewals:
+        the filter no longer rules ids out."""
+        self._leases.shared("a request id stored by another daemon")
+        log.info("store_request_repeated", combat=batch.combat_id, request=request[1])
+        return _conflict(_request_taken(request))
 
     def _after_lost_session(self, group: Sequence[_Pending], committing: bool) -> bool | None:
         """Whether the group's transaction was committed, once its session was lost (the
@@ -1979,6 +1989,12 @@ class PostgresStore:
             return self._read("reader", lambda db: db.execute(query, params).fetchall())
         finally:
             self._reading.release()
+
+    @property
+    def alone(self) -> bool:
+        """Whether no other daemon has used the database since this one started, as far as
+        its renewals and commits have seen (once false, never true again)."""
+        return self._leases.alone
 
     def recent_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The answer this daemon gave lately to a request id, from memory, or None: no read,
