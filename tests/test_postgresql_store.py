@@ -738,6 +738,36 @@ async def test_a_change_committed_after_a_later_one_is_found_from_the_watermark(
 
 
 @pytest.mark.anyio
+async def test_change_stamps_a_restore_brought_from_another_cluster_are_set_back_at_open(
+    postgres_db: str,
+) -> None:
+    """A dump restored into a new cluster brings transaction ids its counter has not reached:
+    opening the store sets them back, so the followers' poll finds none of those combats
+    changed (it would read them all again at every poll until the ids caught up)."""
+    store = PostgresStore.open(postgres_db)
+    try:
+        async with running(store):
+            for combat in ("a", "b"):
+                await store.commit(batch(combat, 1, 1, create=True))
+    finally:
+        store.close()
+    _sql(  # as the old cluster stamped them: far past this one's transaction ids
+        postgres_db,
+        f"UPDATE {SCHEMA}.combats"
+        " SET changed = ((pg_current_xact_id()::text)::bigint + 1000000000)::text::xid8",
+    )
+    store = PostgresStore.open(postgres_db)
+    try:
+        watermark = store.horizon()
+        assert _changed(store, watermark) == []
+        async with running(store):
+            await store.commit(batch("c", 1, 1, create=True))
+        assert [c for c, _, _, _ in _changed(store, watermark)] == ["c"]
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
 async def test_request_ids_are_stamped_and_pruned_by_the_servers_clock_not_a_daemons(
     postgres_db: str,
 ) -> None:

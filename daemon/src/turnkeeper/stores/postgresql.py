@@ -640,7 +640,9 @@ def migrate(location: str) -> list[Migration]:
     newer version than this daemon knows (never guessed at)."""
     try:
         with _connect(location, "migrate") as db:
-            return _migrate(db, location)
+            applied = _migrate(db, location)
+            _rewind_changes(db)
+            return applied
     except psycopg.Error as e:
         raise StoreError(
             "store_failed",
@@ -725,6 +727,24 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     for migration in applied:
         log.info("store_migrated", version=migration.version, name=migration.name)
     return applied
+
+
+def _rewind_changes(db: psycopg.Connection[Any]) -> None:
+    """Set back to 0 every combat's change stamp (``changed``) that no transaction of this
+    cluster has reached yet: ones a dump restored from another cluster, whose transaction ids
+    ran further (a new cluster's start low). Left so, they would stand at or past every
+    watermark and be read again by every poll, for as long as the ids take to catch up. In a
+    live cluster no row the statement's snapshot sees is past its next transaction id, so this
+    finds nothing with daemons running (by the ``combats_changed`` index, without taking a
+    transaction id itself). A row is set back only if its stamp is still the one that snapshot
+    read: a commit stamping it meanwhile (with an id past the snapshot's) leaves it alone."""
+    rewound = db.execute(
+        f"UPDATE {SCHEMA}.combats c SET changed = '0' FROM (SELECT combat_id, changed"
+        f" FROM {SCHEMA}.combats WHERE changed >= pg_snapshot_xmax(pg_current_snapshot()))"
+        " AS ahead WHERE c.combat_id = ahead.combat_id AND c.changed = ahead.changed"
+    ).rowcount
+    if rewound:
+        log.info("store_changes_rewound", combats=rewound)
 
 
 DEADLINES_PAGE = 1000
@@ -886,6 +906,7 @@ class PostgresStore:
             writer = _connect(location, "committer", leases)
             connections.append(writer)
             _migrate(writer, location)
+            _rewind_changes(writer)
             for role in ("reader", "loader", "leases"):
                 connections.append(_connect(location, role, leases))
             connections[-1].execute(
