@@ -767,6 +767,43 @@ async def test_change_stamps_a_restore_brought_from_another_cluster_are_set_back
         store.close()
 
 
+class _SteppedClock:
+    """The ``time`` module as the store sees it, its wall clock stepped ``by`` seconds (NTP,
+    or the daemon now facing a server whose clock differs, after a failover)."""
+
+    def __init__(self, by: float) -> None:
+        self.by = by
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def time(self) -> float:
+        return time.time() + self.by
+
+
+@pytest.mark.anyio
+async def test_a_request_id_is_stamped_by_the_server_whatever_the_daemons_clock_did_since(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon's wall clock that steps after its first commit (or a failover to a server
+    whose clock is another) leaves the stamps of its request ids right: the server stamps
+    them, no offset from the daemon's clock is kept."""
+    store = PostgresStore.open(postgres_db)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True, request=("al", "before"), response=1))
+            monkeypatch.setattr(postgresql, "time", _SteppedClock(2 * REQUEST_MEMORY_SECONDS))
+            await store.commit(batch("c1", 2, request=("al", "after"), response=2))
+            rows = _sql(
+                postgres_db,
+                "SELECT request_id, abs(at - extract(epoch FROM now())) < 60"
+                f" FROM {SCHEMA}.requests ORDER BY request_id",
+            )
+            assert rows == [("after", True), ("before", True)]
+    finally:
+        store.close()
+
+
 @pytest.mark.anyio
 async def test_request_ids_are_stamped_and_pruned_by_the_servers_clock_not_a_daemons(
     postgres_db: str,

@@ -372,6 +372,16 @@ CREATE INDEX combats_changed ON {SCHEMA}.combats (changed, combat_id COLLATE "C"
 """,
         then=lambda db: _stored_deadlines(db),
     ),
+    Migration(
+        10,
+        "request ids stamped by the server",
+        f"""
+-- When the request id was stored, by the server's clock (the start of its transaction): every
+-- daemon's ids age by one clock, the one the prune reads, whichever daemon's own runs ahead,
+-- and a failover to a server whose clock differs changes nothing a daemon keeps.
+ALTER TABLE {SCHEMA}.requests ALTER COLUMN at SET DEFAULT extract(epoch FROM now());
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 
@@ -853,9 +863,6 @@ class PostgresStore:
         self.transactions = 0
         self._touched: set[str] = set()
         self._latest_at = 0.0
-        self._server_offset: float | None = None
-        """The server's clock less this daemon's (``_read_server_clock``): request rows are
-        stamped with the server's time, so that one clock ages every daemon's."""
         # Each combat's last seq as the committer last wrote or read it: the expected seq of
         # its next conditional append. Forgotten when a transaction fails or a reconnection
         # makes what reached the server unknown.
@@ -1223,8 +1230,6 @@ class PostgresStore:
                     self._reconnect()
                 if self._filter is None or self._filter.worn:
                     self._filter = self._build_filter()
-                if self._server_offset is None:
-                    self._read_server_clock()
                 over = self._over_quota(group)
                 break
             except LOST as e:
@@ -1475,11 +1480,10 @@ class PostgresStore:
         ends: dict[str, int] = {}  # and as the group leaves it
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
-        requests: list[tuple[str, str, str, bytes | None, float]] = []
+        requests: list[tuple[str, str, str, bytes | None]] = []
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
         deadlines: dict[str, float | None] = {}  # and the deadline its summary gives
         snapshots: dict[str, tuple[int, bytes]] = {}
-        stamp = self._server_now()
         last: int | None
         for pending in group:
             b = pending.batch
@@ -1524,7 +1528,7 @@ class PostgresStore:
             ends[b.combat_id] = last + len(pending.events)
             events.extend(pending.events)
             if b.request is not None:
-                requests.append((*b.request, b.combat_id, pending.response, stamp))
+                requests.append((*b.request, b.combat_id, pending.response))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
                 deadlines[b.combat_id] = _deadline(b.summary)
@@ -1580,11 +1584,11 @@ class PostgresStore:
                     for row in events:
                         copy.write_row(row)
             if requests:
-                with cur.copy(
-                    f"COPY {SCHEMA}.requests (principal, request_id, combat_id, response, at)"
+                with cur.copy(  # stamped by the server (``at``'s default)
+                    f"COPY {SCHEMA}.requests (principal, request_id, combat_id, response)"
                     " FROM STDIN (FORMAT BINARY)"
                 ) as copy:
-                    copy.set_types(["text", "text", "text", "bytea", "float8"])
+                    copy.set_types(["text", "text", "text", "bytea"])
                     for request in requests:
                         copy.write_row(request)
         if summaries:
@@ -1650,10 +1654,9 @@ class PostgresStore:
                 )
             if b.request is not None:
                 cur.execute(
-                    f"INSERT INTO {SCHEMA}.requests"
-                    " (principal, request_id, combat_id, response, at)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    (*b.request, b.combat_id, pending.response, self._server_now()),
+                    f"INSERT INTO {SCHEMA}.requests (principal, request_id, combat_id, response)"
+                    " VALUES (%s, %s, %s, %s)",
+                    (*b.request, b.combat_id, pending.response),
                 )
             if pending.summary is not None:
                 cur.execute(
@@ -1673,20 +1676,6 @@ class PostgresStore:
                     (b.combat_id, last + len(pending.events), pending.snapshot),
                 )
 
-    def _read_server_clock(self) -> None:
-        """Learn the server's clock against this daemon's (committer's thread): the middle of
-        the round trip is taken as the moment the server read its own."""
-        before = time.time()
-        now = "SELECT extract(epoch FROM clock_timestamp())::float8"
-        row = self._writer.execute(now).fetchone()
-        after = time.time()
-        assert row is not None
-        self._server_offset = row[0] - (before + after) / 2
-
-    def _server_now(self) -> float:
-        """The server's time now, by this daemon's clock and the offset last read."""
-        return time.time() + (self._server_offset or 0.0)
-
     def _prune(self) -> None:
         """Forget requests older than REQUEST_MEMORY_SECONDS or past MAX_REMEMBERED_REQUESTS
         (as the SQLite store's ``_prune``); a failed prune is dropped and runs again later.
@@ -1694,8 +1683,6 @@ class PostgresStore:
         whose own clock runs ahead prunes no other daemon's ids early."""
         db = self._writer
         touched, self._touched = self._touched, set()
-        with contextlib.suppress(psycopg.Error):
-            self._read_server_clock()  # kept in step as the clocks drift apart
         with contextlib.suppress(psycopg.Error), db.transaction():
             db.execute(
                 f"DELETE FROM {SCHEMA}.requests WHERE ctid IN (SELECT ctid FROM {SCHEMA}.requests"
