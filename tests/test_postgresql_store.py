@@ -75,6 +75,23 @@ def test_a_database_at_a_newer_schema_version_is_refused(postgres_db: str) -> No
     assert f"schema version 99, this daemon reads up to {SCHEMA_VERSION}" in str(refused.value)
 
 
+def test_a_server_older_than_postgresql_13_is_refused_by_migrate_and_open(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change stamps need PostgreSQL 13 (``xid8``): an older server is refused with its
+    version and the one needed, before any migration (here the server is made to look old by
+    asking for one newer than it)."""
+    with psycopg.connect(postgres_db) as db:
+        server = db.info.server_version
+    monkeypatch.setattr(postgresql, "MIN_SERVER_VERSION", (server // 10000 + 1) * 10000)
+    for opening in (migrate, PostgresStore.open):
+        with pytest.raises(StoreError) as refused:
+            opening(postgres_db)
+        assert refused.value.code == "store_failed"
+        assert f"is too old, the store needs {server // 10000 + 1} or newer" in str(refused.value)
+    assert _sql(postgres_db, "SELECT to_regclass(%s)", f"{SCHEMA}.schema_migrations") == [(None,)]
+
+
 def _migrate(dsn: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "turnkeeper.cli", "migrate", "--store", dsn],

@@ -87,6 +87,11 @@ STORE_LOCK = 0x746B_5354_4F52_4531
 each migration once, and a daemon of an older version (which held this lock for as long as it
 ran) is never migrated under."""
 
+MIN_SERVER_VERSION = 130000
+"""The oldest PostgreSQL server the store runs on (``server_version_num``): 13, the first with
+the 64-bit transaction ids the change stamps use (``xid8``, ``pg_current_xact_id``,
+``pg_snapshot_xmin``, migration 9)."""
+
 MIGRATION_LOCK_TIMEOUT = "10s"
 """How long a migration waits for a lock on a table before failing (``lock_timeout``)."""
 
@@ -675,9 +680,18 @@ def _version(db: psycopg.Connection[Any]) -> int:
 def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     """Migrate on ``db``, holding ``STORE_LOCK`` for the transaction. A database at this
     daemon's version is only read: a role without the right to create (a least-privilege one)
-    runs an up-to-date store. Raises ``StoreError("store_failed")`` naming the lock when it
-    is not had within ``MIGRATION_LOCK_TIMEOUT`` (another daemon migrating, or one of a
-    version before many daemons, which holds it while it runs)."""
+    runs an up-to-date store. Raises ``StoreError("store_failed")`` for a server older than
+    ``MIN_SERVER_VERSION``, and naming the lock when it is not had within
+    ``MIGRATION_LOCK_TIMEOUT`` (another daemon migrating, or one of a version before many
+    daemons, which holds it while it runs)."""
+    if db.info.server_version < MIN_SERVER_VERSION:  # told as the session began: no read
+        raise StoreError(
+            "store_failed",
+            "{store}: PostgreSQL {server} is too old, the store needs {needed} or newer",
+            store=shown(location),
+            server=db.info.parameter_status("server_version") or str(db.info.server_version),
+            needed=MIN_SERVER_VERSION // 10000,
+        )
     version = _version(db)
     if version > SCHEMA_VERSION:
         raise StoreError(
