@@ -254,9 +254,9 @@ class Writer:
                 remembered = await self.store.lookup_request(principal, request_id)
                 unread = False
             else:
-                # On a shared store the commit finds a repeat (the database refuses to store
-                # its id again, and nothing of it is kept): no read before a new command, only
-                # once it ends otherwise than committed.
+                # Shared with other daemons, the commit finds a repeat (the database refuses
+                # to store its id again, and nothing of it is kept): no read before a new
+                # command, only once it ends otherwise than committed.
                 remembered = shared.recent_request(principal, request_id)
                 unread = remembered is None
             if remembered is not None:
