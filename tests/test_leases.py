@@ -10,6 +10,7 @@ import contextlib
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import anyio
 import msgpack  # type: ignore[import-untyped]
 import psycopg
 import pytest
+from structlog.testing import capture_logs
 
 from daemon import CALL_TIMEOUT, Daemon, add_spidey, on_store, stop_all
 from postgres import lease as _lease
@@ -36,8 +38,7 @@ from turnkeeper.stores.postgresql import FENCE_MARGIN, SCHEMA, PostgresStore
 from turnkeeper_engine import NARRATOR
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.events import CombatCreated, CommandRecorded
-from turnkeeper_engine.model import ActionSpec
-from turnkeeper_engine.pipeline import RefusedError
+from turnkeeper_engine.pipeline import Proposal, RefusedError
 from turnkeeper_engine.plain import event_to_plain
 from turnkeeper_sdk import hookimpl, wire
 from turnkeeper_sdk.client import CallError
@@ -1126,35 +1127,103 @@ class _Announcer:
         return cmd.RecordOutcome("note", f"{combatant.id} is about to act")
 
 
+@dataclass
+class _BeforeNotes(PluginHost):
+    """A plugin host whose hooks also stand before ``record_outcome``, a command the engine
+    accepts again on any later state (today's before hooks stand before none such): each run
+    counted, and proposing a note of its own, as a before hook may."""
+
+    runs: list[str] = field(default_factory=list)
+
+    def before_hooks(self, command: cmd.Command) -> bool:
+        return isinstance(command, cmd.RecordOutcome) or super().before_hooks(command)
+
+    async def before(self, state: Any, seq: int, command: cmd.Command, actor: Any) -> Any:
+        if isinstance(command, cmd.RecordOutcome) and command.kind == "note":
+            self.runs.append(command.text)
+            yield Proposal(actor, cmd.RecordOutcome("note", "the hook's own"))
+            return
+        async for proposal in super().before(state, seq, command, actor):
+            yield proposal
+
+
 @pytest.mark.anyio
 async def test_a_repeat_of_a_command_with_before_hooks_is_looked_up_before_they_run(
     postgres_db: str,
 ) -> None:
     """A before hook may commit a command of its own ahead of the one it stands before: a
-    repeat decided anew would run it again before its commit found the id, if the engine
-    accepted it again (today's hooks stand before commands it does not: a turn's ref is
-    stale by then). So such commands are looked up first, on a shared store too: the retry
-    gets the first result and nothing more is appended."""
+    repeat decided anew would run it again before its commit found the id. So such commands
+    are looked up first, on a shared store too: the retry gets the first result, its hooks do
+    not run again and nothing more is appended."""
     first = PostgresStore.open(postgres_db, lease_seconds=60)
     second = PostgresStore.open(postgres_db, lease_seconds=60)
-    plugins = PluginHost()
-    plugins.register(_Announcer(), "announcer")
+    plugins = _BeforeNotes()
+    plugins.register(_Announcer(), "announcer")  # a per-command plugin: the hooks are used
     try:
         async with running(first), running(second):
+            assert not second.alone  # it saw the first as it opened
             at_first, at_second = Hub(first), Hub(second, plugins=plugins)
             await at_first.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "c")
-            for who in ("a", "b"):
-                await at_first.execute("p", NARRATOR, "bank", cmd.AddCombatant(who, who), who)
-            await at_first.execute("p", NARRATOR, "bank", cmd.StartCombat(), "start")
-            turn = at_first.combats["bank"].state.turn
-            assert turn is not None
-            declare = cmd.DeclareAction(turn.ref, ActionSpec("attack"))
-            declared = await at_first.execute("p", NARRATOR, "bank", declare, "declare")
+            note = cmd.RecordOutcome("note", "one")
+            noted = await at_first.execute("p", NARRATOR, "bank", note, "note")
             at_first.rebuilder.forget(at_first.combats["bank"])
             await first.release("bank")
-            assert await at_second.execute("p", NARRATOR, "bank", declare, "declare") == declared
-            assert logged_seqs(postgres_db, "bank") == list(range(1, declared["seq"] + 1))
+            assert await at_second.execute("p", NARRATOR, "bank", note, "note") == noted
+            assert plugins.runs == []
+            assert logged_seqs(postgres_db, "bank") == list(range(1, noted["seq"] + 1))
     finally:
         first.close()
         second.close()
         plugins.stop()
+
+
+@pytest.mark.anyio
+async def test_a_daemon_alone_looks_a_retried_id_up_first_and_stays_alone(
+    postgres_db: str,
+) -> None:
+    """A retry after a restart (its answer no longer in memory) at a daemon alone on its
+    database is looked up before it is decided: the first result, and the daemon still counts
+    itself alone, with no store error in its log (the database never refused the id)."""
+    note = cmd.RecordOutcome("note", "one")
+    store = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(store):
+            hub = Hub(store)
+            await hub.execute("p", NARRATOR, "bank", cmd.CreateCombat("bank", "marvel"), "c")
+            noted = await hub.execute("p", NARRATOR, "bank", note, "note")
+    finally:
+        store.close()
+    store = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(store):
+            assert store.alone
+            with capture_logs() as logs:
+                assert await Hub(store).execute("p", NARRATOR, "bank", note, "note") == noted
+            assert store.alone
+            assert [e["event"] for e in logs if e["event"].startswith("store_")] == []
+            assert logged_seqs(postgres_db, "bank") == list(range(1, noted["seq"] + 1))
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_a_repeat_found_by_its_commit_is_logged_as_a_repeat_not_a_store_error(
+    postgres_db: str,
+) -> None:
+    """A retry storm after a failover is no fault of the store's: each repeat the database
+    refuses is one info line (``store_request_repeated``), no ``store_error`` warning."""
+    first = PostgresStore.open(postgres_db, lease_seconds=60)
+    second = PostgresStore.open(postgres_db, lease_seconds=60)
+    try:
+        async with running(first), running(second):
+            await first.commit(batch("c1", 1, create=True, request=("al", "r"), response=1))
+            await second.commit(batch("c2", 1, create=True))
+            with capture_logs() as logs, pytest.raises(StoreError) as refused:
+                await second.commit(batch("c2", 2, request=("al", "r"), response=2))
+            assert refused.value.code == "conflict"
+            assert [(e["event"], e["log_level"]) for e in logs] == [
+                ("store_request_repeated", "info")
+            ]
+    finally:
+        first.close()
+        second.close()

@@ -75,6 +75,23 @@ def test_a_database_at_a_newer_schema_version_is_refused(postgres_db: str) -> No
     assert f"schema version 99, this daemon reads up to {SCHEMA_VERSION}" in str(refused.value)
 
 
+def test_a_server_older_than_postgresql_13_is_refused_by_migrate_and_open(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change stamps need PostgreSQL 13 (``xid8``): an older server is refused with its
+    version and the one needed, before any migration (here the server is made to look old by
+    asking for one newer than it)."""
+    with psycopg.connect(postgres_db) as db:
+        server = db.info.server_version
+    monkeypatch.setattr(postgresql, "MIN_SERVER_VERSION", (server // 10000 + 1) * 10000)
+    for opening in (migrate, PostgresStore.open):
+        with pytest.raises(StoreError) as refused:
+            opening(postgres_db)
+        assert refused.value.code == "store_failed"
+        assert f"is too old, the store needs {server // 10000 + 1} or newer" in str(refused.value)
+    assert _sql(postgres_db, "SELECT to_regclass(%s)", f"{SCHEMA}.schema_migrations") == [(None,)]
+
+
 def _migrate(dsn: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "turnkeeper.cli", "migrate", "--store", dsn],
@@ -735,6 +752,73 @@ async def test_a_change_committed_after_a_later_one_is_found_from_the_watermark(
     assert [row[3] for row in before] == sorted(row[3] for row in before)
     assert len({row[0] for row in before}) == len(before)
     assert {c: s for c, s, _, _ in after} == {"a": 2, "b": 2, "c": 2, "slow": 7}
+
+
+@pytest.mark.anyio
+async def test_change_stamps_a_restore_brought_from_another_cluster_are_set_back_at_open(
+    postgres_db: str,
+) -> None:
+    """A dump restored into a new cluster brings transaction ids its counter has not reached:
+    opening the store sets them back, so the followers' poll finds none of those combats
+    changed (it would read them all again at every poll until the ids caught up)."""
+    store = PostgresStore.open(postgres_db)
+    try:
+        async with running(store):
+            for combat in ("a", "b"):
+                await store.commit(batch(combat, 1, 1, create=True))
+    finally:
+        store.close()
+    _sql(  # as the old cluster stamped them: far past this one's transaction ids
+        postgres_db,
+        f"UPDATE {SCHEMA}.combats"
+        " SET changed = ((pg_current_xact_id()::text)::bigint + 1000000000)::text::xid8",
+    )
+    store = PostgresStore.open(postgres_db)
+    try:
+        watermark = store.horizon()
+        assert _changed(store, watermark) == []
+        async with running(store):
+            await store.commit(batch("c", 1, 1, create=True))
+        assert [c for c, _, _, _ in _changed(store, watermark)] == ["c"]
+    finally:
+        store.close()
+
+
+class _SteppedClock:
+    """The ``time`` module as the store sees it, its wall clock stepped ``by`` seconds (NTP,
+    or the daemon now facing a server whose clock differs, after a failover)."""
+
+    def __init__(self, by: float) -> None:
+        self.by = by
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def time(self) -> float:
+        return time.time() + self.by
+
+
+@pytest.mark.anyio
+async def test_a_request_id_is_stamped_by_the_server_whatever_the_daemons_clock_did_since(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon's wall clock that steps after its first commit (or a failover to a server
+    whose clock is another) leaves the stamps of its request ids right: the server stamps
+    them, no offset from the daemon's clock is kept."""
+    store = PostgresStore.open(postgres_db)
+    try:
+        async with running(store):
+            await store.commit(batch("c1", 1, create=True, request=("al", "before"), response=1))
+            monkeypatch.setattr(postgresql, "time", _SteppedClock(2 * REQUEST_MEMORY_SECONDS))
+            await store.commit(batch("c1", 2, request=("al", "after"), response=2))
+            rows = _sql(
+                postgres_db,
+                "SELECT request_id, abs(at - extract(epoch FROM now())) < 60"
+                f" FROM {SCHEMA}.requests ORDER BY request_id",
+            )
+            assert rows == [("after", True), ("before", True)]
+    finally:
+        store.close()
 
 
 @pytest.mark.anyio

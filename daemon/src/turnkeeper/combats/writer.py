@@ -311,16 +311,21 @@ class Writer:
         shared = self.rebuilder.shared
         hooks = self.pipeline.hooks
         try:
-            if shared is None or (hooks is not None and hooks.before_hooks(command)):
+            if (
+                shared is None
+                or shared.alone
+                or (hooks is not None and hooks.before_hooks(command))
+            ):
                 # ``_first_result``, spelled out: every command asks, and is almost never a
-                # retry. Before hooks may commit commands of their own (proposals), which a
+                # retry. Alone on its database, the store's filter answers a new id without a
+                # read. Before hooks may commit commands of their own (proposals), which a
                 # repeat must not run again: they are asked before too.
                 remembered = await self.store.lookup_request(principal, request_id)
                 unread = False
             else:
-                # On a shared store the commit finds a repeat (the database refuses to store
-                # its id again, and nothing of it is kept): no read before a new command, only
-                # once it ends otherwise than committed.
+                # Shared with other daemons, the commit finds a repeat (the database refuses
+                # to store its id again, and nothing of it is kept): no read before a new
+                # command, only once it ends otherwise than committed.
                 remembered = shared.recent_request(principal, request_id)
                 unread = remembered is None
             if remembered is not None:

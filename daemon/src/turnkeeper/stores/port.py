@@ -94,11 +94,17 @@ class SharedStore(StorePort, Protocol):
     A request id is checked by the commit that stores it, not only by a read before: a batch
     whose id any daemon stored already is refused alone with ``conflict``, nothing of it kept,
     so a command may be decided on ``recent_request``'s None and its repeat found there
-    (then ``lookup_request`` reads the first answer)."""
+    (then ``lookup_request`` reads the first answer). A store ``alone`` on its database looks
+    ids up first: its filter rules a new one out without a read."""
 
     def recent_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The combat id and response this daemon remembers in memory for a request id, or
         None: without a read, so None does not say no daemon stored it."""
+
+    @property
+    def alone(self) -> bool:
+        """Whether no other daemon has used the database since this one started, as far as
+        it has seen: then ``lookup_request`` rules a never-stored id out without a read."""
 
     def acquire(self, combat_id: str) -> None:
         """Take the combat's lease unless it is held, as ``load_one`` does first (any thread;

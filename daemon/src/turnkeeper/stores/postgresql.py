@@ -67,6 +67,7 @@ from ..store import (
     _pack,
     _Pending,
     _Recent,
+    _request_taken,
     _unpack,
     _unpack_event,
 )
@@ -86,6 +87,11 @@ STORE_LOCK = 0x746B_5354_4F52_4531
 """The advisory lock a migration holds for its transaction: two daemons starting at once apply
 each migration once, and a daemon of an older version (which held this lock for as long as it
 ran) is never migrated under."""
+
+MIN_SERVER_VERSION = 130000
+"""The oldest PostgreSQL server the store runs on (``server_version_num``): 13, the first with
+the 64-bit transaction ids the change stamps use (``xid8``, ``pg_current_xact_id``,
+``pg_snapshot_xmin``, migration 9)."""
 
 MIGRATION_LOCK_TIMEOUT = "10s"
 """How long a migration waits for a lock on a table before failing (``lock_timeout``)."""
@@ -372,6 +378,16 @@ CREATE INDEX combats_changed ON {SCHEMA}.combats (changed, combat_id COLLATE "C"
 """,
         then=lambda db: _stored_deadlines(db),
     ),
+    Migration(
+        10,
+        "request ids stamped by the server",
+        f"""
+-- When the request id was stored, by the server's clock (the start of its transaction): every
+-- daemon's ids age by one clock, the one the prune reads, whichever daemon's own runs ahead,
+-- and a failover to a server whose clock differs changes nothing a daemon keeps.
+ALTER TABLE {SCHEMA}.requests ALTER COLUMN at SET DEFAULT extract(epoch FROM now());
+""",
+    ),
 )
 """Every schema version, oldest first. A released migration never changes: a new one is added."""
 
@@ -640,7 +656,9 @@ def migrate(location: str) -> list[Migration]:
     newer version than this daemon knows (never guessed at)."""
     try:
         with _connect(location, "migrate") as db:
-            return _migrate(db, location)
+            applied = _migrate(db, location)
+            _rewind_changes(db)
+            return applied
     except psycopg.Error as e:
         raise StoreError(
             "store_failed",
@@ -663,9 +681,18 @@ def _version(db: psycopg.Connection[Any]) -> int:
 def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     """Migrate on ``db``, holding ``STORE_LOCK`` for the transaction. A database at this
     daemon's version is only read: a role without the right to create (a least-privilege one)
-    runs an up-to-date store. Raises ``StoreError("store_failed")`` naming the lock when it
-    is not had within ``MIGRATION_LOCK_TIMEOUT`` (another daemon migrating, or one of a
-    version before many daemons, which holds it while it runs)."""
+    runs an up-to-date store. Raises ``StoreError("store_failed")`` for a server older than
+    ``MIN_SERVER_VERSION``, and naming the lock when it is not had within
+    ``MIGRATION_LOCK_TIMEOUT`` (another daemon migrating, or one of a version before many
+    daemons, which holds it while it runs)."""
+    if db.info.server_version < MIN_SERVER_VERSION:  # told as the session began: no read
+        raise StoreError(
+            "store_failed",
+            "{store}: PostgreSQL {server} is too old, the store needs {needed} or newer",
+            store=shown(location),
+            server=db.info.parameter_status("server_version") or str(db.info.server_version),
+            needed=MIN_SERVER_VERSION // 10000,
+        )
     version = _version(db)
     if version > SCHEMA_VERSION:
         raise StoreError(
@@ -725,6 +752,24 @@ def _migrate(db: psycopg.Connection[Any], location: str) -> list[Migration]:
     for migration in applied:
         log.info("store_migrated", version=migration.version, name=migration.name)
     return applied
+
+
+def _rewind_changes(db: psycopg.Connection[Any]) -> None:
+    """Set back to 0 every combat's change stamp (``changed``) that no transaction of this
+    cluster has reached yet: ones a dump restored from another cluster, whose transaction ids
+    ran further (a new cluster's start low). Left so, they would stand at or past every
+    watermark and be read again by every poll, for as long as the ids take to catch up. In a
+    live cluster no row the statement's snapshot sees is past its next transaction id, so this
+    finds nothing with daemons running (by the ``combats_changed`` index, without taking a
+    transaction id itself). A row is set back only if its stamp is still the one that snapshot
+    read: a commit stamping it meanwhile (with an id past the snapshot's) leaves it alone."""
+    rewound = db.execute(
+        f"UPDATE {SCHEMA}.combats c SET changed = '0' FROM (SELECT combat_id, changed"
+        f" FROM {SCHEMA}.combats WHERE changed >= pg_snapshot_xmax(pg_current_snapshot()))"
+        " AS ahead WHERE c.combat_id = ahead.combat_id AND c.changed = ahead.changed"
+    ).rowcount
+    if rewound:
+        log.info("store_changes_rewound", combats=rewound)
 
 
 DEADLINES_PAGE = 1000
@@ -833,9 +878,6 @@ class PostgresStore:
         self.transactions = 0
         self._touched: set[str] = set()
         self._latest_at = 0.0
-        self._server_offset: float | None = None
-        """The server's clock less this daemon's (``_read_server_clock``): request rows are
-        stamped with the server's time, so that one clock ages every daemon's."""
         # Each combat's last seq as the committer last wrote or read it: the expected seq of
         # its next conditional append. Forgotten when a transaction fails or a reconnection
         # makes what reached the server unknown.
@@ -886,6 +928,7 @@ class PostgresStore:
             writer = _connect(location, "committer", leases)
             connections.append(writer)
             _migrate(writer, location)
+            _rewind_changes(writer)
             for role in ("reader", "loader", "leases"):
                 connections.append(_connect(location, role, leases))
             connections[-1].execute(
@@ -1207,8 +1250,6 @@ class PostgresStore:
                     self._reconnect()
                 if self._filter is None or self._filter.worn:
                     self._filter = self._build_filter()
-                if self._server_offset is None:
-                    self._read_server_clock()
                 over = self._over_quota(group)
                 break
             except LOST as e:
@@ -1255,16 +1296,15 @@ class PostgresStore:
                             except _FencedError:
                                 pending.error = _moved(pending.batch.combat_id)
                             except (psycopg.errors.IntegrityError, psycopg.DataError) as e:
+                                request = pending.batch.request
                                 if (
                                     isinstance(e, psycopg.errors.UniqueViolation)
                                     and e.diag.constraint_name == "requests_pkey"
+                                    and request is not None
                                 ):
-                                    # Another daemon stored the id, unseen by the renewals:
-                                    # the filter no longer rules ids out.
-                                    self._leases.shared("a request id stored by another daemon")
-                                pending.error = _error(
-                                    e, self._location
-                                )  # the server's words to the log
+                                    pending.error = self._repeated(pending.batch, request)
+                                else:  # the server's words to the log
+                                    pending.error = _error(e, self._location)
                         changes.notify(db, _appended(group))
                         committing = True
                 break
@@ -1300,6 +1340,16 @@ class PostgresStore:
                 if b.request is not None:
                     self._touched.add(b.request[0])
                     stored.add(*b.request)
+
+    def _repeated(self, batch: Batch, request: tuple[str, str]) -> StoreError:
+        """The refusal of a batch whose request id the database holds already: a retry of a
+        command answered before, logged as such (not as a store error: a storm of retries
+        after a failover is no fault). Alone, the daemon looked the id up first and its filter
+        knew every id it stored, so another daemon stored this one, unseen by the renewals:
+        the filter no longer rules ids out."""
+        self._leases.shared("a request id stored by another daemon")
+        log.info("store_request_repeated", combat=batch.combat_id, request=request[1])
+        return _conflict(_request_taken(request))
 
     def _after_lost_session(self, group: Sequence[_Pending], committing: bool) -> bool | None:
         """Whether the group's transaction was committed, once its session was lost (the
@@ -1450,11 +1500,10 @@ class PostgresStore:
         ends: dict[str, int] = {}  # and as the group leaves it
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
-        requests: list[tuple[str, str, str, bytes | None, float]] = []
+        requests: list[tuple[str, str, str, bytes | None]] = []
         summaries: dict[str, bytes] = {}  # one row per combat: the group's last
         deadlines: dict[str, float | None] = {}  # and the deadline its summary gives
         snapshots: dict[str, tuple[int, bytes]] = {}
-        stamp = self._server_now()
         last: int | None
         for pending in group:
             b = pending.batch
@@ -1499,7 +1548,7 @@ class PostgresStore:
             ends[b.combat_id] = last + len(pending.events)
             events.extend(pending.events)
             if b.request is not None:
-                requests.append((*b.request, b.combat_id, pending.response, stamp))
+                requests.append((*b.request, b.combat_id, pending.response))
             if pending.summary is not None:
                 summaries[b.combat_id] = pending.summary
                 deadlines[b.combat_id] = _deadline(b.summary)
@@ -1555,11 +1604,11 @@ class PostgresStore:
                     for row in events:
                         copy.write_row(row)
             if requests:
-                with cur.copy(
-                    f"COPY {SCHEMA}.requests (principal, request_id, combat_id, response, at)"
+                with cur.copy(  # stamped by the server (``at``'s default)
+                    f"COPY {SCHEMA}.requests (principal, request_id, combat_id, response)"
                     " FROM STDIN (FORMAT BINARY)"
                 ) as copy:
-                    copy.set_types(["text", "text", "text", "bytea", "float8"])
+                    copy.set_types(["text", "text", "text", "bytea"])
                     for request in requests:
                         copy.write_row(request)
         if summaries:
@@ -1625,10 +1674,9 @@ class PostgresStore:
                 )
             if b.request is not None:
                 cur.execute(
-                    f"INSERT INTO {SCHEMA}.requests"
-                    " (principal, request_id, combat_id, response, at)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    (*b.request, b.combat_id, pending.response, self._server_now()),
+                    f"INSERT INTO {SCHEMA}.requests (principal, request_id, combat_id, response)"
+                    " VALUES (%s, %s, %s, %s)",
+                    (*b.request, b.combat_id, pending.response),
                 )
             if pending.summary is not None:
                 cur.execute(
@@ -1648,20 +1696,6 @@ class PostgresStore:
                     (b.combat_id, last + len(pending.events), pending.snapshot),
                 )
 
-    def _read_server_clock(self) -> None:
-        """Learn the server's clock against this daemon's (committer's thread): the middle of
-        the round trip is taken as the moment the server read its own."""
-        before = time.time()
-        now = "SELECT extract(epoch FROM clock_timestamp())::float8"
-        row = self._writer.execute(now).fetchone()
-        after = time.time()
-        assert row is not None
-        self._server_offset = row[0] - (before + after) / 2
-
-    def _server_now(self) -> float:
-        """The server's time now, by this daemon's clock and the offset last read."""
-        return time.time() + (self._server_offset or 0.0)
-
     def _prune(self) -> None:
         """Forget requests older than REQUEST_MEMORY_SECONDS or past MAX_REMEMBERED_REQUESTS
         (as the SQLite store's ``_prune``); a failed prune is dropped and runs again later.
@@ -1669,8 +1703,6 @@ class PostgresStore:
         whose own clock runs ahead prunes no other daemon's ids early."""
         db = self._writer
         touched, self._touched = self._touched, set()
-        with contextlib.suppress(psycopg.Error):
-            self._read_server_clock()  # kept in step as the clocks drift apart
         with contextlib.suppress(psycopg.Error), db.transaction():
             db.execute(
                 f"DELETE FROM {SCHEMA}.requests WHERE ctid IN (SELECT ctid FROM {SCHEMA}.requests"
@@ -1985,6 +2017,12 @@ class PostgresStore:
             return self._read("reader", lambda db: db.execute(query, params).fetchall())
         finally:
             self._reading.release()
+
+    @property
+    def alone(self) -> bool:
+        """Whether no other daemon has used the database since this one started, as far as
+        its renewals and commits have seen (once false, never true again)."""
+        return self._leases.alone
 
     def recent_request(self, principal: str, request_id: str) -> tuple[str, Any] | None:
         """The answer this daemon gave lately to a request id, from memory, or None: no read,
