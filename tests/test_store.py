@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from contextlib import closing
 from functools import partial
 from pathlib import Path
@@ -260,6 +261,33 @@ async def test_the_quota_holds_the_wal_too_and_a_wal_that_cannot_shrink_refuses_
         assert wal.stat().st_size <= share
     [combat] = loaded(store)
     assert [s for s, _ in logged(store, combat)] == list(range(1, seq + 1))
+    store.close()
+    reader.close()
+
+
+@pytest.mark.anyio
+async def test_without_a_quota_a_reader_holding_the_wal_keeps_no_commit_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An online backup or an operator's ``sqlite3`` shell on an older snapshot keeps the WAL
+    from being truncated past ``WAL_MAX_BYTES``: without a quota that is not waited for (the
+    busy timeout, at every group while the reader reads), the WAL only grows meanwhile."""
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 3000)
+    monkeypatch.setattr(store_module, "WAL_MAX_BYTES", 64 * 1024)
+    store = Store.open(tmp_path)
+    reader = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
+    async with running(store):
+        await store.commit(batch("c1", 1, create=True))
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchall()
+        started = time.monotonic()
+        for seq in range(2, 8):  # each leaves the WAL over its bound: a trim after each
+            await store.commit(batch("c1", seq, pad="x" * 16000))
+        # Waiting for the reader would take the busy timeout per trim (15 s and more).
+        assert time.monotonic() - started < 3
+        reader.execute("COMMIT")
+    [combat] = loaded(store)
+    assert [s for s, _ in logged(store, combat)] == list(range(1, 8))
     store.close()
     reader.close()
 

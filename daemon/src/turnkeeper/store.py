@@ -101,7 +101,9 @@ past it, it runs between two groups rather than waiting for an empty queue."""
 
 ASIDE_SNAPSHOTS = 4
 """Held snapshots past which the work aside runs between two groups (``ASIDE_OVERDUE`` times
-this many), rather than waiting for an empty queue."""
+this many), rather than waiting for an empty queue. Not a bound on what is held: each aside
+encodes ``ASIDE_SNAPSHOT_SECONDS`` of them, and under a queue that never empties the held
+snapshots may reach one per busy combat (the latest each, replacing the one before)."""
 
 ASIDE_SNAPSHOT_SECONDS = 0.002
 """Time one transaction aside (``Store._write_aside``) spends encoding snapshots before it
@@ -130,7 +132,9 @@ CHECKPOINT_PASSES = 8
 WAL_MAX_BYTES = 64 * 2**20
 """Without a quota, a WAL file past this size is truncated by the committer itself, between two
 transactions (``_trim_wal``): the checkpointer's rounds run beside the writes and may never find
-the log still long enough to restart it, and the WAL would grow without end."""
+the log still long enough to restart it, and the WAL would grow without end. A trigger, not a
+cap: the file may pass it by a group and an aside, and by what is written while a reader on an
+older snapshot keeps it from being truncated."""
 
 MAX_RECENT_PER_PRINCIPAL = 1000
 """Answers to a principal's latest requests kept in memory, so a retry is answered without a
@@ -1545,11 +1549,27 @@ class Store:
         (``_Checkpointer``) do the usual copying.
         A checkpoint that cannot finish (a reader kept it waiting past the busy timeout, or the
         disk failed) is left: the check before the next transaction runs it again, and refuses
-        that transaction if the WAL is still over half its share.
+        that transaction if the WAL is still over half its share. Without a quota a reader on an
+        older snapshot (an online backup, an operator's ``sqlite3`` shell) is not waited for:
+        nothing is refused for a longer WAL, and waiting would hold every group back by the
+        busy timeout for as long as the reader reads.
         """
         self._trim_due = False
         with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
-            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._checkpoint("TRUNCATE", wait=self._wal_limit is not None)
+
+    def _checkpoint(self, mode: str, *, wait: bool) -> None:
+        """Run ``wal_checkpoint(mode)`` on the writer, waiting for readers up to the busy timeout
+        only if ``wait``."""
+        db = self._writer
+        if wait:
+            db.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+            return
+        db.execute("PRAGMA busy_timeout=0")
+        try:
+            db.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+        finally:
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
     def _restart_wal(self) -> None:
         """Copy the frames the checkpointer's last round left and start the WAL again from its
@@ -1557,13 +1577,8 @@ class Store:
         ``WAL_RESTART_BYTES``. A reader on an older snapshot is not waited for (the committer
         would wait with it): the checkpoint copies what it can and the next round retries."""
         self._checkpointer.caught_up = False
-        db = self._writer
         with self._checkpointer.lock, contextlib.suppress(sqlite3.Error):
-            db.execute("PRAGMA busy_timeout=0")
-            try:
-                db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-            finally:
-                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._checkpoint("RESTART", wait=False)
 
     def _write_batch(self, pending: _Pending) -> None:
         db = self._writer
