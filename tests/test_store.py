@@ -518,6 +518,87 @@ async def test_a_commit_cancelled_as_it_is_handed_room_passes_the_room_on(
 
 
 @pytest.mark.anyio
+async def test_batches_queued_behind_a_transaction_gather_into_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two batches queue while a transaction is written; once it ends the committer waits for
+    more (the window is made far longer than the test may take), and the next two to arrive
+    join them: one transaction of four, started as soon as the fourth is queued."""
+    monkeypatch.setattr(store_module, "GATHER_BATCHES", 4)
+    monkeypatch.setattr(store_module, "GATHER_SECONDS", 60.0)
+    store = Store.open(tmp_path)
+    release = threading.Event()
+    write = store._write
+    transactions: list[list[str]] = []
+
+    def held(group: Any) -> None:
+        release.wait(10)
+        transactions.append([pending.batch.combat_id for pending in group])
+        write(group)
+
+    store._write = held  # type: ignore[method-assign]
+    committed: list[str] = []
+
+    async def commit(name: str) -> None:
+        await store.commit(batch(name, 1, create=True))
+        committed.append(name)
+
+    with anyio.fail_after(10):
+        async with running(store), anyio.create_task_group() as tg:
+            tg.start_soon(commit, "a")
+            await anyio.wait_all_tasks_blocked()  # taken by the committer, its write held
+            tg.start_soon(commit, "b")
+            tg.start_soon(commit, "c")
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+            while committed != ["a"]:
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.05)  # b and c stay queued: the group waits for more
+            assert committed == ["a"]
+            tg.start_soon(commit, "d")
+            tg.start_soon(commit, "e")
+    assert transactions == [["a"], ["b", "c", "d", "e"]]
+    assert sorted(committed) == ["a", "b", "c", "d", "e"]
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_lone_batch_waits_at_most_the_window_and_a_lone_client_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch queued behind a transaction, with none arriving after it, is written once the
+    window passes; a client that waits for each answer before its next command finds the queue
+    empty every time, and is never held (the window is made far longer than the test may take:
+    a held command would time it out)."""
+    monkeypatch.setattr(store_module, "GATHER_SECONDS", 0.05)
+    store = Store.open(tmp_path)
+    release = threading.Event()
+    write = store._write
+    transactions: list[list[str]] = []
+
+    def held(group: Any) -> None:
+        release.wait(10)
+        transactions.append([pending.batch.combat_id for pending in group])
+        write(group)
+
+    store._write = held  # type: ignore[method-assign]
+    with anyio.fail_after(10):
+        async with running(store):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.commit, batch("a", 1, create=True))
+                await anyio.wait_all_tasks_blocked()  # taken by the committer, its write held
+                tg.start_soon(store.commit, batch("b", 1, create=True))
+                await anyio.wait_all_tasks_blocked()
+                release.set()
+            assert transactions == [["a"], ["b"]]
+            monkeypatch.setattr(store_module, "GATHER_SECONDS", 60.0)
+            for seq in range(1, 6):
+                await store.commit(batch("lone", seq, create=seq == 1))
+    assert transactions[2:] == [["lone"]] * 5
+    store.close()
+
+
+@pytest.mark.anyio
 async def test_requests_are_forgotten_by_age_and_past_the_cap_per_principal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
