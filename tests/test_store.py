@@ -412,6 +412,22 @@ async def test_a_commit_cancelled_by_plain_asyncio_learns_its_outcome_then_is_ca
     store.close()
 
 
+def _held_writes(store: Store) -> tuple[threading.Event, list[list[str]]]:
+    """Hold each of the store's transactions until the event is set, and list the combats of
+    each group as it is written."""
+    release = threading.Event()
+    write = store._write
+    transactions: list[list[str]] = []
+
+    def held(group: Any) -> None:
+        release.wait(10)
+        transactions.append([pending.batch.combat_id for pending in group])
+        write(group)
+
+    store._write = held  # type: ignore[method-assign]
+    return release, transactions
+
+
 @pytest.mark.anyio
 async def test_commits_waiting_for_room_in_a_full_queue_keep_their_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -469,16 +485,7 @@ async def test_a_commit_cancelled_as_it_is_handed_room_passes_the_room_on(
     commits beside the second, and the cancelled one is not stored."""
     monkeypatch.setattr(store_module, "COMMIT_QUEUE", 2)
     store = Store.open(tmp_path)
-    release = threading.Event()
-    write = store._write
-    transactions: list[list[str]] = []
-
-    def slow(group: Any) -> None:
-        release.wait(10)
-        transactions.append([pending.batch.combat_id for pending in group])
-        write(group)
-
-    store._write = slow  # type: ignore[method-assign]
+    release, transactions = _held_writes(store)
     committed: list[str] = []
 
     async def commit(name: str) -> None:
@@ -527,16 +534,7 @@ async def test_batches_queued_behind_a_transaction_gather_into_the_next_one(
     monkeypatch.setattr(store_module, "GATHER_BATCHES", 4)
     monkeypatch.setattr(store_module, "GATHER_SECONDS", 60.0)
     store = Store.open(tmp_path)
-    release = threading.Event()
-    write = store._write
-    transactions: list[list[str]] = []
-
-    def held(group: Any) -> None:
-        release.wait(10)
-        transactions.append([pending.batch.combat_id for pending in group])
-        write(group)
-
-    store._write = held  # type: ignore[method-assign]
+    release, transactions = _held_writes(store)
     committed: list[str] = []
 
     async def commit(name: str) -> None:
@@ -572,16 +570,7 @@ async def test_a_lone_batch_waits_at_most_the_window_and_a_lone_client_not_at_al
     a held command would time it out)."""
     monkeypatch.setattr(store_module, "GATHER_SECONDS", 0.05)
     store = Store.open(tmp_path)
-    release = threading.Event()
-    write = store._write
-    transactions: list[list[str]] = []
-
-    def held(group: Any) -> None:
-        release.wait(10)
-        transactions.append([pending.batch.combat_id for pending in group])
-        write(group)
-
-    store._write = held  # type: ignore[method-assign]
+    release, transactions = _held_writes(store)
     with anyio.fail_after(10):
         async with running(store):
             async with anyio.create_task_group() as tg:
