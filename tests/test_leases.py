@@ -948,16 +948,21 @@ def test_r13_a_deadline_nobody_holds_fires_on_its_own_after_a_restart(
             assert d.stop() == 0
         time.sleep(max(0.0, turn["deadline"] + 0.5 - time.time()))
         d.start()
-        deadline = time.monotonic() + CALL_TIMEOUT
-        while logged_seqs(postgres_db, "overdue")[-1] == started["seq"]:
-            assert time.monotonic() < deadline, "the overdue deadline never fired"
-            time.sleep(0.05)
-        with d.client() as gm:
-            history = gm.call("history", combat="overdue", after=started["seq"])
-        expired = [e for e in history["events"] if e["event"] == "turn_timer_expired"]
-        assert [e["combatant"] for e in expired] == ["ann"]
+        assert _expired_once_fired(d, postgres_db, "overdue", started["seq"]) == ["ann"]
     finally:
         stop_all(d)
+
+
+def _expired_once_fired(d: Daemon, dsn: str, combat: str, after: int) -> list[str]:
+    """Wait, with no command or read for ``combat``, until its log grows past ``after`` (its
+    deadline fired), then the combatants whose turn timer expired since."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while logged_seqs(dsn, combat)[-1] == after:
+        assert time.monotonic() < deadline, f"the deadline of {combat} never fired"
+        time.sleep(0.05)
+    with d.client() as gm:
+        history = gm.call("history", combat=combat, after=after)
+    return [e["combatant"] for e in history["events"] if e["event"] == "turn_timer_expired"]
 
 
 def _at_schema_5(dsn: str) -> None:
@@ -1009,14 +1014,7 @@ def test_r13_a_deadline_of_a_combat_last_written_before_version_6_fires_with_nob
         _at_schema_5(postgres_db)
         time.sleep(max(0.0, turn["deadline"] + 0.5 - time.time()))
         d.start()  # migrates to this version first
-        deadline = time.monotonic() + CALL_TIMEOUT
-        while logged_seqs(postgres_db, "old")[-1] == started["seq"]:
-            assert time.monotonic() < deadline, "the deadline never fired"
-            time.sleep(0.05)
-        with d.client() as gm:
-            history = gm.call("history", combat="old", after=started["seq"])
-        expired = [e for e in history["events"] if e["event"] == "turn_timer_expired"]
-        assert [e["combatant"] for e in expired] == ["ann"]
+        assert _expired_once_fired(d, postgres_db, "old", started["seq"]) == ["ann"]
     finally:
         stop_all(d)
 

@@ -472,6 +472,25 @@ def test_a_daemon_whose_listener_cannot_listen_again_reads_over_its_look_up_sess
         daemon.close()
 
 
+@contextlib.contextmanager
+def _tokens_unreachable(d: Daemon, dsn: str, server: str) -> Iterator[None]:
+    """The database refuses new connections and ``d``'s token look-up session is ended: what
+    ``d`` looks up meanwhile cannot reach the database."""
+    assert d.process is not None
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(dsn, autocommit=True) as other:
+        try:
+            sql(server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name LIKE %s",
+                (f"turnkeeper tokens pid {d.process.pid} %",),
+            )
+            yield
+        finally:
+            sql(server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+
 def test_a_table_method_that_cannot_look_its_table_up_is_refused_with_tokens_unavailable(
     pair: tuple[Daemon, Daemon], postgres_db: str, postgres_server: str
 ) -> None:
@@ -479,22 +498,11 @@ def test_a_table_method_that_cannot_look_its_table_up_is_refused_with_tokens_una
     cannot be reached that is ``tokens_unavailable``, as for a change, not a raw
     ``store_unavailable``. Before the fix, it was ``store_unavailable``."""
     _, b = pair
-    assert b.process is not None
     operator = b.client()
-    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
-    with psycopg.connect(postgres_db, autocommit=True) as other:
-        try:
-            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-            other.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name LIKE %s",
-                (f"turnkeeper tokens pid {b.process.pid} %",),
-            )
-            with pytest.raises(CallError) as refused:
-                operator.call("list_tokens", table="t00000000zz")
-            assert (refused.value.code, refused.value.field) == ("tokens_unavailable", "method")
-        finally:
-            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    with _tokens_unreachable(b, postgres_db, postgres_server):
+        with pytest.raises(CallError) as refused:
+            operator.call("list_tokens", table="t00000000zz")
+        assert (refused.value.code, refused.value.field) == ("tokens_unavailable", "method")
     operator.close()
 
 
@@ -756,25 +764,14 @@ def test_a_create_combat_that_cannot_look_its_table_up_is_refused_with_tokens_un
     the database cannot be reached that is ``tokens_unavailable`` (field ``combat_id``), as
     for a table method's look-up, and nothing is created. Before the fix: store_unavailable."""
     _, b = pair
-    assert b.process is not None
     operator = b.client()
-    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
-    with psycopg.connect(postgres_db, autocommit=True) as other:
-        try:
-            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-            other.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name LIKE %s",
-                (f"turnkeeper tokens pid {b.process.pid} %",),
+    with _tokens_unreachable(b, postgres_db, postgres_server):
+        with pytest.raises(CallError) as refused:
+            operator.call(
+                "create_combat",
+                request_id="c1",
+                combat_id="t00000000ff/brawl",
+                ruleset="marvel",
             )
-            with pytest.raises(CallError) as refused:
-                operator.call(
-                    "create_combat",
-                    request_id="c1",
-                    combat_id="t00000000ff/brawl",
-                    ruleset="marvel",
-                )
-            assert (refused.value.code, refused.value.field) == ("tokens_unavailable", "combat_id")
-        finally:
-            sql(postgres_server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        assert (refused.value.code, refused.value.field) == ("tokens_unavailable", "combat_id")
     operator.close()
