@@ -278,6 +278,56 @@ def test_the_start_up_log_gives_the_table_views_url(tmp_path: Path) -> None:
         assert serving["websocket"] == f"ws://127.0.0.1:{d.http_port}/ws"
 
 
+@pytest.mark.parametrize(("flags", "loop"), [((), "uvloop"), (("--loop", "asyncio"), "asyncio")])
+def test_serve_runs_on_uvloop_where_installed_unless_asyncio_is_asked_for(
+    tmp_path: Path, flags: tuple[str, ...], loop: str
+) -> None:
+    # The development environment installs the uvloop extra, so the default takes it.
+    with running(private_dir(tmp_path / loop), True, *flags) as d:
+        (serving,) = [e for e in logged(d) if e["event"] == "serving"]
+        assert serving["loop"] == loop
+        c = d.client()
+        add_spidey(c)
+        assert c.call("get_combat", combat="bank")["seq"] == 4  # two commands, two events each
+        secret = d.token("observer")
+        assert d.tcp_port is not None
+        with Client.tcp(d.tcp_port) as tcp:  # a TCP peer on the same loop
+            assert tcp.hello(secret)["session"]["role"] == "observer"
+        assert d.stop() == 0
+
+
+def test_loop_uvloop_without_uvloop_installed_is_a_usage_error(tmp_path: Path) -> None:
+    # ``None`` in sys.modules makes ``import uvloop`` fail as if it were not installed.
+    script = (
+        "import sys; sys.modules['uvloop'] = None; from turnkeeper.cli import main; "
+        "sys.exit(main())"
+    )
+    socket_path = private_dir(tmp_path / "run") / "turnkeeper.sock"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "serve",
+            "--loop",
+            "uvloop",
+            "--socket",
+            str(socket_path),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert said(done.stderr) == [
+        "turnkeeper: --loop uvloop: uvloop is not installed (pip install 'turnkeeper[uvloop]')"
+    ]
+    assert not socket_path.exists()
+
+
 def test_one_line_per_request_is_logged_only_with_debug(tmp_path: Path) -> None:
     with running(private_dir(tmp_path / "quiet")) as d:
         d.client().call("list_combats")

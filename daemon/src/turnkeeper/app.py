@@ -160,6 +160,8 @@ async def serve(
                     page=config.page,
                     websocket=f"ws://{web_address}/ws" if web_address else None,
                     table_view=f"http://{web_address}/" if web_address and config.page else None,
+                    # "uvloop" or "asyncio" (``serve --loop``): which one a deployment runs.
+                    loop=type(asyncio.get_running_loop()).__module__.partition(".")[0],
                 )
                 task_status.started(sessions)
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -20,7 +20,7 @@ import struct
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import anyio
 
@@ -164,7 +164,9 @@ class Channel(asyncio.Protocol):
     # asyncio.Protocol ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A cast, not an isinstance check: uvloop's stream transports (``serve --loop``) have
+        # every method of ``asyncio.Transport`` without deriving from it.
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         # Told of the first byte the kernel does not take and of the buffer's last byte going:
         # between the two, the messages waiting are counted (``room``) and progress watched.
