@@ -9,6 +9,8 @@ comes from ``Store.open``, each event body is msgpack of ``plain.event_to_plain`
 brings the combat ``SNAPSHOT_EVERY`` or more events past it, as the hub's commit port
 (``combats.writer._CombatLog.commit``) does. The remembered-requests table stays empty:
 start-up never reads it.
+With ``TURNKEEPER_BENCH_CHECKOUT`` set, that checkout's own code builds the data dir, in a
+process with its sources first on the path: an older daemon refuses a newer schema.
 
 Each combat gets a number of events drawn uniformly around the mean (half to one and a half
 times), so about half the combats start from a snapshot plus a tail and half replay from zero.
@@ -33,6 +35,8 @@ import dataclasses
 import random
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,22 +45,25 @@ import anyio
 import msgpack  # type: ignore[import-untyped]
 import tkbench as tk
 
-from turnkeeper.combats.rebuild import SNAPSHOT_EVERY
-from turnkeeper.combats.registry import MAX_COMBAT_PAGE
 from turnkeeper.store import DB_FILE, Store
-from turnkeeper_engine import (
-    BUNDLED_RULES,
-    Actor,
-    RuleError,
-    SeededDice,
-    State,
-    decide,
-    evolve,
-    next_deadline,
-)
+from turnkeeper_engine import Actor, RuleError, SeededDice, State, decide, evolve, next_deadline
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.model import TurnRef
 from turnkeeper_engine.plain import event_to_plain, to_shared
+
+try:
+    from turnkeeper.combats.rebuild import SNAPSHOT_EVERY
+    from turnkeeper.combats.registry import MAX_COMBAT_PAGE
+    from turnkeeper_engine import BUNDLED_RULES
+
+    DECIDE_RULES: dict[str, Any] = {"rules": BUNDLED_RULES}
+except ImportError:
+    # The builder of a checkout from before the layered daemon (7bcdbb2), run with its sources
+    # first on the path (``TURNKEEPER_BENCH_CHECKOUT``): its constants lived in ``host``, and
+    # its ``decide`` found the bundled rules itself.
+    from turnkeeper.host import MAX_COMBAT_PAGE, SNAPSHOT_EVERY  # type: ignore[no-redef]
+
+    DECIDE_RULES = {}
 
 TARGET_SECONDS = 2.0
 COMBATANTS = 10
@@ -81,7 +88,7 @@ def _play(
 
     def run(command: cmd.Command) -> None:
         nonlocal state, snapshot, snapshot_seq
-        decided = decide(state, command, now, actor=NARRATOR, dice=dice, rules=BUNDLED_RULES)
+        decided = decide(state, command, now, actor=NARRATOR, dice=dice, **DECIDE_RULES)
         if isinstance(decided, RuleError):
             raise RuntimeError(f"{combat}: {command} refused: {decided}")
         for event in decided:
@@ -230,17 +237,28 @@ def main() -> None:
         help="snapshots as written before states counted their events (an upgrade's first start"
         " replays every log); each repetition then starts on a fresh copy and is started twice",
     )
+    parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     print(tk.machine())
     root = tk.workdir("recovery")
     data_dir = args.data_dir or root / "data"
     old = "-old" if args.old_snapshots else ""
     marker = data_dir / f"built-{args.events}-{args.combats}-{args.seed}{old}"
+    if args.build_only:
+        written, seconds = build(data_dir, args.events, args.combats, args.seed, bool(old))
+        print(f"built {written:,} events in {seconds:.1f} s")
+        return
     if not marker.exists():
         print(f"building {data_dir} ({args.events:,} events over {args.combats} combats)")
-        written, seconds = build(data_dir, args.events, args.combats, args.seed, bool(old))
+        # Another checkout's daemon reads only the schema and encodings its own store writes:
+        # its own code builds the data dir, in a process with its sources first on the path.
+        builder = [sys.executable, __file__, "--build-only", "--data-dir", str(data_dir)]
+        for option in ("events", "combats", "seed"):
+            builder += [f"--{option}", str(getattr(args, option))]
+        subprocess.run(
+            builder + (["--old-snapshots"] if old else []), env=tk.daemon_env(), check=True
+        )
         marker.touch()
-        print(f"built {written:,} events in {seconds:.1f} s")
     size = (data_dir / DB_FILE).stat().st_size
     db = sqlite3.connect(data_dir / DB_FILE)
     (stored,) = db.execute("SELECT count(*) FROM events").fetchone()
