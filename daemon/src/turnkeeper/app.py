@@ -29,7 +29,6 @@ from .transport.listeners import (
     remove_own_socket,
 )
 from .transport.session import Sessions
-from .transport.websocket import Gate, Site, WebSocketChannel
 from .watchdog import Watchdog
 
 log = structlog.get_logger("turnkeeper.app")
@@ -134,6 +133,10 @@ async def serve(
                     tg.start_soon(_listening, tcp)
                 web_address = None
                 if config.ws_port is not None:
+                    # Imported here: HTTP and WebSocket (h11, wsproto, the page's files) cost a
+                    # daemon without --ws or --http ~15 ms of its start.
+                    from .transport.websocket import Gate, Site, WebSocketChannel
+
                     gate = Gate(Site() if config.page else None)
                     web = await listen_tcp(
                         config.ws_host,
