@@ -332,7 +332,8 @@ class Pipeline(Generic[Q]):
     ) -> Applied | None:
         """Commit, publish, due: under the writer's lock, in commit order. The states are
         those deciding folded the events to, on the log's state (the lock has been held since,
-        or the decision was checked to be made on it)."""
+        or the decision was checked to be made on it), so its seq is the log's: read from the
+        decision, as a log's ``seq`` may be a property, a call."""
         if not decision.events:
             return None
         applied = Applied(
@@ -341,7 +342,7 @@ class Pipeline(Generic[Q]):
             decision.now,
             tuple(decision.events),
             tuple(decision.states),
-            log.seq + len(decision.events),
+            decision.seq + len(decision.events),
             cause,
         )
         await log.commit(applied, context)
