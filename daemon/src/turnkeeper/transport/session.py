@@ -475,20 +475,28 @@ class Session:
     def _may_call(self, method: str) -> None:
         """Refuse a method of ``METHODS`` this session may not call now."""
         if METHODS[method].kind != "session":
-            if self.principal is None:
+            principal = self.principal
+            if principal is None:
                 raise RequestError("hello_required", "say hello first", "method")
-            if self.principal.key.startswith("token:") and self.sessions.tokens.stale():
-                self.close_with(_tokens_unavailable())
-                raise RequestError(
-                    "tokens_unavailable", "the tokens cannot be read now: say hello again later"
-                )
-            if not self.sessions.tokens.still_valid(self.principal):
-                self.close_with(
-                    wire.WireError("token_revoked", "the token of this session has been revoked")
-                )
-                raise RequestError("token_revoked", "the token of this session has been revoked")
-            if self.principal.host:
-                self._follow_tables(self.principal)
+            # Only a token can be revoked or go unreadable: the narrator's uid is asked nothing.
+            if principal.key.startswith("token:"):
+                if self.sessions.tokens.stale():
+                    self.close_with(_tokens_unavailable())
+                    raise RequestError(
+                        "tokens_unavailable",
+                        "the tokens cannot be read now: say hello again later",
+                    )
+                if not self.sessions.tokens.still_valid(principal):
+                    self.close_with(
+                        wire.WireError(
+                            "token_revoked", "the token of this session has been revoked"
+                        )
+                    )
+                    raise RequestError(
+                        "token_revoked", "the token of this session has been revoked"
+                    )
+            if principal.host:
+                self._follow_tables(principal)
 
     def _follow_tables(self, principal: Principal) -> None:
         """A hosting bridge's tables as the token file says now, for this request already: a
