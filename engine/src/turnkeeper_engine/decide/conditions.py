@@ -21,7 +21,9 @@ def apply_condition(ctx: Ctx, c: cmd.ApplyCondition) -> None:
     if c.source is not None:
         find_combatant(ctx, c.source, "source")
     anchor = c.anchor or c.source or c.target
-    find_combatant(ctx, anchor, "anchor")
+    if anchor != c.target and anchor != c.source:
+        # One of them (the usual anchor) is looked up, and found, above already.
+        find_combatant(ctx, anchor, "anchor")
     if not 1 <= c.rounds <= MAX_CONDITION_ROUNDS:
         raise reject("invalid_value", "between 1 and {limit}", "rounds", limit=MAX_CONDITION_ROUNDS)
     if c.boundary not in ("start", "end"):
