@@ -631,7 +631,8 @@ async def _command(method: str, session: Session, params: Mapping[str, Any]) -> 
     assert principal is not None
     request_id = text(params, "request_id")
     assert request_id is not None
-    as_user = text(params, "as", required=False)
+    # Checked only when given: most commands act as their session's own user.
+    as_user = None if params.get("as") is None else text(params, "as", required=False)
     actor = session.acting if as_user is None else None
     if actor is None:
         actor = principal.actor(as_user)
