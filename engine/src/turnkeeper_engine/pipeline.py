@@ -44,7 +44,7 @@ from . import events as ev
 from .decide import decide_folded
 from .dice import DiceSource
 from .errors import Arg, ProtocolError, RuleError, TemplatedError
-from .model import Actor, State
+from .model import Actor, State, maker
 from .rulebook import RuleBook
 
 
@@ -111,6 +111,10 @@ class Proposal:
     before_hooks: bool = False
     instead: bool = False
 
+
+_applied = maker(Applied)
+"""Makes an :class:`Applied` by position, without its frozen ``__init__``'s call per field:
+every command that changes something is one."""
 
 Outcome = Applied | RefusedError | None
 """What became of a proposal: applied, refused, or accepted with nothing to change."""
@@ -336,7 +340,7 @@ class Pipeline(Generic[Q]):
         decision, as a log's ``seq`` may be a property, a call."""
         if not decision.events:
             return None
-        applied = Applied(
+        applied = _applied(
             actor,
             command,
             decision.now,
