@@ -27,6 +27,7 @@ from turnkeeper_engine import Actor
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.events import EVENTS
+from turnkeeper_engine.model import maker
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
@@ -54,6 +55,9 @@ CLOSE_WAIT = WRITE_STALL + 1.0
 them after ``WRITE_STALL`` without progress, so this is only a backstop."""
 
 _ids = count(1)
+_response = maker(wire.Response)
+"""Makes a ``wire.Response`` by position, as ``wire.Response(...)`` does, without its frozen
+``__init__``'s call per field: every request is answered with one."""
 
 
 class Sessions:
@@ -405,7 +409,7 @@ class Session:
         except Exception as e:
             response = self._failed(request, e)
         else:
-            response = wire.Response(request.msgid, None, result)
+            response = _response(request.msgid, None, result)
         # Logged only with ``--debug``: otherwise not even a call per request.
         return self._logged(request, response, started) if logged else response
 
