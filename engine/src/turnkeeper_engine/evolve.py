@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import base64
 import json
-import operator
 import zlib
 from collections.abc import Callable, Iterable
-from itertools import accumulate, compress, repeat
 from typing import Any
 
 from . import events as ev
@@ -73,6 +71,9 @@ _stretch = maker(Stretch)
 _history = maker(History)
 _with_command = replacer(State, "undo", "last_command")
 _checkpoint = replacer(State, "undo", "seq", "secrets", "measured")
+# A condition applied or gone, the commonest events of play after a turn's: as above.
+_with_condition = replacer(State, "conditions", "serial")
+_with_conditions = replacer(State, "conditions")
 _with_log = replacer(State, "seq", "secrets")
 
 
@@ -220,19 +221,21 @@ def _window_closed(state: State, e: ev.WindowClosed) -> State:
 
 
 def _condition_gone(state: State, condition_id: str) -> State:
-    return replace(state, conditions=tuple(c for c in state.conditions if c.id != condition_id))
+    return _with_conditions(state, tuple(c for c in state.conditions if c.id != condition_id))
 
 
 def _within_reach(stretches: tuple[Stretch, ...], reach: int) -> tuple[Stretch, ...]:
     """The last stretches that hold the last ``reach`` commands; older ones go."""
-    n = len(stretches)
-    # ``Stretch.size`` of each, last first, without its call; ``held[k]``: what the last k
-    # hold. The first k (below n) at which they hold ``reach`` is found in C.
-    held = accumulate(
-        [s.count if s.packed else len(s.done) for s in reversed(stretches)], initial=0
-    )
-    k = next(compress(range(n), map(operator.ge, held, repeat(reach))), n)
-    return stretches[n - k :] if k < n else stretches
+    held = 0
+    # From the last stretch back, ``Stretch.size`` of each without its call, only as far as
+    # the ``reach``: none but the last of a young combat's history (its first ``STRETCH``
+    # commands), and no list of every stretch's size made for each command.
+    for k in range(1, len(stretches)):
+        last = stretches[-k]
+        held += last.count if last.packed else len(last.done)
+        if held >= reach:
+            return stretches[-k:]
+    return stretches
 
 
 _PACKER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
@@ -400,10 +403,8 @@ _FOLD: dict[type[ev.Event], Callable[[State, Any], State]] = {
     ev.ReactionFinished: lambda s, e: _window(s, index=_w(s).index + 1),
     ev.ReactionCancelled: _reaction_cancelled,
     ev.SequenceEnded: lambda s, e: replace(s, window=None),
-    ev.ConditionApplied: lambda s, e: replace(
-        s,
-        conditions=(*(c for c in s.conditions if c.id != e.condition.id), e.condition),
-        serial=s.serial + 1,
+    ev.ConditionApplied: lambda s, e: _with_condition(
+        s, (*(c for c in s.conditions if c.id != e.condition.id), e.condition), s.serial + 1
     ),
     ev.ConditionExpired: lambda s, e: _condition_gone(s, e.condition),
     ev.ConditionRemoved: lambda s, e: _condition_gone(s, e.condition),

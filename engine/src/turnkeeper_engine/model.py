@@ -572,14 +572,17 @@ class State:
 def next_deadline(state: State) -> float | None:
     """The earliest moment a ``Tick`` would change something (R13): an open window's deadline,
     the turn timer's warning or its expiry. A host schedules its next tick for then."""
-    moments: list[float] = []
+    # No list and no ``min``: the daemon asks twice per command, and most states have no
+    # deadline at all.
     window = state.window
-    if window is not None and window.status == "open" and window.has_deadline:
-        moments.append(window.deadline)
+    if window is not None:
+        # No turn's time runs while a window is open or resolving.
+        return window.deadline if window.status == "open" and window.has_deadline else None
     turn = state.turn
-    if turn is not None and state.window is None:
-        if turn.warn_at is not None and not turn.warned:
-            moments.append(turn.warn_at)
-        if turn.deadline is not None:
-            moments.append(turn.deadline)
-    return min(moments, default=None)
+    if turn is None:
+        return None
+    deadline = turn.deadline
+    warn_at = turn.warn_at
+    if warn_at is not None and not turn.warned and (deadline is None or warn_at <= deadline):
+        return warn_at  # the earlier, or the first of two alike, as ``min`` gives it
+    return deadline

@@ -44,7 +44,7 @@ from . import events as ev
 from .decide import decide_folded
 from .dice import DiceSource
 from .errors import Arg, ProtocolError, RuleError, TemplatedError
-from .model import Actor, State
+from .model import Actor, State, maker
 from .rulebook import RuleBook
 
 
@@ -111,6 +111,10 @@ class Proposal:
     before_hooks: bool = False
     instead: bool = False
 
+
+_applied = maker(Applied)
+"""Makes an :class:`Applied` by position, without its frozen ``__init__``'s call per field:
+every command that changes something is one."""
 
 Outcome = Applied | RefusedError | None
 """What became of a proposal: applied, refused, or accepted with nothing to change."""
@@ -332,16 +336,17 @@ class Pipeline(Generic[Q]):
     ) -> Applied | None:
         """Commit, publish, due: under the writer's lock, in commit order. The states are
         those deciding folded the events to, on the log's state (the lock has been held since,
-        or the decision was checked to be made on it)."""
+        or the decision was checked to be made on it), so its seq is the log's: read from the
+        decision, as a log's ``seq`` may be a property, a call."""
         if not decision.events:
             return None
-        applied = Applied(
+        applied = _applied(
             actor,
             command,
             decision.now,
             tuple(decision.events),
             tuple(decision.states),
-            log.seq + len(decision.events),
+            decision.seq + len(decision.events),
             cause,
         )
         await log.commit(applied, context)

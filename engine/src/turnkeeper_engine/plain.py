@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from . import commands as cmd
 from . import events as ev
 from .errors import Arg, TemplatedError
-from .model import Done, Event, History, State, Stretch
+from .model import Done, Event, History, State, Stretch, maker
 
 Plain = None | bool | int | float | str | list["Plain"] | dict[str, "Plain"]
 T = TypeVar("T")
@@ -618,24 +618,56 @@ def _fast(cls: type) -> Callable[[Any, int, _Shared | None, bool], Any]:
         "decode": _decode,
         "PlainError": PlainError,
     }
+    layout = _layout(cls)
+    make = _positional_maker(cls, len(layout))
     lines = [
         "def fast(d, depth, shared, strict):",
         f"    if depth >= {MAX_DEPTH} or (strict and not names.issuperset(d)):",
         "        return SLOW",
-        "    k = {}",
     ]
-    for i, (name, hint, required) in enumerate(_layout(cls)):
+    if make is None:
+        lines.append("    k = {}")
+    defaults = {f.name: f for f in dataclasses.fields(cls)}
+    for i, (name, hint, required) in enumerate(layout):
         lines += [f"    if {name!r} in d:", f"        v = d[{name!r}]"]
         lines += [f"        {line}" for line in _fast_check(hint, i, scope)]
-        lines += [f"        k[{name!r}] = v"]
+        lines += [f"        k[{name!r}] = v" if make is None else f"        a{i} = v"]
         if required:
             lines += ["    else:", "        return SLOW"]
-    lines += ["    return cls(**k)", ""]
+        elif make is not None:
+            # A field left out gets its default, as ``__init__`` gives it.
+            default = defaults[name]
+            if default.default_factory is not dataclasses.MISSING:
+                scope[f"factory{i}"] = default.default_factory
+                lines += ["    else:", f"        a{i} = factory{i}()"]
+            else:
+                scope[f"default{i}"] = default.default
+                lines += ["    else:", f"        a{i} = default{i}"]
+    if make is None:
+        lines += ["    return cls(**k)", ""]
+    else:
+        # Every field by position (``maker``): no dict of keywords, and no frozen
+        # ``__init__`` setting each field through ``object.__setattr__``.
+        scope["make"] = make
+        lines += [f"    return make({', '.join(f'a{i}' for i in range(len(layout)))})", ""]
     # Made from the class's own field names and type hints, as dataclasses makes its methods.
     exec("\n".join(lines), scope)
     made: Callable[[Any, int, _Shared | None, bool], Any] = scope["fast"]
     _FAST[cls] = made
     return made
+
+
+def _positional_maker(cls: type, plain: int) -> Callable[..., Any] | None:
+    """``maker(cls)`` when a record of ``cls`` is all its plain fields, each set by its
+    ``__init__`` and none of them checked after (no ``__post_init__``), so that making it
+    from every field's value is what ``cls(...)`` does; else None."""
+    every = dataclasses.fields(cls)
+    if len(every) != plain or hasattr(cls, "__post_init__") or not all(f.init for f in every):
+        return None
+    try:
+        return maker(cls)
+    except TypeError:
+        return None  # not a record with slots (``model._draft``)
 
 
 def _fast_check(hint: Any, i: int, scope: dict[str, Any]) -> list[str]:
@@ -766,7 +798,10 @@ def command_from_plain(data: Mapping[str, Any]) -> cmd.Command:
 
 def event_to_plain(event: ev.Event) -> dict[str, Plain]:
     """An event as ``{"event": name, **fields}``."""
-    return typing.cast(dict[str, Plain], to_plain(event))
+    # Its class's encoder, called here once made: ``to_plain``'s dispatch (and a ``cast``) are
+    # two calls more for every event the writer commits.
+    encode = _ENCODERS.get(type(event))
+    return encode(event) if encode is not None else _encoder(type(event))(event)
 
 
 def event_from_plain(data: Mapping[str, Any]) -> ev.Event:

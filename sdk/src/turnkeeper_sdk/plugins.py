@@ -998,7 +998,8 @@ class PluginHost:
         or the combat's end. A host skips the rest (a queue, a task switch) for every other
         command: most of them."""
         cause = applied.cause
-        if applied.after.phase == "ended" or (
+        # ``states[-1]``, not the ``after`` property: a call less for every command.
+        if applied.states[-1].phase == "ended" or (
             isinstance(cause, _Cause) and cause.depth > MAX_CHAIN
         ):
             return True

@@ -49,6 +49,7 @@ from typing import Any, Literal
 import msgpack  # type: ignore[import-untyped]
 
 from turnkeeper_engine.errors import Arg, ProtocolError
+from turnkeeper_engine.model import maker
 
 PROTOCOL_VERSION = 1
 """The protocol level this codebase speaks; a client reads the daemon's in the hello call."""
@@ -193,6 +194,11 @@ class Response:
     msgid: int
     error: ErrorBody | None
     result: Any
+
+
+_request = maker(Request)
+"""Makes a :class:`Request` by position, as ``Request(...)`` does, without its frozen
+``__init__``'s call per field: a daemon decodes one per request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -701,7 +707,7 @@ def _parse(obj: Any) -> Message:
             and type(params[0]) is dict
         ):
             _check_plain(params[0], "params", msgid)
-            return Request(msgid, method, params[0])
+            return _request(msgid, method, params[0])
     if kind == _REQUEST:
         # Read the msgid first: once it is known, every other fault can be answered.
         msgid = _msgid(obj)

@@ -170,11 +170,13 @@ class _CombatLog:
         """Durable before anything else sees it: one batch for the store's group commit, with
         the caller's result when it came with a request id (retries get it back)."""
         writer, combat = self._writer, self._combat
-        events = list(enumerate(applied.events, start=applied.first))
+        # ``first`` read once and ``states[-1]`` for ``after``: a property is a call.
+        first = applied.first
+        events = list(enumerate(applied.events, start=first))
         # ``map``, not a comprehension: no frame of its own per command.
         plains = list(map(event_to_plain, applied.events))
         last = applied.seq
-        state = applied.after
+        state = applied.states[-1]
         every = writer.snapshot_every
         if combat.snapshot_seq == 0:
             # A combat's first snapshot comes after between half and all of ``every`` events,
@@ -208,7 +210,7 @@ class _CombatLog:
             remembered = _REMEMBERED_HEAD + packer.pack(ticket.fingerprint) + _RESULT + packed
         batch = Batch(
             combat_id=combat.id,
-            first_seq=applied.first,
+            first_seq=first,
             events=tuple(plains),
             ruleset=ticket.ruleset if ticket is not None else None,
             request=request,

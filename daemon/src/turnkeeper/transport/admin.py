@@ -54,8 +54,13 @@ def hidden(session: Session, combat_id: str, command: cmd.Command) -> bool:
                 "combat_id",
             )
         return False
-    # While the daemon stops, ``run_command`` refuses every command first, this one too.
-    return not session.sessions.draining and not session.hub.visible(combat_id, scope)
+    # While the daemon stops, ``run_command`` refuses every command first, this one too. A
+    # session of every table (``scope`` None) sees every combat: no look-up, no call.
+    return (
+        scope is not None
+        and not session.sessions.draining
+        and not session.hub.visible(combat_id, scope)
+    )
 
 
 async def look_for_table(session: Session, combat_id: str) -> None:

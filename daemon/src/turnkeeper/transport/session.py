@@ -27,6 +27,7 @@ from turnkeeper_engine import Actor
 from turnkeeper_engine import commands as cmd
 from turnkeeper_engine.errors import ProtocolError
 from turnkeeper_engine.events import EVENTS
+from turnkeeper_engine.model import maker
 from turnkeeper_engine.plain import Plain
 from turnkeeper_sdk import wire
 
@@ -54,6 +55,9 @@ CLOSE_WAIT = WRITE_STALL + 1.0
 them after ``WRITE_STALL`` without progress, so this is only a backstop."""
 
 _ids = count(1)
+_response = maker(wire.Response)
+"""Makes a ``wire.Response`` by position, as ``wire.Response(...)`` does, without its frozen
+``__init__``'s call per field: every request is answered with one."""
 
 
 class Sessions:
@@ -405,7 +409,7 @@ class Session:
         except Exception as e:
             response = self._failed(request, e)
         else:
-            response = wire.Response(request.msgid, None, result)
+            response = _response(request.msgid, None, result)
         # Logged only with ``--debug``: otherwise not even a call per request.
         return self._logged(request, response, started) if logged else response
 
@@ -475,20 +479,28 @@ class Session:
     def _may_call(self, method: str) -> None:
         """Refuse a method of ``METHODS`` this session may not call now."""
         if METHODS[method].kind != "session":
-            if self.principal is None:
+            principal = self.principal
+            if principal is None:
                 raise RequestError("hello_required", "say hello first", "method")
-            if self.principal.key.startswith("token:") and self.sessions.tokens.stale():
-                self.close_with(_tokens_unavailable())
-                raise RequestError(
-                    "tokens_unavailable", "the tokens cannot be read now: say hello again later"
-                )
-            if not self.sessions.tokens.still_valid(self.principal):
-                self.close_with(
-                    wire.WireError("token_revoked", "the token of this session has been revoked")
-                )
-                raise RequestError("token_revoked", "the token of this session has been revoked")
-            if self.principal.host:
-                self._follow_tables(self.principal)
+            # Only a token can be revoked or go unreadable: the narrator's uid is asked nothing.
+            if principal.key.startswith("token:"):
+                if self.sessions.tokens.stale():
+                    self.close_with(_tokens_unavailable())
+                    raise RequestError(
+                        "tokens_unavailable",
+                        "the tokens cannot be read now: say hello again later",
+                    )
+                if not self.sessions.tokens.still_valid(principal):
+                    self.close_with(
+                        wire.WireError(
+                            "token_revoked", "the token of this session has been revoked"
+                        )
+                    )
+                    raise RequestError(
+                        "token_revoked", "the token of this session has been revoked"
+                    )
+            if principal.host:
+                self._follow_tables(principal)
 
     def _follow_tables(self, principal: Principal) -> None:
         """A hosting bridge's tables as the token file says now, for this request already: a
@@ -623,7 +635,8 @@ async def _command(method: str, session: Session, params: Mapping[str, Any]) -> 
     assert principal is not None
     request_id = text(params, "request_id")
     assert request_id is not None
-    as_user = text(params, "as", required=False)
+    # Checked only when given: most commands act as their session's own user.
+    as_user = None if params.get("as") is None else text(params, "as", required=False)
     actor = session.acting if as_user is None else None
     if actor is None:
         actor = principal.actor(as_user)

@@ -163,7 +163,8 @@ def _decide(
             "ruleset",
             ruleset=state.ruleset,
         )
-    ctx = Ctx(state, now, actor, dice, rules, book, states=[state])
+    # Every field by position: no keyword to match, no ``events`` factory to call.
+    ctx = Ctx(state, now, actor, dice, rules, book, [], [state])
     authorize(ctx, command)
     ctx.emit(_recorded(command.name, actor, now))
     _HANDLERS[type(command)](ctx, command)

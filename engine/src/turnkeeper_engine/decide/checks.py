@@ -83,7 +83,8 @@ def measure(state: State) -> Measure:
     sizes = list(measured.sizes)
     items = list(measured.items)
     longest = measured.longest
-    held = measured.values
+    # Each changed tuple was a tuple when measured: its items were measured (``items``).
+    held: tuple[Any, ...] = measured.values
     for i in changed:
         value = values[i]
         if type(value) is tuple:
@@ -92,14 +93,16 @@ def measure(state: State) -> Measure:
                 each = tuple(map(encoded_size, value))
             else:
                 was = held[i]
-                assert isinstance(was, tuple)
                 if len(value) >= len(old) and all(map(operator.is_, was, value)):
                     # Items added at the end (a condition applied, a combatant added): only
                     # they are measured, the rest compared in one pass, not looked up each.
                     each = old + tuple(map(encoded_size, value[len(old) :]))
                 else:
+                    # A list comprehension, not a generator resumed for each item.
                     known = dict(zip(map(id, was), old, strict=True))
-                    each = tuple(known[id(v)] if id(v) in known else encoded_size(v) for v in value)
+                    each = tuple(
+                        [known[id(v)] if id(v) in known else encoded_size(v) for v in value]
+                    )
             sizes[i], items[i] = header_size(len(each)) + sum(each), each
         else:
             sizes[i], items[i] = encoded_size(value), None

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from .. import commands as cmd
 from .. import events as ev
-from ..model import Clock, Condition
+from ..model import Clock, Condition, maker
 from .checks import check_names, check_text, find_active, find_combatant, require_in_rounds
 from .context import MAX_CONDITION_ROUNDS, Ctx, reject
+
+# Made on every ``apply_condition`` and ``remove_condition``, every field given: by ``maker``,
+# without a frozen ``__init__``'s call through ``object.__setattr__`` per field.
+_condition = maker(Condition)
+_clock = maker(Clock)
+_applied = maker(ev.ConditionApplied)
+_removed = maker(ev.ConditionRemoved)
 
 
 def apply_condition(ctx: Ctx, c: cmd.ApplyCondition) -> None:
@@ -21,7 +28,9 @@ def apply_condition(ctx: Ctx, c: cmd.ApplyCondition) -> None:
     if c.source is not None:
         find_combatant(ctx, c.source, "source")
     anchor = c.anchor or c.source or c.target
-    find_combatant(ctx, anchor, "anchor")
+    if anchor != c.target and anchor != c.source:
+        # One of them (the usual anchor) is looked up, and found, above already.
+        find_combatant(ctx, anchor, "anchor")
     if not 1 <= c.rounds <= MAX_CONDITION_ROUNDS:
         raise reject("invalid_value", "between 1 and {limit}", "rounds", limit=MAX_CONDITION_ROUNDS)
     if c.boundary not in ("start", "end"):
@@ -29,15 +38,16 @@ def apply_condition(ctx: Ctx, c: cmd.ApplyCondition) -> None:
     check_text(c.note, "note", required=False)
     turn = ctx.state.turn
     skip = c.boundary == "end" and turn is not None and turn.combatant == anchor
-    condition = Condition(
+    condition = _condition(
         id=f"c{ctx.state.serial + 1}",
         type=c.type,
         target=c.target,
         source=c.source,
-        clocks=(Clock(anchor, c.boundary, c.rounds, skip),),
+        clocks=(_clock(anchor, c.boundary, c.rounds, skip),),
+        surprisers=(),
         note=c.note,
     )
-    ctx.emit(ev.ConditionApplied(condition))
+    ctx.emit(_applied(condition))
 
 
 def remove_condition(ctx: Ctx, c: cmd.RemoveCondition) -> None:
@@ -45,7 +55,7 @@ def remove_condition(ctx: Ctx, c: cmd.RemoveCondition) -> None:
     found = next((k for k in ctx.state.conditions if k.id == c.condition), None)
     if found is None:
         raise reject("unknown_condition", "no condition {id!r}", "condition", id=c.condition)
-    ctx.emit(ev.ConditionRemoved(found.target, found.id, found.type, "removed"))
+    ctx.emit(_removed(found.target, found.id, found.type, "removed"))
 
 
 def surprise(ctx: Ctx, c: cmd.Surprise) -> None:
