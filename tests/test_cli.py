@@ -323,7 +323,7 @@ def test_loop_uvloop_without_uvloop_installed_is_a_usage_error(tmp_path: Path) -
     )
     assert done.returncode == 2
     assert said(done.stderr) == [
-        "turnkeeper: --loop uvloop: uvloop is not installed (pip install 'turnkeeper[uvloop]')"
+        "turnkeeper: --loop uvloop: uvloop is not installed (pip install uvloop)"
     ]
     assert not socket_path.exists()
 

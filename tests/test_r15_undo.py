@@ -221,6 +221,8 @@ def test_r15_undo_reaches_exactly_undo_depth_commands_back() -> None:
         # The game exactly; the history holds fewer commands than it held then (see below).
         assert _game(s.state) == _game(expected)
     assert s.refuse(c.Undo()).code == "nothing_to_undo"
+    # Nothing left to undo, nothing held: the history's stretches went with their reach.
+    assert s.state.undo == History()
     # Commands after that are undone again, and the history is the one they would make.
     s.end_turn()
     s.end_turn()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -556,3 +557,16 @@ def test_a_stream_read_whole_decodes_as_when_trickled(data: bytes, limits: Any) 
     assert [str(e) for e in whole if isinstance(e, WireError)] == [
         str(e) for e in trickled if isinstance(e, WireError)
     ]
+
+
+@pytest.mark.parametrize("size", [10, 60_000], ids=["whole_in_the_window", "scanned"])
+def test_a_decoder_keeps_none_of_the_bytes_it_has_read(size: int) -> None:
+    # A WebSocket connection keeps its decoder from one message to the next: were its used-up
+    # backlog a slice of the last frame, a connection gone quiet would hold that frame.
+    decoder = Decoder(REQUESTS)
+    data = msgpack.packb([0, 1, "list_combats", [{"note": "x" * size}]])
+    held = sys.getrefcount(data)
+    (message,) = decoder.feed(data)
+    assert isinstance(message, Request)
+    assert not decoder.pending
+    assert sys.getrefcount(data) == held

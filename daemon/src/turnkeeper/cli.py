@@ -676,7 +676,7 @@ def _serve(args: argparse.Namespace) -> int:
         backend = _loop_options(args.loop)
     except ImportError:
         print(
-            "turnkeeper: --loop uvloop: uvloop is not installed (pip install 'turnkeeper[uvloop]')",
+            "turnkeeper: --loop uvloop: uvloop is not installed (pip install uvloop)",
             file=sys.stderr,
         )
         return 2

@@ -226,6 +226,8 @@ def _condition_gone(state: State, condition_id: str) -> State:
 
 def _within_reach(stretches: tuple[Stretch, ...], reach: int) -> tuple[Stretch, ...]:
     """The last stretches that hold the last ``reach`` commands; older ones go."""
+    if reach <= 0:
+        return ()
     held = 0
     # From the last stretch back, ``Stretch.size`` of each without its call, only as far as
     # the ``reach``: none but the last of a young combat's history (its first ``STRETCH``

@@ -120,6 +120,10 @@ than ``MAX_NESTING`` (plus the message and params arrays) is refused per message
 this bound only stops a message that never closes its arrays from costing a level each."""
 
 
+_NO_BYTES = memoryview(b"")
+"""A decoder's backlog once its bytes are used up."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one message a :class:`Decoder` reads may cost: ``message_bytes`` encoded, and
@@ -347,7 +351,7 @@ class Decoder:
         self._unpacker = self._new_unpacker()
         self._scanner = _Scanner(limits) if limits.values is not None else None
         self._window = _window(limits)
-        self._backlog = memoryview(b"")
+        self._backlog = _NO_BYTES
         self._fed = 0
         self._message_start = 0
         self._fatal: WireError | None = None
@@ -391,6 +395,9 @@ class Decoder:
                 obj = next(self._unpacker)
             except StopIteration:
                 if not self._backlog:
+                    # An empty slice still holds the bytes pushed (up to a whole message, kept
+                    # by a connection that then goes quiet): let them go.
+                    self._backlog = _NO_BYTES
                     return None
                 # msgpack buffers only what it has not parsed yet: the scalar it waits on.
                 room = self._limits.max_value_bytes - (self._fed - self._unpacker.tell())
@@ -479,7 +486,7 @@ class Decoder:
 
     def _fail(self, error: WireError) -> WireError:
         self._fatal = error
-        self._backlog = memoryview(b"")
+        self._backlog = _NO_BYTES
         return error
 
 
