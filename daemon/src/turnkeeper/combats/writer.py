@@ -373,7 +373,7 @@ class Writer:
         looked: bool,
     ) -> Plain:
         """``execute``'s command, its id not remembered as far as was ``looked`` up."""
-        if isinstance(command, cmd.CreateCombat):
+        if type(command) is cmd.CreateCombat:  # not ``isinstance``: see ``methods.command``
             async with self.combats.creating(combat_id):
                 combat = Combat(combat_id, State(), 0, table=table_of(combat_id), epoch=FIRST_EPOCH)
                 ticket.ruleset = command.ruleset
