@@ -75,7 +75,9 @@ def command(method: str, params: Mapping[str, Any]) -> tuple[str, cmd.Command]:
         command_value: cmd.Command = from_plain(cls, fields)
     except PlainError as e:
         raise RequestError.relay(e, "invalid_params", e.field) from e
-    if isinstance(command_value, cmd.CreateCombat):
+    # ``type(…) is``: a command's class is its kind, and a failed ``isinstance`` looks up the
+    # value's ``__class__`` besides, on every command.
+    if type(command_value) is cmd.CreateCombat:
         combat_id = text(params, "combat_id")
     else:
         combat_id = text(params, "combat")

@@ -999,13 +999,15 @@ class PluginHost:
         command: most of them."""
         cause = applied.cause
         # ``states[-1]``, not the ``after`` property: a call less for every command.
+        # ``type(…) is``, not ``isinstance``: one that fails looks up the value's ``__class__``
+        # besides, and these fail for nearly every command and event.
         if applied.states[-1].phase == "ended" or (
-            isinstance(cause, _Cause) and cause.depth > MAX_CHAIN
+            type(cause) is _Cause and cause.depth > MAX_CHAIN
         ):
             return True
         types = self._after_types
         for event in applied.events:
-            if type(event) in types or isinstance(event, ev.PluginEnabled):
+            if type(event) in types or type(event) is ev.PluginEnabled:
                 return True
         if not self._due_off:
             return False

@@ -110,7 +110,9 @@ _REQUEST = 0
 _RESPONSE = 1
 _NOTIFICATION = 2
 
-_PLAIN_SCALARS = (type(None), bool, int, float, str)
+_PLAIN_SCALARS = (str, int, type(None), float, bool)
+"""In the order a request's values most often are: ``isinstance`` tries a tuple's types in
+turn, and each that fails looks up the value's ``__class__`` besides (~200 instructions)."""
 _LONGEST_HEADER = 5
 """Bytes of the longest str, bin or ext header: a type byte and four of length (msgpack reads an
 ext's own type byte with its body)."""
@@ -807,7 +809,9 @@ def _error_string(error: dict[str, Any], name: str, default: str | None = None) 
 
 def _check_plain(value: Any, path: str, msgid: int | None) -> None:
     """Refuse values that are not plain data, or that nest deeper than ``MAX_NESTING``."""
-    if isinstance(value, _PLAIN_SCALARS):
+    # A request's params are a map: told by its class, before five ``isinstance`` that fail.
+    kind = type(value)
+    if kind is not dict and kind is not list and isinstance(value, _PLAIN_SCALARS):
         return
     try:
         _walk(value, 1)

@@ -98,7 +98,7 @@ class HookWorkers:
                 log.warning("plugin_hooks_skipped", combat=combat.id, command=command.name)
             return True
         # No hook stands for a combat's creation.
-        room.observe = not isinstance(command, cmd.CreateCombat)
+        room.observe = type(command) is not cmd.CreateCombat  # see ``methods.command``
         if not room.observe:
             return True
         if self._places[shard] >= HOOK_QUEUE or combat.places >= HOOK_QUEUE_PER_COMBAT:

@@ -41,7 +41,7 @@ def hidden(session: Session, combat_id: str, command: cmd.Command) -> bool:
     answers it); a new combat must be named in one of them, or is refused here. Not a
     coroutine: the usual answer, False, costs a lookup and no await."""
     scope = session.scope
-    if isinstance(command, cmd.CreateCombat):
+    if type(command) is cmd.CreateCombat:  # not ``isinstance``: see ``methods.command``
         table = table_of(combat_id)
         if scope is None:
             if table not in session.sessions.tokens.load().table_ids():

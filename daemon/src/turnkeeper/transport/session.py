@@ -374,7 +374,13 @@ class Session:
         item = await self.channel.next(limits)
         if item is None:
             return False
-        if isinstance(item, wire.WireError):
+        # A request first, by its class (``channel.next`` makes them): the usual item, told
+        # without an ``isinstance`` that fails, which looks up its ``__class__`` besides.
+        if type(item) is wire.Request:
+            await self.reply(await self.answer(item))
+            if self.ending is not None:
+                self.close_with(self.ending)
+        elif isinstance(item, wire.WireError):
             if item.fatal:
                 self.close_with(item)
                 return False
@@ -382,10 +388,6 @@ class Session:
             # malformed ones too (some MessagePack-RPC clients send one on connect).
             if not item.notification:
                 await self.reply(self._refusal(item))
-        elif isinstance(item, wire.Request):
-            await self.reply(await self.answer(item))
-            if self.ending is not None:
-                self.close_with(self.ending)
         elif isinstance(item, wire.Response):
             # Clients answer nothing in this protocol: a response is a confused peer.
             note = wire.WireError(wire.INVALID_MESSAGE, "clients send no responses")
