@@ -9,6 +9,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -154,10 +155,8 @@ def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_l
         assert _logged(d, "snapshot_unreadable") == 1
         # The replay is paid once: a fresh snapshot of the log's end replaces the bad one.
         assert _logged(d, "snapshot_stored") == 1
+        seq, fresh = _fresh_snapshot(d, "bank", body)
         d.kill()
-        with _db(d) as db:
-            stored = db.execute("SELECT seq, body FROM snapshots WHERE combat_id = 'bank'")
-            seq, fresh = stored.fetchone()
         assert seq == before["seq"]
         assert from_shared(State, msgpack.unpackb(fresh, raw=False)).seq == seq
         d.start()
@@ -172,6 +171,22 @@ def test_an_unreadable_snapshot_is_passed_over_and_the_combat_rebuilt_from_its_l
         d.start()
         assert d.client().call("get_combat", combat="bank") == after
         assert _logged(d, "snapshot_unreadable") == 1
+
+
+def _fresh_snapshot(d: Daemon, combat: str, bad: bytes) -> tuple[int, bytes]:
+    """The snapshot that replaced ``bad``, once it is on disk: the SQLite store writes
+    snapshots in a transaction aside, after the commands' answers (``store.py``), so the one
+    a rebuild hands it lands a moment after ``snapshot_stored`` is logged. Read while the
+    daemon runs, as a reader of the WAL."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while True:
+        with closing(sqlite3.connect(d.data_dir / "turnkeeper.db")) as db:
+            row = db.execute("SELECT seq, body FROM snapshots WHERE combat_id = ?", (combat,))
+            seq, body = row.fetchone()
+        if body != bad:
+            return seq, body
+        assert time.monotonic() < deadline, "the fresh snapshot never reached the disk"
+        time.sleep(0.02)
 
 
 def _logged(d: Daemon, event: str) -> int:
