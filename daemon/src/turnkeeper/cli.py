@@ -686,7 +686,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _loop_options(choice: str) -> dict[str, Any]:
     """anyio's options for the loop ``--loop`` names. uvloop's transports are written in C: a
-    durable command costs the daemon ~9% less CPU on it (docs/benchmarks.md); ``auto`` takes
+    durable command costs the daemon 6 to 9% less CPU on it (docs/benchmarks.md); ``auto`` takes
     it where the ``uvloop`` extra is installed. Raises ``ImportError`` for ``uvloop`` when it
     is not."""
     if choice == "asyncio":
