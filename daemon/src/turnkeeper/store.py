@@ -323,7 +323,8 @@ class Batch:
     """One command's durable effect: its events, and the combat or request record it creates.
     Made once per command and never changed after (the committer's thread reads it): not
     frozen, for a frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__`` and cost twice as much, once per command.
+    ``object.__setattr__`` and cost twice as much, once per command. The writer makes it by
+    position (``_CombatLog.commit``): a field added or moved here must be added or moved there.
 
     ``events`` are plain events stored at ``first_seq``, ``first_seq + 1``, …; ``ruleset`` is set
     when the batch creates the combat; ``request`` is ``(principal, request_id)`` and ``response``
