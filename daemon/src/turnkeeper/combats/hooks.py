@@ -86,7 +86,7 @@ class HookWorkers:
         decided: the clock takes one only if there is room; a client's is taken here if there
         is room, else False, and the client waits for one (``wait_room``). Never waits: a
         queue with room costs a command no coroutine."""
-        shard = hash(combat.id) % self._workers  # ``shard``, spelled out: every command asks
+        shard = self.shard(combat)
         if clock:
             room.placed = room.observe = self._places[shard] < HOOK_QUEUE
             if room.placed:
@@ -140,7 +140,7 @@ class HookWorkers:
         """After a command's way through the pipeline, committed or refused: a place it took
         and did not use is freed, and hooks due (even a refused command's before hooks may
         have applied commands) go to the combat's worker. Never waits."""
-        shard = hash(combat.id) % self._workers  # ``shard``, spelled out: every command asks
+        shard = self.shard(combat)
         if room.placed and not room.queued:
             self._free_place(shard, combat)
         if combat.hooks_due:
