@@ -18,7 +18,9 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
-from wsproto.events import TextMessage
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import BytesMessage, TextMessage
+from wsproto.events import Request as WsRequest
 
 from daemon import CallError, Client, Daemon, running
 from turnkeeper.methods import MAX_HISTORY_PAGE, MAX_ID_CHARS
@@ -912,3 +914,108 @@ def test_a_frame_that_breaks_the_websocket_rules_is_fatal_with_a_reason(
     assert (final.params["code"], final.params["fatal"]) == ("invalid_message", True)
     assert gm.sock.close_code == 1008  # type: ignore[attr-defined]
     _still_serving(daemon)
+
+
+def _answers(c: Client, count: int) -> list[int]:
+    """The ids of the next ``count`` responses, in the order they came."""
+    c.sock.settimeout(10.0)
+    seen: list[int] = []
+    while len(seen) < count:
+        message = msgpack.unpackb(c.sock.recv(65536))
+        if message[0] == 1:
+            seen.append(message[1])
+    return seen
+
+
+def _get(msgid: int, combat: str = CALM) -> bytes:
+    return msgpack.packb([0, msgid, "get_combat", [{"combat": combat}]])
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+@pytest.mark.parametrize("size", [20, 300], ids=["short_size", "two_byte_size"])
+def test_a_websocket_frame_split_anywhere_is_read_whole(gm: Client, size: int) -> None:
+    # A combat id long enough for the frame's size to take two bytes: the answer is then an
+    # error, but an answer to this very request.
+    frame = _frame(0x2, _get(90, CALM if size < 126 else "x" * 200))
+    for cut in sorted({1, 2, 3, 5, 7, len(frame) // 2, len(frame) - 1}):
+        gm.sock.sock.sendall(frame[:cut])  # type: ignore[attr-defined]
+        time.sleep(0.02)  # read apart, not as one chunk
+        gm.sock.sock.sendall(frame[cut:])  # type: ignore[attr-defined]
+        assert _answers(gm, 1) == [90]
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+def test_websocket_frames_of_every_kind_keep_their_order(gm: Client) -> None:
+    # Whole binary frames, a message in fragments with a ping between them, and a request the
+    # session's task must take (a command), all in one write.
+    second = _get(92)
+    command = msgpack.packb([0, 94, "end_turn", [{"combat": "no-such-combat"}]])
+    frames = [
+        _frame(0x2, _get(91)),
+        _frame(0x2, second[:3], fin=False),
+        _frame(0x9, b"ping"),
+        _frame(0x0, second[3:]),
+        _frame(0x2, _get(93)),
+        _frame(0x2, command),
+        _frame(0x2, _get(95)),
+    ]
+    gm.sock.sock.sendall(b"".join(frames))  # type: ignore[attr-defined]
+    assert _answers(gm, 5) == [91, 92, 93, 94, 95]
+
+
+@pytest.mark.parametrize("transport", ["ws"], indirect=True)
+@pytest.mark.parametrize(
+    "frames",
+    [
+        pytest.param(
+            [_frame(0x2, _get(96)[:3], fin=False), _frame(0x2, _get(97))],
+            id="whole_message_inside_a_fragmented_one",
+        ),
+        pytest.param([_frame(0x0, _get(98))], id="continuation_of_nothing"),
+        pytest.param(
+            [bytes([0x82, 0xFE, 0x00, 0x05]) + b"\x00\x00\x00\x00" + _get(99)[:5]],
+            id="size_not_in_its_fewest_bytes",
+        ),
+    ],
+)
+def test_a_websocket_frame_out_of_its_place_is_fatal(
+    daemon: Daemon, gm: Client, frames: list[bytes]
+) -> None:
+    gm.sock.sock.sendall(b"".join(frames))  # type: ignore[attr-defined]
+    (final,) = _until_closed(gm, 10.0)
+    assert (final.params["code"], final.params["fatal"]) == ("invalid_message", True)
+    assert gm.sock.close_code == 1008  # type: ignore[attr-defined]
+    _still_serving(daemon)
+
+
+def test_a_websocket_message_over_the_limit_before_hello_is_refused_by_its_head(
+    daemon: Daemon,
+) -> None:
+    c = _raw(daemon, "ws")
+    padded = msgpack.packb([0, 1, "list_combats", ["x" * wire.MAX_UNAUTHENTICATED_MESSAGE_BYTES]])
+    frame = _frame(0x2, padded)
+    assert frame[1] & 0x7F == 126  # its size in two bytes: a frame the daemon reads itself
+    c.sock.sock.sendall(frame[:200])  # type: ignore[attr-defined]
+    (final,) = _until_closed(c, 10.0)
+    assert (final.params["code"], final.params["fatal"]) == ("message_too_large", True)
+
+
+def test_requests_sent_right_behind_the_websocket_upgrade_are_answered(daemon: Daemon) -> None:
+    assert daemon.ws_port is not None
+    client = WSConnection(ConnectionType.CLIENT)
+    head = client.send(WsRequest(host="127.0.0.1", target="/ws"))
+    frames = _frame(0x2, msgpack.packb([0, 7, "list_combats", []])) + _frame(0x2, _get(8))
+    with socket.create_connection(("127.0.0.1", daemon.ws_port), timeout=10.0) as s:
+        s.sendall(head + frames[:-3])  # the last frame not whole yet
+        time.sleep(0.05)
+        s.sendall(frames[-3:])
+        answers: list[Any] = []
+        while len(answers) < 2:
+            data = s.recv(65536)
+            assert data, f"closed after {answers}"
+            client.receive_data(data)
+            answers += [
+                msgpack.unpackb(e.data) for e in client.events() if isinstance(e, BytesMessage)
+            ]
+    # Both before hello: refused, but each by its own answer, in order.
+    assert [(a[1], a[2]["code"]) for a in answers] == [(7, "hello_required"), (8, "hello_required")]

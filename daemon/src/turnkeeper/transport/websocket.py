@@ -5,7 +5,9 @@ HTTP listener: ``/ws`` upgrades to a WebSocket carrying exactly the socket proto
 per binary frame; ``/foundry/`` serves the Foundry VTT module (``foundry.py``); with the page
 on, every other path is a static file of ``turnkeeper/web`` or a translation catalogue. HTTP is
 parsed by h11 and the WebSocket by wsproto, both sans-I/O, over the same ``asyncio`` channel as
-the other transports (``channel.py``).
+the other transports (``channel.py``). The frame nearly every message comes in, a whole binary
+message in one masked frame, is read by the channel itself (``_plain_frame``), and a read in it
+answered as it arrives, as on the Unix socket; wsproto reads every other frame.
 """
 
 from __future__ import annotations
@@ -96,6 +98,65 @@ def _frame(data: bytes) -> bytes:
     return head + data
 
 
+_XOR = [bytes(byte ^ key for byte in range(256)) for key in range(256)]
+"""For each byte of a masking key, what each byte becomes once unmasked."""
+
+
+def _frame_head(data: bytes, at: int) -> tuple[int, int] | None:
+    """Where the payload of the frame at ``at`` starts and how long it is, or None while its
+    head is not all here."""
+    if len(data) - at < 2:
+        return None
+    second = data[at + 1]
+    size = second & 0x7F
+    start = at + 2
+    if size == 126:
+        start += 2
+        size = int.from_bytes(data[at + 2 : start], "big")
+    elif size == 127:
+        start += 8
+        size = int.from_bytes(data[at + 2 : start], "big")
+    if second & 0x80:
+        start += 4  # the masking key
+    if start > len(data):
+        return None
+    return start, size
+
+
+def _plain_frame(data: bytes, at: int) -> tuple[int, int] | None:
+    """Where the payload of the frame at ``at`` starts and ends (perhaps past the bytes here)
+    if it is a whole message that any valid WebSocket could send: a final, binary frame,
+    masked as a client's must be, with no reserved bit and its size in the fewest bytes (under
+    64 KiB). None for any other frame, or while its head is not all here. wsproto reads every
+    other frame: parsing a message cost it ~30 µs, more than the command it carries."""
+    if len(data) - at < 6 or data[at] != 0x82:  # FIN, no reserved bit, binary
+        return None
+    second = data[at + 1]
+    if not second & 0x80:
+        return None
+    size = second & 0x7F
+    start = at + 6
+    if size == 126:
+        start = at + 8
+        if len(data) < start:
+            return None
+        size = int.from_bytes(data[at + 2 : at + 4], "big")
+        if size < 126:
+            return None  # not the fewest bytes: wsproto refuses it
+    elif size == 127:
+        return None
+    return start, start + size
+
+
+def _unmask(data: bytes, start: int, end: int) -> bytes:
+    """The payload at ``data[start:end]``, unmasked by the key in the four bytes before it."""
+    key = data[start - 4 : start]
+    payload = bytearray(data[start:end])
+    for i in range(4):
+        payload[i::4] = payload[i::4].translate(_XOR[key[i]])
+    return bytes(payload)
+
+
 class WebSocketChannel(Channel):
     """An HTTP connection: a file or an error answered (``Gate``), or a WebSocket carrying one
     protocol message per binary message."""
@@ -114,39 +175,114 @@ class WebSocketChannel(Channel):
         self._pong: bytes | None = None
         """The answer to the latest ping, held while bytes wait for the peer."""
         self._decoder: wire.Decoder | None = None
+        self._limits = wire.BEFORE_HELLO
+        """The limits in force, as the session's task last gave them (``next``)."""
+        self._raw = b""
+        """Bytes received and not read yet, from ``_at`` on: the start of a frame not all
+        here, or frames behind the message just read."""
+        self._at = 0
+        self._through = 0
+        """Bytes of a frame wsproto reads as they come that have not arrived yet."""
+        self._in_message = False
+        """Whether wsproto holds part of a message: its next frames are all wsproto's."""
+        self._told = False
+        """Whether wsproto may have events not yet taken (it was given bytes since)."""
 
     def identify(self, transport: asyncio.Transport) -> None:
         self.address = peer_address(transport)
 
     async def open(self) -> bool:
         try:
-            self._ws = await self._gate.accept(self)
+            accepted = await self._gate.accept(self)
         except Exception:
             log.exception("http_failed")
             self.abort()
             return False
-        self._open = self._ws is not None
-        return self._open
+        if accepted is None:
+            self._open = False
+            return False
+        # Bytes the client sent right behind its request head are its first frames.
+        self._ws, self._raw = accepted
+        self._open = True
+        return True
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if (
+            self.at_once is None
+            or waiter is None
+            or waiter.done()
+            or self._chunks
+            or self._closing
+            or self._raw
+            or self._through
+            or self._in_message
+            or self.framing is None
+        ):
+            super().data_received(data)
+            return
+        # The session's task waits for these very bytes with nothing held anywhere (no frame
+        # begun, wsproto idle), as on the Unix socket (``UnixChannel.data_received``): each
+        # whole binary frame is decoded here and, if the session can answer it at once, costs
+        # no wake-up of its task. The first it cannot is handed over, the bytes behind it
+        # queued as received.
+        limit = self._limits.message_bytes
+        at = 0
+        while (frame := _plain_frame(data, at)) is not None:
+            start, end = frame
+            if end > len(data) or end - start > limit:
+                break  # the rest is the task's: a frame not all here, a message too long
+            at = end
+            item = self._decode(_unmask(data, start, end))
+            if not self.at_once(item):
+                self._hand(item)
+                break
+            if self._closing or at == len(data):
+                return
+        if at < len(data):
+            super().data_received(data[at:] if at else data)
+
+    def _hand(self, item: wire.Message | wire.WireError) -> None:
+        self._handed = item
+        self._wake()
 
     async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
-        try:
-            data = await self._receive_message(limits.message_bytes)
-        except wire.WireError as e:
-            return e
-        if data is None:
-            return None
-        if isinstance(data, str):
-            return wire.WireError(wire.INVALID_MESSAGE, "text frames are not accepted: send binary")
+        self._limits = limits
+        while True:
+            handed = self._handed
+            if handed is not None:
+                self._handed = None
+                return handed
+            try:
+                data = await self._receive_message(limits.message_bytes)
+            except wire.WireError as e:
+                return e
+            if data is None:
+                if self._handed is not None:
+                    continue
+                return None
+            if isinstance(data, str):
+                return wire.WireError(
+                    wire.INVALID_MESSAGE, "text frames are not accepted: send binary"
+                )
+            return self._decode(data)
+
+    def _decode(self, data: bytes) -> wire.Message | wire.WireError:
+        """A binary message's one protocol message, or the error saying why it is not one."""
         # One decoder for the connection's messages: a new one for each cost a message ~20 µs
         # more (msgpack's unpacker and the header scanner made again).
         decoder = self._decoder
         if decoder is None:
-            decoder = self._decoder = wire.Decoder(limits)
+            decoder = self._decoder = wire.Decoder(self._limits)
         else:
-            decoder.limit(limits)
-        items = decoder.feed(data)
-        if len(items) == 1 and not decoder.pending:
-            return items[0]
+            decoder.limit(self._limits)
+        decoder.push(data)
+        first = decoder.next()
+        # Once its bytes are used up, asking the decoder for another message would cost a
+        # failed read of msgpack's for each message.
+        if first is not None and not decoder.pending:
+            return first
+        items = [first, *iter(decoder.next, None)] if first is not None else []
         # The frame's bytes were not one message: what the decoder holds of them is dropped
         # with it, and the next frame is read afresh.
         self._decoder = None
@@ -157,11 +293,14 @@ class WebSocketChannel(Channel):
 
     async def _receive_message(self, max_bytes: int) -> bytes | str | None:
         """The next whole message: bytes for a binary one, the text of a text one (which the
-        protocol refuses); None once the WebSocket is closed."""
+        protocol refuses); None once the WebSocket is closed, or when a message decoded on
+        arrival was handed over meanwhile."""
         ws = self._ws
         assert ws is not None
         while True:
-            for event in ws.events():
+            # wsproto has events only from bytes it was given: asked for them after each
+            # message read here, it would parse its empty buffer for nothing.
+            for event in ws.events() if self._told else ():
                 if isinstance(event, BytesMessage):
                     if len(self._message) + len(event.data) > max_bytes:
                         # Checked as the parts arrive, so a huge message is never held whole.
@@ -204,12 +343,74 @@ class WebSocketChannel(Channel):
                     if ws.state is ConnectionState.REMOTE_CLOSING:
                         self.put(ws.send(event.response()))
                     return None
+            self._told = False
+            if self._raw:
+                message = self._frames(max_bytes)
+                if message is not None:
+                    return message
+                if self._told:
+                    continue  # wsproto has frames to tell first
             data = await self.receive()
             if not data:
+                if self._handed is not None:
+                    return None
                 self._open = False
                 ws.receive_data(None)
                 return None
-            ws.receive_data(data)
+            self._raw = self._raw[self._at :] + data if self._raw else data
+            self._at = 0
+
+    def _frames(self, max_bytes: int) -> bytes | None:
+        """Read the frames received: the payload of a whole binary message in one frame, read
+        here (``_plain_frame``); any other frame goes to wsproto, which checks every rule of
+        RFC 6455 (``_told`` says it was given some), with the frames behind it up to the next
+        plain one. None when neither: the next frame is not all here yet."""
+        raw, at = self._raw, self._at
+        if self._through:
+            # The rest of a long frame wsproto reads as it comes, up to that frame's end.
+            end = min(len(raw), at + self._through)
+            self._through -= end - at
+            self._give(raw, at, end)
+            return None
+        if not self._in_message and (frame := _plain_frame(raw, at)) is not None:
+            start, end = frame
+            if end - start > max_bytes:
+                raise wire.too_large(max_bytes)
+            if end > len(raw):
+                return None  # held here whole: under 64 KiB
+            self._raw, self._at = (raw, end) if end < len(raw) else (b"", 0)
+            return _unmask(raw, start, end)
+        # The frames for wsproto that lie here before the next plain one are fed at once, so
+        # that thousands of tiny frames cost one call, not one each.
+        end = at
+        while end < len(raw) and (end == at or self._in_message or _plain_frame(raw, end) is None):
+            head = _frame_head(raw, end)
+            if head is None:
+                break
+            start, size = head
+            first = raw[end]
+            opcode = first & 0x0F
+            # wsproto holds a message begun until its final frame: every frame until then is
+            # its own to check against the rules of continuation.
+            if opcode in (1, 2):
+                self._in_message = not first & 0x80
+            elif opcode == 0 and first & 0x80:
+                self._in_message = False
+            if start + size > len(raw):
+                self._through = start + size - len(raw)
+                end = len(raw)
+                break
+            end = start + size
+        if end > at:
+            self._give(raw, at, end)
+        return None
+
+    def _give(self, raw: bytes, at: int, end: int) -> None:
+        """Feed wsproto ``raw[at:end]``, keeping what follows for later."""
+        assert self._ws is not None
+        self._ws.receive_data(raw[at:end])
+        self._raw, self._at = (raw, end) if end < len(raw) else (b"", 0)
+        self._told = True
 
     def _drained(self) -> None:
         pong, self._pong = self._pong, None
@@ -295,10 +496,10 @@ class Gate:
         self.handshakes = 0
         self.handshakes_from: Counter[str] = Counter()
 
-    async def accept(self, channel: Channel) -> WSConnection | None:
+    async def accept(self, channel: Channel) -> tuple[WSConnection, bytes] | None:
         """Read one request. A WebSocket upgrade on ``/ws`` is accepted and its connection
-        returned; anything else is answered (a file, or an HTTP error), the channel closed and
-        None returned."""
+        returned, with the bytes received behind the request; anything else is answered (a
+        file, or an HTTP error), the channel closed and None returned."""
         address = channel.address or ""
         if (
             self.handshakes >= MAX_HANDSHAKES
@@ -325,7 +526,7 @@ class Gate:
             if not self.handshakes_from[address]:
                 del self.handshakes_from[address]
 
-    async def _accept(self, channel: Channel) -> WSConnection | None:
+    async def _accept(self, channel: Channel) -> tuple[WSConnection, bytes] | None:
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
             event = await _next_event(http, channel)
@@ -366,7 +567,9 @@ class Gate:
         return None
 
 
-def _upgrade(channel: Channel, http: h11.Connection, request: h11.Request) -> WSConnection | None:
+def _upgrade(
+    channel: Channel, http: h11.Connection, request: h11.Request
+) -> tuple[WSConnection, bytes] | None:
     ws = WSConnection(ConnectionType.SERVER)
     try:
         ws.initiate_upgrade_connection(list(request.headers), request.target)
@@ -378,11 +581,8 @@ def _upgrade(channel: Channel, http: h11.Connection, request: h11.Request) -> WS
         _answer(channel, http, 400, b"not a valid WebSocket handshake\n")
         return None
     channel.put(ws.send(AcceptConnection()))
-    # Bytes the client sent right behind its request head are the first frames.
     leftover, _closed = http.trailing_data
-    if leftover:
-        ws.receive_data(bytes(leftover))
-    return ws
+    return ws, bytes(leftover)
 
 
 async def _next_event(http: h11.Connection, channel: Channel) -> Any:
