@@ -389,6 +389,13 @@ class Decoder:
         """The next message, or the ``WireError`` for the next bad one; None when the bytes
         pushed so far hold no more (and after a fatal error)."""
         while self._fatal is None:
+            if not self._backlog and self._fed == self._message_start:
+                # Every byte pushed is used up and msgpack holds no part of a message: asking
+                # it would only raise StopIteration, with a traceback made in its C code
+                # (~3,000 instructions), once per request as a connection's reader looks for
+                # a message already here before it waits for bytes.
+                self._backlog = _NO_BYTES
+                return None
             if self._window and self._backlog and self._fed == self._message_start:
                 item = self._whole()
                 if item is not None:
