@@ -321,3 +321,42 @@ def test_memory_freed_in_the_heap_goes_back_to_the_system_once_connections_close
     asyncio.run(main())
     assert _resident_kib() < freed - 15 * 1024
     assert stays
+
+
+def test_a_websocket_peer_quiet_in_the_middle_of_a_frame_holds_only_that_frames_bytes() -> None:
+    """The bytes of a read go with the messages read from them: a peer that stops after the
+    start of a frame holds that start, not the whole read it came in."""
+
+    async def main() -> None:
+        ours, peer = socket.socketpair()
+        accepted: list[Channel] = []
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(
+            lambda: WebSocketChannel(Gate(None), accepted.append), sock=ours
+        )
+        channel = accepted[0]
+        assert isinstance(channel, WebSocketChannel)
+        client = WSConnection(ConnectionType.CLIENT)
+        peer.sendall(client.send(Request(host="localhost", target="/ws")))
+        assert await channel.open()
+        await asyncio.sleep(0.05)
+        client.receive_data(peer.recv(65536))  # the 101 answer: the WebSocket is open
+        request = wire.pack(wire.Request(1, "list_combats", {}))
+        frames = client.send(Ping(b"p")) + client.send(BytesMessage(request)) * 2000
+        tail = client.send(BytesMessage(request))[:9]
+        peer.sendall(frames + tail)
+        read = 0
+        while read < 2000:
+            item = await asyncio.wait_for(channel.next(wire.BEFORE_HELLO), 5)
+            assert isinstance(item, wire.Request)
+            read += 1
+        waiting = asyncio.ensure_future(channel.next(wire.BEFORE_HELLO))
+        await asyncio.sleep(0.05)  # the task waits for the rest of the last frame
+        assert not waiting.done()
+        assert len(channel._raw) - channel._at == 9
+        assert len(channel._raw) < 100  # not the ~40 KB the frames came in
+        waiting.cancel()
+        channel.abort()
+        peer.close()
+
+    asyncio.run(main())
