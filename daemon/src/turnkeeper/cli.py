@@ -441,8 +441,9 @@ class Commands(_SubParsers):
     (``add_command``). Every name, alias and help line is there from the start, so
     ``turnkeeper --help`` and an unknown command's error list them all; but making the parsers
     of about 40 commands with their options (the shell's verbs, with flags from the method
-    table) took 46 ms of CPU on a 2-core EPYC, at every start of the daemon as of any command
-    (``bench/bench_startup.py``): argparse looks for its translations on disk for each parser."""
+    table) took 40 ms of CPU on a 2-core EPYC, against 3 ms for one, at every start of the
+    daemon as of any command (``bench/bench_startup.py``): argparse looks for its translations
+    on disk for each parser it makes."""
 
     _UNMADE = cast(argparse.ArgumentParser, None)
     """A command's place in the choices until its parser is made: only ``__call__`` reads it."""
