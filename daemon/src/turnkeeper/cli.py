@@ -411,9 +411,11 @@ TAKES: Mapping[str, tuple[Setting, ...]] = {
 
 
 def _takes(command: str) -> tuple[Setting, ...]:
+    if command in TAKES:
+        return TAKES[command]
     from . import shell
 
-    return TAKES.get(command) or shell.TAKES[shell.command_name(command)]
+    return shell.TAKES[shell.command_name(command)]
 
 
 def _plugin_choice(args: argparse.Namespace) -> PluginChoice:
@@ -494,7 +496,8 @@ def _options(name: str, parser: argparse.ArgumentParser) -> None:
             setting.add(web)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser, for ``argv`` if it is known (every command otherwise)."""
     parser = argparse.ArgumentParser(
         prog="turnkeeper",
         description="The combat clock for tabletop RPG encounters.",
@@ -526,9 +529,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_command(
         "table", _table_arguments, help="manage tables (groups whose combats are kept apart)"
     )
-    from . import shell
+    # A line whose first word is one of the commands above has chosen it, and nothing else
+    # lists the shell's verbs (the usage says COMMAND): their table is not even imported, 0.9%
+    # of the instructions a daemon's start ran to its first answer (bench_startup.py).
+    if not argv or argv[0] not in TAKES:
+        from . import shell
 
-    shell.add_commands(sub)
+        shell.add_commands(sub)
     return parser
 
 
@@ -596,7 +603,7 @@ def _table_arguments(table: argparse.ArgumentParser) -> None:
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, completed from the environment and the defaults. A global option
     the command does not use, or a bad environment value, is a usage error (exit 2)."""
-    parser = _parser()
+    parser = _parser(argv)
     args = parser.parse_args(argv)
     takes = _takes(args.command)
     for setting in GLOBAL:
