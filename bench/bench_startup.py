@@ -13,13 +13,15 @@ measured) and its directory removed.
 With ``--compare DIR [DIR...]``, each DIR's daemon (its sources first on ``PYTHONPATH``) starts
 in alternation with this checkout's (or ``TURNKEEPER_BENCH_CHECKOUT``'s), the order reversed
 every repetition, so all meet the same machine load; the table gives medians and the first
-checkout's ratio to each other's. One unmeasured start
-of each comes first: it writes the checkout's bytecode caches, which a real start finds made
-(the daemons run without ``PYTHONDONTWRITEBYTECODE``).
+checkout's ratio to each other's. One unmeasured start of each comes first: it writes the
+checkout's bytecode caches, which a real start finds made (the daemons run without
+``PYTHONDONTWRITEBYTECODE``).
+
 ``--importtime`` adds a start of each under ``python -X importtime`` (not timed): the modules
 imported until the hello's answer and the sum of their own import times. ``--callgrind N`` adds
 N starts of each under valgrind's callgrind (a few minutes each): the instructions run until the
-hello's answer, which the machine's load does not change.
+hello's answer, which the machine's load does not change (what the daemon's background tasks
+did before the hello came still moves it by a few percent).
 
     python bench/bench_startup.py --reps 15
     python bench/bench_startup.py --reps 15 --compare /tmp/tk-before --importtime
