@@ -68,6 +68,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--events", "1000000", "--combats", "1000", "--reps", "3"],
         ["--events", "20000", "--combats", "20", "--reps", "1"],
     ),
+    "startup": (["--reps", "15"], ["--reps", "2"]),
 }
 GROUPS = {
     "issue11": [

@@ -4,7 +4,6 @@ over TCP and WebSocket)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -22,7 +21,7 @@ import pytest
 
 from daemon import CALL_TIMEOUT, Daemon, free_port, running
 from turnkeeper import shell
-from turnkeeper.cli import EXIT_UNREACHABLE, _parser, main
+from turnkeeper.cli import EXIT_UNREACHABLE, Commands, _parser, main
 from turnkeeper.shell import COMMAND_SETTINGS, EXIT_REFUSED, QUERIES, VERBS
 from turnkeeper.wsclient import WebSocketSocket
 from turnkeeper_engine.commands import COMMANDS
@@ -344,16 +343,14 @@ def _sections(page: str) -> dict[str, str]:
 def test_docs_shell_md_has_every_subcommand_with_its_aliases_and_flags() -> None:
     sections = _sections((Path(__file__).parents[1] / "docs" / "shell.md").read_text())
     common = {f for s in COMMAND_SETTINGS for f in s.flags} | {"-h", "--help"}
-    commands = next(
-        a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)
-    ).choices
+    commands = next(a for a in _parser()._actions if isinstance(a, Commands))
     for name in [v.name for v in VERBS] + list(QUERIES):
         assert name in sections, f"docs/shell.md has no section for {name}"
         body = sections[name]
         verb = next((v for v in VERBS if v.name == name), None)
         for alias in verb.aliases if verb else ():
             assert f"`{alias}`" in body, f"docs/shell.md: {name} does not name its alias {alias}"
-        for action in commands[name]._actions:
+        for action in commands.parser(name)._actions:
             for flag in set(action.option_strings) - common:
                 assert flag in body, f"docs/shell.md: {name} does not document {flag}"
 

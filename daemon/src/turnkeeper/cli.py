@@ -11,8 +11,9 @@ import sys
 from argparse import _ArgumentGroup
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from turnkeeper_engine.errors import TemplatedError
@@ -410,9 +411,11 @@ TAKES: Mapping[str, tuple[Setting, ...]] = {
 
 
 def _takes(command: str) -> tuple[Setting, ...]:
+    if command in TAKES:
+        return TAKES[command]
     from . import shell
 
-    return TAKES.get(command) or shell.TAKES[shell.command_name(command)]
+    return shell.TAKES[shell.command_name(command)]
 
 
 def _plugin_choice(args: argparse.Namespace) -> PluginChoice:
@@ -426,11 +429,64 @@ def _plugin_choice(args: argparse.Namespace) -> PluginChoice:
     )
 
 
-def _command(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, **kwargs: Any
-) -> argparse.ArgumentParser:
-    """A command's parser with its options; the web pair are exclusive."""
-    parser = sub.add_parser(name, **kwargs)
+Fill = Callable[[argparse.ArgumentParser], object]
+"""Adds a command's arguments to its parser."""
+
+if TYPE_CHECKING:
+    _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:  # not subscriptable at run time
+    _SubParsers = argparse._SubParsersAction
+
+
+class Commands(_SubParsers):
+    """``turnkeeper``'s commands, each one's parser made only when it is the command given
+    (``add_command``). Every name, alias and help line is there from the start, so
+    ``turnkeeper --help`` and an unknown command's error list them all; but making the parsers
+    of about 40 commands with their options (the shell's verbs, with flags from the method
+    table) took 40 ms of CPU on a 2-core EPYC, against 3 ms for one, at every start of the
+    daemon as of any command (``bench/bench_startup.py``): argparse looks for its translations
+    on disk for each parser it makes."""
+
+    _UNMADE = cast(argparse.ArgumentParser, None)
+    """A command's place in the choices until its parser is made: only ``__call__`` reads it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._unmade: dict[str, tuple[str, tuple[str, ...], Fill]] = {}
+
+    def add_command(self, name: str, fill: Fill, *, help: str, aliases: Sequence[str] = ()) -> None:
+        """Add a command whose parser ``fill`` completes once the command is given."""
+        self._choices_actions.append(self._ChoicesPseudoAction(name, aliases, help))
+        for known in (name, *aliases):
+            self._name_parser_map[known] = self._UNMADE
+            self._unmade[known] = (name, tuple(aliases), fill)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if values and values[0] in self._unmade:
+            self.parser(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+    def parser(self, name: str) -> argparse.ArgumentParser:
+        """Command (or alias) ``name``'s parser, made now if it was not."""
+        unmade = self._unmade.get(name)
+        if unmade is None:
+            return self._name_parser_map[name]
+        command, aliases, fill = unmade
+        for known in (command, *aliases):
+            del self._name_parser_map[known], self._unmade[known]
+        made = self.add_parser(command, aliases=aliases)
+        fill(made)
+        return made
+
+
+def _options(name: str, parser: argparse.ArgumentParser) -> None:
+    """Add command ``name``'s options to its parser; the web pair are exclusive."""
     for setting in TAKES[name]:
         if setting not in WEB_SETTINGS:
             setting.add(parser)
@@ -438,10 +494,10 @@ def _command(
         web = parser.add_mutually_exclusive_group()
         for setting in WEB_SETTINGS:
             setting.add(web)
-    return parser
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser, for ``argv`` if it is known (every command otherwise)."""
     parser = argparse.ArgumentParser(
         prog="turnkeeper",
         description="The combat clock for tabletop RPG encounters.",
@@ -450,16 +506,46 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"turnkeeper {__version__}")
     for setting in GLOBAL:
         setting.add(parser)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _command(sub, "demo", help="play the rule books' worked examples and narrate them")
-    _command(sub, "serve", help="run the daemon")
-    plugins = _command(
-        sub,
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=Commands)
+    assert isinstance(sub, Commands)
+    sub.add_command(
+        "demo",
+        partial(_options, "demo"),
+        help="play the rule books' worked examples and narrate them",
+    )
+    sub.add_command("serve", partial(_options, "serve"), help="run the daemon")
+    sub.add_command(
         "plugins",
+        _plugins_arguments,
         help="load plugins as serve would and list them, with what failed and why",
     )
+    sub.add_command("watch", _watch_arguments, help="show a combat's live initiative order")
+    sub.add_command(
+        "migrate",
+        partial(_options, "migrate"),
+        help="bring the PostgreSQL store (--store) to this version's schema and exit",
+    )
+    sub.add_command("token", _token_arguments, help="manage access tokens")
+    sub.add_command(
+        "table", _table_arguments, help="manage tables (groups whose combats are kept apart)"
+    )
+    # A line whose first word is one of the commands above has chosen it, and nothing else
+    # lists the shell's verbs (the usage says COMMAND): their table is not even imported, 0.9%
+    # of the instructions a daemon's start ran to its first answer (bench_startup.py).
+    if not argv or argv[0] not in TAKES:
+        from . import shell
+
+        shell.add_commands(sub)
+    return parser
+
+
+def _plugins_arguments(plugins: argparse.ArgumentParser) -> None:
+    _options("plugins", plugins)
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
-    watch = _command(sub, "watch", help="show a combat's live initiative order")
+
+
+def _watch_arguments(watch: argparse.ArgumentParser) -> None:
+    _options("watch", watch)
     watch.add_argument("combat")
     watch.add_argument(
         "--tcp",
@@ -469,12 +555,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="the same as --connect tcp://HOST:PORT",
     )
-    _command(
-        sub,
-        "migrate",
-        help="bring the PostgreSQL store (--store) to this version's schema and exit",
-    )
-    token = _command(sub, "token", help="manage access tokens")
+
+
+def _token_arguments(token: argparse.ArgumentParser) -> None:
+    _options("token", token)
     actions = token.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="make a token and print its secret once")
     add.add_argument("role", choices=("narrator", "player", "observer", "bridge"))
@@ -498,7 +582,10 @@ def _parser() -> argparse.ArgumentParser:
     for action in (add, listing, revoke, imported):
         for setting in TAKES["token"]:
             setting.add(action)
-    table = _command(sub, "table", help="manage tables (groups whose combats are kept apart)")
+
+
+def _table_arguments(table: argparse.ArgumentParser) -> None:
+    _options("table", table)
     table_actions = table.add_subparsers(dest="action", required=True)
     table_add = table_actions.add_parser("add", help="make a table and print its id")
     table_add.add_argument("name", help="a name for people: the group's, the campaign's")
@@ -511,16 +598,12 @@ def _parser() -> argparse.ArgumentParser:
     for action in (table_add, table_list, grant, ungrant):
         for setting in TAKES["table"]:
             setting.add(action)
-    from . import shell
-
-    shell.add_commands(sub)
-    return parser
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, completed from the environment and the defaults. A global option
     the command does not use, or a bad environment value, is a usage error (exit 2)."""
-    parser = _parser()
+    parser = _parser(argv)
     args = parser.parse_args(argv)
     takes = _takes(args.command)
     for setting in GLOBAL:

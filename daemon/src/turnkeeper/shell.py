@@ -30,6 +30,7 @@ import typing
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from turnkeeper_engine import BUNDLED_RULES
@@ -45,6 +46,7 @@ from .cli import (
     LOCALE,
     SOCKET,
     TOKEN,
+    Commands,
     Setting,
     _locale,
     _why,
@@ -557,9 +559,8 @@ def _positional(param: Param, verb: Verb) -> dict[str, Any]:
     return kwargs
 
 
-def _add_verb(sub: argparse._SubParsersAction[argparse.ArgumentParser], verb: Verb) -> None:
+def _add_verb(verb: Verb, parser: argparse.ArgumentParser) -> None:
     method = METHODS[verb.method]
-    parser = sub.add_parser(verb.name, aliases=list(verb.aliases), help=verb.help)
     parser.set_defaults(verb=verb.name)
     if verb.method != "create_combat":
         parser.add_argument("combat", metavar="COMBAT", help="the combat's id")
@@ -584,17 +585,23 @@ def _add_verb(sub: argparse._SubParsersAction[argparse.ArgumentParser], verb: Ve
         setting.add(parser)
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add every verb and query to ``turnkeeper``'s subcommands."""
+def _add_query(name: str, parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(verb=name)
+    if name != "list":
+        parser.add_argument("combat", metavar="COMBAT", help="the combat's id")
+    for setting in QUERY_SETTINGS:
+        setting.add(parser)
+
+
+def add_commands(sub: Commands) -> None:
+    """Add every verb and query to ``turnkeeper``'s subcommands, their arguments made only for
+    the one that is given (``cli.Commands``)."""
     for verb in VERBS:
-        _add_verb(sub, verb)
+        sub.add_command(
+            verb.name, partial(_add_verb, verb), aliases=list(verb.aliases), help=verb.help
+        )
     for name, text in QUERIES.items():
-        parser = sub.add_parser(name, help=text)
-        parser.set_defaults(verb=name)
-        if name != "list":
-            parser.add_argument("combat", metavar="COMBAT", help="the combat's id")
-        for setting in QUERY_SETTINGS:
-            setting.add(parser)
+        sub.add_command(name, partial(_add_query, name), help=text)
 
 
 def command_name(name: str) -> str:

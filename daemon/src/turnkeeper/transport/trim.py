@@ -12,28 +12,30 @@ milliseconds on the event loop at tens of megabytes), so it runs once a burst of
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import weakref
 from collections.abc import Callable
+from functools import cache
 
 TRIM_DELAY = 1.0
 """Seconds after a connection closes before the freed memory is given back: the closes of that
 while share one trim, so a daemon whose clients come and go trims at most once a second."""
 
 
-def _find_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up at the first close, not when the daemon starts:
+    importing ctypes took a start ~6 ms of CPU on a 2-core EPYC (``bench/bench_startup.py``).
+    It is found among the symbols the process has loaded (``CDLL(None)``, libc's among them),
+    not by ``ctypes.util.find_library``, which runs ``ldconfig -p`` in a subprocess."""
+    import ctypes
+
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to give back this way
         return None
     return trim
 
 
-_TRIM = _find_trim()
 _due: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 """Loops with a trim already scheduled (the daemon has one; tests run many in turn)."""
 
@@ -41,7 +43,7 @@ _due: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 def after_close(loop: asyncio.AbstractEventLoop) -> None:
     """A connection served on ``loop`` closed: give back what it freed, ``TRIM_DELAY`` from now
     unless a trim is already due then."""
-    if _TRIM is None or loop in _due or loop.is_closed():
+    if loop in _due or loop.is_closed() or _malloc_trim() is None:
         return
     _due.add(loop)
     loop.call_later(TRIM_DELAY, _trim, loop)
@@ -49,5 +51,6 @@ def after_close(loop: asyncio.AbstractEventLoop) -> None:
 
 def _trim(loop: asyncio.AbstractEventLoop) -> None:
     _due.discard(loop)
-    assert _TRIM is not None
-    _TRIM(0)
+    trim = _malloc_trim()
+    assert trim is not None
+    trim(0)
