@@ -360,3 +360,30 @@ def test_a_websocket_peer_quiet_in_the_middle_of_a_frame_holds_only_that_frames_
         peer.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("failure", [AttributeError, OSError, TypeError, ImportError])
+def test_a_system_without_malloc_trim_gives_nothing_back_and_never_fails_a_close(
+    monkeypatch: pytest.MonkeyPatch, failure: type[Exception]
+) -> None:
+    """musl and macOS have no ``malloc_trim``, Windows no ``CDLL(None)``, a Python may lack
+    ctypes: the look-up, made at a connection's close, finds nothing to call and raises nothing."""
+    import ctypes
+
+    from turnkeeper.transport import trim
+
+    def missing(_name: object) -> object:
+        raise failure("no malloc_trim here")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    trim._malloc_trim.cache_clear()
+    try:
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            trim.after_close(loop)
+            assert loop not in trim._due  # nothing scheduled
+
+        asyncio.run(main())
+    finally:
+        trim._malloc_trim.cache_clear()

@@ -519,3 +519,36 @@ def test_the_board_names_the_bonus_round_once_and_the_ruleset_by_its_title() -> 
 def test_an_ipv6_listen_address_is_written_in_brackets() -> None:
     assert _tcp("[::1]:7616") == ("::1", 7616)
     assert _tcp("127.0.0.1:7616") == ("127.0.0.1", 7616)
+
+
+def test_a_line_naming_one_of_clis_own_commands_does_not_import_the_shell(tmp_path: Path) -> None:
+    # The shell's verbs are only an alternative to cli's own commands: a daemon's start, whose
+    # line says serve, has no use for their table (bench_startup.py).
+    probe = (
+        "import sys\n"
+        "from turnkeeper import cli\n"
+        "args = cli._arguments(sys.argv[1:])\n"
+        "assert args.command == 'serve'\n"
+        "print('turnkeeper.shell' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "serve", "--data-dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"
+
+
+def test_the_help_lists_every_command_and_an_alias_is_its_verb() -> None:
+    listed = turnkeeper("--help")
+    assert listed.returncode == 0, listed.stderr
+    for name in ("serve", "token", "table", "watch", "show", "next"):
+        assert f"    {name}" in listed.stdout
+    alias = turnkeeper("end-turn", "--help")
+    assert alias.returncode == 0, alias.stderr
+    assert alias.stdout.startswith("usage: turnkeeper next")
+    unknown = turnkeeper("bogus")
+    assert unknown.returncode == 2
+    assert "invalid choice: 'bogus'" in unknown.stderr

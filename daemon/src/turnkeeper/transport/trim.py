@@ -26,12 +26,15 @@ def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, looked up at the first close, not when the daemon starts:
     importing ctypes took a start ~6 ms of CPU on a 2-core EPYC (``bench/bench_startup.py``).
     It is found among the symbols the process has loaded (``CDLL(None)``, libc's among them),
-    not by ``ctypes.util.find_library``, which runs ``ldconfig -p`` in a subprocess."""
-    import ctypes
-
+    not by ``ctypes.util.find_library``, which runs ``ldconfig -p`` in a subprocess. Whatever
+    stops the look-up means nothing to call: it runs in a connection's ``connection_lost``, where
+    an exception would be logged at every close."""
     try:
+        import ctypes
+
         trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to give back this way
+    # Not glibc (musl, macOS: no such symbol; Windows: no CDLL(None)), or no ctypes at all.
+    except (ImportError, OSError, AttributeError, TypeError):
         return None
     return trim
 
