@@ -263,6 +263,11 @@ class Channel(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    def _hand(self, item: wire.Message | wire.WireError) -> None:
+        """Leave ``item``, decoded on arrival, to the session's task (``_handed``)."""
+        self._handed = item
+        self._wake()
+
     # Writing -----------------------------------------------------------------------------------
 
     def room(self) -> int:
@@ -460,10 +465,6 @@ class UnixChannel(Channel):
             # another would cost a failed read of msgpack's for each request.
             if self._closing or not decoder.pending:
                 return
-
-    def _hand(self, item: wire.Message | wire.WireError) -> None:
-        self._handed = item
-        self._wake()
 
     async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
         decoder = self._decoder

@@ -132,23 +132,17 @@ def _plain_frame(data: bytes, at: int) -> tuple[int, int] | None:
     if it is a whole message that any valid WebSocket could send: a final, binary frame,
     masked as a client's must be, with no reserved bit and its size in the fewest bytes (under
     64 KiB). None for any other frame, or while its head is not all here. wsproto reads every
-    other frame: parsing a message cost it ~30 µs, more than the command it carries."""
-    if len(data) - at < 6 or data[at] != 0x82:  # FIN, no reserved bit, binary
+    other frame: parsing a message cost it ~25 µs, more than the command it carries."""
+    # FIN, no reserved bit, binary; then masked
+    if len(data) - at < 2 or data[at] != 0x82 or not data[at + 1] & 0x80:
         return None
-    second = data[at + 1]
-    if not second & 0x80:
+    head = _frame_head(data, at)
+    if head is None:
         return None
-    size = second & 0x7F
-    start = at + 6
-    if size == 126:
-        start = at + 8
-        if len(data) < start:
-            return None
-        size = int.from_bytes(data[at + 2 : at + 4], "big")
-        if size < 126:
-            return None  # not the fewest bytes: wsproto refuses it
-    elif size == 127:
-        return None
+    start, size = head
+    code = data[at + 1] & 0x7F
+    if code == 127 or (code == 126 and size < 126):
+        return None  # 64 KiB or more, or not in the fewest bytes (wsproto refuses that)
     return start, start + size
 
 
@@ -245,10 +239,6 @@ class WebSocketChannel(Channel):
                 return
         if at < len(data):
             super().data_received(data[at:] if at else data)
-
-    def _hand(self, item: wire.Message | wire.WireError) -> None:
-        self._handed = item
-        self._wake()
 
     async def next(self, limits: wire.Limits) -> wire.Message | wire.WireError | None:
         self._limits = limits
