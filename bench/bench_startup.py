@@ -41,11 +41,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import tkbench as tk
 
-from turnkeeper_sdk import wire
+from turnkeeper_sdk.client import Client
 
 POLL = 0.001
 """Seconds between two attempts to connect: the wall figures are good to about this much."""
@@ -77,30 +76,6 @@ def _cpu_ms(pid: int) -> float:
     return total / 1e6
 
 
-class _Session:
-    """A blocking protocol connection: one request, then its answer, the rest ignored."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.decoder = wire.Decoder()
-        self.msgid = 0
-
-    def call(self, method: str, params: dict[str, Any]) -> None:
-        self.msgid += 1
-        self.sock.sendall(wire.pack(wire.Request(self.msgid, method, params)))
-        while True:
-            chunk = self.sock.recv(tk.RECV_BYTES)
-            if not chunk:
-                raise EOFError(f"the daemon closed the connection during {method}")
-            for item in self.decoder.feed(chunk):
-                if isinstance(item, wire.WireError):
-                    raise item
-                if isinstance(item, wire.Response) and item.msgid == self.msgid:
-                    if item.error is not None:
-                        raise tk.CallError(item.error)
-                    return
-
-
 def _connect(
     path: Path, process: subprocess.Popen[bytes], log: Path, timeout: float
 ) -> socket.socket:
@@ -115,7 +90,6 @@ def _connect(
             sock.close()
             time.sleep(POLL)
             continue
-        sock.settimeout(tk.CALL_TIMEOUT)
         return sock
     raise RuntimeError(f"the daemon did not listen within {timeout} s")
 
@@ -140,20 +114,18 @@ def start(
         spawned = time.perf_counter()
         process = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
     try:
-        with _connect(server.socket_path, process, server.log_path, timeout) as sock:
-            session = _Session(sock)
-            hello = {"protocol": wire.PROTOCOL_VERSION, "client": {"name": "bench", "kind": "tool"}}
-            session.call("hello", hello)
+        sock = _connect(server.socket_path, process, server.log_path, timeout)
+        with Client(sock, timeout=tk.CALL_TIMEOUT) as session:
+            session.hello(name="bench")
             hello_ms = (time.perf_counter() - spawned) * 1e3
             hello_cpu_ms = _cpu_ms(process.pid)
             if at_hello is not None:
                 at_hello(process.pid)
                 nan = float("nan")
                 return Start(hello_ms, nan, nan, hello_cpu_ms, nan)
-            session.call("list_combats", {"limit": 1})
+            session.call("list_combats", limit=1)
             list_ms = (time.perf_counter() - spawned) * 1e3
-            created = {"request_id": "c", "combat_id": COMBAT, "ruleset": "marvel"}
-            session.call("create_combat", created)
+            session.call("create_combat", request_id="c", combat_id=COMBAT, ruleset="marvel")
             command_ms = (time.perf_counter() - spawned) * 1e3
             command_cpu_ms = _cpu_ms(process.pid)
     finally:
