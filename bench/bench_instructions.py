@@ -9,7 +9,8 @@ alternating) uncounted; counting is switched on (``callgrind_control -i on``) fo
 more per connection, all connections at once, closed loop, and off again. Reported per command:
 the event loop's thread (the process's first) and every other thread (the committer, the hook
 and rebuild workers), each from its ``totals:`` line. ``--ws`` measures the same over WebSocket.
-Each checkout of ``--compare`` is measured the same way, in turn. The hash seed is fixed, so a
+Each checkout of ``--compare`` is measured the same way, in turn; ``--keep DIR`` keeps
+callgrind's files for ``callgrind_annotate``. The hash seed is fixed, so a
 repetition runs the same instructions within a few hundred per command.
 
     python bench/bench_instructions.py --reps 1 --compare /tmp/tk-before
@@ -41,6 +42,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--ws", action="store_true", help="over WebSocket, not the Unix socket")
     parser.add_argument("--compare", nargs="*", default=[], metavar="DIR", help="other checkouts")
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="copy callgrind's files here (callgrind_annotate)"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
@@ -101,6 +105,8 @@ def measure(args: argparse.Namespace, checkout: str | None, root: Path) -> tuple
         total = re.search(r"^totals: (\d+)", path.read_text(errors="replace"), re.M)
         if found and total:
             totals[int(found[1])] = int(total[1])
+    if args.keep:
+        shutil.copytree(out, args.keep / root.name, dirs_exist_ok=True)
     loop = totals.pop(1, 0)
     return loop / counted, sum(totals.values()) / counted
 
