@@ -53,7 +53,20 @@ def said(stderr: str) -> list[str]:
 
 
 def logged(d: Daemon) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in d.log.read_text().splitlines() if line.startswith("{")]
+    """The JSON lines the daemon has logged whole (the last one may be half written)."""
+    lines = d.log.read_text().splitlines(keepends=True)
+    return [json.loads(line) for line in lines if line.startswith("{") and line.endswith("\n")]
+
+
+def serving(d: Daemon) -> dict[str, Any]:
+    """The start-up's ``serving`` line. It is logged once every listener is open, just after
+    the Unix socket listens: a client that reached the socket may read the log before it."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while not (found := [e for e in logged(d) if e["event"] == "serving"]):
+        assert time.monotonic() < deadline, "no serving line logged"
+        time.sleep(0.01)
+    (line,) = found
+    return line
 
 
 def serve(
@@ -273,9 +286,9 @@ def test_a_token_file_broken_while_running_keeps_the_last_good_tokens_and_logs_i
 
 def test_the_start_up_log_gives_the_table_views_url(tmp_path: Path) -> None:
     with running(tmp_path, http=True) as d:
-        (serving,) = [e for e in logged(d) if e["event"] == "serving"]
-        assert serving["table_view"] == f"http://127.0.0.1:{d.http_port}/"
-        assert serving["websocket"] == f"ws://127.0.0.1:{d.http_port}/ws"
+        line = serving(d)
+        assert line["table_view"] == f"http://127.0.0.1:{d.http_port}/"
+        assert line["websocket"] == f"ws://127.0.0.1:{d.http_port}/ws"
 
 
 @pytest.mark.parametrize(("flags", "loop"), [((), "uvloop"), (("--loop", "asyncio"), "asyncio")])
@@ -284,8 +297,7 @@ def test_serve_runs_on_uvloop_where_installed_unless_asyncio_is_asked_for(
 ) -> None:
     # The development environment installs the uvloop extra, so the default takes it.
     with running(private_dir(tmp_path / loop), True, *flags) as d:
-        (serving,) = [e for e in logged(d) if e["event"] == "serving"]
-        assert serving["loop"] == loop
+        assert serving(d)["loop"] == loop
         c = d.client()
         add_spidey(c)
         assert c.call("get_combat", combat="bank")["seq"] == 4  # two commands, two events each
