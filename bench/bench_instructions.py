@@ -5,7 +5,10 @@ project's sessions ran on. Before and after a change on the command path, compar
 The daemon runs under ``valgrind --tool=callgrind --separate-threads=yes`` with counting off.
 ``--connections`` connections each create a combat with one combatant and send ``--warmup``
 commands of ``bench_commands.py``'s workload (``apply_condition`` and ``remove_condition``
-alternating) uncounted; counting is switched on (``callgrind_control -i on``) for ``--commands``
+alternating) uncounted: 250 by default, so that each combat is past the undo history's reach
+(200 commands), packs its older commands and has had its first snapshot, as a combat in
+``bench_commands.py``'s minutes has (a young combat costs less); counting is switched on
+(``callgrind_control -i on``) for ``--commands``
 more per connection, all connections at once, closed loop, and off again. Reported per command:
 the event loop's thread (the process's first) and every other thread (the committer, the hook
 and rebuild workers), each from its ``totals:`` line. ``--ws`` measures the same over WebSocket.
@@ -15,7 +18,7 @@ repetition runs the same instructions within a few hundred per command.
 
     python bench/bench_instructions.py --reps 1 --compare /tmp/tk-before
 
-A repetition takes 10 to 30 seconds: only the counted commands run instrumented.
+A repetition takes about half a minute: only the counted commands run instrumented.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ THREAD_FILE = re.compile(r"callgrind\.out\.\d+-(\d+)$")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=4, help="uncounted commands per connection")
+    parser.add_argument("--warmup", type=int, default=250, help="uncounted commands per connection")
     parser.add_argument("--commands", type=int, default=20, help="counted commands per connection")
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--ws", action="store_true", help="over WebSocket, not the Unix socket")
