@@ -5,16 +5,20 @@ project's sessions ran on. Before and after a change on the command path, compar
 The daemon runs under ``valgrind --tool=callgrind --separate-threads=yes`` with counting off.
 ``--connections`` connections each create a combat with one combatant and send ``--warmup``
 commands of ``bench_commands.py``'s workload (``apply_condition`` and ``remove_condition``
-alternating) uncounted: 250 by default, so that each combat is past the undo history's reach
-(200 commands), packs its older commands and has had its first snapshot, as a combat in
-``bench_commands.py``'s minutes has (a young combat costs less); counting is switched on
-(``callgrind_control -i on``) for ``--commands``
-more per connection, all connections at once, closed loop, and off again. Reported per command:
-the event loop's thread (the process's first) and every other thread (the committer, the hook
-and rebuild workers), each from its ``totals:`` line. ``--ws`` measures the same over WebSocket.
-Each checkout of ``--compare`` is measured the same way, in turn; ``--keep DIR`` keeps
-callgrind's files for ``callgrind_annotate``. The hash seed is fixed, so a
-repetition runs the same instructions within a few hundred per command.
+alternating) uncounted: 250 by default, so that each combat's undo history is at its reach
+(200 commands), as a combat's is after ``bench_commands.py``'s first seconds (a young combat
+costs less). Counting is then switched on (``callgrind_control -i on``) for ``--commands`` more
+per connection, all connections at once, closed loop, and off again: 25 by default, one undo
+stretch (``turnkeeper_engine.evolve.STRETCH``), so that each combat packs its history once in
+the window, as it does every 25 commands. A combat's first snapshot comes after 500 to 1000
+events (2 a command here), so the window holds those of the combats whose first falls in it.
+
+Reported per command: the event loop's thread (the process's first) and every other thread
+(the committer, the hook and rebuild workers), each from its ``totals:`` line. ``--ws``
+measures the same over WebSocket. Each checkout of ``--compare`` is measured the same way, in
+turn; ``--keep DIR`` keeps callgrind's files for ``callgrind_annotate``. The hash seed is
+fixed, so a repetition runs the same instructions within a few hundred per command on the
+event loop's thread (the other threads move more: a group commit's size depends on timing).
 
     python bench/bench_instructions.py --reps 1 --compare /tmp/tk-before
 
@@ -41,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=250, help="uncounted commands per connection")
-    parser.add_argument("--commands", type=int, default=20, help="counted commands per connection")
+    parser.add_argument("--commands", type=int, default=25, help="counted commands per connection")
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--ws", action="store_true", help="over WebSocket, not the Unix socket")
     parser.add_argument("--compare", nargs="*", default=[], metavar="DIR", help="other checkouts")
