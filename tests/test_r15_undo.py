@@ -3,6 +3,8 @@ the undone command's dice are gone, and the undo itself is recorded."""
 
 from __future__ import annotations
 
+import base64
+import zlib
 from dataclasses import replace
 
 import pytest
@@ -11,7 +13,7 @@ from story import OBSERVER, Story, names, of, player
 from turnkeeper_engine import NARRATOR, UNDO_DEPTH, Actor, State, fold
 from turnkeeper_engine import commands as c
 from turnkeeper_engine import events as ev
-from turnkeeper_engine.evolve import STRETCH
+from turnkeeper_engine.evolve import STRETCH, evolve
 from turnkeeper_engine.model import History
 
 
@@ -231,6 +233,30 @@ def test_r15_undo_reaches_exactly_undo_depth_commands_back() -> None:
     assert _game(s.state) == _game(states[-UNDO_DEPTH])
     assert s.state.undo.reach == 0
     assert fold(s.log) == s.state
+
+
+def test_r15_a_stretch_deflated_as_older_daemons_did_undoes_the_same() -> None:
+    """A snapshot keeps a packed stretch as it was deflated: one an older daemon packed with
+    zlib's default settings is undone into the games one packed now is, and once opened the
+    histories are one."""
+    s = table()
+    s.roll("a", 12)
+    s.roll("b", 7)
+    s.do(c.StartCombat())
+    for _ in range(STRETCH + 2):
+        s.end_turn()
+    first, *rest = s.state.undo.stretches
+    text = zlib.decompress(base64.b64decode(first.packed))
+    older = replace(first, packed=base64.b64encode(zlib.compress(text, 6)).decode("ascii"))
+    assert older.packed != first.packed
+    now = s.state
+    then = replace(now, undo=replace(now.undo, stretches=(older, *rest)))
+    for _ in range(STRETCH + 2):
+        now = evolve(now, ev.CommandUndone("end_turn"))
+        then = evolve(then, ev.CommandUndone("end_turn"))
+        assert _game(then) == _game(now)
+    assert not now.undo.stretches[-1].packed
+    assert then == now
 
 
 def test_r15_undo_restores_the_history_too_across_its_stretches() -> None:
