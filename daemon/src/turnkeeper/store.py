@@ -64,6 +64,16 @@ MAX_BATCHES_PER_COMMIT = 512
 """Batches written in one transaction: enough to amortise the fsync under load, small enough that
 one transaction (and the wait of its first command) stays short."""
 
+ROWS_PER_INSERT = 64
+"""Most rows one ``INSERT`` of a group commit writes (``_Inserts``). SQLite pays a statement's setup
+and end once per execution: its cursors opened and closed, the rowid table's last row sought,
+``requests``' AUTOINCREMENT counter read and written back; and the sqlite3 module binds and
+resets it, and lets go of the GIL and takes it back around it. An ``executemany`` paid all that
+per row, four rows per command: the committer's thread ran 109,000 instructions per command of
+``bench_instructions.py`` (about 48 commands per group), 91,600 with statements of up to 64 rows
+(up to 32, the same in a test of the inserts alone; up to 8, 6,600 more). Sixty-four rows of five
+values stay under the 999 variables a statement may have before SQLite 3.32."""
+
 GATHER_BATCHES = 16
 """Batches a transaction waits for (at most ``GATHER_SECONDS``) when the one before it has just
 ended and fewer than this many are queued, but some are: the sign of a steady load, under which
@@ -847,6 +857,37 @@ _REQUEST_ROW = (
 """A remembered request's combat id, response and time by (principal, request id)."""
 
 
+class _Inserts:
+    """One table's ``INSERT`` of a group's rows, many rows per statement: a statement of the
+    largest power of two of rows left, at most ``ROWS_PER_INSERT``, then the next (48 rows go
+    in 32 and 16). A handful of statement texts per table, each prepared once (the sqlite3
+    module's cache keeps them), carry any number of rows."""
+
+    def __init__(self, head: str, width: int) -> None:
+        row = "(" + ", ".join("?" * width) + ")"
+        self._statements: dict[int, str] = {}
+        size = 1
+        while size <= ROWS_PER_INSERT:
+            self._statements[size] = f"{head} VALUES {', '.join([row] * size)}"
+            size *= 2
+
+    def run(self, db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        start, left = 0, len(rows)
+        while left:
+            size = min(ROWS_PER_INSERT, 1 << (left.bit_length() - 1))
+            values = list(itertools.chain.from_iterable(rows[start : start + size]))
+            db.execute(self._statements[size], values)
+            start += size
+            left -= size
+
+
+_INSERT_EVENTS = _Inserts("INSERT INTO recent_events (combat_id, seq, body)", 3)
+_INSERT_REQUESTS = _Inserts(
+    "INSERT INTO requests (principal, request_id, combat_id, response, at)", 5
+)
+_INSERT_SUMMARIES = _Inserts("INSERT OR REPLACE INTO summaries (combat_id, body)", 2)
+
+
 def _migrate(db: sqlite3.Connection) -> None:
     """Upgrade a database of an older version in place, all its steps in one transaction (a
     kill midway leaves the old version whole). Any other version is left for ``open`` to
@@ -1275,10 +1316,10 @@ class Store:
             self._wanted = 1
 
     def _write(self, group: Sequence[_Pending]) -> None:
-        """One transaction for the whole group (committer's thread): one ``executemany`` per table
-        for every batch that fits the log, those that do not refused alone. Should the database
-        refuse a row the checks before the transaction let through, it is rolled back and the
-        group written again, each batch in its own savepoint."""
+        """One transaction for the whole group (committer's thread): a few statements per table
+        (``_Inserts``) for every batch that fits the log, those that do not refused alone. Should
+        the database refuse a row the checks before the transaction let through, it is rolled
+        back and the group written again, each batch in its own savepoint."""
         db = self._writer
         self.transactions += 1
         if not self._wal_has_room():
@@ -1445,7 +1486,7 @@ class Store:
     def _write_together(self, group: Sequence[_Pending]) -> None:
         """Check each batch against the log as the batches before it leave it (a refused one
         gets its ``error`` and leaves the log as it was), then insert the rest, a statement
-        per table (committer's thread, inside the transaction)."""
+        per table and ``ROWS_PER_INSERT`` rows (committer's thread, inside the transaction)."""
         ends: dict[str, int | None] = {}  # each combat's last seq as this group leaves it
         taken: set[tuple[str, str]] = set()  # the request ids this group stores
         combats: list[tuple[str, str, float, str]] = []
@@ -1496,20 +1537,11 @@ class Store:
                 combats,
             )
         if events:
-            db.executemany(
-                "INSERT INTO recent_events (combat_id, seq, body) VALUES (?, ?, ?)", events
-            )
+            _INSERT_EVENTS.run(db, events)
         if requests:
-            db.executemany(
-                "INSERT INTO requests (principal, request_id, combat_id, response, at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                requests,
-            )
+            _INSERT_REQUESTS.run(db, requests)
         if summaries:
-            db.executemany(
-                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)",
-                summaries.items(),
-            )
+            _INSERT_SUMMARIES.run(db, list(summaries.items()))
 
     def _stored(self, request: tuple[str, str]) -> bool:
         """Whether the request id is stored already (committer's thread), adding it to the
