@@ -1074,9 +1074,9 @@ def test_the_filter_finds_every_id_it_added_and_rules_out_the_others() -> None:
     added, with a few thousand bits set among millions, none is."""
     known = store_module._Filter()
     added = [("alice", f"r{n}") for n in range(1000)]
-    assert [known.add(*key) for key in added] == [False] * 1000
+    assert [known.add(key) for key in added] == [False] * 1000
     assert all(known.maybe(*key) for key in added)
-    assert all(known.add(*key) for key in added)
+    assert all(known.add(key) for key in added)
     assert not any(known.maybe("alice", f"other-{n}") for n in range(1000))
 
 
