@@ -1394,20 +1394,24 @@ class Store:
         # The events written, their bodies' bytes summed once for the group: a sum over a
         # generator per batch cost 2,000 instructions a command.
         written: list[tuple[str, int, bytes]] = []
+        last, added, latest = self._last, self._added, self._latest_at
         for pending in group:
             if pending.error is None:
                 b = pending.batch
-                self._latest_at = max(self._latest_at, b.at)
-                if pending.events:
-                    self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
-                    written += pending.events
+                if b.at > latest:
+                    latest = b.at
+                events = pending.events
+                if events:
+                    last[b.combat_id] = b.first_seq + len(events) - 1
+                    written += events
                 if b.request is not None:
                     unindexed += 1
                     principal = b.request[0]
-                    self._added[principal] = self._added.get(principal, 0) + 1
+                    added[principal] = added.get(principal, 0) + 1
                 if b.snapshot is not None:
                     # The log's end after this batch; a later one of the combat replaces it.
-                    self._held[b.combat_id] = (b.first_seq + len(pending.events) - 1, b.snapshot)
+                    self._held[b.combat_id] = (b.first_seq + len(events) - 1, b.snapshot)
+        self._latest_at = latest
         unmoved += sum(map(len, map(_BODY, written)))
         self._unindexed, self._unmoved = unindexed, unmoved
 
