@@ -23,7 +23,7 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 from structlog.testing import capture_logs
 
-from test_store_port import batch, running
+from test_store_port import batch, event, running
 from turnkeeper import store as store_module
 from turnkeeper.store import DB_FILE, LoadedCombat, Store, StoreError
 
@@ -561,6 +561,38 @@ async def test_batches_queued_behind_a_transaction_gather_into_the_next_one(
 
 
 @pytest.mark.anyio
+async def test_a_group_larger_than_one_insert_is_written_whole_and_in_its_order(
+    tmp_path: Path,
+) -> None:
+    """One transaction of more batches than one statement inserts (``ROWS_PER_INSERT``): its
+    rows go in statements of several sizes, and every event, remembered request and summary
+    is stored, the requests in the group's order (the order the age prune walks)."""
+    size = store_module.ROWS_PER_INSERT + 11  # 75: statements of 64, 8, 2 and 1 rows
+    store = Store.open(tmp_path)
+    names = [f"c{i}" for i in range(size)]
+    async with running(store):
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(store.commit, batch(name, 1, create=True))
+        before = store.transactions
+        async with anyio.create_task_group() as tg:
+            for i, name in enumerate(names):
+                b = batch(name, 2, 3, request=("p", f"r{i}"), response={"n": i}, at=2000.0 + i)
+                tg.start_soon(store.commit, dataclasses.replace(b, summary={"last": 4}))
+        assert store.transactions == before + 1
+    with closing(sqlite3.connect(tmp_path / DB_FILE)) as db:
+        stored = [r for (r,) in db.execute("SELECT request_id FROM requests ORDER BY id")]
+    found = {c.combat_id: logged(store, c) for c in loaded(store)}
+    summaries = dict(store.summaries())
+    answers = [await store.lookup_request("p", f"r{i}") for i in range(size)]
+    store.close()
+    assert stored == [f"r{i}" for i in range(size)]
+    assert found == {name: [(n, event(n)) for n in range(1, 5)] for name in names}
+    assert summaries == {name: {"last": 4} for name in names}
+    assert answers == [(name, {"n": i}) for i, name in enumerate(names)]
+
+
+@pytest.mark.anyio
 async def test_a_lone_batch_waits_at_most_the_window_and_a_lone_client_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1034,6 +1066,18 @@ async def test_the_filter_rebuilt_from_the_database_still_finds_every_stored_req
         assert await store.lookup_request("alice", "r10") is None
     store.close()
     assert found == [("c1", seq) for seq in range(2, 10)]
+
+
+def test_the_filter_finds_every_id_it_added_and_rules_out_the_others() -> None:
+    """``add`` (the committer's) and ``maybe`` (the event loop's) walk their probes each in its
+    own way: an id added is a "maybe" and is known to ``add`` the next time; of ids never
+    added, with a few thousand bits set among millions, none is."""
+    known = store_module._Filter()
+    added = [("alice", f"r{n}") for n in range(1000)]
+    assert [known.add(key) for key in added] == [False] * 1000
+    assert all(known.maybe(*key) for key in added)
+    assert all(known.add(key) for key in added)
+    assert not any(known.maybe("alice", f"other-{n}") for n in range(1000))
 
 
 def test_the_committer_thread_outlives_a_loop_that_closed_while_it_wrote() -> None:

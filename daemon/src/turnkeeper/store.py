@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import operator
 import os
 import sqlite3
 import threading
@@ -63,6 +64,16 @@ command handlers instead of memory growing while the disk is slow."""
 MAX_BATCHES_PER_COMMIT = 512
 """Batches written in one transaction: enough to amortise the fsync under load, small enough that
 one transaction (and the wait of its first command) stays short."""
+
+ROWS_PER_INSERT = 64
+"""Most rows one ``INSERT`` of a group commit writes (``_Inserts``). SQLite pays a statement's setup
+and end once per execution: its cursors opened and closed, the rowid table's last row sought,
+``requests``' AUTOINCREMENT counter read and written back; and the sqlite3 module binds and
+resets it, and lets go of the GIL and takes it back around it. An ``executemany`` paid all that
+per row, four rows per command: the committer's thread ran 109,000 instructions per command of
+``bench_instructions.py`` (about 48 commands per group), 91,600 with statements of up to 64 rows
+(up to 32, the same in a test of the inserts alone; up to 8, 6,600 more). Sixty-four rows of five
+values stay under the 999 variables a statement may have before SQLite 3.32."""
 
 GATHER_BATCHES = 16
 """Batches a transaction waits for (at most ``GATHER_SECONDS``) when the one before it has just
@@ -201,7 +212,7 @@ stored" for a request id never stored about once in 500 at a million ids stored 
 "maybe" costs one database read in a worker thread, never a wrong answer."""
 
 FILTER_PROBES = 4
-"""Bits one request id sets in the filter."""
+"""Bits one request id sets in the filter (``_Filter.add`` spells the four out)."""
 
 _FILTER_MASK = FILTER_BITS - 1
 
@@ -502,18 +513,29 @@ class _Filter:
     # is the filter, built anew by each), walked inline in both methods, since both run once
     # per command and a list of probes cost as much as the bits.
 
-    def add(self, principal: str, request_id: str) -> bool:
-        """Add the request id; whether the filter had it already (then it may be stored)."""
+    def add(self, request: tuple[str, str]) -> bool:
+        """Add the request id (principal, request id); whether the filter had it already (then
+        it may be stored). The pair as the batch holds it: its hash is that of the same pair
+        made anew (``maybe``'s), with no tuple made and unpacked per command."""
         bits = self._bits
-        h = hash((principal, request_id))
-        at, step = h & _FILTER_MASK, (h >> 32) | 1
+        h = hash(request)
+        # The step masked as well (the same probes as ``maybe``'s): every sum below is of
+        # one-digit ints. The probes spelled out, each byte read once: 9,500 instructions
+        # where a walk of ``range(FILTER_PROBES)`` took 11,800, once per command.
+        first, step = h & _FILTER_MASK, ((h >> 32) | 1) & _FILTER_MASK
         had = True
-        for _ in range(FILTER_PROBES):
-            byte, bit = at >> 3, 1 << (at & 7)
-            if not bits[byte] & bit:
+        for at in (
+            first,
+            (first + step) & _FILTER_MASK,
+            (first + 2 * step) & _FILTER_MASK,
+            (first + 3 * step) & _FILTER_MASK,
+        ):
+            byte = at >> 3
+            old = bits[byte]
+            new = old | (1 << (at & 7))
+            if new != old:
                 had = False
-                bits[byte] |= bit
-            at = (at + step) & _FILTER_MASK
+                bits[byte] = new
         self._added += 1
         return had
 
@@ -687,6 +709,10 @@ class _ConflictError(Exception):
     """A batch that does not fit the log; rolled back alone, the rest of its group commits."""
 
 
+_BODY = operator.itemgetter(2)
+"""An event row's body (``_Pending.events``)."""
+
+
 def _pack(value: Any) -> bytes:
     body: bytes = msgpack.packb(value, use_bin_type=True)
     return body
@@ -845,6 +871,37 @@ _REQUEST_ROW = (
     " LIMIT 1"
 )
 """A remembered request's combat id, response and time by (principal, request id)."""
+
+
+class _Inserts:
+    """One table's ``INSERT`` of a group's rows, many rows per statement: a statement of the
+    largest power of two of rows left, at most ``ROWS_PER_INSERT``, then the next (48 rows go
+    in 32 and 16). A handful of statement texts per table, each prepared once (the sqlite3
+    module's cache keeps them), carry any number of rows."""
+
+    def __init__(self, head: str, width: int) -> None:
+        row = "(" + ", ".join("?" * width) + ")"
+        self._statements: dict[int, str] = {}
+        size = 1
+        while size <= ROWS_PER_INSERT:
+            self._statements[size] = f"{head} VALUES {', '.join([row] * size)}"
+            size *= 2
+
+    def run(self, db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        start, left = 0, len(rows)
+        while left:
+            size = min(ROWS_PER_INSERT, 1 << (left.bit_length() - 1))
+            values = list(itertools.chain.from_iterable(rows[start : start + size]))
+            db.execute(self._statements[size], values)
+            start += size
+            left -= size
+
+
+_INSERT_EVENTS = _Inserts("INSERT INTO recent_events (combat_id, seq, body)", 3)
+_INSERT_REQUESTS = _Inserts(
+    "INSERT INTO requests (principal, request_id, combat_id, response, at)", 5
+)
+_INSERT_SUMMARIES = _Inserts("INSERT OR REPLACE INTO summaries (combat_id, body)", 2)
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -1275,10 +1332,10 @@ class Store:
             self._wanted = 1
 
     def _write(self, group: Sequence[_Pending]) -> None:
-        """One transaction for the whole group (committer's thread): one ``executemany`` per table
-        for every batch that fits the log, those that do not refused alone. Should the database
-        refuse a row the checks before the transaction let through, it is rolled back and the
-        group written again, each batch in its own savepoint."""
+        """One transaction for the whole group (committer's thread): a few statements per table
+        (``_Inserts``) for every batch that fits the log, those that do not refused alone. Should
+        the database refuse a row the checks before the transaction let through, it is rolled
+        back and the group written again, each batch in its own savepoint."""
         db = self._writer
         self.transactions += 1
         if not self._wal_has_room():
@@ -1334,20 +1391,28 @@ class Store:
             self._trim_due = True  # once the group's answers are out, before the next group
         else:
             self._checkpointer.nudge()
+        # The events written, their bodies' bytes summed once for the group: a sum over a
+        # generator per batch cost 2,000 instructions a command.
+        written: list[tuple[str, int, bytes]] = []
+        last, added, latest = self._last, self._added, self._latest_at
         for pending in group:
             if pending.error is None:
                 b = pending.batch
-                self._latest_at = max(self._latest_at, b.at)
-                if pending.events:
-                    self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
-                    unmoved += sum(len(body) for _, _, body in pending.events)
+                if b.at > latest:
+                    latest = b.at
+                events = pending.events
+                if events:
+                    last[b.combat_id] = b.first_seq + len(events) - 1
+                    written += events
                 if b.request is not None:
                     unindexed += 1
                     principal = b.request[0]
-                    self._added[principal] = self._added.get(principal, 0) + 1
+                    added[principal] = added.get(principal, 0) + 1
                 if b.snapshot is not None:
                     # The log's end after this batch; a later one of the combat replaces it.
-                    self._held[b.combat_id] = (b.first_seq + len(pending.events) - 1, b.snapshot)
+                    self._held[b.combat_id] = (b.first_seq + len(events) - 1, b.snapshot)
+        self._latest_at = latest
+        unmoved += sum(map(len, map(_BODY, written)))
         self._unindexed, self._unmoved = unindexed, unmoved
 
     def _wal_has_room(self) -> bool:
@@ -1445,49 +1510,50 @@ class Store:
     def _write_together(self, group: Sequence[_Pending]) -> None:
         """Check each batch against the log as the batches before it leave it (a refused one
         gets its ``error`` and leaves the log as it was), then insert the rest, a statement
-        per table (committer's thread, inside the transaction)."""
-        ends: dict[str, int | None] = {}  # each combat's last seq as this group leaves it
+        per table and ``ROWS_PER_INSERT`` rows (committer's thread, inside the transaction)."""
+        ends: dict[str, int] = {}  # each combat's last seq as this group leaves it
         taken: set[tuple[str, str]] = set()  # the request ids this group stores
         combats: list[tuple[str, str, float, str]] = []
         events: list[tuple[str, int, bytes]] = []
         requests: list[tuple[str, str, str, bytes | None, float]] = []
         # One row per combat, the group's last: the earlier ones would be overwritten at once.
         summaries: dict[str, bytes] = {}
+        known = self._last
         for pending in group:
             b = pending.batch
-            if b.combat_id in ends:
-                last = ends[b.combat_id]
-            elif b.combat_id in self._last:
-                last = self._last[b.combat_id]
-            else:
-                last = self._stored_last(b.combat_id)
+            combat_id, request = b.combat_id, b.request
+            last = ends.get(combat_id)
+            if last is None:
+                last = known.get(combat_id)
+                if last is None:
+                    last = self._stored_last(combat_id)
             if b.ruleset is not None:
                 if last is not None:
-                    pending.error = _conflict(f"combat {b.combat_id!r} exists")
+                    pending.error = _conflict(f"combat {combat_id!r} exists")
                     continue
                 last = 0
-                combats.append((b.combat_id, b.ruleset, b.at, b.table))
+                combats.append((combat_id, b.ruleset, b.at, b.table))
             elif last is None:
-                pending.error = _conflict(f"combat {b.combat_id!r} does not exist")
+                pending.error = _conflict(f"combat {combat_id!r} does not exist")
                 continue
             # A snapshot alone (see ``Batch``) must be of the log as it ends, like events.
             if (pending.events or b.snapshot is not None) and b.first_seq != last + 1:
                 pending.error = _conflict(
-                    f"combat {b.combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
+                    f"combat {combat_id!r} is at seq {last}, batch starts at {b.first_seq}"
                 )
-            elif b.request is not None and (b.request in taken or self._stored(b.request)):
-                pending.error = _conflict(_request_taken(b.request))
+            elif request is not None and (request in taken or self._stored(request)):
+                pending.error = _conflict(_request_taken(request))
             if pending.error is not None:
                 if b.ruleset is not None:
                     combats.pop()
                 continue
-            ends[b.combat_id] = last + len(pending.events)
-            events.extend(pending.events)
-            if b.request is not None:
-                taken.add(b.request)
-                requests.append((*b.request, b.combat_id, pending.response, b.at))
+            ends[combat_id] = last + len(pending.events)
+            events += pending.events
+            if request is not None:
+                taken.add(request)
+                requests.append((*request, combat_id, pending.response, b.at))
             if pending.summary is not None:
-                summaries[b.combat_id] = pending.summary
+                summaries[combat_id] = pending.summary
         db = self._writer
         if combats:
             db.executemany(
@@ -1496,27 +1562,18 @@ class Store:
                 combats,
             )
         if events:
-            db.executemany(
-                "INSERT INTO recent_events (combat_id, seq, body) VALUES (?, ?, ?)", events
-            )
+            _INSERT_EVENTS.run(db, events)
         if requests:
-            db.executemany(
-                "INSERT INTO requests (principal, request_id, combat_id, response, at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                requests,
-            )
+            _INSERT_REQUESTS.run(db, requests)
         if summaries:
-            db.executemany(
-                "INSERT OR REPLACE INTO summaries (combat_id, body) VALUES (?, ?)",
-                summaries.items(),
-            )
+            _INSERT_SUMMARIES.run(db, list(summaries.items()))
 
     def _stored(self, request: tuple[str, str]) -> bool:
         """Whether the request id is stored already (committer's thread), adding it to the
         filter: no table has it as a unique key any more (see ``requests``), so the committer
         is what refuses it twice. The filter rules out almost every new one without a read."""
         assert self._filter is not None
-        if not self._filter.add(*request):
+        if not self._filter.add(request):
             return False
         return self._writer.execute(_REQUEST_ROW, request).fetchone() is not None
 
@@ -1577,8 +1634,8 @@ class Store:
                 " WHERE id > (SELECT value FROM meta WHERE key = 'requests_indexed')"
             )
         ) as rows:
-            for principal, request_id in rows:
-                built.add(principal, request_id)
+            for row in rows:
+                built.add(row)
         built.built()
         return built
 
@@ -1667,7 +1724,7 @@ class Store:
             if db.execute(_REQUEST_ROW, b.request).fetchone() is not None:
                 raise _ConflictError(_request_taken(b.request))
             assert self._filter is not None
-            self._filter.add(*b.request)  # as ``_stored`` does
+            self._filter.add(b.request)  # as ``_stored`` does
             db.execute(
                 "INSERT INTO requests (principal, request_id, combat_id, response, at)"
                 " VALUES (?, ?, ?, ?, ?)",

@@ -1339,7 +1339,7 @@ class PostgresStore:
                     self._last[b.combat_id] = b.first_seq + len(pending.events) - 1
                 if b.request is not None:
                     self._touched.add(b.request[0])
-                    stored.add(*b.request)
+                    stored.add(b.request)
 
     def _repeated(self, batch: Batch, request: tuple[str, str]) -> StoreError:
         """The refusal of a batch whose request id the database holds already: a retry of a
@@ -1397,7 +1397,7 @@ class PostgresStore:
             b = pending.batch
             self._last.pop(b.combat_id, None)
             if sent and b.request is not None and self._filter is not None:
-                self._filter.add(*b.request)
+                self._filter.add(b.request)
 
     def _landed(self, group: Sequence[_Pending]) -> bool | None:
         """Whether the group's transaction, whose COMMIT was sent when its session was lost,
@@ -1475,7 +1475,7 @@ class PostgresStore:
             rows.itersize = FILTER_PAGE  # a round trip per page: psycopg's 100 would be 1,000
             rows.execute(f"SELECT principal, request_id FROM {SCHEMA}.requests")
             for principal, request_id in rows:
-                built.add(principal, request_id)
+                built.add((principal, request_id))
         built.built()
         return built
 
