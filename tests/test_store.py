@@ -593,6 +593,57 @@ async def test_a_group_larger_than_one_insert_is_written_whole_and_in_its_order(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("bad", [0, 40, 63, 64, 74])
+async def test_a_conflict_inside_a_many_row_insert_refuses_its_batch_alone(
+    tmp_path: Path, bad: int
+) -> None:
+    """A batch whose seq was taken behind the store's back, anywhere in a group written in
+    statements of many rows (the first row, inside the 64-row statement, its last row, the next
+    statement's first, the group's last): the failed statement leaves no row, the group is
+    written again a batch at a time in the same transaction, and only that batch is refused."""
+    size = store_module.ROWS_PER_INSERT + 11  # 75: statements of 64, 8, 2 and 1 rows
+    store = Store.open(tmp_path)
+    names = [f"c{i}" for i in range(size)]
+    refused: dict[str, str] = {}
+    async with running(store):
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(store.commit, batch(name, 1, create=True))
+        with closing(sqlite3.connect(tmp_path / DB_FILE)) as db:
+            db.execute(
+                "INSERT INTO recent_events (combat_id, seq, body) VALUES (?, 2, x'00')",
+                (names[bad],),
+            )
+            db.commit()
+        before = store.transactions
+
+        async def one(i: int, name: str) -> None:
+            b = batch(name, 2, 3, request=("p", f"r{i}"), response={"n": i}, at=2000.0 + i)
+            try:
+                await store.commit(b)
+            except StoreError as e:
+                refused[name] = e.code
+
+        async with anyio.create_task_group() as tg:
+            for i, name in enumerate(names):
+                tg.start_soon(one, i, name)
+        assert store.transactions == before + 1
+    with closing(sqlite3.connect(tmp_path / DB_FILE)) as db:
+        stored = [r for (r,) in db.execute("SELECT request_id FROM requests ORDER BY id")]
+        counts = dict(
+            db.execute(
+                "SELECT combat_id, count(*) FROM ("
+                " SELECT combat_id FROM recent_events UNION ALL SELECT combat_id FROM events"
+                ") GROUP BY combat_id"
+            ).fetchall()
+        )
+    store.close()
+    assert refused == {names[bad]: "conflict"}
+    assert stored == [f"r{i}" for i in range(size) if i != bad]
+    assert counts == {name: 2 if i == bad else 4 for i, name in enumerate(names)}
+
+
+@pytest.mark.anyio
 async def test_a_lone_batch_waits_at_most_the_window_and_a_lone_client_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -73,7 +73,8 @@ resets it, and lets go of the GIL and takes it back around it. An ``executemany`
 per row, four rows per command: the committer's thread ran 109,000 instructions per command of
 ``bench_instructions.py`` (about 48 commands per group), 91,600 with statements of up to 64 rows
 (up to 32, the same in a test of the inserts alone; up to 8, 6,600 more). Sixty-four rows of five
-values stay under the 999 variables a statement may have before SQLite 3.32."""
+values stay under the 999 variables a statement may have before SQLite 3.32. A power of two:
+``_Inserts`` prepares a statement for each power of two up to it, and splits a group so."""
 
 GATHER_BATCHES = 16
 """Batches a transaction waits for (at most ``GATHER_SECONDS``) when the one before it has just
