@@ -147,13 +147,14 @@ class _CombatLog:
     """One combat as the pipeline's port: the store behind ``commit``, the subscription
     registry behind ``publish``, the hook workers behind ``due``."""
 
-    __slots__ = ("_combat", "_numbered", "_plains", "_writer")
+    __slots__ = ("_combat", "_numbered", "_plains", "_rows", "_writer")
 
     def __init__(self, writer: Writer, combat: Combat) -> None:
         self._writer = writer
         self._combat = combat
         self._numbered: list[tuple[int, ev.Event]] = []
         self._plains: list[dict[str, Plain]] = []
+        self._rows: tuple[bytes, ...] = ()
 
     @property
     def state(self) -> State:
@@ -241,10 +242,10 @@ class _CombatLog:
         writer.deadlines.moved(combat)
         if ticket is not None:
             ticket.result = response
-        self._numbered, self._plains = events, plains
+        self._numbered, self._plains, self._rows = events, plains, rows
 
     def publish(self, applied: Applied) -> None:
-        self._writer.subscriptions.publish(self._combat, self._numbered, self._plains)
+        self._writer.subscriptions.publish(self._combat, self._numbered, self._plains, self._rows)
 
     def due(self, applied: Applied, ticket: _Ticket | None) -> None:
         writer = self._writer
