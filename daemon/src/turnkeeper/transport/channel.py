@@ -241,20 +241,14 @@ class Channel(asyncio.Protocol):
         """The next bytes received; empty once nothing more will come, or while a message the
         data callback decoded waits to be taken (the decoder still holds the bytes behind it,
         so bytes that came since must wait for it)."""
-        data = self._take()
-        while data is None:
-            await self._arrival()
-            data = self._take()
-        return data
-
-    def _take(self) -> bytes | None:
-        """What ``receive`` returns, or None while it must wait (``_arrival``). A reader that
-        waits often spells ``receive`` out with these two: every wait for a request suspends
-        and resumes each coroutine its task is made of, so a level spared counts per request."""
-        # Whatever woke the reader, it waits no more: a waiter left done (cancelled) would do.
-        self._waiter = None
-        if not self._chunks or self._handed is not None:
-            return b"" if self._eof or self._handed is not None else None
+        while not self._chunks or self._handed is not None:
+            if self._eof or self._handed is not None:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         if self._closing:
             return b""
         data = self._chunks.popleft()
@@ -264,11 +258,6 @@ class Channel(asyncio.Protocol):
             self.transport.resume_reading()
             self._reading_paused = False
         return data
-
-    def _arrival(self) -> asyncio.Future[None]:
-        """What to await for ``_take`` to have more to say (bytes, the end, a handed message)."""
-        waiter = self._waiter = self._loop.create_future()
-        return waiter
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -492,11 +481,7 @@ class UnixChannel(Channel):
                 self._handed = None
             if item is not None:
                 return item
-            # ``receive``, spelled out: the wait for every request (``_take``).
-            data = self._take()
-            while data is None:
-                await self._arrival()
-                data = self._take()
+            data = await self.receive()
             if not data:
                 if self._handed is not None:
                     continue

@@ -348,18 +348,14 @@ class WebSocketChannel(Channel):
                 # The start of a frame is all that is kept of the bytes read before, not the
                 # whole read: a peer that goes quiet there holds a few bytes, not 256 KiB.
                 self._raw, self._at = self._raw[self._at :], 0
-            # ``receive``, spelled out: the wait for every request (``_take``).
-            received = self._take()
-            while received is None:
-                await self._arrival()
-                received = self._take()
-            if not received:
+            data = await self.receive()
+            if not data:
                 if self._handed is not None:
                     return None
                 self._open = False
                 ws.receive_data(None)
                 return None
-            self._raw = self._raw + received if self._raw else received
+            self._raw = self._raw + data if self._raw else data
 
     def _frames(self, max_bytes: int) -> bytes | None:
         """Read the frames received: the payload of a whole binary message in one frame, read
