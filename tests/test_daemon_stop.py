@@ -37,7 +37,7 @@ async def test_a_command_read_as_the_sessions_stop_is_refused_with_shutting_down
     tmp_path: Path, socket_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sessions stop (their task group failed) after a command was read and before it
-    reached ``run_command``: its session's task is cancelled already, so the command would
+    reached ``begin_command``: its session's task is cancelled already, so the command would
     be cut at its first wait. It is refused instead, and nothing of it is applied."""
     config = app.Config(data_dir=tmp_path, socket_path=socket_dir / "tk.sock")
     with anyio.fail_after(CALL_TIMEOUT):
@@ -45,13 +45,13 @@ async def test_a_command_read_as_the_sessions_stop_is_refused_with_shutting_down
             sessions: Sessions = await tg.start(app.serve, config)
             peer = _Peer(await anyio.connect_unix(config.socket_path))
             await peer.call("hello", protocol=1)
-            run_command = sessions.run_command
+            begin_command = sessions.begin_command
 
-            async def stopped_first(*args: Any) -> Any:
+            def stopped_first(*args: Any) -> Any:
                 sessions.stop()
-                return await run_command(*args)
+                return begin_command(*args)
 
-            monkeypatch.setattr(sessions, "run_command", stopped_first)
+            monkeypatch.setattr(sessions, "begin_command", stopped_first)
             peer.msgid += 1
             request = {"combat_id": "k", "ruleset": "marvel", "request_id": "c"}
             await peer.stream.send(wire.pack(wire.Request(peer.msgid, "create_combat", request)))

@@ -19,7 +19,7 @@ from daemon import CALL_TIMEOUT
 from story import OBSERVER, Story, player
 from turnkeeper.combats import Hub, RequestError, deadlines, listing, registry, writer
 from turnkeeper.combats import hub as facade
-from turnkeeper.combats.telling import Batch, numbered_packed
+from turnkeeper.combats.telling import Batch, numbered_packed, packed, packed_rows
 from turnkeeper.combats.telling import numbered as shown_to
 from turnkeeper.store import DB_FILE, Store
 from turnkeeper_engine import BUNDLED_RULES, NARRATOR, State
@@ -790,6 +790,38 @@ def test_events_packed_once_are_the_bytes_msgpack_would_pack() -> None:
     expected = shown_to(log, s.state, NARRATOR, wide, rules=BUNDLED_RULES)
     _, items = numbered_packed(log, s.state, NARRATOR, wide, [packer.pack(p) for p in wide], packer)
     assert items == [msgpack.packb(item, use_bin_type=True) for item in expected]
+
+
+def test_events_notified_from_their_rows_are_the_bytes_packed_would_make() -> None:
+    """A subscriber's ``event`` notifications are made of the rows the store was given, not
+    packed again: for every audience, hidden events and events shown changed included, and
+    maps too wide for a one-byte head or holding a key of the notification's own, the bytes
+    are exactly ``packed``'s of what ``numbered`` shows."""
+    s = Story("marvel")
+    s.add("v", "Vera")
+    s.add("h", "Assassin", hidden=True)
+    s.roll("v", 4, 4, 4)
+    s.roll("h", 6, 6, 6)
+    s.do(c.RevealCombatant("h"))
+    log = list(enumerate(s.log, start=1))
+    plains = [event_to_plain(e) for _, e in log]
+    packer = msgpack.Packer(use_bin_type=True)
+    for bodies in (
+        plains,
+        # 13 entries more: 15 with combat and seq, the widest one-byte head; 14: wider.
+        [dict(p, **{f"x{n}": n for n in range(13 - len(p))}) for p in plains],
+        [dict(p, **{f"x{n}": n for n in range(14 - len(p))}) for p in plains],
+        [dict(p, combat="theirs") for p in plains],
+        [dict(p, seq=-1) for p in plains],
+    ):
+        rows = [packer.pack(p) for p in bodies]
+        for actor in (NARRATOR, OBSERVER, player("u2")):
+            shown = shown_to(log, s.state, actor, bodies, rules=BUNDLED_RULES)
+            expected = packed("t/k", shown).messages
+            got = packed_rows("t/k", log, s.state, actor, bodies, rows, packer).messages
+            assert got == expected
+    rows = [packer.pack(p) for p in plains]
+    assert len(packed_rows("k", log, s.state, OBSERVER, plains, rows, packer).messages) < len(log)
 
 
 @pytest.mark.anyio

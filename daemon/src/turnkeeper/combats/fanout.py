@@ -10,8 +10,10 @@ from the last seq it processed, as after any reconnect.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
+import msgpack  # type: ignore[import-untyped]
 import structlog
 
 from turnkeeper_engine import Actor, RuleBook
@@ -25,7 +27,7 @@ from .errors import RequestError
 from .follow import Follower
 from .listing import Lister
 from .registry import Combats
-from .telling import Batch, audience, numbered, packed
+from .telling import Batch, audience, numbered, packed, packed_rows
 
 log = structlog.get_logger("turnkeeper.combats")
 
@@ -89,6 +91,9 @@ class SubscriptionRegistry:
         tables), by table, then by audience likewise."""
         self._tables: dict[Subscriber, set[str]] = {}
         """The tables each of those follows, so that it leaves them without a walk."""
+        self._packer = msgpack.Packer(use_bin_type=True)
+        """The event loop's packer for the notifications made from a command's rows
+        (``packed_rows``): the options of the rows' own packer and of ``wire.pack``'s."""
 
     def follows(self, subscriber: Subscriber, combat_id: str) -> bool:
         """Whether ``subscriber`` follows ``combat_id`` (by ``subscribe``)."""
@@ -263,10 +268,12 @@ class SubscriptionRegistry:
         combat: Combat,
         events: list[tuple[int, ev.Event]],
         plains: list[dict[str, Plain]],
+        rows: Sequence[bytes] | None = None,
     ) -> None:
         """Send a combat's newly committed events to everyone following it, each shown as its
         audience may see them (R16): filtered and packed once per audience into one batch,
-        which each of its subscribers is handed as it is."""
+        which each of its subscribers is handed as it is. ``rows``, the events as the store
+        was given them (``plains`` packed), if known, are not packed again."""
         by_combat = self._by_combat.get(combat.id)
         followers_of_table = self._by_table.get(combat.table)
         if by_combat is None and followers_of_table is None and not self._everywhere:
@@ -281,7 +288,7 @@ class SubscriptionRegistry:
                 if key in batches:
                     batch = batches[key]
                 else:
-                    batch = batches[key] = self._batch(combat, events, plains, key, followers)
+                    batch = batches[key] = self._batch(combat, events, plains, rows, key, followers)
                 if batch is None:
                     # The command is committed; a subscriber its events cannot be shown to
                     # loses its subscriptions, and is told, rather than receive a gap.
@@ -300,6 +307,7 @@ class SubscriptionRegistry:
         combat: Combat,
         events: list[tuple[int, ev.Event]],
         plains: list[dict[str, Plain]],
+        rows: Sequence[bytes] | None,
         key: Audience,
         followers: set[Subscriber],
     ) -> Batch | None:
@@ -307,6 +315,10 @@ class SubscriptionRegistry:
         followers stands for all of them."""
         one = next(iter(followers))
         try:
+            if rows is not None and one.narration is None:
+                return packed_rows(
+                    combat.id, events, combat.state, one.actor, plains, rows, self._packer
+                )
             shown = numbered(
                 events, combat.state, one.actor, plains, one.narration, rules=self._rules
             )

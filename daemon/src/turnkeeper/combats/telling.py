@@ -138,6 +138,62 @@ class Batch:
         return found
 
 
+_EVENT_HEAD = msgpack.packb(2) + msgpack.packb("event") + b"\x91"
+"""An ``event`` notification up to its params map: ``[2, "event", [params]]``, an array of
+three (its head in front: ``_NOTIFICATION_HEAD``) holding an array of one."""
+_NOTIFICATION_HEAD = b"\x93"
+_COMBAT = msgpack.packb("combat")
+
+
+def packed_rows(
+    combat_id: str,
+    events: list[tuple[int, ev.Event]],
+    state: State,
+    actor: Actor,
+    plains: list[dict[str, Plain]],
+    rows: Sequence[bytes],
+    packer: msgpack.Packer,
+) -> Batch:
+    """``packed(combat_id, numbered(events, state, actor, plains))``, byte for byte, with no
+    locale: an event the actor sees as it is was packed already (``rows``, as stored), and its
+    notification is made of those bytes, ``combat`` and ``seq`` put in front of the row's
+    entries, rather than packed again from a dict made for it. ``packer`` packs the rest."""
+    pack = packer.pack
+    combat = pack(combat_id)
+    notes: list[bytes] = []
+    for i, (seq, event) in enumerate(events):
+        seen = visible(event, state, actor, seq)
+        if seen is None:
+            continue
+        body = plains[i]
+        if seen is event:
+            row = rows[i]
+            # Two more entries under the row's one-byte head (a fixmap's, of up to 15).
+            entries = row[0] - 0x80
+            if 0 <= entries < 14 and "seq" not in body and "combat" not in body:
+                note = b"".join(
+                    (
+                        _NOTIFICATION_HEAD,
+                        _EVENT_HEAD,
+                        _FIXMAP_HEADS[entries + 2],
+                        _COMBAT,
+                        combat,
+                        _SEQ,
+                        pack(seq),
+                        row[1:],
+                    )
+                )
+                if len(note) <= wire.MAX_MESSAGE_BYTES:
+                    notes.append(note)
+                    continue
+        else:
+            body = event_to_plain(seen)
+        # As ``packed`` makes it from ``numbered``'s item (refused there if too large).
+        params = {"combat": combat_id, "seq": seq, **body}
+        notes.append(wire.pack(wire.Notification("event", params)))
+    return Batch(notes)
+
+
 def packed(combat_id: str, shown: list[Plain]) -> Batch:
     """Shown events as packed ``event`` notifications, one per event."""
     notes = []

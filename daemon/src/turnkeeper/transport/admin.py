@@ -54,7 +54,7 @@ def hidden(session: Session, combat_id: str, command: cmd.Command) -> bool:
                 "combat_id",
             )
         return False
-    # While the daemon stops, ``run_command`` refuses every command first, this one too. A
+    # While the daemon stops, ``begin_command`` refuses every command first, this one too. A
     # session of every table (``scope`` None) sees every combat: no look-up, no call.
     return (
         scope is not None

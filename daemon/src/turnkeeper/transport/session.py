@@ -95,16 +95,10 @@ class Sessions:
         except RuntimeError:
             channel.abort()  # the daemon is stopping: its task group takes no more
 
-    async def run_command(
-        self,
-        session: Session,
-        principal: str,
-        actor: Actor,
-        combat_id: str,
-        value: Any,
-        request_id: str,
-        scope: Scope = None,
-    ) -> Plain:
+    def begin_command(self, session: Session) -> None:
+        """A command of ``session``'s is accepted: from here it runs to its commit even if the
+        daemon is asked to stop, and its session is stopped once it is over (``end_command``,
+        ``Session.stop``), never in the middle. Refused while the daemon stops."""
         # Stopped sessions are refused too: a session stopped outside a command (a stop
         # without the drain, when the daemon fails) has its task cancelled already, and a
         # command it read before that would be cut at its first wait, left unanswered.
@@ -113,16 +107,14 @@ class Sessions:
                 "shutting_down", "the daemon is stopping; retry with the same request_id"
             )
         self.in_flight += 1
-        # Once accepted, a command runs to its commit even if the daemon is asked to stop: its
-        # session is stopped once it is over (``Session.stop``), never in the middle.
         session.in_command = True
-        try:
-            return await self.hub.execute(principal, actor, combat_id, value, request_id, scope)
-        finally:
-            self.in_flight -= 1
-            session.in_command = False
-            if session.stopping:
-                session.stop()
+
+    def end_command(self, session: Session) -> None:
+        """``session``'s command is over, committed or not."""
+        self.in_flight -= 1
+        session.in_command = False
+        if session.stopping:
+            session.stop()
 
     async def run(self) -> None:
         """Until cancelled (the daemon stops, or fails): then ``stop``. Sessions run shielded
@@ -298,44 +290,60 @@ class Session:
             self.task_scope.cancel()
 
     async def run(self) -> None:
-        running = self.sessions.running
-        with self.task_scope:
-            running.add(self)
-            try:
-                if self.sessions.stopped:
-                    self.task_scope.cancel()
-                await self._run()
-            finally:
-                running.discard(self)
-
-    async def _run(self) -> None:
+        # One coroutine for the connection's whole life, its requests read and answered in its
+        # own loop: every wait of a command (for its request, for its commit) suspends and
+        # resumes each coroutine its task is made of, so each level spared counts per command.
+        sessions = self.sessions
         channel = self.channel
-        if not await channel.open():
-            return  # a plain HTTP request, answered
-        admission = self.sessions.admission
-        busy = admission.admit(channel)
-        if busy is not None:
-            self.close_with(busy)
-            await self._closed()
-            return
-        self.sessions.connections.add(self)
-        # Every log line of this connection's task carries its id.
-        structlog.contextvars.bind_contextvars(connection=self.id)
-        log.info("connected", transport=channel.kind, uid=channel.peer_uid)
-        try:
-            await self._serve()
-        except Exception:
-            # A broken connection ends alone: the listener, the other clients and the daemon go on.
-            log.exception("connection_failed")
-        finally:
-            self.hub.forget(self)
-            self.sessions.connections.discard(self)
-            channel.close()
-            # The slot is free once the connection's last bytes are out, not before: until
-            # then they are still the daemon's to hold.
-            await self._closed()
-            admission.leave(channel, session=self.principal is not None)
-            log.info("disconnected", reason=self.closing or channel.gone or "closed")
+        with self.task_scope:
+            sessions.running.add(self)
+            try:
+                if sessions.stopped:
+                    self.task_scope.cancel()
+                if not await channel.open():
+                    return  # a plain HTTP request, answered
+                admission = sessions.admission
+                busy = admission.admit(channel)
+                if busy is not None:
+                    self.close_with(busy)
+                    await self._closed()
+                    return
+                sessions.connections.add(self)
+                # Every log line of this connection's task carries its id.
+                structlog.contextvars.bind_contextvars(connection=self.id)
+                log.info("connected", transport=channel.kind, uid=channel.peer_uid)
+                try:
+                    if await self._greeted():
+                        while self.closing is None:
+                            item = await channel.next(wire.REQUESTS)
+                            if type(item) is not wire.Request:
+                                if not await self._handle(item):
+                                    break
+                                continue
+                            # ``_handle``'s request, spelled out, and ``reply``'s when its
+                            # answer has room: every request after hello comes this way.
+                            response = await self.answer(item)
+                            if self.closing is None and channel.room():
+                                channel.send(self._packed(response))
+                            else:
+                                await self.reply(response)
+                            if self.ending is not None:
+                                self.close_with(self.ending)
+                except Exception:
+                    # A broken connection ends alone: the listener, the other clients and the
+                    # daemon go on.
+                    log.exception("connection_failed")
+                finally:
+                    self.hub.forget(self)
+                    sessions.connections.discard(self)
+                    channel.close()
+                    # The slot is free once the connection's last bytes are out, not before:
+                    # until then they are still the daemon's to hold.
+                    await self._closed()
+                    admission.leave(channel, session=self.principal is not None)
+                    log.info("disconnected", reason=self.closing or channel.gone or "closed")
+            finally:
+                sessions.running.discard(self)
 
     async def _closed(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_WAIT) as waited:
@@ -343,35 +351,29 @@ class Session:
         if waited.cancelled_caught:
             self.channel.abort()
 
-    @property
-    def limits(self) -> wire.Limits:
-        """What one message from this peer may cost: far less before hello, when anyone who can
-        reach the port may be sending."""
-        return wire.REQUESTS if self.principal is not None else wire.BEFORE_HELLO
-
-    async def _serve(self) -> None:
+    async def _greeted(self) -> bool:
+        """Messages until a successful hello, within ``HELLO_TIMEOUT``; False if the connection
+        ended first."""
         with anyio.move_on_after(HELLO_TIMEOUT) as hello_scope:
             self.hello_scope = hello_scope
             while self.principal is None and self.closing is None:
-                if not await self._step():
-                    return
+                # What one message may cost is far less before hello, when anyone who can
+                # reach the port may be sending; a hello's success raises it for the very
+                # next one (``run``).
+                if not await self._handle(await self.channel.next(wire.BEFORE_HELLO)):
+                    return False
         if hello_scope.cancelled_caught and self.principal is None:
             self.close_with(
                 wire.WireError(
                     "hello_timeout", "no hello within {seconds:g} s", seconds=HELLO_TIMEOUT
                 )
             )
-            return
-        while self.closing is None:
-            if not await self._step():
-                return
+            return False
+        return self.closing is None
 
-    async def _step(self) -> bool:
-        """Read and handle one message (a hello's success raises the limits for the very next
-        one); False once the connection is over."""
-        # ``limits``, spelled out: every request comes this way.
-        limits = wire.REQUESTS if self.principal is not None else wire.BEFORE_HELLO
-        item = await self.channel.next(limits)
+    async def _handle(self, item: wire.Message | wire.WireError | None) -> bool:
+        """Handle one message read (None: the peer or the daemon closed the connection); False
+        once the connection is over."""
         if item is None:
             return False
         # A request first, by its class (``channel.next`` makes them): the usual item, told
@@ -649,9 +651,16 @@ async def _command(method: str, session: Session, params: Mapping[str, Any]) -> 
         await admin.look_for_table(session, combat_id)
     if admin.hidden(session, combat_id, value):
         await admin.refuse_hidden(session, combat_id, request_id)
-    result = await session.sessions.run_command(
-        session, principal.key, actor, combat_id, value, request_id, session.scope
-    )
+    # Bracketed here rather than by a coroutine of ``Sessions``: every command spares a level
+    # of coroutines, which its every suspension and resumption would pass through.
+    sessions = session.sessions
+    sessions.begin_command(session)
+    try:
+        result = await session.hub.execute(
+            principal.key, actor, combat_id, value, request_id, session.scope
+        )
+    finally:
+        sessions.end_command(session)
     return session.told(result, actor)
 
 
