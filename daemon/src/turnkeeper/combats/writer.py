@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 import anyio
 import msgpack  # type: ignore[import-untyped]
@@ -337,13 +337,7 @@ class Writer:
                 return _first(remembered, combat_id, actor, command)
             ticket = _Ticket(key, fingerprint(combat_id, actor, command))
             found = self.combats.by_id.get(combat_id)
-            if (
-                found is not None
-                and found.loaded
-                and found.quarantined is None
-                and (scope is None or found.table in scope)
-                and type(command) is not cmd.CreateCombat
-            ):
+            if type(command) is not cmd.CreateCombat and _usable(found, scope):
                 # ``_apply``'s usual way, spelled out: a coroutine less for each of the
                 # command's suspensions and resumptions to pass through.
                 result = await self.run(found, ticket, actor, command)
@@ -398,12 +392,7 @@ class Writer:
                 self.combats.add(combat)
                 return result
         found = self.combats.by_id.get(combat_id)
-        if (
-            found is None
-            or not found.loaded
-            or found.quarantined is not None
-            or (scope is not None and found.table not in scope)
-        ):
+        if not _usable(found, scope):
             # Not known, not rebuilt yet, quarantined or another table's: ``ready`` knows
             # what to do.
             found = await self.rebuilder.ready(combat_id, scope)
@@ -450,3 +439,15 @@ class Writer:
         """Run ``applied``'s hooks: the commands plugins propose commit through this writer's
         pipeline, and their own hooks join the combat's list."""
         await self.pipeline.react(_CombatLog(self, combat), applied)
+
+
+def _usable(found: Combat | None, scope: Scope) -> TypeGuard[Combat]:
+    """Whether a command may run on ``found`` as it is: known, rebuilt, not quarantined and
+    of a table in ``scope``. ``execute``'s way round ``_apply`` and ``_apply`` both ask this
+    one question, so a condition added to it holds on both."""
+    return (
+        found is not None
+        and found.loaded
+        and found.quarantined is None
+        and (scope is None or found.table in scope)
+    )
