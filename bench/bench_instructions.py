@@ -11,14 +11,18 @@ costs less). Counting is then switched on (``callgrind_control -i on``) for ``--
 per connection, all connections at once, closed loop, and off again: 25 by default, one undo
 stretch (``turnkeeper_engine.evolve.STRETCH``), so that each combat packs its history once in
 the window, as it does every 25 commands. A combat's first snapshot comes after 500 to 1000
-events (2 a command here), so the window holds those of the combats whose first falls in it.
+events (2 a command here), so the window holds those of the combats whose first falls in it:
+about one in ten, twice the rate of a long run (a checkout whose first snapshot comes at 1000
+events, such as ``7bcdbb2``, has none in it).
 
 Reported per command: the event loop's thread (the process's first) and every other thread
-(the committer, the hook and rebuild workers), each from its ``totals:`` line. ``--ws``
-measures the same over WebSocket. Each checkout of ``--compare`` is measured the same way, in
+(the committer, the checkpointer, the hook and rebuild workers), each from its ``totals:``
+line. ``--ws`` measures the same over WebSocket. This checkout's daemon is measured, or the
+one ``TURNKEEPER_BENCH_CHECKOUT`` names, then each checkout of ``--compare`` the same way, in
 turn; ``--keep DIR`` keeps callgrind's files for ``callgrind_annotate``. The hash seed is
-fixed, so a repetition runs the same instructions within a few hundred per command on the
-event loop's thread (the other threads move more: a group commit's size depends on timing).
+fixed, so a repetition runs the same instructions within about a thousand per command on
+the event loop's thread (the other threads move more: a group commit's size depends on
+timing).
 
     python bench/bench_instructions.py --reps 1 --compare /tmp/tk-before
 
@@ -39,6 +43,7 @@ import anyio
 import tkbench as tk
 
 THREAD_FILE = re.compile(r"callgrind\.out\.\d+-(\d+)$")
+STOP_TIMEOUT = 120.0
 
 
 def main() -> None:
@@ -55,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    checkouts: list[str | None] = [None, *args.compare]
+    checkouts: list[str | None] = [os.environ.get(tk.CHECKOUT_VARIABLE) or None, *args.compare]
     rows = []
     for rep in range(args.reps):
         for i, checkout in enumerate(checkouts):
@@ -87,7 +92,7 @@ def measure(args: argparse.Namespace, checkout: str | None, root: Path) -> tuple
     ]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], env=env, check=True)
     data = root / "data"
-    token = tk.narrator_token(data) if args.ws else ""
+    token = tk.narrator_token(data, env) if args.ws else ""
     port = tk.free_port()
     extra = ["--ws", f"127.0.0.1:{port}"] if args.ws else []
     server = tk.daemon(root, *extra, data_dir=data)
@@ -104,7 +109,7 @@ def measure(args: argparse.Namespace, checkout: str | None, root: Path) -> tuple
     try:
         anyio.run(_drive, args, server, (port, token) if args.ws else None)
     finally:
-        server.stop()
+        _stop(server)
     counted = args.connections * args.commands
     totals = {}
     for path in out.iterdir():
@@ -114,8 +119,21 @@ def measure(args: argparse.Namespace, checkout: str | None, root: Path) -> tuple
             totals[int(found[1])] = int(total[1])
     if args.keep:
         shutil.copytree(out, args.keep / root.name, dirs_exist_ok=True)
-    loop = totals.pop(1, 0)
+    if 1 not in totals:
+        raise RuntimeError(f"callgrind wrote no counts of the event loop's thread in {out}")
+    loop = totals.pop(1)
     return loop / counted, sum(totals.values()) / counted
+
+
+def _stop(server: tk.Server) -> None:
+    """SIGTERM, waited for longer than ``Server.stop`` waits: callgrind writes its counts as
+    the daemon exits, slowly under valgrind, and a daemon killed writes none."""
+    assert server.process is not None
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=STOP_TIMEOUT)
+    finally:
+        server.kill()
 
 
 async def _drive(args: argparse.Namespace, server: tk.Server, ws: tuple[int, str] | None) -> None:

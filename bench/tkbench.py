@@ -273,11 +273,12 @@ def find_option(options: Sequence[str], *words: str) -> str | None:
     return next((o for o in options if all(w in o for w in words)), None)
 
 
-def narrator_token(data_dir: Path) -> str:
-    """A narrator token made with the real CLI, as an operator would."""
+def narrator_token(data_dir: Path, env: dict[str, str] | None = None) -> str:
+    """A narrator token made with the real CLI, as an operator would (in ``env``, the
+    daemons' environment if None)."""
     made = subprocess.run(
         [sys.executable, *DAEMON_ENTRY, "token", "--data-dir", str(data_dir), "add", "narrator"],
-        env=daemon_env(),
+        env=env or daemon_env(),
         capture_output=True,
         text=True,
         check=True,

@@ -511,8 +511,9 @@ class _Filter:
         return self._added - self._built_with > FILTER_REBUILD_KEYS
 
     # The probes: double hashing over one 64-bit hash (``hash`` is salted per process, and so
-    # is the filter, built anew by each), walked inline in both methods, since both run once
-    # per command and a list of probes cost as much as the bits.
+    # is the filter, built anew by each), inline in both methods, since both run once per
+    # command: ``maybe`` walks its ``FILTER_PROBES``, ``add`` spells out the same four (a
+    # change of ``FILTER_PROBES`` is a change of both).
 
     def add(self, request: tuple[str, str]) -> bool:
         """Add the request id (principal, request id); whether the filter had it already (then
