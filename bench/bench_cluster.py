@@ -85,16 +85,6 @@ class Client:
         raise RuntimeError(f"{method} still refused after {MAX_RETRIES} retries")
 
 
-async def _make_combat(conn: tk.Conn, combat: str) -> None:
-    await conn.call(
-        "create_combat", {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"}
-    )
-    await conn.call(
-        "add_combatant",
-        {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
-    )
-
-
 def _worker(spec: dict[str, Any], ready: Any, _stop: Any) -> Any:
     return anyio.run(_work, spec, ready)
 
@@ -118,7 +108,7 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
         clients = [Client([conn], rng) for conns in opened for conn in conns]
     combats = {id(c): f"{tag}-{i}" for i, c in enumerate(clients)}
     for client in clients:
-        await _make_combat(client.conns[0], combats[id(client)])
+        await tk.condition_combat(client.conns[0], combats[id(client)])
     await anyio.to_thread.run_sync(ready)
     call = tk.condition_calls(combats)
     latencies, cpu = await tk.closed_loop(clients, call, spec["warmup"], spec["seconds"])
@@ -170,7 +160,7 @@ async def _moves(
     clients = [Client([await tk.Conn.open(s.socket_path)], random.Random(0)) for s in daemons]
     names = [f"{tag}-m{i}" for i in range(combats)]
     for name in names:
-        await _make_combat(clients[0].conns[0], name)
+        await tk.condition_combat(clients[0].conns[0], name)
     holder = dict.fromkeys(names, 0)
     out: dict[str, tuple[list[float], float, float, int]] = {}
     moved_at = time.perf_counter()
@@ -220,7 +210,7 @@ async def _failover(
     owner = await tk.Conn.open(victim.socket_path)
     names = [f"{tag}-{i}" for i in range(combats)]
     for name in names:
-        await _make_combat(owner, name)
+        await tk.condition_combat(owner, name)
     # One connection per combat: a Conn runs one call at a time, and all are sent at once.
     conns = await tk.open_many(survivor.socket_path, combats)
     # A random phase against the victim's renewals (four per lease), as a crash would have.

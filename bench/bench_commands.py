@@ -42,15 +42,7 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
     combats = {id(c): f"{tag}-{i}" for i, c in enumerate(conns)}
     if spec["daemon"]:
         for conn in conns:
-            combat = combats[id(conn)]
-            await conn.call(
-                "create_combat",
-                {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"},
-            )
-            await conn.call(
-                "add_combatant",
-                {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
-            )
+            await tk.condition_combat(conn, combats[id(conn)])
 
     async def echo_call(conn: tk.Conn, n: int) -> None:
         combat = combats[id(conn)]

@@ -141,7 +141,7 @@ async def _drive(args: argparse.Namespace, server: tk.Server, ws: tuple[int, str
     combats = {id(c): f"i{n}" for n, c in enumerate(conns)}
     async with anyio.create_task_group() as tg:
         for conn in conns:
-            tg.start_soon(_create, conn, combats[id(conn)])
+            tg.start_soon(tk.condition_combat, conn, combats[id(conn)])
     call = tk.condition_calls(combats)
 
     async def run(conn: tk.Conn, first: int, count: int) -> None:
@@ -159,16 +159,6 @@ async def _drive(args: argparse.Namespace, server: tk.Server, ws: tuple[int, str
     await _control(server.pid, "off")
     for conn in conns:
         await conn.aclose()
-
-
-async def _create(conn: tk.Conn, combat: str) -> None:
-    await conn.call(
-        "create_combat", {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"}
-    )
-    await conn.call(
-        "add_combatant",
-        {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
-    )
 
 
 async def _control(pid: int, switch: str) -> None:

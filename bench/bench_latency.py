@@ -87,15 +87,7 @@ async def _work(spec: dict[str, Any], ready: Any) -> Any:
     applied: dict[tuple[int, int], tuple[anyio.Event, list[str]]] = {}
     if spec["daemon"]:
         for conn in conns:
-            combat = combats[id(conn)]
-            await conn.conn.call(
-                "create_combat",
-                {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"},
-            )
-            await conn.conn.call(
-                "add_combatant",
-                {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
-            )
+            await tk.condition_combat(conn.conn, combats[id(conn)])
 
     def condition_slot(conn: tk.PipeConn, n: int) -> tuple[anyio.Event, list[str]]:
         return applied.setdefault((id(conn), n), (anyio.Event(), []))

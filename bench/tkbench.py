@@ -725,6 +725,17 @@ class LoopFigures:
         return self.server_cpu / self.calls_per_s * 1e6 if self.calls_per_s else float("nan")
 
 
+async def condition_combat(conn: Conn, combat: str) -> None:
+    """Create the combat ``condition_calls`` works on: ``combat``, holding a combatant ``k``."""
+    await conn.call(
+        "create_combat", {"request_id": f"{combat}-c", "combat_id": combat, "ruleset": "marvel"}
+    )
+    await conn.call(
+        "add_combatant",
+        {"request_id": f"{combat}-a", "combat": combat, "id": "k", "display_name": "K"},
+    )
+
+
 def condition_calls(
     combats: dict[int, str], prefix: str = ""
 ) -> Callable[[Conn, int], Awaitable[None]]:

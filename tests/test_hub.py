@@ -765,10 +765,9 @@ def test_a_serving_daemon_collects_its_youngest_generation_less_often() -> None:
         gc.set_threshold(*default)
 
 
-def test_events_packed_once_are_the_bytes_msgpack_would_pack() -> None:
-    """A command's events are packed once, as the store's rows, and the caller's view of them
-    is spliced from those bytes: for every audience, hidden events and events shown changed
-    included, the bytes are exactly msgpack's packing of what ``numbered`` shows."""
+def _revealed() -> tuple[Story, list[tuple[int, ev.Event]], list[dict[str, Any]]]:
+    """A combat with a hidden combatant revealed, its log numbered and its events' plain
+    forms: events some audiences do not see, and one shown changed."""
     s = Story("marvel")
     s.add("v", "Vera")
     s.add("h", "Assassin", hidden=True)
@@ -776,7 +775,14 @@ def test_events_packed_once_are_the_bytes_msgpack_would_pack() -> None:
     s.roll("h", 6, 6, 6)
     s.do(c.RevealCombatant("h"))
     log = list(enumerate(s.log, start=1))
-    plains = [event_to_plain(e) for _, e in log]
+    return s, log, [event_to_plain(e) for _, e in log]
+
+
+def test_events_packed_once_are_the_bytes_msgpack_would_pack() -> None:
+    """A command's events are packed once, as the store's rows, and the caller's view of them
+    is spliced from those bytes: for every audience, hidden events and events shown changed
+    included, the bytes are exactly msgpack's packing of what ``numbered`` shows."""
+    s, log, plains = _revealed()
     packer = msgpack.Packer(use_bin_type=True)
     rows = [packer.pack(p) for p in plains]
     for actor in (NARRATOR, OBSERVER, player("u2")):
@@ -797,14 +803,7 @@ def test_events_notified_from_their_rows_are_the_bytes_packed_would_make() -> No
     packed again: for every audience, hidden events and events shown changed included, and
     maps too wide for a one-byte head or holding a key of the notification's own, the bytes
     are exactly ``packed``'s of what ``numbered`` shows."""
-    s = Story("marvel")
-    s.add("v", "Vera")
-    s.add("h", "Assassin", hidden=True)
-    s.roll("v", 4, 4, 4)
-    s.roll("h", 6, 6, 6)
-    s.do(c.RevealCombatant("h"))
-    log = list(enumerate(s.log, start=1))
-    plains = [event_to_plain(e) for _, e in log]
+    s, log, plains = _revealed()
     packer = msgpack.Packer(use_bin_type=True)
     for bodies in (
         plains,
