@@ -65,6 +65,16 @@ _FIXMAP_HEADS = tuple(bytes((0x80 + n,)) for n in range(16))
 """The head of a msgpack map of n entries, for n up to 15."""
 
 
+def _in_front(row: bytes, added: int, entries: bytes) -> bytes | None:
+    """``row``, a packed map, with ``added`` more ``entries`` (packed keys and values) before
+    its own, without unpacking it; None unless its head is a fixmap's (an event's map has a
+    handful of entries) with room for them under it."""
+    had = row[0] - 0x80
+    if 0 <= had <= 15 - added:
+        return b"".join((_FIXMAP_HEADS[had + added], entries, row[1:]))
+    return None
+
+
 def numbered_packed(
     events: list[tuple[int, ev.Event]],
     state: State,
@@ -87,14 +97,8 @@ def numbered_packed(
         if seen is event:
             body = plains[i]
             item: dict[str, Plain] = {"seq": seq, **body}
-            row = rows[i]
-            # An event's map has a handful of entries, under a one-byte head (a fixmap's, of
-            # up to 15): one more entry makes it the next head.
-            entries = row[0] - 0x80
-            if 0 <= entries < 15 and "seq" not in body:
-                encoded.append(_FIXMAP_HEADS[entries + 1] + _SEQ + pack(seq) + row[1:])
-            else:
-                encoded.append(pack(item))
+            spliced = None if "seq" in body else _in_front(rows[i], 1, _SEQ + pack(seq))
+            encoded.append(pack(item) if spliced is None else spliced)
         else:
             item = {"seq": seq, **event_to_plain(seen)}
             encoded.append(pack(item))
@@ -138,10 +142,9 @@ class Batch:
         return found
 
 
-_EVENT_HEAD = msgpack.packb(2) + msgpack.packb("event") + b"\x91"
+_EVENT_HEAD = b"\x93" + msgpack.packb(2) + msgpack.packb("event") + b"\x91"
 """An ``event`` notification up to its params map: ``[2, "event", [params]]``, an array of
-three (its head in front: ``_NOTIFICATION_HEAD``) holding an array of one."""
-_NOTIFICATION_HEAD = b"\x93"
+three holding an array of one."""
 _COMBAT = msgpack.packb("combat")
 
 
@@ -167,24 +170,10 @@ def packed_rows(
             continue
         body = plains[i]
         if seen is event:
-            row = rows[i]
-            # Two more entries under the row's one-byte head (a fixmap's, of up to 15).
-            entries = row[0] - 0x80
-            if 0 <= entries < 14 and "seq" not in body and "combat" not in body:
-                note = b"".join(
-                    (
-                        _NOTIFICATION_HEAD,
-                        _EVENT_HEAD,
-                        _FIXMAP_HEADS[entries + 2],
-                        _COMBAT,
-                        combat,
-                        _SEQ,
-                        pack(seq),
-                        row[1:],
-                    )
-                )
-                if len(note) <= wire.MAX_MESSAGE_BYTES:
-                    notes.append(note)
+            if "seq" not in body and "combat" not in body:
+                row = _in_front(rows[i], 2, b"".join((_COMBAT, combat, _SEQ, pack(seq))))
+                if row is not None and len(_EVENT_HEAD) + len(row) <= wire.MAX_MESSAGE_BYTES:
+                    notes.append(_EVENT_HEAD + row)
                     continue
         else:
             body = event_to_plain(seen)
